@@ -1,0 +1,3 @@
+from gpustack.cli.app import main
+
+main()

@@ -1,0 +1,1 @@
+"""Checks: pure functions from collected facts to findings (preflight now; verify/doctor later)."""

@@ -1,0 +1,1 @@
+"""Typer commands. Each command only chooses; the engine modules do the work."""

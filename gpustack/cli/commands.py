@@ -1,0 +1,154 @@
+"""The commands: each parses flags, loads config, calls one engine function, prints."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gpustack import __version__
+from gpustack.cli.app import ConfigOpt, VerboseOpt, app, console_for, load_config, split_csv
+from gpustack.errors import UsageError
+
+StagesOpt = Annotated[list[str] | None, typer.Option(help="stage id(s), comma-separated or repeated")]
+
+
+def _flags(kubernetes_version: str | None) -> dict[str, object]:
+    flags: dict[str, object] = {}
+    if kubernetes_version:
+        flags["versions"] = {"kubernetes": kubernetes_version}
+    return flags
+
+
+@app.command()
+def up(
+    config: ConfigOpt = None,
+    only: StagesOpt = None,
+    from_: Annotated[str | None, typer.Option("--from", help="start at this stage")] = None,
+    skip: StagesOpt = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Ansible check mode: show what would change, change nothing")
+    ] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="do not ask for confirmation")] = False,
+    accept_new_host_keys: Annotated[
+        bool, typer.Option(help="trust and record SSH host keys seen for the first time")
+    ] = False,
+    ignore_preflight: Annotated[
+        list[str] | None, typer.Option(help="preflight check ids/names to downgrade to warnings, or 'all'")
+    ] = None,
+    kubernetes_version: Annotated[
+        str | None, typer.Option(help="Kubernetes minor or patch (overrides versions.kubernetes)")
+    ] = None,
+    verbose: VerboseOpt = 0,
+) -> None:
+    """Build (or converge) the cluster: preflight, host layer, Kubernetes, network, Helm."""
+    from gpustack import plan
+    from gpustack.up import UpOptions
+    from gpustack.up import up as run_up
+
+    console = console_for(verbose)
+    stages = plan.select(only=split_csv(only), from_=from_, skip=split_csv(skip))
+    loaded = load_config(config, _flags(kubernetes_version))
+    cfg = loaded.config
+    console.print(f"config: {loaded.source}; {len(cfg.nodes)} node(s); Kubernetes {cfg.versions.kubernetes}")
+    changing = [s for s in stages if s.runner != "preflight"]
+    if changing and not dry_run:
+        question = f"Change {len(cfg.nodes)} host(s): {', '.join(s.id for s in changing)}. Continue?"
+        if not yes:
+            if not console.interactive:
+                raise UsageError("no terminal to confirm on: pass --yes to run non-interactively (or --dry-run)")
+            if not console.confirm(question, assume_yes=False):
+                raise typer.Abort()
+    result = run_up(
+        cfg,
+        UpOptions(
+            stages=stages,
+            dry_run=dry_run,
+            verbosity=max(0, verbose - 1),
+            assume_yes=yes,
+            accept_new_host_keys=accept_new_host_keys,
+            ignore_preflight=split_csv(ignore_preflight),
+        ),
+        console,
+    )
+    if result.kubeconfig:
+        console.print(f"[ok]done.[/ok] kubeconfig: {result.kubeconfig}  (export KUBECONFIG={result.kubeconfig})")
+
+
+@app.command("plan")
+def plan_cmd(
+    config: ConfigOpt = None,
+    only: StagesOpt = None,
+    from_: Annotated[str | None, typer.Option("--from")] = None,
+    skip: StagesOpt = None,
+) -> None:
+    """Print the ordered stages `up` would run and what each changes; touches nothing."""
+    from gpustack import plan
+
+    console = console_for()
+    stages = plan.select(only=split_csv(only), from_=from_, skip=split_csv(skip))
+    cfg = load_config(config).config
+    cp = cfg.control_plane.name
+    workers = ", ".join(n.name for n in cfg.workers) or "(none)"
+    where = {"all": ", ".join(n.name for n in cfg.nodes), "control-plane": cp, "workers": workers}
+    rows = [[str(i), s.id, where[s.hosts], s.changes] for i, s in enumerate(stages, 1)]
+    console.table("gpustack up would run", ["#", "stage", "hosts", "changes"], rows)
+
+
+@app.command()
+def render(
+    out: Annotated[Path, typer.Option("--out", "-o", help="directory to write into")],
+    config: ConfigOpt = None,
+) -> None:
+    """Write every generated file (inventory, extravars, kubeadm config, ...) to DIR for review or GitOps."""
+    from gpustack.render.files import write_all
+
+    cfg = load_config(config).config
+    console = console_for()
+    for path in write_all(cfg, out):
+        console.print(str(path))
+
+
+@app.command()
+def init(
+    path: Annotated[Path, typer.Argument(help="where to write the example")] = Path("gpustack.yaml"),
+    force: Annotated[bool, typer.Option(help="overwrite an existing file")] = False,
+) -> None:
+    """Write a commented example gpustack.yaml."""
+    from gpustack.config.example import example_yaml
+
+    if path.exists() and not force:
+        raise UsageError(f"{path} exists; pass --force to overwrite it")
+    path.write_text(example_yaml(), encoding="utf-8")
+    console_for().print(f"wrote {path}: edit the nodes, then run `gpustack plan -c {path}`")
+
+
+@app.command()
+def version() -> None:
+    """Print gpustack's version and the pinned component versions."""
+    from gpustack.config import pins
+
+    console = console_for()
+    console.print(f"gpustack {__version__}")
+    rows = [
+        ["kubernetes", ", ".join(pins.KUBERNETES.values()) + f" (default {pins.KUBERNETES[pins.KUBERNETES_DEFAULT]})"],
+        ["flannel", pins.FLANNEL_VERSION],
+        ["helm", pins.HELM_VERSION],
+    ]
+    rows += [[c.name, c.version] for c in pins.CHARTS.values()]
+    console.table("pins", ["component", "version"], rows)
+
+
+@app.command()
+def verify(config: ConfigOpt = None) -> None:
+    """Prove the stack end to end (not available yet: lands with the verify/doctor work)."""
+    console_for().error("`gpustack verify` is not implemented yet; it lands with the verify/doctor issue")
+    raise typer.Exit(1)
+
+
+@app.command()
+def doctor(config: ConfigOpt = None) -> None:
+    """Find known failures and say how to fix them (not available yet)."""
+    console_for().error("`gpustack doctor` is not implemented yet; it lands with the verify/doctor issue")
+    raise typer.Exit(1)

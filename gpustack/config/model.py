@@ -1,0 +1,188 @@
+"""The configuration model: one ``gpustack.yaml`` (every field optional; defaults are safe).
+
+Shape-level rules (types, unknown keys, ranges) live on the models; rules that relate several
+fields (duplicate nodes, CIDR overlaps) live in :mod:`gpustack.config.semantics` so each can
+name the exact field it is about.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from gpustack.config import pins
+
+HOSTNAME_RE = re.compile(
+    r"^(?=.{1,253}$)([a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?)(\.[a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?)*$"
+)
+NODE_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?$")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+Role = Literal["control-plane", "worker"]
+
+
+class Node(_Model):
+    """One host. ``connection: local`` runs on this machine without SSH."""
+
+    name: Annotated[str, Field(description="Kubernetes node name (lower-case DNS label)")]
+    address: Annotated[str, Field(description="IP address or DNS name used for SSH and the cluster")]
+    role: Role = "worker"
+    user: str | None = Field(default=None, description="SSH user (default: your login name)")
+    port: Annotated[int, Field(ge=1, le=65535)] = 22
+    ssh_key: Path | None = Field(default=None, description="private key file for SSH")
+    connection: Literal["ssh", "local"] = "ssh"
+    become: bool = Field(default=True, description="use sudo (must be passwordless)")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not NODE_NAME_RE.match(v):
+            raise ValueError("must be a lower-case DNS name: a-z, 0-9, '-' and '.', at most 63 characters")
+        return v
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, v: str) -> str:
+        try:
+            ipaddress.ip_address(v)
+        except ValueError:
+            if not HOSTNAME_RE.match(v):
+                raise ValueError("must be an IP address or a DNS name") from None
+        return v
+
+    @property
+    def ip(self) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+        try:
+            return ipaddress.ip_address(self.address)
+        except ValueError:
+            return None
+
+
+class Cluster(_Model):
+    name: str = "gpustack"
+    pod_cidr: ipaddress.IPv4Network = ipaddress.IPv4Network("10.244.0.0/16")
+    service_cidr: ipaddress.IPv4Network = ipaddress.IPv4Network("10.96.0.0/12")
+    flannel_iface: str | None = Field(
+        default=None, description="NIC Flannel uses between nodes (default: the default route's)"
+    )
+    dns_domain: str = "cluster.local"
+
+    @property
+    def api_service_ip(self) -> ipaddress.IPv4Address:
+        """The first address of the service CIDR: the ``kubernetes`` Service (10.96.0.1)."""
+        return self.service_cidr.network_address + 1
+
+
+class Versions(_Model):
+    """Overrides of the pin table (gpustack/config/pins.py). Leave unset to use the pins."""
+
+    kubernetes: str = pins.KUBERNETES[pins.KUBERNETES_DEFAULT]
+    flannel: str = pins.FLANNEL_VERSION
+    helm: str = pins.HELM_VERSION
+    helm_sha256: dict[str, str] | None = Field(
+        default=None, description="arch -> sha256 of the Helm archive, required for an unpinned Helm version"
+    )
+    gpu_operator: str = pins.CHARTS["gpu-operator"].version
+    kube_prometheus_stack: str = pins.CHARTS["kube-prometheus-stack"].version
+    dcgm_exporter: str = pins.CHARTS["dcgm-exporter"].version
+
+    @field_validator("kubernetes", mode="before")
+    @classmethod
+    def _kubernetes(cls, v: object) -> str:
+        if isinstance(v, (int, float)):
+            v = str(v)  # an unquoted 1.35 in YAML
+        if not isinstance(v, str):
+            raise ValueError("must be a version string such as '1.36'")
+        try:
+            return pins.kubernetes_patch(v)
+        except KeyError:
+            known = ", ".join(f"{m} ({p})" for m, p in pins.KUBERNETES.items())
+            raise ValueError(f"unknown Kubernetes version {v!r}; supported: {known}") from None
+
+    @property
+    def kubernetes_minor(self) -> str:
+        return ".".join(self.kubernetes.split(".")[:2])
+
+
+class Sources(_Model):
+    """Where packages and binaries come from. Point these at a mirror for air-gapped sites.
+
+    Placeholders: {minor} (Kubernetes minor, e.g. 1.36), {version}, {arch} (amd64/arm64).
+    """
+
+    kubernetes_apt_url: str = pins.KUBERNETES_APT_URL
+    kubernetes_apt_key_url: str = pins.KUBERNETES_APT_KEY_URL
+    helm_url: str = pins.HELM_URL
+    flannel_manifest_url: str = pins.FLANNEL_MANIFEST_URL
+
+
+class Proxy(_Model):
+    http: str | None = None
+    https: str | None = None
+    no_proxy: list[str] = Field(
+        default_factory=list, description="added to the computed list (localhost, node addresses, CIDRs, .svc)"
+    )
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.http or self.https)
+
+
+class Firewall(_Model):
+    enabled: bool = Field(default=True, description="manage the GPUSTACK iptables chain")
+    extra_tcp_ports: list[Annotated[int, Field(ge=1, le=65535)]] = Field(default_factory=list)
+
+
+class Monitoring(_Model):
+    prometheus_nodeport: Annotated[int, Field(ge=30000, le=32767)] | None = 30090
+    grafana_nodeport: Annotated[int, Field(ge=30000, le=32767)] | None = 30300
+    alertmanager_nodeport: Annotated[int, Field(ge=30000, le=32767)] | None = None
+
+    @property
+    def nodeports(self) -> list[int]:
+        return [p for p in (self.prometheus_nodeport, self.grafana_nodeport, self.alertmanager_nodeport) if p]
+
+
+class Ssh(_Model):
+    known_hosts: Path = Path("~/.ssh/known_hosts")
+    accept_new_host_keys: bool = Field(
+        default=False, description="trust and record unknown host keys (first contact only)"
+    )
+    connect_timeout: Annotated[int, Field(ge=1, le=300)] = 10
+
+
+class Preflight(_Model):
+    ignore: list[str] = Field(
+        default_factory=list, description="check ids to downgrade to warnings ('all' for every check)"
+    )
+    min_cpus: Annotated[int, Field(ge=1)] = 2
+    min_memory_gib: Annotated[float, Field(gt=0)] = 4
+    min_disk_gib: Annotated[float, Field(gt=0)] = 20
+
+
+class Config(_Model):
+    nodes: list[Node] = Field(default_factory=list)
+    cluster: Cluster = Cluster()
+    versions: Versions = Versions()
+    sources: Sources = Sources()
+    proxy: Proxy = Proxy()
+    firewall: Firewall = Firewall()
+    monitoring: Monitoring = Monitoring()
+    ssh: Ssh = Ssh()
+    preflight: Preflight = Preflight()
+
+    @property
+    def control_plane(self) -> Node:
+        return next(n for n in self.nodes if n.role == "control-plane")
+
+    @property
+    def workers(self) -> list[Node]:
+        return [n for n in self.nodes if n.role == "worker"]

@@ -1,0 +1,86 @@
+"""Cross-field rules on a parsed config. Pure (apart from reading SSH key files): each problem
+names the path of the field it is about, so the loader can point at the file line."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from dataclasses import dataclass
+
+from gpustack.config import pins
+from gpustack.config.model import Config
+
+Path_ = tuple[str | int, ...]
+
+
+@dataclass(frozen=True)
+class Problem:
+    path: Path_
+    message: str
+
+
+def check(cfg: Config) -> list[Problem]:
+    problems: list[Problem] = []
+    problems += _nodes(cfg)
+    problems += _networks(cfg)
+    problems += _versions(cfg)
+    return problems
+
+
+def _nodes(cfg: Config) -> list[Problem]:
+    out: list[Problem] = []
+    if not cfg.nodes:
+        return [Problem(("nodes",), "no nodes listed (omit 'nodes' entirely to target this machine)")]
+    for field in ("name", "address"):
+        counts = Counter(getattr(n, field) for n in cfg.nodes)
+        for i, n in enumerate(cfg.nodes):
+            if counts[getattr(n, field)] > 1:
+                out.append(Problem(("nodes", i, field), f"duplicate node {field} {getattr(n, field)!r}"))
+    cps = [i for i, n in enumerate(cfg.nodes) if n.role == "control-plane"]
+    if not cps:
+        out.append(Problem(("nodes",), "no node has role: control-plane (exactly one is required)"))
+    elif len(cps) > 1:
+        for i in cps[1:]:
+            out.append(
+                Problem(
+                    ("nodes", i, "role"), "more than one control-plane node: HA control planes are not supported yet"
+                )
+            )
+    locals_ = [i for i, n in enumerate(cfg.nodes) if n.connection == "local"]
+    for i in locals_[1:]:
+        out.append(Problem(("nodes", i, "connection"), "only one node can use connection: local"))
+    for i, n in enumerate(cfg.nodes):
+        if n.ssh_key is not None and n.connection == "ssh":
+            key = n.ssh_key.expanduser()
+            if not key.is_file() or not os.access(key, os.R_OK):
+                out.append(Problem(("nodes", i, "ssh_key"), f"SSH key {str(key)!r} does not exist or is not readable"))
+    return out
+
+
+def _networks(cfg: Config) -> list[Problem]:
+    out: list[Problem] = []
+    pod, svc = cfg.cluster.pod_cidr, cfg.cluster.service_cidr
+    if pod.overlaps(svc):
+        out.append(Problem(("cluster", "service_cidr"), f"service CIDR {svc} overlaps pod CIDR {pod}"))
+    for i, n in enumerate(cfg.nodes):
+        ip = n.ip
+        if ip is None:
+            continue
+        for name, net in (("pod_cidr", pod), ("service_cidr", svc)):
+            if ip in net:
+                out.append(Problem(("nodes", i, "address"), f"node address {ip} lies inside cluster.{name} {net}"))
+    if pod.prefixlen > 24:
+        out.append(Problem(("cluster", "pod_cidr"), "pod CIDR must be /24 or larger (each node takes a /24)"))
+    return out
+
+
+def _versions(cfg: Config) -> list[Problem]:
+    v = cfg.versions
+    if v.helm not in pins.HELM_SHA256 and not v.helm_sha256:
+        return [
+            Problem(
+                ("versions", "helm"),
+                f"Helm {v.helm} has no pinned checksum: set versions.helm_sha256 {{amd64: ..., arm64: ...}}",
+            )
+        ]
+    return []

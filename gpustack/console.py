@@ -1,0 +1,76 @@
+"""The one console object: owns output, verbosity and colour. Everything the user sees goes
+through here; library code never prints."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from rich.console import Console as RichConsole
+from rich.table import Table
+from rich.theme import Theme
+
+THEME = Theme(
+    {
+        "ok": "green",
+        "changed": "yellow",
+        "warn": "yellow",
+        "fail": "bold red",
+        "skip": "dim",
+        "stage": "bold cyan",
+        "host": "magenta",
+        "hint": "cyan",
+    }
+)
+
+
+class Console:
+    def __init__(self, *, verbosity: int = 0, color: bool | None = None, stream: Any = None) -> None:
+        no_color = bool(os.environ.get("NO_COLOR") or os.environ.get("GPUSTACK_NO_COLOR"))
+        self.verbosity = verbosity
+        self.out = RichConsole(
+            theme=THEME,
+            file=stream or sys.stdout,
+            no_color=no_color if color is None else not color,
+            highlight=False,
+            soft_wrap=True,
+        )
+        self.err = RichConsole(theme=THEME, stderr=True, no_color=no_color, highlight=False, soft_wrap=True)
+
+    @property
+    def interactive(self) -> bool:
+        return self.out.is_terminal and not os.environ.get("CI")
+
+    def print(self, *args: Any, **kw: Any) -> None:
+        self.out.print(*args, **kw)
+
+    def info(self, msg: str) -> None:
+        self.out.print(msg)
+
+    def debug(self, msg: str) -> None:
+        if self.verbosity > 0:
+            self.out.print(f"[dim]{msg}[/dim]")
+
+    def warn(self, msg: str) -> None:
+        self.out.print(f"[warn]warning:[/warn] {msg}")
+
+    def error(self, msg: str, hint: str | None = None) -> None:
+        self.err.print(f"[fail]error:[/fail] {msg}", markup=True)
+        if hint:
+            self.err.print(f"[hint]hint:[/hint] {hint}")
+
+    def table(self, title: str, columns: list[str], rows: list[list[str]]) -> None:
+        t = Table(title=title, title_justify="left", show_lines=False)
+        for c in columns:
+            t.add_column(c)
+        for r in rows:
+            t.add_row(*r)
+        self.out.print(t)
+
+    def confirm(self, question: str, *, assume_yes: bool) -> bool:
+        if assume_yes:
+            return True
+        if not sys.stdin.isatty():
+            return False
+        return self.out.input(f"{question} [y/N] ").strip().lower() in {"y", "yes"}

@@ -1,0 +1,117 @@
+"""Ansible inventory and extra vars from the config. Pure functions, no I/O.
+
+The extra vars are the whole contract between Python and the playbooks: every variable the
+roles read that is not a role default comes from :func:`extravars`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from gpustack.config import pins
+from gpustack.config.model import Config, Node
+from gpustack.render.kubeadm import render_init_config
+
+ARCHES = ("amd64", "arm64")
+
+
+def _host_vars(node: Node, cfg: Config) -> dict[str, Any]:
+    hv: dict[str, Any] = {
+        "ansible_host": node.address,
+        "gpustack_node_name": node.name,
+        "gpustack_node_address": node.address,
+        "gpustack_role": node.role,
+    }
+    if node.connection == "local":
+        hv["ansible_connection"] = "local"
+        hv["ansible_python_interpreter"] = "/usr/bin/python3"
+    else:
+        hv["ansible_port"] = node.port
+        if node.user:
+            hv["ansible_user"] = node.user
+        if node.ssh_key:
+            hv["ansible_ssh_private_key_file"] = str(node.ssh_key.expanduser())
+    hv["ansible_become"] = node.become
+    return hv
+
+
+def inventory(cfg: Config) -> dict[str, Any]:
+    """Groups ``control_plane`` and ``workers`` under ``all``; host names are node names."""
+    cp = cfg.control_plane
+    return {
+        "all": {
+            "children": {
+                "control_plane": {"hosts": {cp.name: _host_vars(cp, cfg)}},
+                "workers": {"hosts": {n.name: _host_vars(n, cfg) for n in cfg.workers}},
+            }
+        }
+    }
+
+
+def no_proxy(cfg: Config) -> list[str]:
+    """What must never go through the proxy: local, node, pod and service addresses."""
+    base = [
+        "localhost",
+        "127.0.0.1",
+        "::1",
+        str(cfg.cluster.pod_cidr),
+        str(cfg.cluster.service_cidr),
+        ".svc",
+        f".{cfg.cluster.dns_domain}",
+    ]
+    extra = [n.address for n in cfg.nodes] + list(cfg.proxy.no_proxy)
+    return list(dict.fromkeys(base + extra))
+
+
+def proxy_env(cfg: Config) -> dict[str, str]:
+    if not cfg.proxy.enabled:
+        return {}
+    env: dict[str, str] = {}
+    if cfg.proxy.http:
+        env["HTTP_PROXY"] = env["http_proxy"] = cfg.proxy.http
+    if cfg.proxy.https:
+        env["HTTPS_PROXY"] = env["https_proxy"] = cfg.proxy.https
+    env["NO_PROXY"] = env["no_proxy"] = ",".join(no_proxy(cfg))
+    return env
+
+
+def helm_downloads(cfg: Config) -> dict[str, dict[str, str]]:
+    v = cfg.versions
+    sums = v.helm_sha256 or pins.HELM_SHA256.get(v.helm, {})
+    return {
+        arch: {"url": cfg.sources.helm_url.format(version=v.helm, arch=arch), "sha256": sums[arch]}
+        for arch in ARCHES
+        if arch in sums
+    }
+
+
+def extravars(cfg: Config, *, kubeconfig_dest: Path) -> dict[str, Any]:
+    v, c = cfg.versions, cfg.cluster
+    minor = v.kubernetes_minor
+    tcp_nodeports = sorted(set(cfg.monitoring.nodeports) | set(cfg.firewall.extra_tcp_ports))
+    return {
+        "gpustack_cluster_name": c.name,
+        "gpustack_kubernetes_version": v.kubernetes,
+        "gpustack_kubernetes_minor": minor,
+        "gpustack_kubernetes_package_version": f"{v.kubernetes}-{pins.KUBERNETES_PACKAGE_REVISION}",
+        "gpustack_kubernetes_apt_url": cfg.sources.kubernetes_apt_url.format(minor=minor),
+        "gpustack_kubernetes_apt_key_url": cfg.sources.kubernetes_apt_key_url.format(minor=minor),
+        "gpustack_helm_version": v.helm,
+        "gpustack_helm_downloads": helm_downloads(cfg),
+        "gpustack_flannel_version": v.flannel,
+        "gpustack_flannel_manifest_url": cfg.sources.flannel_manifest_url.format(version=v.flannel),
+        "gpustack_flannel_iface": c.flannel_iface or "",
+        "gpustack_pod_cidr": str(c.pod_cidr),
+        "gpustack_service_cidr": str(c.service_cidr),
+        "gpustack_api_service_ip": str(c.api_service_ip),
+        "gpustack_control_plane_address": cfg.control_plane.address,
+        "gpustack_control_plane_name": cfg.control_plane.name,
+        "gpustack_node_addresses": [n.address for n in cfg.nodes],
+        "gpustack_single_node": len(cfg.nodes) == 1,
+        "gpustack_kubeadm_config": render_init_config(cfg),
+        "gpustack_proxy_env": proxy_env(cfg),
+        "gpustack_firewall_enabled": cfg.firewall.enabled,
+        "gpustack_firewall_tcp_nodeports": tcp_nodeports,
+        "gpustack_kubeconfig_dest": str(kubeconfig_dest),
+    }

@@ -1,0 +1,1 @@
+"""Runners: the only modules that talk to the outside (Ansible, Helm, Kubernetes, SSH)."""

@@ -1,0 +1,244 @@
+"""Ansible through ansible-runner.
+
+``build_runner_kwargs`` is pure (unit-tested as a dict); ``StageTracker`` turns runner events into
+per-stage progress and results (pure, fed recorded events in tests); ``run_playbook`` is the thin
+I/O shell around ``ansible_runner.run``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from gpustack.errors import StageError
+
+SSH_ARGS = "-o ControlMaster=auto -o ControlPersist=60s -o ServerAliveInterval=15"
+
+
+@dataclass(frozen=True)
+class AnsibleSettings:
+    known_hosts: Path
+    connect_timeout: int = 10
+    forks: int = 50
+    verbosity: int = 0
+    check: bool = False
+
+
+def ansible_env(settings: AnsibleSettings) -> dict[str, str]:
+    """Environment for ansible-playbook. Host keys are always verified against known_hosts:
+    gpustack has already checked (or, when asked, recorded) every key before Ansible runs."""
+    ssh_args = (
+        f"{SSH_ARGS} -o UserKnownHostsFile={settings.known_hosts} -o StrictHostKeyChecking=yes"
+        f" -o ConnectTimeout={settings.connect_timeout}"
+    )
+    return {
+        "ANSIBLE_HOST_KEY_CHECKING": "True",
+        "ANSIBLE_SSH_ARGS": ssh_args,
+        "ANSIBLE_PIPELINING": "True",
+        "ANSIBLE_FORKS": str(settings.forks),
+        "ANSIBLE_TIMEOUT": str(settings.connect_timeout),
+        "ANSIBLE_RETRY_FILES_ENABLED": "False",
+        "ANSIBLE_PYTHON_INTERPRETER": "auto_silent",
+        "ANSIBLE_DEPRECATION_WARNINGS": "False",
+        "ANSIBLE_NOCOLOR": "True",
+        "ANSIBLE_FORCE_COLOR": "False",
+        "ANSIBLE_LOCALHOST_WARNING": "False",
+        "ANSIBLE_INVENTORY_UNPARSED_WARNING": "False",
+    }
+
+
+def build_runner_kwargs(
+    *,
+    private_data_dir: Path,
+    project_dir: Path,
+    playbook: str,
+    inventory: Mapping[str, Any],
+    extravars: Mapping[str, Any],
+    tags: Sequence[str],
+    settings: AnsibleSettings,
+    ident: str,
+) -> dict[str, Any]:
+    """The keyword arguments for ``ansible_runner.run``; no I/O."""
+    cmdline = ["--check", "--diff"] if settings.check else []
+    kwargs: dict[str, Any] = {
+        "private_data_dir": str(private_data_dir),
+        "project_dir": str(project_dir),
+        "playbook": playbook,
+        "inventory": dict(inventory),
+        "extravars": dict(extravars),
+        "envvars": ansible_env(settings),
+        "ident": ident,
+        "quiet": True,
+        "verbosity": settings.verbosity,
+        "settings": {"suppress_ansible_output": True, "job_timeout": 0},
+    }
+    if tags:
+        kwargs["tags"] = ",".join(tags)
+    if cmdline:
+        kwargs["cmdline"] = " ".join(cmdline)
+    return kwargs
+
+
+# ---------------------------------------------------------------- events -> stage results
+@dataclass
+class TaskFailure:
+    stage: str
+    host: str
+    task: str
+    message: str
+    unreachable: bool = False
+
+
+@dataclass
+class StageResult:
+    stage: str
+    started: float | None = None
+    ended: float | None = None
+    hosts: set[str] = field(default_factory=set)
+    changed: dict[str, int] = field(default_factory=dict)
+    ok: dict[str, int] = field(default_factory=dict)
+    failures: list[TaskFailure] = field(default_factory=list)
+
+    @property
+    def elapsed(self) -> float:
+        if self.started is None or self.ended is None:
+            return 0.0
+        return max(0.0, self.ended - self.started)
+
+    @property
+    def changed_total(self) -> int:
+        return sum(self.changed.values())
+
+    @property
+    def status(self) -> str:
+        if self.failures:
+            return "failed"
+        return "changed" if self.changed_total else "ok"
+
+
+def _ts(event: Mapping[str, Any]) -> float:
+    created = event.get("created")
+    if isinstance(created, str):
+        try:
+            return datetime.fromisoformat(created).timestamp()
+        except ValueError:
+            pass
+    return time.time()
+
+
+def _message(res: Mapping[str, Any]) -> str:
+    for key in ("msg", "stderr", "module_stderr", "stdout"):
+        val = res.get(key)
+        if isinstance(val, str) and val.strip():
+            return val.strip().splitlines()[-1] if key != "msg" else val.strip()
+    return "task failed (no message; see the run log)"
+
+
+Listener = Callable[[str, str | None, str | None], None]  # (stage, host, task)
+
+
+class StageTracker:
+    """Consumes ansible-runner events; one StageResult per play (play name == stage id)."""
+
+    def __init__(self, listener: Listener | None = None) -> None:
+        self.stages: dict[str, StageResult] = {}
+        self.current: StageResult | None = None
+        self.task: str | None = None
+        self.listener = listener
+        self.stats: dict[str, Any] = {}
+
+    def _close_current(self, ts: float) -> None:
+        if self.current is not None and self.current.ended is None:
+            self.current.ended = ts
+
+    def handle(self, event: Mapping[str, Any]) -> bool:
+        kind = event.get("event")
+        data: Mapping[str, Any] = event.get("event_data") or {}
+        ts = _ts(event)
+        if kind == "playbook_on_play_start":
+            self._close_current(ts)
+            name = str(data.get("play") or data.get("name") or "unnamed")
+            self.current = self.stages.setdefault(name, StageResult(name))
+            self.current.started = self.current.started or ts
+            self.current.ended = None
+            self.task = None
+            self._notify(None)
+        elif kind == "playbook_on_task_start":
+            self.task = str(data.get("task") or data.get("name") or "")
+            self._notify(None)
+        elif kind in {"runner_on_ok", "runner_on_failed", "runner_on_unreachable", "runner_on_skipped"}:
+            stage = self.current or self.stages.setdefault("unknown", StageResult("unknown"))
+            host = str(data.get("host") or "?")
+            stage.hosts.add(host)
+            res: Mapping[str, Any] = data.get("res") or {}
+            if kind == "runner_on_ok":
+                stage.ok[host] = stage.ok.get(host, 0) + 1
+                if res.get("changed"):
+                    stage.changed[host] = stage.changed.get(host, 0) + 1
+            elif kind == "runner_on_failed" and not data.get("ignore_errors"):
+                stage.failures.append(TaskFailure(stage.stage, host, str(data.get("task") or self.task), _message(res)))
+            elif kind == "runner_on_unreachable":
+                stage.failures.append(
+                    TaskFailure(stage.stage, host, str(data.get("task") or self.task), _message(res), unreachable=True)
+                )
+            self._notify(host)
+        elif kind == "playbook_on_stats":
+            self._close_current(ts)
+            self.stats = dict(data)
+        return True  # keep the event in the artifacts (returning None would drop it)
+
+    def _notify(self, host: str | None) -> None:
+        if self.listener and self.current:
+            self.listener(self.current.stage, host, self.task)
+
+    @property
+    def failures(self) -> list[TaskFailure]:
+        return [f for s in self.stages.values() for f in s.failures]
+
+
+@dataclass
+class PlaybookResult:
+    rc: int
+    status: str
+    stages: dict[str, StageResult]
+    failures: list[TaskFailure]
+    artifact_dir: Path
+
+    def raise_for_failures(self) -> None:
+        if not self.failures and self.rc == 0:
+            return
+        if not self.failures:
+            raise StageError(
+                f"ansible-playbook ended with status {self.status} (rc={self.rc})",
+                stage="?",
+                hint=f"full log: {self.artifact_dir / 'stdout'}",
+            )
+        first = self.failures[0]
+        hosts = tuple(dict.fromkeys(f.host for f in self.failures if f.stage == first.stage))
+        what = "unreachable" if first.unreachable else f"task '{first.task}' failed"
+        lines = [f"stage '{first.stage}' failed on {', '.join(hosts)}: {what}: {first.message}"]
+        lines += [f"  also {f.host}: {f.task}: {f.message}" for f in self.failures[1:6]]
+        raise StageError(
+            "\n".join(lines),
+            stage=first.stage,
+            hosts=hosts,
+            hint=f"fix the cause and run `gpustack up` again (it resumes safely); full log: {self.artifact_dir / 'stdout'}",
+        )
+
+
+def run_playbook(kwargs: dict[str, Any], tracker: StageTracker) -> PlaybookResult:
+    import ansible_runner  # heavy import, only when a playbook really runs
+
+    runner = ansible_runner.run(**kwargs, event_handler=tracker.handle)
+    artifact_dir = Path(kwargs["private_data_dir"]) / "artifacts" / kwargs["ident"]
+    return PlaybookResult(
+        rc=int(runner.rc if runner.rc is not None else 1),
+        status=str(runner.status),
+        stages=tracker.stages,
+        failures=tracker.failures,
+        artifact_dir=artifact_dir,
+    )

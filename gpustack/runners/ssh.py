@@ -1,0 +1,129 @@
+"""SSH host-key policy (paramiko): every host's key is checked against known_hosts before
+Ansible connects. Unknown keys stop the run unless the user opted in to record them; a changed
+key always stops the run."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import paramiko
+
+from gpustack.errors import HostKeyError
+
+PREFERRED_KEY_TYPES = ("ssh-ed25519", "ecdsa-sha2-nistp256", "rsa-sha2-512", "rsa-sha2-256", "ssh-rsa")
+
+
+@dataclass(frozen=True)
+class HostKeyResult:
+    host: str
+    port: int
+    status: str  # "known" | "recorded" | "unknown" | "changed" | "unreachable"
+    fingerprint: str = ""
+    detail: str = ""
+
+
+def known_hosts_name(host: str, port: int) -> str:
+    return host if port == 22 else f"[{host}]:{port}"
+
+
+def fetch_host_key(host: str, port: int, timeout: float) -> paramiko.PKey:
+    sock = socket.create_connection((host, port), timeout=timeout)
+    transport = paramiko.Transport(sock)
+    try:
+        opts = transport.get_security_options()
+        available = [k for k in PREFERRED_KEY_TYPES if k in opts.key_types]
+        opts.key_types = tuple(available) or opts.key_types
+        transport.start_client(timeout=timeout)
+        return transport.get_remote_server_key()
+    finally:
+        transport.close()
+
+
+def fingerprint(key: paramiko.PKey) -> str:
+    return key.fingerprint  # "SHA256:..." as OpenSSH prints it
+
+
+def check_host_keys(
+    hosts: Iterable[tuple[str, int]],
+    known_hosts: Path,
+    *,
+    accept_new: bool,
+    timeout: float = 10.0,
+) -> list[HostKeyResult]:
+    path = known_hosts.expanduser()
+    db = paramiko.HostKeys()
+    if path.exists():
+        try:
+            db.load(str(path))
+        except (OSError, paramiko.SSHException) as exc:
+            raise HostKeyError(f"cannot read known_hosts file {path}: {exc}") from None
+    results: list[HostKeyResult] = []
+    recorded = False
+    for host, port in hosts:
+        name = known_hosts_name(host, port)
+        try:
+            key = fetch_host_key(host, port, timeout)
+        except (OSError, paramiko.SSHException) as exc:
+            results.append(HostKeyResult(host, port, "unreachable", detail=str(exc) or type(exc).__name__))
+            continue
+        fp = fingerprint(key)
+        entry = db.lookup(name)
+        if entry is not None and key.get_name() in entry:
+            if entry[key.get_name()] == key:
+                results.append(HostKeyResult(host, port, "known", fp))
+            else:
+                results.append(HostKeyResult(host, port, "changed", fp))
+            continue
+        if entry is not None and entry.keys():
+            # A key of another type is known; OpenSSH would negotiate that type. Trust only an equal key.
+            results.append(
+                HostKeyResult(
+                    host,
+                    port,
+                    "changed" if not accept_new else "unknown",
+                    fp,
+                    detail=f"known_hosts has {', '.join(entry.keys())} only",
+                )
+            )
+            if not accept_new:
+                continue
+        if accept_new:
+            db.add(name, key.get_name(), key)
+            recorded = True
+            results.append(HostKeyResult(host, port, "recorded", fp))
+        else:
+            results.append(HostKeyResult(host, port, "unknown", fp))
+    if recorded:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        db.save(str(path))
+        path.chmod(0o600)
+    return results
+
+
+def raise_for_host_keys(results: list[HostKeyResult], known_hosts: Path) -> None:
+    unreachable = [r for r in results if r.status == "unreachable"]
+    if unreachable:
+        lines = [f"{r.host}:{r.port}: {r.detail}" for r in unreachable]
+        raise HostKeyError(
+            "cannot reach SSH on:\n  " + "\n  ".join(lines),
+            hint="check the node address/port in gpustack.yaml, that sshd runs, and that no firewall blocks port 22",
+        )
+    changed = [r for r in results if r.status == "changed"]
+    if changed:
+        lines = [f"{r.host}:{r.port} now presents {r.fingerprint}" for r in changed]
+        raise HostKeyError(
+            "SSH host key CHANGED (possible man-in-the-middle):\n  " + "\n  ".join(lines),
+            hint="if the host was reinstalled, remove the old key with "
+            + "; ".join(f"ssh-keygen -f {known_hosts} -R '{known_hosts_name(r.host, r.port)}'" for r in changed),
+        )
+    unknown = [r for r in results if r.status == "unknown"]
+    if unknown:
+        lines = [f"{r.host}:{r.port} {r.fingerprint}" for r in unknown]
+        raise HostKeyError(
+            "unknown SSH host key(s) (not in " + str(known_hosts) + "):\n  " + "\n  ".join(lines),
+            hint="verify the fingerprints out of band (ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub on the host), "
+            "then re-run with --accept-new-host-keys to record them",
+        )

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The test command: installs everything the tests need (apt + pip), then runs lint, types and
+# the whole suite (unit, real test hosts, real Prometheus). Usage: scripts/test.sh [pytest args]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(debootstrap systemd-container apt-utils gnupg dpkg-dev iproute2 iptables openssh-client prometheus)
+missing=()
+for p in "${APT_PACKAGES[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if ((${#missing[@]})); then
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# Debian's prometheus package starts a server on :9090; the tests run their own on loopback.
+if systemctl is-active --quiet prometheus 2>/dev/null; then systemctl stop prometheus || true; fi
+
+python3 -m pip install -q --disable-pip-version-check -e '.[test]'
+
+echo "== ruff"; ruff check gpustack tests scripts
+echo "== mypy"; mypy
+echo "== ansible-lint"; ansible-lint --offline -q playbooks/
+echo "== pytest"
+python3 -m pytest "$@"

@@ -1,0 +1,208 @@
+"""Every bad-input case gives ConfigError (exit 2) naming file, line and field; good input loads."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from gpustack.config.load import env_overrides, load
+from gpustack.errors import ConfigError
+
+GOOD = """\
+nodes:
+  - name: cp1
+    address: 192.0.2.10
+    role: control-plane
+  - name: w1
+    address: 192.0.2.11
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "gpustack.yaml"
+    p.write_text(textwrap.dedent(text), encoding="utf-8")
+    return p
+
+
+def err(tmp_path: Path, text: str, environ: dict[str, str] | None = None) -> str:
+    with pytest.raises(ConfigError) as ei:
+        load(write(tmp_path, text), environ=environ or {}, cwd=tmp_path)
+    assert ei.value.exit_code == 2
+    return ei.value.message
+
+
+def test_good_config_loads_with_defaults(tmp_path: Path) -> None:
+    loaded = load(write(tmp_path, GOOD), environ={}, cwd=tmp_path)
+    cfg = loaded.config
+    assert [n.name for n in cfg.nodes] == ["cp1", "w1"]
+    assert cfg.control_plane.name == "cp1"
+    assert [w.name for w in cfg.workers] == ["w1"]
+    assert str(cfg.cluster.pod_cidr) == "10.244.0.0/16"
+    assert str(cfg.cluster.service_cidr) == "10.96.0.0/12"
+    assert str(cfg.cluster.api_service_ip) == "10.96.0.1"
+    assert cfg.versions.kubernetes == "1.36.4"
+    assert loaded.provenance["nodes"] == "file"
+
+
+def test_no_file_targets_this_machine(tmp_path: Path) -> None:
+    cfg = load(None, environ={}, cwd=tmp_path).config
+    assert len(cfg.nodes) == 1
+    assert cfg.nodes[0].connection == "local" and cfg.nodes[0].role == "control-plane"
+
+
+def test_invalid_yaml_names_line(tmp_path: Path) -> None:
+    msg = err(tmp_path, "nodes:\n  - name: a\n    address: [1, 2\n")
+    assert "gpustack.yaml:" in msg and "invalid YAML" in msg
+
+
+def test_unknown_key_names_line_and_field(tmp_path: Path) -> None:
+    msg = err(tmp_path, GOOD + "cluster:\n  pod_cdir: 10.1.0.0/16\n")
+    assert "gpustack.yaml:8: cluster.pod_cdir: unknown key" in msg
+
+
+def test_unknown_node_key(tmp_path: Path) -> None:
+    msg = err(tmp_path, GOOD + "    colour: blue\n")
+    assert "gpustack.yaml:7: nodes[1].colour: unknown key" in msg
+
+
+def test_wrong_type(tmp_path: Path) -> None:
+    msg = err(tmp_path, GOOD + "ssh:\n  connect_timeout: soon\n")
+    assert "gpustack.yaml:8: ssh.connect_timeout:" in msg and "integer" in msg
+
+
+def test_bad_role(tmp_path: Path) -> None:
+    msg = err(tmp_path, GOOD.replace("role: control-plane", "role: master"))
+    assert "gpustack.yaml:4: nodes[0].role:" in msg
+
+
+def test_duplicate_node_names(tmp_path: Path) -> None:
+    msg = err(tmp_path, GOOD.replace("name: w1", "name: cp1"))
+    assert "gpustack.yaml:5: nodes[1].name: duplicate node name 'cp1'" in msg
+
+
+def test_duplicate_node_addresses(tmp_path: Path) -> None:
+    msg = err(tmp_path, GOOD.replace("192.0.2.11", "192.0.2.10"))
+    assert "gpustack.yaml:6: nodes[1].address: duplicate node address '192.0.2.10'" in msg
+
+
+def test_no_control_plane(tmp_path: Path) -> None:
+    msg = err(tmp_path, GOOD.replace("role: control-plane", "role: worker"))
+    assert "no node has role: control-plane" in msg and "gpustack.yaml:1: nodes:" in msg
+
+
+def test_two_control_planes(tmp_path: Path) -> None:
+    msg = err(tmp_path, GOOD + "    role: control-plane\n")
+    assert "gpustack.yaml:7: nodes[1].role: more than one control-plane node" in msg
+
+
+def test_overlapping_cidrs(tmp_path: Path) -> None:
+    msg = err(tmp_path, GOOD + "cluster:\n  pod_cidr: 10.96.0.0/16\n")
+    assert "cluster.service_cidr: service CIDR 10.96.0.0/12 overlaps pod CIDR 10.96.0.0/16" in msg
+
+
+def test_cidr_contains_node_address(tmp_path: Path) -> None:
+    msg = err(tmp_path, GOOD.replace("192.0.2.11", "10.244.3.4"))
+    assert "gpustack.yaml:6: nodes[1].address: node address 10.244.3.4 lies inside cluster.pod_cidr" in msg
+
+
+def test_invalid_cidr(tmp_path: Path) -> None:
+    msg = err(tmp_path, GOOD + "cluster:\n  pod_cidr: 10.244.0.1/16\n")
+    assert "gpustack.yaml:8: cluster.pod_cidr:" in msg
+
+
+def test_unreadable_ssh_key(tmp_path: Path) -> None:
+    msg = err(tmp_path, GOOD + f"    ssh_key: {tmp_path}/missing_key\n")
+    assert "gpustack.yaml:7: nodes[1].ssh_key: SSH key" in msg and "not readable" in msg
+
+
+def test_readable_ssh_key_is_fine(tmp_path: Path) -> None:
+    key = tmp_path / "id"
+    key.write_text("k")
+    assert (
+        load(write(tmp_path, GOOD + f"    ssh_key: {key}\n"), environ={}, cwd=tmp_path).config.nodes[1].ssh_key == key
+    )
+
+
+def test_unknown_kubernetes_version(tmp_path: Path) -> None:
+    msg = err(tmp_path, GOOD + "versions:\n  kubernetes: '1.29'\n")
+    assert "gpustack.yaml:8: versions.kubernetes: unknown Kubernetes version '1.29'" in msg
+    assert "1.36 (1.36.4)" in msg
+
+
+def test_unpinned_kubernetes_patch(tmp_path: Path) -> None:
+    msg = err(tmp_path, GOOD + "versions:\n  kubernetes: 1.36.1\n")
+    assert "unknown Kubernetes version '1.36.1'" in msg
+
+
+def test_kubernetes_minor_resolves_to_pin(tmp_path: Path) -> None:
+    cfg = load(write(tmp_path, GOOD + "versions:\n  kubernetes: '1.35'\n"), environ={}, cwd=tmp_path).config
+    assert cfg.versions.kubernetes == "1.35.8" and cfg.versions.kubernetes_minor == "1.35"
+
+
+def test_unpinned_helm_needs_checksum(tmp_path: Path) -> None:
+    msg = err(tmp_path, GOOD + "versions:\n  helm: 3.99.0\n")
+    assert "versions.helm: Helm 3.99.0 has no pinned checksum" in msg
+
+
+def test_bad_node_name(tmp_path: Path) -> None:
+    msg = err(tmp_path, GOOD.replace("name: w1", "name: Worker_1"))
+    assert "nodes[1].name: must be a lower-case DNS name" in msg
+
+
+def test_top_level_not_mapping(tmp_path: Path) -> None:
+    assert "must be a mapping" in err(tmp_path, "- a\n- b\n")
+
+
+def test_duplicate_yaml_key(tmp_path: Path) -> None:
+    assert "duplicate key 'cluster'" in err(tmp_path, GOOD + "cluster: {}\ncluster: {}\n")
+
+
+def test_unreadable_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as ei:
+        load(tmp_path / "nope.yaml", environ={}, cwd=tmp_path)
+    assert "nope.yaml: cannot read config file" in ei.value.message
+
+
+def test_env_overrides_file(tmp_path: Path) -> None:
+    loaded = load(write(tmp_path, GOOD), environ={"GPUSTACK_VERSIONS__KUBERNETES": "1.34"}, cwd=tmp_path)
+    assert loaded.config.versions.kubernetes == "1.34.11"
+    assert loaded.provenance["versions.kubernetes"] == "env"
+
+
+def test_env_error_names_variable(tmp_path: Path) -> None:
+    msg = err(tmp_path, GOOD, environ={"GPUSTACK_CLUSTER__POD_CIDR": "banana"})
+    assert "environment (GPUSTACK_CLUSTER__POD_CIDR)" in msg
+
+
+def test_env_without_section_is_rejected() -> None:
+    with pytest.raises(ConfigError):
+        env_overrides({"GPUSTACK_KUBERNETES": "1.35"})
+
+
+def test_flags_override_env(tmp_path: Path) -> None:
+    loaded = load(
+        write(tmp_path, GOOD),
+        environ={"GPUSTACK_VERSIONS__KUBERNETES": "1.34"},
+        flags={"versions": {"kubernetes": "1.35"}},
+        cwd=tmp_path,
+    )
+    assert loaded.config.versions.kubernetes == "1.35.8"
+    assert loaded.provenance["versions.kubernetes"] == "flag"
+
+
+def test_config_found_via_env_var(tmp_path: Path) -> None:
+    p = write(tmp_path, GOOD)
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    assert load(None, environ={"GPUSTACK_CONFIG": str(p)}, cwd=other).source == str(p)
+
+
+def test_example_config_is_valid(tmp_path: Path) -> None:
+    from gpustack.config.example import example_yaml
+
+    text = example_yaml().replace("ssh_key: ~/.ssh/id_ed25519", f"ssh_key: {tmp_path}/k")
+    (tmp_path / "k").write_text("k")
+    cfg = load(write(tmp_path, text), environ={}, cwd=tmp_path).config
+    assert cfg.control_plane.name == "gpu-cp-1"
