@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from gpustack.console import Console
-from gpustack.errors import ConfigError, GpustackError
+from gpustack.errors import GpustackError
 
 app = typer.Typer(
     name="gpustack",
@@ -53,24 +53,14 @@ from gpustack.cli import commands as _commands  # noqa: E402,F401
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Run the CLI. Typer/click handle usage errors (exit 2) and --help; gpustack errors are
+    mapped here, in one place, to their exit codes with a message and a hint, never a traceback."""
     console = Console()
     try:
-        app(args=argv, standalone_mode=False)
+        app(args=argv)
     except GpustackError as exc:
         console.error(exc.message, exc.hint)
         sys.exit(exc.exit_code)
-    except typer.Exit as exc:
-        sys.exit(exc.exit_code)
-    except typer.Abort:
-        console.error("aborted")
-        sys.exit(130)
     except KeyboardInterrupt:
         console.error("interrupted", "the next `gpustack up` resumes safely: every stage is idempotent")
         sys.exit(130)
-    except Exception as exc:  # click usage errors and the like
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            sys.exit(ConfigError.exit_code if exc.exit_code == 2 else exc.exit_code)
-        raise

@@ -1,0 +1,120 @@
+"""The CLI as a user meets it: exit codes, messages, never a traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+GOOD = "nodes:\n  - {name: cp1, address: 192.0.2.10, role: control-plane}\n  - {name: w1, address: 192.0.2.11}\n"
+
+
+def run(*args: str, cwd: Path, env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(cwd),
+        "GPUSTACK_STATE_DIR": str(cwd / "state"),
+        "NO_COLOR": "1",
+        "COLUMNS": "200",
+    }
+    env.update(env_extra or {})
+    return subprocess.run(
+        [sys.executable, "-m", "gpustack", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+@pytest.fixture
+def cfg(tmp_path: Path) -> Path:
+    p = tmp_path / "gpustack.yaml"
+    p.write_text(GOOD)
+    return p
+
+
+def test_version(tmp_path: Path) -> None:
+    r = run("version", cwd=tmp_path)
+    assert r.returncode == 0 and "gpustack 0.1.0" in r.stdout and "kube-prometheus-stack" in r.stdout
+
+
+def test_plan_lists_stages_and_hosts(tmp_path: Path, cfg: Path) -> None:
+    r = run("plan", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    for stage in (
+        "preflight",
+        "os",
+        "firewall",
+        "containerd",
+        "kubernetes",
+        "control-plane",
+        "workers",
+        "network",
+        "helm",
+    ):
+        assert stage in r.stdout
+    assert "cp1, w1" in r.stdout
+
+
+def test_render_writes_files(tmp_path: Path, cfg: Path) -> None:
+    r = run("render", "--out", "out", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    inv = yaml.safe_load((tmp_path / "out/ansible/inventory.yaml").read_text())
+    assert "cp1" in inv["all"]["children"]["control_plane"]["hosts"]
+    kubeadm = list(yaml.safe_load_all((tmp_path / "out/kubeadm/kubeadm-config.yaml").read_text()))
+    assert kubeadm[0]["localAPIEndpoint"]["advertiseAddress"] == "192.0.2.10"
+    ev = yaml.safe_load((tmp_path / "out/ansible/extravars.yaml").read_text())
+    assert ev["gpustack_pod_cidr"] == "10.244.0.0/16"
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("nodes: [", "invalid YAML"),
+        (GOOD + "bogus: 1\n", "gpustack.yaml:4: bogus: unknown key"),
+        (GOOD.replace("192.0.2.11", "192.0.2.10"), "duplicate node address"),
+    ],
+)
+def test_bad_config_exit_2_without_traceback(tmp_path: Path, text: str, needle: str) -> None:
+    (tmp_path / "gpustack.yaml").write_text(text)
+    for cmd in (["plan"], ["render", "--out", "o"], ["up", "--yes"]):
+        r = run(*cmd, cwd=tmp_path)
+        assert r.returncode == 2, (cmd, r.stdout, r.stderr)
+        assert needle in r.stderr
+        assert "Traceback" not in r.stderr + r.stdout
+    assert not (tmp_path / "state" / "runs").exists()  # nothing started
+
+
+def test_unknown_stage_is_usage_error(tmp_path: Path, cfg: Path) -> None:
+    r = run("up", "--only", "nope", "--yes", cwd=tmp_path)
+    assert r.returncode == 2 and "unknown stage nope" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_up_without_terminal_needs_yes(tmp_path: Path, cfg: Path) -> None:
+    r = run("up", cwd=tmp_path)
+    assert r.returncode == 2 and "--yes" in r.stderr
+
+
+def test_unknown_option_is_exit_2(tmp_path: Path) -> None:
+    r = run("up", "--frobnicate", cwd=tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+
+
+def test_init_writes_valid_example_and_refuses_overwrite(tmp_path: Path) -> None:
+    assert run("init", cwd=tmp_path).returncode == 0
+    text = (tmp_path / "gpustack.yaml").read_text()
+    assert "control-plane" in text
+    again = run("init", cwd=tmp_path)
+    assert again.returncode == 2 and "--force" in again.stderr
+
+
+def test_placeholders_say_so_and_fail(tmp_path: Path) -> None:
+    for cmd in ("verify", "doctor"):
+        r = run(cmd, cwd=tmp_path)
+        assert r.returncode == 1 and "not implemented yet" in r.stderr

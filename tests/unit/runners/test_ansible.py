@@ -1,0 +1,112 @@
+"""ansible-runner kwargs (pure) and the event tracker, fed events shaped like ansible-runner's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpustack.errors import StageError
+from gpustack.runners import ansible as ar
+
+SETTINGS = ar.AnsibleSettings(known_hosts=Path("/k/known_hosts"), connect_timeout=7)
+
+
+def kwargs(**over: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "private_data_dir": Path("/run/x/ansible"),
+        "project_dir": Path("/src/playbooks"),
+        "playbook": "site.yml",
+        "inventory": {"all": {"hosts": {"a": {}}}},
+        "extravars": {"gpustack_pod_cidr": "10.244.0.0/16", "gpustack_single_node": True},
+        "tags": ["os", "firewall"],
+        "settings": SETTINGS,
+        "ident": "site",
+    }
+    base.update(over)
+    return ar.build_runner_kwargs(**base)
+
+
+def test_kwargs_shape() -> None:
+    kw = kwargs()
+    assert kw["private_data_dir"] == "/run/x/ansible"
+    assert kw["playbook"] == "site.yml"
+    assert kw["tags"] == "os,firewall"
+    assert kw["extravars"]["gpustack_single_node"] is True  # typed, not "key=value" strings
+    assert "cmdline" not in kw
+    assert kw["quiet"] is True
+
+
+def test_kwargs_check_mode() -> None:
+    kw = kwargs(settings=ar.AnsibleSettings(known_hosts=Path("/k"), check=True))
+    assert kw["cmdline"] == "--check --diff"
+
+
+def test_host_keys_always_verified() -> None:
+    env = kwargs()["envvars"]
+    assert env["ANSIBLE_HOST_KEY_CHECKING"] == "True"
+    assert "StrictHostKeyChecking=yes" in env["ANSIBLE_SSH_ARGS"]
+    assert "UserKnownHostsFile=/k/known_hosts" in env["ANSIBLE_SSH_ARGS"]
+    assert "ConnectTimeout=7" in env["ANSIBLE_SSH_ARGS"]
+
+
+def ev(kind: str, t: str, **data: Any) -> dict[str, Any]:
+    return {"event": kind, "created": f"2026-11-21T10:00:{t}", "event_data": data}
+
+
+EVENTS = [
+    ev("playbook_on_start", "00.000"),
+    ev("playbook_on_play_start", "00.000", play="os"),
+    ev("playbook_on_task_start", "01.000", task="sysctl"),
+    ev("runner_on_ok", "02.000", host="cp1", task="sysctl", res={"changed": True}),
+    ev("runner_on_ok", "02.500", host="w1", task="sysctl", res={"changed": False}),
+    ev("runner_on_skipped", "02.600", host="w1", task="swap"),
+    ev("playbook_on_play_start", "05.000", play="firewall"),
+    ev("runner_on_failed", "06.000", host="w1", task="apply chain", res={"msg": "iptables: Permission denied"}),
+    ev("runner_on_failed", "06.100", host="cp1", task="probe", ignore_errors=True, res={"msg": "ignored"}),
+    ev(
+        "runner_on_unreachable",
+        "06.200",
+        host="w2",
+        task="apply chain",
+        res={"msg": "ssh: connect to host w2 port 22: Connection refused"},
+    ),
+    ev("playbook_on_stats", "07.000", changed={"cp1": 1}),
+]
+
+
+def test_tracker_per_stage_results() -> None:
+    seen: list[tuple[str, str | None, str | None]] = []
+    t = ar.StageTracker(lambda s, h, task: seen.append((s, h, task)))
+    assert all(t.handle(e) is True for e in EVENTS)  # True keeps events in the artifacts
+    os_, fw = t.stages["os"], t.stages["firewall"]
+    assert os_.changed == {"cp1": 1} and os_.hosts == {"cp1", "w1"}
+    assert os_.elapsed == pytest.approx(5.0)
+    assert os_.status == "changed"
+    assert fw.status == "failed" and fw.elapsed == pytest.approx(2.0)
+    assert [(f.host, f.unreachable) for f in t.failures] == [("w1", False), ("w2", True)]
+    assert ("os", "cp1", "sysctl") in seen
+
+
+def test_failures_become_stage_error_naming_host_and_stage(tmp_path: Path) -> None:
+    t = ar.StageTracker()
+    for e in EVENTS:
+        t.handle(e)
+    result = ar.PlaybookResult(2, "failed", t.stages, t.failures, tmp_path)
+    with pytest.raises(StageError) as ei:
+        result.raise_for_failures()
+    err = ei.value
+    assert err.stage == "firewall" and err.hosts == ("w1", "w2")
+    assert "stage 'firewall' failed on w1, w2" in err.message
+    assert "Permission denied" in err.message
+    assert err.hint and str(tmp_path / "stdout") in err.hint
+
+
+def test_nonzero_rc_without_failures_still_raises(tmp_path: Path) -> None:
+    with pytest.raises(StageError):
+        ar.PlaybookResult(4, "failed", {}, [], tmp_path).raise_for_failures()
+
+
+def test_success_does_not_raise(tmp_path: Path) -> None:
+    ar.PlaybookResult(0, "successful", {}, [], tmp_path).raise_for_failures()

@@ -1,0 +1,49 @@
+from __future__ import annotations
+
+import pytest
+
+from gpustack import plan
+from gpustack.errors import UsageError
+
+
+def ids(stages: list[plan.Stage]) -> list[str]:
+    return [s.id for s in stages]
+
+
+def test_default_runs_every_stage_in_order() -> None:
+    assert ids(plan.select()) == list(plan.STAGE_IDS)
+    assert plan.STAGE_IDS[0] == "preflight"
+    # firewall before the control plane: joins and pod->API traffic need the rules first
+    assert plan.STAGE_IDS.index("firewall") < plan.STAGE_IDS.index("control-plane")
+
+
+def test_only_keeps_preflight_first() -> None:
+    assert ids(plan.select(only=["network"])) == ["preflight", "network"]
+
+
+def test_only_preflight() -> None:
+    assert ids(plan.select(only=["preflight"])) == ["preflight"]
+
+
+def test_from_and_skip() -> None:
+    assert ids(plan.select(from_="network", skip=["helm"])) == ["preflight", "network"]
+
+
+def test_skip_preflight_explicitly() -> None:
+    assert "preflight" not in ids(plan.select(skip=["preflight"]))
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"only": ["nope"]},
+        {"skip": ["nope"]},
+        {"from_": "nope"},
+        {"only": ["os"], "from_": "os"},
+        {"only": ["os"], "skip": ["os", "preflight"]},
+    ],
+)
+def test_bad_selection(kwargs: dict[str, object]) -> None:
+    with pytest.raises(UsageError) as ei:
+        plan.select(**kwargs)  # type: ignore[arg-type]
+    assert ei.value.exit_code == 2
