@@ -29,12 +29,15 @@ def known_hosts_name(host: str, port: int) -> str:
     return host if port == 22 else f"[{host}]:{port}"
 
 
-def fetch_host_key(host: str, port: int, timeout: float) -> paramiko.PKey:
+def fetch_host_key(host: str, port: int, timeout: float, prefer: tuple[str, ...] = ()) -> paramiko.PKey:
+    """The server's host key, negotiating the types in `prefer` first (as OpenSSH prefers the
+    key types it already knows for a host)."""
     sock = socket.create_connection((host, port), timeout=timeout)
     transport = paramiko.Transport(sock)
     try:
         opts = transport.get_security_options()
-        available = [k for k in PREFERRED_KEY_TYPES if k in opts.key_types]
+        order = tuple(dict.fromkeys((*prefer, *PREFERRED_KEY_TYPES)))
+        available = [k for k in order if k in opts.key_types]
         opts.key_types = tuple(available) or opts.key_types
         transport.start_client(timeout=timeout)
         return transport.get_remote_server_key()
@@ -64,8 +67,10 @@ def check_host_keys(
     recorded = False
     for host, port in hosts:
         name = known_hosts_name(host, port)
+        entry = db.lookup(name)
+        known_types = tuple(entry.keys()) if entry is not None else ()
         try:
-            key = fetch_host_key(host, port, timeout)
+            key = fetch_host_key(host, port, timeout, prefer=known_types)
         except (OSError, paramiko.SSHException) as exc:
             results.append(HostKeyResult(host, port, "unreachable", detail=str(exc) or type(exc).__name__))
             continue
