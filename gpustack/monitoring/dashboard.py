@@ -1,0 +1,143 @@
+"""gpustack's GPU dashboard (``dashboards/12239.json``): loading and query extraction. Pure.
+
+The dashboard is gpustack's own equivalent of grafana.com dashboard 12239 ("NVIDIA DCGM Exporter
+Dashboard"), provisioned from a file: every datasource reference is the ``${datasource}``
+template variable, so it needs no ``__inputs`` resolution at import time.
+
+Helpers here are used by the tests and by ``gpustack verify``: list every panel query and
+template-variable query, and turn Grafana's ``$variables`` into concrete PromQL that Prometheus
+can evaluate.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+from gpustack.paths import resource_dir
+
+DASHBOARD_FILE = "12239.json"
+DATASOURCE_VAR = "${datasource}"
+BUILTIN_DEFAULTS: dict[str, str] = {
+    "__rate_interval": "1m",
+    "__interval": "30s",
+    "__interval_ms": "30000",
+    "__range": "5m",
+    "__range_s": "300",
+    "__range_ms": "300000",
+}
+ALL_VALUE = ".*"
+_VARIABLE = re.compile(r"\$\{(?P<braced>\w+)(?::[^}]*)?\}|\[\[(?P<old>\w+)(?::[^\]]*)?\]\]|\$(?P<plain>\w+)")
+_LABEL_VALUES = re.compile(r"^\s*label_values\(\s*(?:(?P<selector>.+?)\s*,\s*)?(?P<label>[A-Za-z_]\w*)\s*\)\s*$", re.S)
+
+Panel = dict[str, Any]
+
+
+def dashboard_path() -> Path:
+    """The shipped dashboard JSON, from the source tree or the installed wheel."""
+    return resource_dir("dashboards") / DASHBOARD_FILE
+
+
+def load_dashboard(path: Path | None = None) -> dict[str, Any]:
+    """The dashboard model as a dict."""
+    data = json.loads((path or dashboard_path()).read_text(encoding="utf-8"))
+    if not isinstance(data, dict) or "panels" not in data:
+        raise ValueError(f"{path or dashboard_path()}: not a Grafana dashboard model (no 'panels')")
+    return cast(dict[str, Any], data)
+
+
+def iter_panels(dash: Mapping[str, Any]) -> Iterator[Panel]:
+    """Every panel, including those nested in collapsed rows; rows themselves included."""
+    for panel in dash.get("panels", []):
+        yield panel
+        yield from panel.get("panels", [])
+
+
+def data_panels(dash: Mapping[str, Any]) -> list[Panel]:
+    """Panels that query data (rows and text panels excluded)."""
+    return [p for p in iter_panels(dash) if p.get("type") != "row" and p.get("targets")]
+
+
+def panel_queries(dash: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``(panel title, expr)`` for every non-hidden target with a PromQL expression."""
+    out: list[tuple[str, str]] = []
+    for panel in data_panels(dash):
+        for target in panel.get("targets", []):
+            if target.get("expr") and not target.get("hide"):
+                out.append((str(panel.get("title", "")), str(target["expr"])))
+    return out
+
+
+def template_variables(dash: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The dashboard's template variables (``templating.list``)."""
+    return list(dash.get("templating", {}).get("list", []))
+
+
+def variable_query(variable: Mapping[str, Any]) -> str:
+    """A query variable's query text, whether stored as a string or as Grafana's query object."""
+    query = variable.get("query", "")
+    if isinstance(query, Mapping):
+        return str(query.get("query", ""))
+    return str(query)
+
+
+def variable_queries(dash: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``(variable name, query)`` for every ``query`` variable."""
+    return [(str(v["name"]), variable_query(v)) for v in template_variables(dash) if v.get("type") == "query"]
+
+
+@dataclass(frozen=True)
+class LabelValuesQuery:
+    """``label_values(selector, label)`` split into its parts (``selector`` may be absent)."""
+
+    label: str
+    selector: str | None
+
+
+def parse_label_values(query: str) -> LabelValuesQuery:
+    """Split a Grafana ``label_values(...)`` variable query; ``ValueError`` for anything else."""
+    match = _LABEL_VALUES.match(query)
+    if not match:
+        raise ValueError(f"not a label_values() query: {query!r}")
+    return LabelValuesQuery(label=match.group("label"), selector=match.group("selector"))
+
+
+def concretize(expr: str, values: Mapping[str, str] | None = None) -> str:
+    """Replace Grafana variables in ``expr`` so Prometheus can evaluate it.
+
+    User variables (``$node``, ``${gpu}``, ``[[instance]]``, ``${node:regex}``) become
+    ``values[name]`` or ``.*`` (every panel matches them with ``=~``); built-ins get fixed values
+    (``$__rate_interval`` -> ``1m``, ``$__interval`` -> ``30s``, ``$__range`` -> ``5m``).
+    """
+    chosen = dict(values or {})
+
+    def replace(match: re.Match[str]) -> str:
+        name = match.group("braced") or match.group("old") or match.group("plain")
+        if name in chosen:
+            return chosen[name]
+        if name.startswith("__"):
+            if name not in BUILTIN_DEFAULTS:
+                raise ValueError(f"unsupported Grafana built-in variable ${name} in {expr!r}")
+            return BUILTIN_DEFAULTS[name]
+        return ALL_VALUE
+
+    return _VARIABLE.sub(replace, expr)
+
+
+def datasource_refs(dash: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """``(where, datasource)`` for every panel- and target-level datasource reference."""
+    refs: list[tuple[str, Any]] = []
+    for panel in iter_panels(dash):
+        title = str(panel.get("title", ""))
+        if "datasource" in panel:
+            refs.append((f"panel {title!r}", panel["datasource"]))
+        for target in panel.get("targets", []):
+            refs.append((f"panel {title!r} target {target.get('refId')}", target.get("datasource")))
+    for variable in template_variables(dash):
+        if variable.get("type") == "query":
+            refs.append((f"variable {variable.get('name')!r}", variable.get("datasource")))
+    return refs

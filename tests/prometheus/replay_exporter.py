@@ -1,0 +1,396 @@
+"""A stand-in for dcgm-exporter (and kube-state-metrics) serving realistic exposition text.
+
+One :class:`ReplayServer` plays one GPU node: 8 x "NVIDIA H100 80GB HBM3" with dcgm-exporter 4.x's
+label set (gpu, UUID, pci_bus_id, device, modelName, the host label, DCGM_FI_DRIVER_VERSION, and
+container/namespace/pod/pod_uid on GPUs allocated to pods), the metrics ``values/dcgm-counters.csv``
+enables, and values that move with time: utilisation waves, an energy counter that only grows,
+temperatures following load, a PCIe replay counter creeping on one GPU.
+
+Scenarios (switch at start or later with ``GET /-/scenario?name=...``): ``healthy``, ``xid79``
+(GPU 3 fell off the bus), ``overheat`` (GPU 5), ``row_remap_failure`` (GPU 1), ``fb_full`` (GPU 0),
+``gpu_missing`` (GPU 7 absent: 7 GPUs instead of 8).
+
+Run by hand: ``python tests/prometheus/replay_exporter.py --node node-a --scenario xid79`` (prints the address).
+Only ever binds to loopback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import math
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlparse
+
+from gpustack.monitoring.counters import CounterFile, load_counters
+
+SCENARIOS = ("healthy", "xid79", "overheat", "row_remap_failure", "fb_full", "gpu_missing")
+LOOPBACK = "127.0.0.1"
+MODEL = "NVIDIA H100 80GB HBM3"
+DRIVER = "595.91.07"
+FB_TOTAL_MIB = 81559
+FB_RESERVED_MIB = 594
+SM_CLOCK_MAX_MHZ = 1980
+SM_CLOCK_IDLE_MHZ = 345
+MEM_CLOCK_MHZ = 2619
+PCI_BUSES = ("18", "2A", "3A", "5D", "9A", "AB", "BA", "DB")  # HGX H100 8-GPU board layout
+XID_TEXT = {0: "No Error", 13: "Graphics Engine Exception", 79: "GPU has fallen off the bus"}
+# DCGM fields dcgm-exporter prints with %f (doubles); everything else is an int64 printed with %d.
+DOUBLE_FIELDS = frozenset(
+    {
+        "DCGM_FI_DEV_POWER_USAGE",
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+        "DCGM_FI_PROF_DRAM_ACTIVE",
+    }
+)
+KSM_HELP = {
+    "kube_node_status_allocatable": "The allocatable for different resources of a node that are available for scheduling.",
+    "kube_pod_container_resource_requests": "The number of requested request resource by a container.",
+}
+
+
+@dataclass(frozen=True)
+class PodRef:
+    """A workload pod holding GPUs (what dcgm-exporter learns from the kubelet pod-resources API)."""
+
+    namespace: str
+    name: str
+    container: str
+    idle: bool = False  # holds the GPU but does not use it
+
+
+@dataclass
+class NodeSpec:
+    """One simulated GPU node."""
+
+    node: str
+    pods: Mapping[int, PodRef]
+    host_label: str = "hostname"  # dcgm-exporter before the 2026 rename printed "Hostname"
+    gpus: int = 8
+    scenario: str = "healthy"
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One value for one GPU, with labels beyond the standard set (XID's err_code/err_msg)."""
+
+    value: float
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+
+def gpu_uuid(node: str, gpu: int) -> str:
+    """A stable, realistic-looking GPU UUID for ``node``/``gpu``."""
+    h = hashlib.sha256(f"{node}/{gpu}".encode()).hexdigest()
+    return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+
+def default_nodes() -> list[NodeSpec]:
+    """The two nodes the harness runs: a mix of training, inference, idle and free GPUs."""
+    train_a = PodRef("ml-team", "train-llama-0", "trainer")
+    train_b = PodRef("ml-team", "train-mixtral-0", "trainer")
+    return [
+        NodeSpec(
+            node="node-a",
+            host_label="Hostname",
+            pods={
+                **dict.fromkeys(range(4), train_a),
+                4: PodRef("inference", "vllm-0", "vllm"),
+                5: PodRef("inference", "vllm-1", "vllm"),
+                6: PodRef("research", "notebook-alice-0", "notebook", idle=True),
+            },
+        ),
+        NodeSpec(
+            node="node-b",
+            pods={
+                **dict.fromkeys(range(4), train_b),
+                6: PodRef("research", "notebook-bob-0", "notebook", idle=True),
+                7: PodRef("inference", "embed-0", "server"),
+            },
+        ),
+    ]
+
+
+class GpuState:
+    """Values of one GPU at time ``t`` (seconds since the exporter started) under a scenario."""
+
+    def __init__(self, spec: NodeSpec, gpu: int, t: float) -> None:
+        self.spec, self.gpu, self.t = spec, gpu, t
+        self.pod = spec.pods.get(gpu)
+        self.busy = self.pod is not None and not self.pod.idle
+        self.hot = spec.scenario == "overheat" and gpu == 5
+
+    def _is(self, scenario: str, gpu: int) -> bool:
+        return self.spec.scenario == scenario and self.gpu == gpu
+
+    @property
+    def util(self) -> float:
+        if self.hot:
+            return 95.0
+        if not self.busy:
+            return 0.0
+        return round(70 + 25 * math.sin(2 * math.pi * self.t / 40 + self.gpu))
+
+    @property
+    def temp(self) -> float:
+        if self.hot:
+            return 91.0
+        return round(34 + 0.45 * self.util + math.sin(self.t / 300 + self.gpu))
+
+    @property
+    def power(self) -> float:
+        return 72.5 + 6.0 * self.util + 0.37 * self.gpu
+
+    @property
+    def fb_used(self) -> float:
+        usable = FB_TOTAL_MIB - FB_RESERVED_MIB
+        if self._is("fb_full", 0):
+            return usable - 1210
+        if self.busy:
+            return 61234 + 200 * math.sin(self.t / 30)
+        return 1530.0 if self.pod else 0.0
+
+    @property
+    def clock_reasons(self) -> int:
+        if self.hot:
+            return 0x20 | 0x40  # SW + HW thermal slowdown
+        if not self.busy:
+            return 0x1  # GPU idle
+        return 0x4 if self.util > 90 else 0  # SW power cap at full load is normal
+
+    def values(self) -> dict[str, Sample]:
+        """Every metric gpustack's CSV may enable, for this GPU."""
+        util, gr = self.util, self.util / 100 * 0.97
+        xid = 79 if self._is("xid79", 3) else 0
+        failed = self._is("row_remap_failure", 1)
+        fb_used = int(self.fb_used)
+        return {
+            "DCGM_FI_DEV_SM_CLOCK": Sample(1275 if self.hot else SM_CLOCK_MAX_MHZ if util > 5 else SM_CLOCK_IDLE_MHZ),
+            "DCGM_FI_DEV_MEM_CLOCK": Sample(MEM_CLOCK_MHZ),
+            "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": Sample(self.clock_reasons),
+            "DCGM_FI_DEV_MEMORY_TEMP": Sample(97 if self.hot else self.temp + 4),
+            "DCGM_FI_DEV_GPU_TEMP": Sample(self.temp),
+            "DCGM_FI_DEV_POWER_USAGE": Sample(self.power),
+            "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": Sample(int(4.1e10 + 1000 * self.power * self.t)),
+            "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": Sample(3 + int(self.t // 20) if self.gpu == 2 else 0),
+            "DCGM_FI_PROF_PCIE_TX_BYTES": Sample(int(2.4e9 * gr + 1.2e6)),
+            "DCGM_FI_PROF_PCIE_RX_BYTES": Sample(int(6.1e9 * gr + 2.3e6)),
+            "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": Sample(int(118000 * gr)),
+            "DCGM_FI_DEV_GPU_UTIL": Sample(util),
+            "DCGM_FI_DEV_MEM_COPY_UTIL": Sample(round(util * 0.45)),
+            "DCGM_FI_DEV_XID_ERRORS": Sample(xid, {"err_code": str(xid), "err_msg": XID_TEXT[xid]}),
+            "DCGM_FI_DEV_FB_FREE": Sample(FB_TOTAL_MIB - FB_RESERVED_MIB - fb_used),
+            "DCGM_FI_DEV_FB_USED": Sample(fb_used),
+            "DCGM_FI_DEV_FB_RESERVED": Sample(FB_RESERVED_MIB),
+            "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": Sample(9 if failed else 0),
+            "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": Sample(2 if self.gpu == 4 else 0),
+            "DCGM_FI_DEV_ROW_REMAP_FAILURE": Sample(1 if failed else 0),
+            "DCGM_FI_DEV_ROW_REMAP_PENDING": Sample(1 if failed else 0),
+            "DCGM_FI_PROF_GR_ENGINE_ACTIVE": Sample(gr),
+            "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": Sample(gr * 0.62),
+            "DCGM_FI_PROF_DRAM_ACTIVE": Sample(gr * 0.41),
+        }
+
+
+def _label_text(labels: Mapping[str, str]) -> str:
+    return ",".join(f'{k}="{v}"' for k, v in labels.items())
+
+
+def gpu_labels(spec: NodeSpec, gpu: int, label_fields: Mapping[str, str]) -> dict[str, str]:
+    """dcgm-exporter's labels in its own order: identity, host, CSV ``label`` fields, pod attributes."""
+    labels = {
+        "gpu": str(gpu),
+        "UUID": gpu_uuid(spec.node, gpu),
+        "pci_bus_id": f"00000000:{PCI_BUSES[gpu % len(PCI_BUSES)]}:00.0",
+        "device": f"nvidia{gpu}",
+        "modelName": MODEL,
+        spec.host_label: spec.node,
+        **label_fields,
+    }
+    return labels
+
+
+def _attributes(pod: PodRef | None, extra: Mapping[str, str]) -> dict[str, str]:
+    attrs = dict(extra)
+    if pod:
+        attrs.update(container=pod.container, namespace=pod.namespace, pod=pod.name, pod_uid="")
+    return dict(sorted(attrs.items()))  # Go templates range over maps in key order
+
+
+def _format(name: str, value: float) -> str:
+    return f"{value:f}" if name in DOUBLE_FIELDS else str(int(value))
+
+
+def visible_gpus(spec: NodeSpec) -> list[int]:
+    """GPUs the exporter reports (``gpu_missing`` drops the last one)."""
+    count = spec.gpus - 1 if spec.scenario == "gpu_missing" else spec.gpus
+    return list(range(count))
+
+
+def render_dcgm(spec: NodeSpec, counters: CounterFile, t: float) -> str:
+    """Exposition text for every metric in ``counters``, as dcgm-exporter would print it."""
+    label_fields = {name: DRIVER for name in counters.labels}
+    states = {gpu: GpuState(spec, gpu, t) for gpu in visible_gpus(spec)}
+    values = {gpu: state.values() for gpu, state in states.items()}
+    lines: list[str] = []
+    for counter in counters.counters:
+        if counter.is_label:
+            continue
+        lines += [f"# HELP {counter.name} {counter.help}", f"# TYPE {counter.name} {counter.prom_type}"]
+        for gpu, state in states.items():
+            if counter.name not in values[gpu]:
+                raise KeyError(f"replay exporter has no simulation for {counter.name}: add it to GpuState.values()")
+            sample = values[gpu][counter.name]
+            labels = {**gpu_labels(spec, gpu, label_fields), **_attributes(state.pod, sample.extra)}
+            lines.append(f"{counter.name}{{{_label_text(labels)}}} {_format(counter.name, sample.value)}")
+    return "\n".join(lines) + "\n"
+
+
+def _ksm_header(name: str) -> list[str]:
+    return [f"# HELP {name} {KSM_HELP[name]}", f"# TYPE {name} gauge"]
+
+
+def _gpus_per_pod(spec: NodeSpec) -> dict[PodRef, int]:
+    counts: dict[PodRef, int] = {}
+    for pod in spec.pods.values():
+        counts[pod] = counts.get(pod, 0) + 1
+    return counts
+
+
+def render_ksm(specs: list[NodeSpec]) -> str:
+    """kube-state-metrics series for the GPU resources: allocatable per node, requests per container."""
+    alloc = _ksm_header("kube_node_status_allocatable")
+    requests = _ksm_header("kube_pod_container_resource_requests")
+    for spec in specs:
+        for resource, unit, amount in (("nvidia_com_gpu", "integer", spec.gpus), ("cpu", "core", 224)):
+            labels = _label_text({"node": spec.node, "resource": resource, "unit": unit})
+            alloc.append(f"kube_node_status_allocatable{{{labels}}} {amount}")
+        for pod, count in _gpus_per_pod(spec).items():
+            labels = _label_text(
+                {
+                    "namespace": pod.namespace,
+                    "pod": pod.name,
+                    "uid": gpu_uuid(pod.name, 0)[4:],
+                    "container": pod.container,
+                    "node": spec.node,
+                    "resource": "nvidia_com_gpu",
+                    "unit": "integer",
+                }
+            )
+            requests.append(f"kube_pod_container_resource_requests{{{labels}}} {count}")
+    return "\n".join(alloc + requests) + "\n"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+
+    def do_GET(self) -> None:
+        url = urlparse(self.path)
+        if url.path == "/metrics":
+            self._reply(200, self.server.render())
+        elif url.path == "/-/scenario":
+            name = parse_qs(url.query).get("name", [""])[0]
+            if name not in SCENARIOS:
+                self._reply(400, f"unknown scenario {name!r}; choose one of {', '.join(SCENARIOS)}\n")
+                return
+            self.server.set_scenario(name)
+            self._reply(200, f"scenario {name}\n")
+        else:
+            self._reply(404, "not found\n")
+
+    def _reply(self, status: int, body: str) -> None:
+        data = body.encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: object) -> None:
+        """Quiet: scrapes every second would flood the test output."""
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, render: Callable[[], str], set_scenario: Callable[[str], None]) -> None:
+        super().__init__((LOOPBACK, 0), _Handler)
+        self.render, self.set_scenario = render, set_scenario
+
+
+class ReplayServer:
+    """A loopback HTTP server on a free port; ``render`` produces the /metrics body."""
+
+    def __init__(self, render: Callable[[], str], set_scenario: Callable[[str], None] | None = None) -> None:
+        self._server = _Server(render, set_scenario or (lambda _name: None))
+        self._thread = threading.Thread(target=self._server.serve_forever, name="replay-exporter", daemon=True)
+
+    @property
+    def address(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"{host!s}:{port}"
+
+    def start(self) -> ReplayServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+
+class DcgmReplay(ReplayServer):
+    """dcgm-exporter for one node; the clock starts when the object is created."""
+
+    def __init__(self, spec: NodeSpec, counters: CounterFile | None = None) -> None:
+        self.spec = spec
+        self.counters = counters or load_counters()
+        self._t0 = time.monotonic()
+        self._lock = threading.Lock()
+        super().__init__(self.render, self.set_scenario)
+
+    def set_scenario(self, name: str) -> None:
+        if name not in SCENARIOS:
+            raise ValueError(f"unknown scenario {name!r}")
+        with self._lock:
+            self.spec.scenario = name
+
+    def render(self) -> str:
+        with self._lock:
+            return render_dcgm(self.spec, self.counters, time.monotonic() - self._t0)
+
+
+class KsmReplay(ReplayServer):
+    """kube-state-metrics for the simulated nodes (allocatable GPUs stay 8 whatever DCGM reports)."""
+
+    def __init__(self, specs: list[NodeSpec]) -> None:
+        self.specs = specs
+        super().__init__(lambda: render_ksm(self.specs))
+
+
+def main() -> None:
+    """Serve one node for ``--seconds`` or until interrupted (curl the printed address)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--node", default="node-a", choices=[s.node for s in default_nodes()])
+    parser.add_argument("--scenario", default="healthy", choices=SCENARIOS)
+    parser.add_argument("--seconds", type=float, default=3600.0, help="stop after this long")
+    args = parser.parse_args()
+    spec = next(s for s in default_nodes() if s.node == args.node)
+    spec.scenario = args.scenario
+    server = DcgmReplay(spec).start()
+    print(f"serving {spec.node} ({spec.scenario}) on http://{server.address}/metrics", flush=True)
+    try:
+        threading.Event().wait(timeout=args.seconds)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()
