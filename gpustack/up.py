@@ -111,7 +111,7 @@ def _settings(cfg: Config, opts: UpOptions, *, check: bool) -> ar.AnsibleSetting
 
 def run_preflight(cfg: Config, opts: UpOptions, run_dir: Path, console: Console) -> list[Finding]:
     facts_dir = ensure_private_dir(run_dir / "facts")
-    ev = {"gpustack_facts_dir": str(facts_dir), "gpustack_node_addresses": [n.address for n in cfg.nodes]}
+    ev = extravars(cfg, kubeconfig_dest=kubeconfig_path(cfg.cluster.name), facts_dir=facts_dir)
     kwargs = ar.build_runner_kwargs(
         private_data_dir=run_dir / "ansible-preflight",
         project_dir=resource_dir("playbooks"),

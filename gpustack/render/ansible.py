@@ -86,11 +86,15 @@ def helm_downloads(cfg: Config) -> dict[str, dict[str, str]]:
     }
 
 
-def extravars(cfg: Config, *, kubeconfig_dest: Path) -> dict[str, Any]:
+def extravars(
+    cfg: Config, *, kubeconfig_dest: Path, facts_dir: Path | None = None
+) -> dict[str, Any]:
+    """Extra vars for playbooks/site.yml; with ``facts_dir`` also for playbooks/preflight.yml,
+    which writes one ``<node name>.json`` facts file per host there (on the controller)."""
     v, c = cfg.versions, cfg.cluster
     minor = v.kubernetes_minor
     tcp_nodeports = sorted(set(cfg.monitoring.nodeports) | set(cfg.firewall.extra_tcp_ports))
-    return {
+    ev: dict[str, Any] = {
         "gpustack_cluster_name": c.name,
         "gpustack_kubernetes_version": v.kubernetes,
         "gpustack_kubernetes_minor": minor,
@@ -115,3 +119,6 @@ def extravars(cfg: Config, *, kubeconfig_dest: Path) -> dict[str, Any]:
         "gpustack_firewall_tcp_nodeports": tcp_nodeports,
         "gpustack_kubeconfig_dest": str(kubeconfig_dest),
     }
+    if facts_dir is not None:
+        ev["gpustack_facts_dir"] = str(facts_dir)
+    return ev

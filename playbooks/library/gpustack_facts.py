@@ -1,0 +1,596 @@
+#!/usr/bin/python
+"""gpustack_facts: read-only host facts for the gpustack preflight (see DOCUMENTATION).
+
+Pure parsing functions (``parse_*``, ``decode_*``, ``derive_*``) take text or bytes and return
+data; they are unit-tested. The ``collect_*`` functions do the I/O. Standard library only, so
+it runs with whatever python3 the target has (3.8 or newer).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import platform
+import re
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+
+DOCUMENTATION = r"""
+---
+module: gpustack_facts
+short_description: Collect the host facts gpustack's preflight checks need, changing nothing
+description:
+  - Reads /proc, /sys and a few configuration files, runs a handful of read-only commands
+    (C(sudo -n true) when asked, C(timedatectl show), C(systemctl is-active kubelet)) and
+    optionally tries TCP connections to peer nodes.
+  - Returns C(changed=false) and the facts under C(facts). Nothing is changed on the host.
+  - Run it without become to learn whether passwordless sudo works, and with become for the
+    facts only root can read (socket owners, EFI variables).
+options:
+  probe_sudo:
+    description: Run C(sudo -n true) to find out whether passwordless sudo works.
+    type: bool
+    default: false
+  peers:
+    description: Addresses of the other nodes to try a TCP connection to.
+    type: list
+    elements: str
+    default: []
+  peer_port:
+    description: TCP port for the peer connection test.
+    type: int
+    default: 22
+  peer_timeout:
+    description: Seconds to wait for each peer connection.
+    type: float
+    default: 3
+author: gpustack
+"""
+
+EXAMPLES = r"""
+- name: Collect facts
+  gpustack_facts:
+    probe_sudo: true
+    peers: [10.0.0.2, 10.0.0.3]
+  register: preflight
+"""
+
+RETURN = r"""
+facts:
+  description: The host facts (schema in playbooks/README.md).
+  returned: always
+  type: dict
+"""
+
+SECURE_BOOT_VAR = "SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
+NVIDIA_VENDOR = "0x10de"
+KUBE_CGROUP_MARKERS = ("kubepods", "kubelet.slice/kubelet-kubepods")
+TCP_LISTEN = "0A"
+UDP_UNCONNECTED = "07"
+SEARCH_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+CONTAINERD_RUNC_OPTIONS = {
+    2: ("plugins", "io.containerd.grpc.v1.cri", "containerd", "runtimes", "runc", "options"),
+    3: ("plugins", "io.containerd.cri.v1.runtime", "containerd", "runtimes", "runc", "options"),
+}
+
+
+# --------------------------------------------------------------------------- pure parsing
+
+
+def _unquote_shell(value: str) -> str:
+    value = value.strip()
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+        inner = value[1:-1]
+        if value[0] == '"':
+            inner = re.sub(r'\\([\\$"`])', r"\1", inner)
+        return inner
+    return value
+
+
+def parse_os_release(text: str) -> dict[str, str]:
+    """KEY=value pairs of os-release(5), quotes removed."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, _, value = line.partition("=")
+        key = key.strip()
+        if re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+            out[key] = _unquote_shell(value)
+    return out
+
+
+def parse_meminfo_total(text: str) -> int | None:
+    """MemTotal of /proc/meminfo in bytes."""
+    for line in text.splitlines():
+        if line.startswith("MemTotal:"):
+            parts = line.split()
+            if len(parts) >= 2 and parts[1].isdigit():
+                factor = 1024 if len(parts) < 3 or parts[2].lower() == "kb" else 1
+                return int(parts[1]) * factor
+    return None
+
+
+def _unescape_octal(value: str) -> str:
+    """/proc and fstab escape spaces and tabs as \\040 and \\011."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), value)
+
+
+def parse_proc_swaps(text: str) -> list[dict[str, object]]:
+    """Active swap areas from /proc/swaps (sizes there are KiB)."""
+    out: list[dict[str, object]] = []
+    for line in text.splitlines()[1:]:
+        parts = line.split()
+        if len(parts) >= 3 and parts[2].isdigit():
+            out.append({"device": _unescape_octal(parts[0]), "size_bytes": int(parts[2]) * 1024})
+    return out
+
+
+def parse_fstab_swap(text: str) -> list[str]:
+    """Uncommented fstab lines whose filesystem type (third field) is swap."""
+    out = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        fields = stripped.split()
+        if len(fields) >= 3 and fields[2] == "swap":
+            out.append(stripped)
+    return out
+
+
+def parse_filesystems(text: str) -> set[str]:
+    """Filesystem names of /proc/filesystems ("nodev\\toverlay" -> "overlay")."""
+    return {line.split()[-1] for line in text.splitlines() if line.split()}
+
+
+def decode_proc_net_address(value: str, byteorder: str = sys.byteorder) -> tuple[str, int]:
+    """ "0100007F:0035" -> ("127.0.0.1", 53); IPv6 too (32 hex digits).
+
+    The kernel prints each 32-bit word of the address as a host-order integer, so on a
+    little-endian machine the bytes of every word appear reversed.
+    """
+    addr_hex, _, port_hex = value.partition(":")
+    fmt = "<I" if byteorder == "little" else ">I"
+    words = [addr_hex[i : i + 8] for i in range(0, len(addr_hex), 8)]
+    packed = b"".join(struct.pack(fmt, int(w, 16)) for w in words)
+    family = socket.AF_INET if len(packed) == 4 else socket.AF_INET6
+    return socket.inet_ntop(family, packed), int(port_hex, 16)
+
+
+def parse_proc_net(
+    text: str, proto: str, byteorder: str = sys.byteorder
+) -> list[dict[str, object]]:
+    """Listening sockets of one /proc/net/{tcp,tcp6,udp,udp6} file.
+
+    TCP: state 0A (LISTEN). UDP: bound, unconnected sockets (state 07, remote port 0).
+    Each entry: proto, address, port, inode.
+    """
+    out: list[dict[str, object]] = []
+    for line in text.splitlines()[1:]:
+        parts = line.split()
+        if len(parts) < 10:
+            continue
+        local, remote, state, inode = parts[1], parts[2], parts[3].upper(), parts[9]
+        if proto == "tcp" and state != TCP_LISTEN:
+            continue
+        if proto == "udp" and (state != UDP_UNCONNECTED or not remote.endswith(":0000")):
+            continue
+        try:
+            address, port = decode_proc_net_address(local, byteorder)
+        except (ValueError, struct.error, OSError):
+            continue
+        if port == 0:
+            continue
+        out.append(
+            {
+                "proto": proto,
+                "address": address,
+                "port": port,
+                "inode": int(inode) if inode.isdigit() else 0,
+            }
+        )
+    return out
+
+
+def socket_inode(link: str) -> int | None:
+    """ "socket:[12345]" (an /proc/PID/fd link) -> 12345."""
+    m = re.match(r"^socket:\[(\d+)\]$", link)
+    return int(m.group(1)) if m else None
+
+
+def merge_listening(
+    sockets: list[dict[str, object]], owners: dict[int, dict[str, object]]
+) -> list[dict[str, object]]:
+    """Attach process names, drop duplicates, sort; keeps pid/cgroup for derive_*()."""
+    seen: dict[tuple[object, object, object], dict[str, object]] = {}
+    for s in sockets:
+        key = (s["proto"], s["address"], s["port"])
+        owner = owners.get(int(s["inode"])) if s.get("inode") else None  # type: ignore[arg-type]
+        entry = {
+            "proto": s["proto"],
+            "address": s["address"],
+            "port": s["port"],
+            "process": owner["name"] if owner else None,
+            "_cgroup": owner.get("cgroup") if owner else None,
+        }
+        if key not in seen or (seen[key]["process"] is None and entry["process"] is not None):
+            seen[key] = entry
+    return sorted(seen.values(), key=lambda e: (e["proto"], e["port"], e["address"]))  # type: ignore[return-value,arg-type]
+
+
+def is_kubernetes_cgroup(cgroup: str | None) -> bool:
+    return bool(cgroup) and any(m in cgroup for m in KUBE_CGROUP_MARKERS)  # type: ignore[operator]
+
+
+def derive_node_exporter_on_9100(listening: list[dict[str, object]]) -> bool:
+    """Something outside Kubernetes listens on TCP 9100 (where node-exporter must bind).
+
+    A listener whose owner cannot be read (no root) counts as not Kubernetes': better a
+    warning too many than a node-exporter pod crash-looping on "address already in use".
+    """
+    return any(
+        entry["proto"] == "tcp"
+        and entry["port"] == 9100
+        and not is_kubernetes_cgroup(entry.get("_cgroup"))  # type: ignore[arg-type]
+        for entry in listening
+    )
+
+
+def parse_pci_devices(devices: list[dict[str, str]]) -> list[dict[str, str]]:
+    """NVIDIA display controllers (class 0x03xxxx) among PCI devices (slot/vendor/device/class)."""
+    out = []
+    for dev in devices:
+        vendor = dev.get("vendor", "").strip().lower()
+        cls = dev.get("class", "").strip().lower()
+        if vendor == NVIDIA_VENDOR and cls.startswith("0x03"):
+            out.append(
+                {
+                    "slot": dev["slot"],
+                    "device_id": dev.get("device", "").strip().lower(),
+                    "class": cls,
+                }
+            )
+    return sorted(out, key=lambda d: d["slot"])
+
+
+def parse_nvidia_version(text: str) -> str | None:
+    """Driver version from /proc/driver/nvidia/version."""
+    m = re.search(r"Kernel Module(?: for [^\s]+)?\s+([0-9][0-9.]*)", text)
+    if m:
+        return m.group(1)
+    m = re.search(r"NVRM version:.*?\s([0-9]+\.[0-9]+(?:\.[0-9]+)?)\s", text)
+    return m.group(1) if m else None
+
+
+def parse_secure_boot(efi: bool, data: bytes | None) -> str:
+    """Secure Boot state: efivars hold 4 attribute bytes, then the value (1 = enabled)."""
+    if not efi:
+        return "not-efi"
+    if not data or len(data) < 5:
+        return "unknown"
+    value = data[-1]
+    if value == 1:
+        return "enabled"
+    if value == 0:
+        return "disabled"
+    return "unknown"
+
+
+def parse_modules_nouveau(text: str) -> bool:
+    return any(line.startswith("nouveau ") for line in text.splitlines())
+
+
+def _toml_key(key: str) -> tuple[str, ...]:
+    parts, buf, quote = [], "", ""
+    for ch in key.strip():
+        if quote:
+            if ch == quote:
+                quote = ""
+            else:
+                buf += ch
+        elif ch in "\"'":
+            quote = ch
+        elif ch == ".":
+            parts.append(buf.strip())
+            buf = ""
+        else:
+            buf += ch
+    parts.append(buf.strip())
+    return tuple(parts)
+
+
+def parse_containerd_systemd_cgroup(text: str) -> bool | None:
+    """SystemdCgroup of runc's options in a containerd config.toml (version 2 or 3).
+
+    None when the file has no version 2/3 header (version 1 or a stub: gpustack regenerates
+    it); False when the key or the table is absent (containerd's default).
+    """
+    version = None
+    section: tuple[str, ...] | None = ()
+    value = None
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("[["):
+            section = None
+            continue
+        m = re.match(r"^\[([^\]]*)\]\s*(?:#.*)?$", line)
+        if m:
+            section = _toml_key(m.group(1))
+            continue
+        if section == ():
+            vm = re.match(r"^version\s*=\s*(\d+)", line)
+            if vm:
+                version = int(vm.group(1))
+            continue
+        km = re.match(r"^SystemdCgroup\s*=\s*(\w+)", line)
+        if (
+            km
+            and version in CONTAINERD_RUNC_OPTIONS
+            and section == CONTAINERD_RUNC_OPTIONS[version]
+        ):
+            value = km.group(1) == "true"
+    if version not in CONTAINERD_RUNC_OPTIONS:
+        return None
+    return bool(value)
+
+
+def parse_systemctl_is_active(rc: int | None, out: str) -> bool | None:
+    state = out.strip()
+    if state in ("active", "activating", "reloading", "refreshing"):
+        return True
+    if state in ("inactive", "failed", "deactivating", "unknown", "maintenance"):
+        return False
+    return None
+
+
+def parse_timedatectl(rc: int | None, out: str) -> bool | None:
+    value = out.strip().lower()
+    if rc == 0 and value in ("yes", "no"):
+        return value == "yes"
+    return None
+
+
+def nearest_existing(path: str, exists=os.path.exists) -> str:
+    """The path itself or its closest existing parent."""
+    path = os.path.abspath(path)
+    while not exists(path) and path != "/":
+        path = os.path.dirname(path)
+    return path
+
+
+# --------------------------------------------------------------------------- I/O
+
+
+def _read(path: str, mode: str = "r") -> str | bytes | None:
+    try:
+        with open(path, mode) as fh:
+            return fh.read()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _read_text(path: str) -> str | None:
+    data = _read(path)
+    return data if isinstance(data, str) else None
+
+
+def _run(argv: list[str], timeout: float = 10) -> tuple[int | None, str]:
+    env = dict(
+        os.environ, LC_ALL="C", LANG="C", PATH=SEARCH_PATH + ":" + os.environ.get("PATH", "")
+    )
+    try:
+        proc = subprocess.run(
+            argv,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=timeout,
+            env=env,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None, ""
+    return proc.returncode, proc.stdout.decode("utf-8", "replace")
+
+
+def _which(name: str) -> str | None:
+    return shutil.which(name, path=os.environ.get("PATH", "") + ":" + SEARCH_PATH)
+
+
+def collect_socket_owners() -> dict[int, dict[str, object]]:
+    """socket inode -> {pid, name, cgroup} for every process whose fds we may read."""
+    owners: dict[int, dict[str, object]] = {}
+    try:
+        pids = [p for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return owners
+    for pid in pids:
+        fd_dir = f"/proc/{pid}/fd"
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError:
+            continue
+        inodes = []
+        for fd in fds:
+            try:
+                inode = socket_inode(os.readlink(f"{fd_dir}/{fd}"))
+            except OSError:
+                continue
+            if inode is not None:
+                inodes.append(inode)
+        if not inodes:
+            continue
+        name = (_read_text(f"/proc/{pid}/comm") or "").strip() or None
+        cgroup = _read_text(f"/proc/{pid}/cgroup")
+        for inode in inodes:
+            owners.setdefault(inode, {"pid": int(pid), "name": name, "cgroup": cgroup})
+    return owners
+
+
+def collect_listening() -> list[dict[str, object]]:
+    sockets: list[dict[str, object]] = []
+    for name, proto in (("tcp", "tcp"), ("tcp6", "tcp"), ("udp", "udp"), ("udp6", "udp")):
+        text = _read_text(f"/proc/net/{name}")
+        if text:
+            sockets.extend(parse_proc_net(text, proto))
+    return merge_listening(sockets, collect_socket_owners())
+
+
+def collect_pci() -> list[dict[str, str]]:
+    base = "/sys/bus/pci/devices"
+    devices = []
+    try:
+        slots = sorted(os.listdir(base))
+    except OSError:
+        return []
+    for slot in slots:
+        dev = {"slot": slot}
+        for attr in ("vendor", "device", "class"):
+            dev[attr] = (_read_text(f"{base}/{slot}/{attr}") or "").strip()
+        devices.append(dev)
+    return parse_pci_devices(devices)
+
+
+def collect_disk_free(paths: list[str]) -> dict[str, int]:
+    out = {}
+    for path in paths:
+        try:
+            st = os.statvfs(nearest_existing(path))
+            out[path] = st.f_bavail * st.f_frsize
+        except OSError:
+            out[path] = 0
+    return out
+
+
+def probe_peer(address: str, port: int, timeout: float) -> bool:
+    try:
+        with socket.create_connection((address, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def collect_peers(peers: list[str], port: int, timeout: float) -> dict[str, bool]:
+    if not peers:
+        return {}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(16, len(peers))) as pool:
+        results = pool.map(lambda a: (a, probe_peer(a, port, timeout)), peers)
+        return dict(results)
+
+
+def collect(probe_sudo: bool, peers: list[str], peer_port: int, peer_timeout: float) -> dict:
+    uname = os.uname()
+    os_release = parse_os_release(
+        _read_text("/etc/os-release") or _read_text("/usr/lib/os-release") or ""
+    )
+    is_root = os.geteuid() == 0
+    if is_root:
+        sudo_nopasswd = True
+    elif probe_sudo and _which("sudo"):
+        sudo_nopasswd = _run(["sudo", "-n", "true"], timeout=15)[0] == 0
+    else:
+        sudo_nopasswd = False
+
+    listening = collect_listening()
+    efi = os.path.isdir("/sys/firmware/efi")
+    secure_boot_data = _read(f"/sys/firmware/efi/efivars/{SECURE_BOOT_VAR}", "rb") if efi else None
+    nvidia_version_text = _read_text("/proc/driver/nvidia/version")
+    modules_text = _read_text("/proc/modules") or ""
+
+    containerd_conf = _read_text("/etc/containerd/config.toml")
+    marker_text = _read_text("/etc/gpustack/installed.json")
+    try:
+        marker = json.loads(marker_text) if marker_text else None
+    except ValueError:
+        marker = None
+    if marker is not None and not isinstance(marker, dict):
+        marker = None
+
+    systemctl = _which("systemctl")
+    kubelet_active = (
+        parse_systemctl_is_active(*_run([systemctl, "is-active", "kubelet"])) if systemctl else None
+    )
+    timedatectl = _which("timedatectl")
+    time_synced = (
+        parse_timedatectl(*_run([timedatectl, "show", "-p", "NTPSynchronized", "--value"]))
+        if timedatectl
+        else None
+    )
+    ip_forward = _read_text("/proc/sys/net/ipv4/ip_forward")
+
+    facts = {
+        "hostname": socket.gethostname(),
+        "os_id": os_release.get("ID", ""),
+        "os_version_id": os_release.get("VERSION_ID", ""),
+        "os_pretty": os_release.get("PRETTY_NAME", ""),
+        "arch": uname.machine,
+        "kernel": uname.release,
+        "cpus": os.cpu_count() or 0,
+        "mem_total_bytes": parse_meminfo_total(_read_text("/proc/meminfo") or "") or 0,
+        "disk_free_bytes": collect_disk_free(["/", "/var/lib"]),
+        "swap_active": parse_proc_swaps(_read_text("/proc/swaps") or ""),
+        "fstab_swap_lines": parse_fstab_swap(_read_text("/etc/fstab") or ""),
+        "listening": [{k: v for k, v in e.items() if not k.startswith("_")} for e in listening],
+        "nvidia_pci_devices": collect_pci(),
+        "nvidia_driver_version": parse_nvidia_version(nvidia_version_text)
+        if nvidia_version_text
+        else (_read_text("/sys/module/nvidia/version") or "").strip() or None,
+        "nvidia_smi": _which("nvidia-smi") is not None,
+        "nouveau_loaded": parse_modules_nouveau(modules_text)
+        or os.path.isdir("/sys/module/nouveau"),
+        "secure_boot": parse_secure_boot(efi, secure_boot_data),  # type: ignore[arg-type]
+        "kernel_headers": os.path.exists(f"/lib/modules/{uname.release}/build"),
+        "br_netfilter": os.path.exists("/proc/sys/net/bridge/bridge-nf-call-iptables"),
+        "overlay": "overlay" in parse_filesystems(_read_text("/proc/filesystems") or ""),
+        "ip_forward": ip_forward.strip() if ip_forward is not None else None,
+        "cgroup_v2": os.path.exists("/sys/fs/cgroup/cgroup.controllers"),
+        "kubernetes": {
+            "admin_conf": os.path.exists("/etc/kubernetes/admin.conf"),
+            "kubelet_conf": os.path.exists("/etc/kubernetes/kubelet.conf"),
+            "gpustack_marker": marker,
+            "kubeadm_path": _which("kubeadm"),
+            "kubelet_active": kubelet_active,
+        },
+        "containerd": {
+            "path": _which("containerd"),
+            "systemd_cgroup": parse_containerd_systemd_cgroup(containerd_conf)
+            if containerd_conf is not None
+            else None,
+        },
+        "sudo_nopasswd": sudo_nopasswd,
+        "is_root": is_root,
+        "time_synced": time_synced,
+        "peers": collect_peers(peers, peer_port, peer_timeout),
+        "node_exporter_on_9100": derive_node_exporter_on_9100(listening),
+        "python": platform.python_version(),
+    }
+    return facts
+
+
+def main() -> None:
+    from ansible.module_utils.basic import AnsibleModule
+
+    module = AnsibleModule(
+        argument_spec={
+            "probe_sudo": {"type": "bool", "default": False},
+            "peers": {"type": "list", "elements": "str", "default": []},
+            "peer_port": {"type": "int", "default": 22},
+            "peer_timeout": {"type": "float", "default": 3.0},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    facts = collect(p["probe_sudo"], p["peers"], p["peer_port"], p["peer_timeout"])
+    module.exit_json(changed=False, facts=facts)
+
+
+if __name__ == "__main__":
+    main()

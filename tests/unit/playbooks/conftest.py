@@ -1,0 +1,45 @@
+"""Shared helpers for the playbook tests: repository paths and loading files by path."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+PLAYBOOKS = REPO / "playbooks"
+FIXTURES = REPO / "tests" / "testbed" / "fixtures"
+DOUBLES = REPO / "tests" / "testbed" / "doubles"
+
+
+def load_path(name: str, path: Path) -> ModuleType:
+    """Import a Python file that is not on sys.path (a plugin, a module, a script)."""
+    loader = importlib.machinery.SourceFileLoader(name, str(path))
+    spec = importlib.util.spec_from_loader(name, loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def flannel_filter() -> ModuleType:
+    return load_path(
+        "gpustack_flannel_filter", PLAYBOOKS / "filter_plugins" / "gpustack_flannel.py"
+    )
+
+
+@pytest.fixture(scope="session")
+def containerd_filter() -> ModuleType:
+    return load_path(
+        "gpustack_containerd_filter", PLAYBOOKS / "filter_plugins" / "gpustack_containerd.py"
+    )
+
+
+@pytest.fixture(scope="session")
+def facts_module() -> ModuleType:
+    return load_path("gpustack_facts_module", PLAYBOOKS / "library" / "gpustack_facts.py")

@@ -1,0 +1,147 @@
+"""containerd_systemd_cgroup: a section-aware, minimal edit of containerd's config.toml."""
+
+from __future__ import annotations
+
+import difflib
+from types import ModuleType
+
+import pytest
+from conftest import FIXTURES
+
+V2 = (FIXTURES / "containerd-config-v2.toml").read_text()
+V3 = (FIXTURES / "containerd-config-v3.toml").read_text()
+
+NVIDIA_V2 = """
+        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]
+          runtime_type = "io.containerd.runc.v2"
+
+          [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]
+            BinaryName = "/usr/bin/nvidia-container-runtime"
+            SystemdCgroup = true
+"""
+
+
+def changed_lines(before: str, after: str) -> list[str]:
+    return [
+        line
+        for line in difflib.unified_diff(before.splitlines(), after.splitlines(), lineterm="", n=0)
+        if line[:1] in "+-" and not line.startswith(("+++", "---"))
+    ]
+
+
+def test_v2_false_becomes_true_and_nothing_else(containerd_filter: ModuleType) -> None:
+    out = containerd_filter.containerd_systemd_cgroup(V2)
+    assert changed_lines(V2, out) == [
+        "-            SystemdCgroup = false",
+        "+            SystemdCgroup = true",
+    ]
+    assert containerd_filter.systemd_cgroup_enabled(out) is True
+    assert containerd_filter.containerd_systemd_cgroup(out) == out
+
+
+def test_v3_key_added_under_the_runc_options_table(containerd_filter: ModuleType) -> None:
+    assert containerd_filter.systemd_cgroup_enabled(V3) is False
+    out = containerd_filter.containerd_systemd_cgroup(V3)
+    lines = out.splitlines()
+    header = lines.index(
+        "          [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]"
+    )
+    assert lines[header + 1] == "            SystemdCgroup = true"
+    assert len(changed_lines(V3, out)) == 1
+    assert containerd_filter.containerd_systemd_cgroup(out) == out
+
+
+def test_other_runtimes_are_not_touched(containerd_filter: ModuleType) -> None:
+    # nvidia's options (SystemdCgroup = true) come after runc's (false): a line-oriented
+    # "last match" edit would touch the wrong table
+    text = V2.replace(
+        '      [plugins."io.containerd.grpc.v1.cri".containerd.untrusted_workload_runtime]',
+        NVIDIA_V2.strip("\n")
+        + '\n\n      [plugins."io.containerd.grpc.v1.cri".containerd.untrusted_workload_runtime]',
+    )
+    assert containerd_filter.systemd_cgroup_enabled(text) is False
+    out = containerd_filter.containerd_systemd_cgroup(text)
+    assert changed_lines(text, out) == [
+        "-            SystemdCgroup = false",
+        "+            SystemdCgroup = true",
+    ]
+    assert out.count("SystemdCgroup = true") == 2
+
+
+def test_options_table_missing(containerd_filter: ModuleType) -> None:
+    start = V2.index(
+        '          [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]'
+    )
+    end = V2.index(
+        '      [plugins."io.containerd.grpc.v1.cri".containerd.untrusted_workload_runtime]'
+    )
+    text = V2[:start] + V2[end:]
+    assert "runc.options" not in text
+    out = containerd_filter.containerd_systemd_cgroup(text)
+    assert containerd_filter.systemd_cgroup_enabled(out) is True
+    # the table lands right after the runc table, before the next table
+    lines = out.splitlines()
+    i = lines.index(
+        '          [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]'
+    )
+    assert lines[i + 1] == "            SystemdCgroup = true"
+    assert "untrusted_workload_runtime" in "\n".join(lines[i + 2 :])
+    assert containerd_filter.containerd_systemd_cgroup(out) == out
+
+
+def test_runc_table_missing(containerd_filter: ModuleType) -> None:
+    text = (
+        'version = 2\n\n[plugins]\n  [plugins."io.containerd.grpc.v1.cri"]\n'
+        '    sandbox_image = "x"\n'
+    )
+    out = containerd_filter.containerd_systemd_cgroup(text)
+    assert out.startswith(text)
+    assert '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]' in out
+    assert 'runtime_type = "io.containerd.runc.v2"' in out
+    assert containerd_filter.systemd_cgroup_enabled(out) is True
+    assert containerd_filter.containerd_systemd_cgroup(out) == out
+
+
+def test_no_trailing_newline(containerd_filter: ModuleType) -> None:
+    out = containerd_filter.containerd_systemd_cgroup(V3.rstrip("\n"))
+    assert out.endswith("\n")
+    assert containerd_filter.systemd_cgroup_enabled(out) is True
+
+
+@pytest.mark.parametrize("text", ["", "root = '/x'\n", "version = 1\n[plugins.cri]\n"])
+def test_unsupported_versions_fail(containerd_filter: ModuleType, text: str) -> None:
+    with pytest.raises(Exception, match="not supported"):
+        containerd_filter.containerd_systemd_cgroup(text)
+
+
+def test_split_key(containerd_filter: ModuleType) -> None:
+    assert containerd_filter.split_key('plugins."io.containerd.grpc.v1.cri".containerd') == (
+        "plugins",
+        "io.containerd.grpc.v1.cri",
+        "containerd",
+    )
+    assert containerd_filter.split_key(" plugins . 'a.b' ") == ("plugins", "a.b")
+
+
+def test_agrees_with_the_facts_module(
+    containerd_filter: ModuleType, facts_module: ModuleType
+) -> None:
+    for text in (
+        V2,
+        V3,
+        containerd_filter.containerd_systemd_cgroup(V2),
+        containerd_filter.containerd_systemd_cgroup(V3),
+    ):
+        assert facts_module.parse_containerd_systemd_cgroup(
+            text
+        ) == containerd_filter.systemd_cgroup_enabled(text)
+
+
+def test_needs_default(containerd_filter: ModuleType) -> None:
+    stub = (FIXTURES / "containerd-config-debian12-stub.toml").read_text()
+    assert containerd_filter.needs_default(stub) is True  # Debian 12's stub: no runc table
+    assert containerd_filter.needs_default("") is True
+    assert containerd_filter.needs_default("root = '/x'\n") is True  # version 1
+    assert containerd_filter.needs_default(V2) is False
+    assert containerd_filter.needs_default(V3) is False  # runc table, key missing: edited
+    assert containerd_filter.needs_default(containerd_filter.containerd_systemd_cgroup(V3)) is False

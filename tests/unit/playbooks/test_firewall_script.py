@@ -1,0 +1,176 @@
+"""The templated /usr/local/sbin/gpustack-firewall, run for real in a throw-away network namespace.
+
+Each test runs inside `unshare --net` (an anonymous namespace that disappears with the
+process), so the machine's own firewall is never touched. Needs root and iptables; skipped
+otherwise. Both iptables backends (nft and legacy) are exercised when present.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import jinja2
+import pytest
+from conftest import PLAYBOOKS
+
+TEMPLATE = PLAYBOOKS / "roles" / "firewall" / "templates" / "gpustack-firewall.sh.j2"
+VARS = {
+    "ansible_managed": "Ansible managed",
+    "firewall_chain": "GPUSTACK-INPUT",
+    "firewall_node_address": "192.0.2.2",
+    "firewall_pod_cidr": "10.244.0.0/16",
+    "firewall_api_service_ip": "10.96.0.1",
+    "firewall_ipv4_node_addresses": ["192.0.2.2", "192.0.2.3"],
+    "firewall_node_tcp_ports": ["6443", "10250", "10257", "10259", "2379:2380"],
+    "firewall_vxlan_udp_port": 8472,
+    "firewall_tcp_nodeports": [30090, 30300],
+}
+# established + 2 pod->node + pod->service + 2 nodes x (5 tcp + 1 udp) + 2 nodeports + RETURN
+EXPECTED_RULES = 1 + 2 + 1 + 2 * 6 + 2 + 1
+
+
+def render(**overrides: object) -> str:
+    # Ansible's template module uses trim_blocks=True
+    env = jinja2.Environment(
+        trim_blocks=True, keep_trailing_newline=True, undefined=jinja2.StrictUndefined
+    )
+    return env.from_string(TEMPLATE.read_text()).render({**VARS, **overrides})
+
+
+def _can_unshare() -> bool:
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        return False
+    return (
+        subprocess.run(["unshare", "--net", "true"], capture_output=True, check=False).returncode
+        == 0
+    )
+
+
+BACKENDS = [
+    b
+    for b in ("nft", "legacy")
+    if shutil.which(f"iptables-{b}") and shutil.which(f"iptables-{b}-restore")
+]
+needs_netns = pytest.mark.skipif(
+    not _can_unshare() or not BACKENDS, reason="needs root, unshare and iptables"
+)
+
+
+def in_netns(script: Path, backend: str, body: str) -> subprocess.CompletedProcess[str]:
+    """Run a shell snippet in a fresh network namespace; $FW is the script, $IPT iptables."""
+    env = dict(
+        os.environ,
+        FW=str(script),
+        IPT=f"iptables-{backend}",
+        GPUSTACK_IPTABLES=f"iptables-{backend}",
+    )
+    return subprocess.run(
+        ["unshare", "--net", "sh", "-c", body],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.fixture
+def script(tmp_path: Path) -> Path:
+    path = tmp_path / "gpustack-firewall"
+    path.write_text(render())
+    path.chmod(0o755)
+    return path
+
+
+def test_renders_valid_sh(script: Path) -> None:
+    subprocess.run(["sh", "-n", str(script)], check=True)
+    text = script.read_text()
+    assert "dport 22 " not in text
+    assert text.count("-j RETURN") == 1
+
+
+def test_ipv6_node_address_is_left_out() -> None:
+    text = render(firewall_node_address="2001:db8::2")
+    assert "2001:db8::2" not in text
+    assert "-d 10.96.0.1" in text
+
+
+@needs_netns
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_apply_check_remove(script: Path, backend: str) -> None:
+    r = in_netns(
+        script,
+        backend,
+        """
+        set -e
+        $IPT -P INPUT DROP
+        $IPT -A INPUT -p tcp --dport 22 -j ACCEPT
+        $IPT -A INPUT -s 198.51.100.7 -j ACCEPT
+        before=$($IPT -S INPUT)
+        if $FW check; then echo "check passed before apply"; exit 1; fi
+        $FW apply
+        $FW check
+        $FW apply                      # idempotent
+        $FW check
+        echo "== INPUT"; $IPT -S INPUT
+        echo "== CHAIN"; $IPT -S GPUSTACK-INPUT
+        $FW remove
+        $FW remove                     # idempotent
+        after=$($IPT -S INPUT)
+        [ "$before" = "$after" ] || { echo "INPUT changed: $after"; exit 1; }
+        if $IPT -n -L GPUSTACK-INPUT >/dev/null 2>&1; then echo "chain left behind"; exit 1; fi
+        echo done
+    """,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    input_rules = r.stdout.split("== INPUT\n")[1].split("== CHAIN\n")[0].splitlines()
+    assert input_rules == [
+        "-P INPUT DROP",
+        "-A INPUT -j GPUSTACK-INPUT",
+        "-A INPUT -p tcp -m tcp --dport 22 -j ACCEPT",
+        "-A INPUT -s 198.51.100.7/32 -j ACCEPT",
+    ]
+    chain = r.stdout.split("== CHAIN\n")[1].split("done")[0].splitlines()
+    assert chain[0] == "-N GPUSTACK-INPUT"
+    assert len(chain) - 1 == EXPECTED_RULES
+    assert chain[-1] == "-A GPUSTACK-INPUT -j RETURN"
+    assert not any("--dport 22 " in line for line in chain)
+
+
+@needs_netns
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_drift_is_detected_and_repaired(script: Path, backend: str) -> None:
+    r = in_netns(
+        script,
+        backend,
+        """
+        set -e
+        $IPT -A INPUT -p tcp --dport 22 -j ACCEPT
+        $FW apply
+        repaired() { if $FW check; then exit "$1"; fi; $FW apply; $FW check; }
+        $IPT -D GPUSTACK-INPUT 3;                          repaired 11
+        $IPT -A GPUSTACK-INPUT -p tcp --dport 1 -j ACCEPT; repaired 12
+        $IPT -I INPUT 1 -s 198.51.100.9 -j ACCEPT;         repaired 13
+        $IPT -A INPUT -j GPUSTACK-INPUT;                   repaired 14
+        $IPT -D INPUT -j GPUSTACK-INPUT;                   repaired 15
+        [ "$($IPT -S INPUT | grep -c -- '-j GPUSTACK-INPUT')" = 1 ]
+        $IPT -S INPUT
+    """,
+    )
+    assert r.returncode == 0, f"rc={r.returncode}\n{r.stdout}{r.stderr}"
+    lines = [line for line in r.stdout.splitlines() if line.startswith(("-P", "-A"))]
+    assert lines == [
+        "-P INPUT ACCEPT",
+        "-A INPUT -j GPUSTACK-INPUT",
+        "-A INPUT -s 198.51.100.9/32 -j ACCEPT",
+        "-A INPUT -p tcp -m tcp --dport 22 -j ACCEPT",
+    ]
+
+
+def test_usage(script: Path) -> None:
+    r = subprocess.run([str(script), "bogus"], capture_output=True, text=True, check=False)
+    assert r.returncode == 2
+    assert "usage" in r.stderr

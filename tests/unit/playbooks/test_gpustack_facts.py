@@ -1,0 +1,350 @@
+"""Pure parsing functions of the gpustack_facts preflight module, and one real collection."""
+
+from __future__ import annotations
+
+import json
+from types import ModuleType
+
+import pytest
+from conftest import FIXTURES
+
+TCP = """\
+  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0100007F:0CEA 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 \
+21455 1 0000000000000000 100 0 0 10 0
+   1: 00000000:0016 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 \
+18334 1 0000000000000000 100 0 0 10 0
+   2: 0202000A:0016 0101000A:D3A4 01 00000000:00000000 02:0009B2DE 00000000     0        0 \
+35001 4 0000000000000000 20 4 31 10 -1
+   3: 00000000:238C 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 \
+40000 1 0000000000000000 100 0 0 10 0
+"""
+TCP6 = """\
+  sl  local_address                         remote_address                        st tx_queue \
+rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 00000000000000000000000000000000:0016 00000000000000000000000000000000:0000 0A \
+00000000:00000000 00:00000000 00000000     0        0 18336 1 0000000000000000 100 0 0 10 0
+   1: 00000000000000000000000001000000:0CEA 00000000000000000000000000000000:0000 0A \
+00000000:00000000 00:00000000 00000000     0        0 18337 1 0000000000000000 100 0 0 10 0
+"""
+UDP = """\
+   sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout \
+inode ref pointer drops
+  123: 3500007F:0035 00000000:0000 07 00000000:00000000 00:00000000 00000000   102        0 \
+17897 2 0000000000000000 0
+ 4567: 00000000:2118 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 \
+17900 2 0000000000000000 0
+ 4568: 0202000A:9C40 08080808:0035 01 00000000:00000000 00:00000000 00000000  1000        0 \
+17901 2 0000000000000000 0
+"""
+
+SCHEMA_KEYS = {
+    "hostname",
+    "os_id",
+    "os_version_id",
+    "os_pretty",
+    "arch",
+    "kernel",
+    "cpus",
+    "mem_total_bytes",
+    "disk_free_bytes",
+    "swap_active",
+    "fstab_swap_lines",
+    "listening",
+    "nvidia_pci_devices",
+    "nvidia_driver_version",
+    "nvidia_smi",
+    "nouveau_loaded",
+    "secure_boot",
+    "kernel_headers",
+    "br_netfilter",
+    "overlay",
+    "ip_forward",
+    "cgroup_v2",
+    "kubernetes",
+    "containerd",
+    "sudo_nopasswd",
+    "is_root",
+    "time_synced",
+    "peers",
+    "node_exporter_on_9100",
+    "python",
+}
+
+
+def test_os_release_ubuntu(facts_module: ModuleType) -> None:
+    text = (
+        'PRETTY_NAME="Ubuntu 22.04.4 LTS"\nNAME="Ubuntu"\nVERSION_ID="22.04"\n'
+        'VERSION="22.04.4 LTS (Jammy Jellyfish)"\nID=ubuntu\nID_LIKE=debian\n# comment\n\n'
+    )
+    out = facts_module.parse_os_release(text)
+    assert (out["ID"], out["VERSION_ID"], out["PRETTY_NAME"]) == (
+        "ubuntu",
+        "22.04",
+        "Ubuntu 22.04.4 LTS",
+    )
+
+
+def test_os_release_debian(facts_module: ModuleType) -> None:
+    text = (
+        'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nNAME="Debian GNU/Linux"\n'
+        'VERSION_ID="12"\nID=debian\nHOME_URL="https://www.debian.org/"\nQUOTED=\'single\'\n'
+        'ESCAPED="a \\"b\\""\n'
+    )
+    out = facts_module.parse_os_release(text)
+    assert (out["ID"], out["VERSION_ID"]) == ("debian", "12")
+    assert out["QUOTED"] == "single"
+    assert out["ESCAPED"] == 'a "b"'
+
+
+@pytest.mark.parametrize(
+    ("value", "byteorder", "expected"),
+    [
+        ("0100007F:0CEA", "little", ("127.0.0.1", 3306)),
+        ("00000000:0016", "little", ("0.0.0.0", 22)),
+        ("7F000001:0050", "big", ("127.0.0.1", 80)),
+        ("00000000000000000000000001000000:0CEA", "little", ("::1", 3306)),
+        ("00000000000000000000000000000000:1A0A", "little", ("::", 6666)),
+        ("0000000000000000FFFF00000202000A:01BB", "little", ("::ffff:10.0.2.2", 443)),
+    ],
+)
+def test_decode_proc_net_address(
+    facts_module: ModuleType, value: str, byteorder: str, expected: tuple[str, int]
+) -> None:
+    assert facts_module.decode_proc_net_address(value, byteorder) == expected
+
+
+def test_proc_net_tcp_listeners_only(facts_module: ModuleType) -> None:
+    out = facts_module.parse_proc_net(TCP, "tcp", "little")
+    assert [(e["address"], e["port"], e["inode"]) for e in out] == [
+        ("127.0.0.1", 3306, 21455),
+        ("0.0.0.0", 22, 18334),
+        ("0.0.0.0", 9100, 40000),
+    ]
+    out6 = facts_module.parse_proc_net(TCP6, "tcp", "little")
+    assert [(e["address"], e["port"]) for e in out6] == [("::", 22), ("::1", 3306)]
+
+
+def test_proc_net_udp_bound_unconnected(facts_module: ModuleType) -> None:
+    out = facts_module.parse_proc_net(UDP, "udp", "little")
+    assert [(e["proto"], e["address"], e["port"]) for e in out] == [
+        ("udp", "127.0.0.53", 53),
+        ("udp", "0.0.0.0", 8472),
+    ]
+
+
+def test_proc_net_ignores_garbage(facts_module: ModuleType) -> None:
+    assert facts_module.parse_proc_net("header\nnot a socket line\n", "tcp") == []
+
+
+def test_socket_inode(facts_module: ModuleType) -> None:
+    assert facts_module.socket_inode("socket:[12345]") == 12345
+    assert facts_module.socket_inode("pipe:[12345]") is None
+    assert facts_module.socket_inode("/dev/null") is None
+
+
+def test_merge_listening_and_node_exporter(facts_module: ModuleType) -> None:
+    sockets = facts_module.parse_proc_net(TCP, "tcp", "little") + facts_module.parse_proc_net(
+        TCP6, "tcp", "little"
+    )
+    host_owner = {
+        40000: {
+            "pid": 10,
+            "name": "node_exporter",
+            "cgroup": "0::/system.slice/node_exporter.service\n",
+        }
+    }
+    merged = facts_module.merge_listening(sockets, host_owner)
+    assert [(e["address"], e["port"]) for e in merged] == [
+        ("0.0.0.0", 22),
+        ("::", 22),
+        ("127.0.0.1", 3306),
+        ("::1", 3306),
+        ("0.0.0.0", 9100),
+    ]
+    assert merged[-1]["process"] == "node_exporter"
+    assert facts_module.derive_node_exporter_on_9100(merged) is True
+
+    pod_owner = {
+        40000: {
+            "pid": 11,
+            "name": "node_exporter",
+            "cgroup": "0::/kubepods.slice/kubepods-burstable.slice/cri-containerd-1.scope\n",
+        }
+    }
+    assert (
+        facts_module.derive_node_exporter_on_9100(facts_module.merge_listening(sockets, pod_owner))
+        is False
+    )
+    # owner unknown (no root): counted as a host listener
+    assert (
+        facts_module.derive_node_exporter_on_9100(facts_module.merge_listening(sockets, {})) is True
+    )
+    assert (
+        facts_module.derive_node_exporter_on_9100(facts_module.merge_listening(sockets[:2], {}))
+        is False
+    )
+
+
+def test_merge_listening_dedupes(facts_module: ModuleType) -> None:
+    dup = [
+        {"proto": "tcp", "address": "0.0.0.0", "port": 80, "inode": 1},
+        {"proto": "tcp", "address": "0.0.0.0", "port": 80, "inode": 2},
+    ]
+    merged = facts_module.merge_listening(dup, {2: {"pid": 5, "name": "nginx", "cgroup": ""}})
+    assert len(merged) == 1
+    assert merged[0]["process"] == "nginx"
+
+
+def test_proc_swaps(facts_module: ModuleType) -> None:
+    text = (
+        "Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n"
+        "/dev/sda2                               partition\t2097148\t\t0\t\t-2\n"
+        "/swap\\040file                           file\t\t1048572\t\t512\t\t-3\n"
+    )
+    assert facts_module.parse_proc_swaps(text) == [
+        {"device": "/dev/sda2", "size_bytes": 2097148 * 1024},
+        {"device": "/swap file", "size_bytes": 1048572 * 1024},
+    ]
+    assert facts_module.parse_proc_swaps("Filename\tType\tSize\tUsed\tPriority\n") == []
+
+
+def test_fstab_swap(facts_module: ModuleType) -> None:
+    text = (
+        "# /etc/fstab: static file system information.\n"
+        "UUID=1111 /               ext4    errors=remount-ro 0       1\n"
+        "UUID=2222 none            swap    sw              0       0\n"
+        "#/swapfile none swap sw 0 0\n"
+        "  /swap.img\tnone\tswap\tsw\t0\t0\n"
+        "tmpfs /tmp tmpfs defaults,swapfoo 0 0\n"
+    )
+    assert facts_module.parse_fstab_swap(text) == [
+        "UUID=2222 none            swap    sw              0       0",
+        "/swap.img\tnone\tswap\tsw\t0\t0",
+    ]
+
+
+def test_filesystems(facts_module: ModuleType) -> None:
+    text = "nodev\tsysfs\nnodev\ttmpfs\n\text4\nnodev\toverlay\n"
+    assert {"overlay", "ext4", "sysfs"} <= facts_module.parse_filesystems(text)
+    assert "overlay" not in facts_module.parse_filesystems("nodev\toverlayfs\n")
+
+
+def test_meminfo(facts_module: ModuleType) -> None:
+    assert (
+        facts_module.parse_meminfo_total("MemTotal:       16318480 kB\nMemFree: 1 kB\n")
+        == 16318480 * 1024
+    )
+    assert facts_module.parse_meminfo_total("nothing\n") is None
+
+
+@pytest.mark.parametrize(
+    ("efi", "data", "expected"),
+    [
+        (False, None, "not-efi"),
+        (True, b"\x06\x00\x00\x00\x01", "enabled"),
+        (True, b"\x06\x00\x00\x00\x00", "disabled"),
+        (True, None, "unknown"),
+        (True, b"\x06\x00", "unknown"),
+        (True, b"\x06\x00\x00\x00\x07", "unknown"),
+    ],
+)
+def test_secure_boot(
+    facts_module: ModuleType, efi: bool, data: bytes | None, expected: str
+) -> None:
+    assert facts_module.parse_secure_boot(efi, data) == expected
+
+
+def test_nvidia_version(facts_module: ModuleType) -> None:
+    text = (
+        "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.14  Thu Feb 22 01:44:30 UTC 2024\n"
+        "GCC version:  gcc version 12.3.0 (Ubuntu 12.3.0-1ubuntu1~22.04)\n"
+    )
+    assert facts_module.parse_nvidia_version(text) == "550.54.14"
+    open_text = (
+        "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.86.15  Release Build\n"
+    )
+    assert facts_module.parse_nvidia_version(open_text) == "570.86.15"
+    assert facts_module.parse_nvidia_version("garbage") is None
+
+
+def test_pci_devices(facts_module: ModuleType) -> None:
+    devices = [
+        {"slot": "0000:3b:00.0", "vendor": "0x10de\n", "device": "0x20b0\n", "class": "0x030200\n"},
+        {
+            "slot": "0000:3b:00.1",
+            "vendor": "0x10de",
+            "device": "0x1aeb",
+            "class": "0x040300",
+        },  # audio
+        {"slot": "0000:00:02.0", "vendor": "0x8086", "device": "0x3e92", "class": "0x030000"},
+        {"slot": "0000:1a:00.0", "vendor": "0x10DE", "device": "0x2330", "class": "0x030200"},
+    ]
+    assert facts_module.parse_pci_devices(devices) == [
+        {"slot": "0000:1a:00.0", "device_id": "0x2330", "class": "0x030200"},
+        {"slot": "0000:3b:00.0", "device_id": "0x20b0", "class": "0x030200"},
+    ]
+
+
+def test_nouveau(facts_module: ModuleType) -> None:
+    assert facts_module.parse_modules_nouveau("nouveau 2400000 0 - Live 0x0\nvideo 1 1 nouveau\n")
+    assert not facts_module.parse_modules_nouveau("video 1 1 nouveau, Live\n")
+
+
+def test_containerd_config(facts_module: ModuleType) -> None:
+    v2 = (FIXTURES / "containerd-config-v2.toml").read_text()
+    v3 = (FIXTURES / "containerd-config-v3.toml").read_text()
+    assert facts_module.parse_containerd_systemd_cgroup(v2) is False
+    assert (
+        facts_module.parse_containerd_systemd_cgroup(
+            v2.replace("SystemdCgroup = false", "SystemdCgroup = true")
+        )
+        is True
+    )
+    assert facts_module.parse_containerd_systemd_cgroup(v3) is False
+    assert facts_module.parse_containerd_systemd_cgroup("") is None
+    assert (
+        facts_module.parse_containerd_systemd_cgroup(
+            "root = '/x'\n[plugins.cri]\n  SystemdCgroup = true\n"
+        )
+        is None
+    )
+
+
+def test_systemctl_and_timedatectl(facts_module: ModuleType) -> None:
+    assert facts_module.parse_systemctl_is_active(0, "active\n") is True
+    assert facts_module.parse_systemctl_is_active(3, "inactive\n") is False
+    assert (
+        facts_module.parse_systemctl_is_active(1, "System has not been booted with systemd\n")
+        is None
+    )
+    assert facts_module.parse_timedatectl(0, "yes\n") is True
+    assert facts_module.parse_timedatectl(0, "no\n") is False
+    assert facts_module.parse_timedatectl(1, "") is None
+
+
+def test_nearest_existing(facts_module: ModuleType) -> None:
+    existing = {"/", "/var"}
+    assert facts_module.nearest_existing("/var/lib/containerd", existing.__contains__) == "/var"
+    assert facts_module.nearest_existing("/nope", existing.__contains__) == "/"
+
+
+def test_collect_on_this_machine(facts_module: ModuleType) -> None:
+    facts = facts_module.collect(
+        probe_sudo=False, peers=["127.0.0.1", "192.0.2.254"], peer_port=9, peer_timeout=0.5
+    )
+    assert set(facts) == SCHEMA_KEYS
+    json.dumps(facts)  # serialisable
+    assert set(facts["disk_free_bytes"]) == {"/", "/var/lib"}
+    assert set(facts["kubernetes"]) == {
+        "admin_conf",
+        "kubelet_conf",
+        "gpustack_marker",
+        "kubeadm_path",
+        "kubelet_active",
+    }
+    assert set(facts["containerd"]) == {"path", "systemd_cgroup"}
+    assert set(facts["peers"]) == {"127.0.0.1", "192.0.2.254"}
+    assert all(isinstance(v, bool) for v in facts["peers"].values())
+    assert all(set(e) == {"proto", "address", "port", "process"} for e in facts["listening"])
+    assert isinstance(facts["cpus"], int) and facts["cpus"] > 0

@@ -1,0 +1,178 @@
+"""Shape of site.yml/preflight.yml, the Python <-> playbook variable contract, syntax and lint."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import PLAYBOOKS, REPO
+from test_gpustack_facts import SCHEMA_KEYS
+
+from gpustack.config.model import Config, Node
+from gpustack.render.ansible import extravars, inventory
+
+STAGES = [
+    ("os", "all", "os_prep"),
+    ("firewall", "all", "firewall"),
+    ("containerd", "all", "containerd"),
+    ("kubernetes", "all", "kubernetes_packages"),
+    ("control-plane", "control_plane", "control_plane"),
+    ("workers", "workers", "worker_join"),
+    ("network", "control_plane", "flannel"),
+    ("helm", "control_plane", "helm"),
+]
+# names in playbooks/ that look like variables but are not (the preflight module)
+NOT_VARIABLES = {"gpustack_facts"}
+
+
+def sample_config() -> Config:
+    return Config(
+        nodes=[
+            Node(name="cp1", address="10.10.0.2", role="control-plane"),
+            Node(name="w1", address="10.10.0.3", user="ubuntu"),
+        ]
+    )
+
+
+@pytest.fixture(scope="module")
+def sample_inputs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    d = tmp_path_factory.mktemp("inputs")
+    cfg = sample_config()
+    (d / "hosts.yml").write_text(yaml.safe_dump(inventory(cfg)))
+    ev = extravars(cfg, kubeconfig_dest=d / "kubeconfig", facts_dir=d / "facts")
+    (d / "extravars.json").write_text(json.dumps(ev))
+    return d, d / "hosts.yml", d / "extravars.json"
+
+
+def test_site_has_one_play_per_stage_in_order() -> None:
+    plays = yaml.safe_load((PLAYBOOKS / "site.yml").read_text())
+    assert [(p["name"], p["hosts"], p["roles"][0]["role"]) for p in plays] == STAGES
+    for play in plays:
+        assert play["tags"] == [play["name"]]
+        assert play["become"] is True
+        assert len(play["roles"]) == 1
+
+
+def test_preflight_play() -> None:
+    plays = yaml.safe_load((PLAYBOOKS / "preflight.yml").read_text())
+    assert [p["name"] for p in plays] == ["preflight"]
+    assert plays[0]["gather_facts"] is False
+
+
+@pytest.mark.parametrize("role", [s[2] for s in STAGES])
+def test_role_layout(role: str) -> None:
+    base = PLAYBOOKS / "roles" / role
+    assert (base / "tasks" / "main.yml").is_file()
+    assert (base / "meta" / "main.yml").is_file()
+    defaults = yaml.safe_load((base / "defaults" / "main.yml").read_text()) or {}
+    assert all(k.startswith(role + "_") for k in defaults), "role defaults carry the role prefix"
+
+
+def test_every_gpustack_variable_comes_from_python() -> None:
+    cfg = sample_config()
+    provided = set(extravars(cfg, kubeconfig_dest=Path("/k"), facts_dir=Path("/f")))
+    for host in inventory(cfg)["all"]["children"]["control_plane"]["hosts"].values():
+        provided |= set(host)
+    used: dict[str, set[str]] = {}
+    for path in PLAYBOOKS.rglob("*"):
+        if path.suffix in (".yml", ".yaml", ".j2") and path.is_file():
+            for name in re.findall(r"\bgpustack_[a-z0-9_]+", path.read_text()):
+                used.setdefault(name, set()).add(str(path.relative_to(PLAYBOOKS)))
+    unknown = {k: sorted(v) for k, v in used.items() if k not in provided | NOT_VARIABLES}
+    assert not unknown, f"variables the playbooks read but Python never sets: {unknown}"
+
+
+def test_facts_dir_extravar_is_optional() -> None:
+    cfg = sample_config()
+    assert "gpustack_facts_dir" not in extravars(cfg, kubeconfig_dest=Path("/k"))
+    assert (
+        extravars(cfg, kubeconfig_dest=Path("/k"), facts_dir=Path("/f"))["gpustack_facts_dir"]
+        == "/f"
+    )
+
+
+needs_ansible = pytest.mark.skipif(
+    not shutil.which("ansible-playbook"), reason="needs ansible-playbook"
+)
+
+
+@needs_ansible
+@pytest.mark.parametrize("playbook", ["site.yml", "preflight.yml"])
+def test_syntax_check(sample_inputs: tuple[Path, Path, Path], playbook: str) -> None:
+    _, hosts, ev = sample_inputs
+    r = subprocess.run(
+        [
+            "ansible-playbook",
+            "-i",
+            str(hosts),
+            "-e",
+            f"@{ev}",
+            "--syntax-check",
+            str(PLAYBOOKS / playbook),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+@needs_ansible
+@pytest.mark.skipif(not Path("/usr/bin/python3").exists(), reason="needs /usr/bin/python3")
+def test_preflight_runs_read_only_on_this_machine(tmp_path: Path) -> None:
+    inv = {
+        "all": {
+            "hosts": {
+                "me": {
+                    "ansible_connection": "local",
+                    "ansible_python_interpreter": "/usr/bin/python3",
+                    "ansible_become": False,
+                    "gpustack_node_address": "127.0.0.1",
+                }
+            }
+        }
+    }
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inv))
+    ev = {
+        "gpustack_facts_dir": str(tmp_path / "facts"),
+        "gpustack_node_addresses": ["127.0.0.1", "127.0.0.2"],
+    }
+    r = subprocess.run(
+        [
+            "ansible-playbook",
+            "-i",
+            str(tmp_path / "hosts.yml"),
+            "-e",
+            json.dumps(ev),
+            str(PLAYBOOKS / "preflight.yml"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+        env=dict(os.environ, ANSIBLE_NOCOLOR="1"),
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    facts = json.loads((tmp_path / "facts" / "me.json").read_text())
+    assert set(facts) == SCHEMA_KEYS
+    assert set(facts["peers"]) == {"127.0.0.2"}
+    assert oct((tmp_path / "facts" / "me.json").stat().st_mode & 0o777) == "0o600"
+
+
+@pytest.mark.skipif(not shutil.which("ansible-lint"), reason="needs ansible-lint")
+def test_ansible_lint_production() -> None:
+    r = subprocess.run(
+        ["ansible-lint", "--profile", "production", "--nocolor", "playbooks/"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
