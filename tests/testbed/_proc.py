@@ -30,6 +30,7 @@ def run(
     check: bool = True,
     input_text: str | None = None,
     env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run ``cmd`` with a timeout, capturing text output.
 
@@ -44,6 +45,7 @@ def run(
             text=True,
             timeout=timeout,
             env=dict(env) if env is not None else None,
+            cwd=cwd,
             stdin=subprocess.DEVNULL if input_text is None else None,
             check=False,
         )
@@ -99,3 +101,24 @@ def file_lock(path: Path, *, shared: bool = False, timeout: float = 1800.0) -> I
         yield
     finally:
         os.close(fd)  # closing the descriptor releases the lock
+
+
+def run_parallel(cmds: Sequence[Sequence[str]], *, timeout: float) -> None:
+    """Run independent commands at the same time; raise if any fails or the deadline passes."""
+    procs = [
+        subprocess.Popen(list(c), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for c in cmds
+    ]
+    deadline = time.monotonic() + timeout
+    failures = []
+    for cmd, proc in zip(cmds, procs, strict=True):
+        try:
+            _, err = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            for other in procs:
+                other.kill()
+            raise TestbedError(f"timed out after {timeout:.0f}s: {' '.join(cmd)}") from None
+        if proc.returncode != 0:
+            failures.append(f"{' '.join(cmd)} (rc={proc.returncode}): {err[-2000:]}")
+    if failures:
+        raise TestbedError("commands failed:\n" + "\n".join(failures))

@@ -1,9 +1,11 @@
 """Boot real Debian 12 test hosts as ``systemd-nspawn`` containers on one bridge.
 
-Each host is a private copy of the cached root (``cp -a --reflink=auto``, about 1 s) with its
-own SSH host keys, machine id, hostname and authorized keys, booted by systemd-nspawn in its
-own network namespace ``gs-<name>`` that is wired to the bridge of :mod:`.network`. Tests and
-Ansible reach the hosts over real SSH with strict host key checking.
+Each host's root is an overlay mount (the cached root read-only below, a private upper layer
+on top; instant) or, with ``root_mode="copy"``, a full copy (``cp -a --reflink=auto``, 1-10 s
+depending on disk load). Either way it gets its own SSH host keys, machine id, hostname and
+authorized keys, and is booted by systemd-nspawn in its own network namespace ``gs-<name>``
+wired to the bridge of :mod:`.network`. Tests and Ansible reach the hosts over real SSH with
+strict host key checking.
 
 Usage::
 
@@ -18,11 +20,14 @@ Files written under ``workdir``::
     known_hosts.empty-N         empty files for tests of unknown-host-key handling
     hosts/<name>/console.log    the host's console (systemd boot messages, nspawn errors)
     hosts/<name>/root/          the host's root file system (removed on close)
+    hosts/<name>/upper, work/   overlay layers (overlay mode; removed on close)
+    hosts/<name>/containerd/    bind-mounted as /var/lib/containerd (overlay mode)
 """
 
 from __future__ import annotations
 
 import atexit
+import base64
 import contextlib
 import os
 import re
@@ -37,11 +42,13 @@ from pathlib import Path, PurePosixPath
 from types import TracebackType
 
 from . import network
-from ._proc import TestbedError, run, wait_for
+from ._proc import TestbedError, file_lock, run, run_parallel, wait_for
 from .network import BRIDGE, BRIDGE_ADDRESS, SUBNET, TestbedNetwork, netns_name, netns_path
 from .rootfs import ensure_rootfs
 
 PrepareHook = Callable[[Path], None]
+#: Paths that a booted host keeps on its own mounts (tmpfs, procfs ...), not in its root dir.
+PRIVATE_MOUNTS = ("/tmp", "/run", "/dev", "/proc", "/sys", "/var/lib/containerd")
 _NAME_RE = re.compile(rf"^[a-z][a-z0-9-]{{0,{network.MAX_NAME - 1}}}$")
 SSH_OPTIONS: tuple[str, ...] = (
     "-o", "BatchMode=yes",
@@ -117,7 +124,9 @@ class Host:
                     return pid
         raise TestbedError(f"host {self.name} has no running init")
 
-    def console_run(self, cmd: str, *, timeout: float = 60.0, check: bool = False) -> subprocess.CompletedProcess[str]:
+    def console_run(
+        self, cmd: str, *, timeout: float = 60.0, check: bool = False, input_text: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
         """Run a shell command as root inside the host with ``nsenter`` (works without sshd)."""
         pid = str(self.init_pid())
         enter = ["nsenter", "-t", pid, "-m", "-u", "-i", "-n", "-p", "-C", "-r", "-w"]
@@ -125,6 +134,7 @@ class Host:
             [*enter, "/bin/sh", "-c", cmd],
             timeout=timeout,
             check=check,
+            input_text=input_text,
             env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"},
         )
 
@@ -139,20 +149,45 @@ class Host:
     # --- files ------------------------------------------------------------------------------
 
     def path(self, inside: str) -> Path:
-        """Outer-machine path of ``inside`` (symlinks resolved within the host root)."""
+        """Outer-machine path of ``inside`` (symlinks resolved within the host root).
+
+        Only meaningful for files on the root file system: while the host runs, the paths in
+        :data:`PRIVATE_MOUNTS` are mounts of its own that the outer root directory does not see.
+        """
         return resolve_in_root(self.root, inside)
 
     def write_file(self, inside: str, content: str | bytes, mode: int = 0o644) -> None:
-        """Write a file inside the host through its root directory (creating parents)."""
+        """Write a file inside the host (creating parents), owned by root.
+
+        Goes through the root directory, or through ``nsenter`` for paths on the host's own
+        mounts (/tmp, /run, ...) while it runs.
+        """
+        data = content.encode() if isinstance(content, str) else content
+        if self._on_private_mount(inside):
+            quoted = shlex.quote(inside)
+            self.console_run(
+                f'mkdir -p "$(dirname {quoted})" && base64 -d > {quoted} && chmod {mode:o} {quoted}',
+                check=True,
+                input_text=base64.b64encode(data).decode(),
+            )
+            return
         target = self.path(inside)
         target.parent.mkdir(parents=True, exist_ok=True)
-        data = content.encode() if isinstance(content, str) else content
         target.write_bytes(data)
         target.chmod(mode)
 
     def read_file(self, inside: str) -> str:
-        """Read a text file of the host through its root directory."""
+        """Read a text file of the host (root directory, or ``nsenter`` for /tmp, /run ...)."""
+        if self._on_private_mount(inside):
+            return self.console_run(f"cat {shlex.quote(inside)}", check=True).stdout
         return self.path(inside).read_text()
+
+    def _on_private_mount(self, inside: str) -> bool:
+        """True for paths the running host keeps on mounts the outer root dir does not show."""
+        path = PurePosixPath("/", inside)
+        return self.is_running() and any(
+            path == PurePosixPath(m) or PurePosixPath(m) in path.parents for m in PRIVATE_MOUNTS
+        )
 
     def is_running(self) -> bool:
         """True while the host's systemd-nspawn process is alive."""
@@ -205,6 +240,7 @@ class Testbed:
         rootfs: Path | None = None,
         boot_timeout: float = 120.0,
         default_route: bool = True,
+        root_mode: str = "overlay",
     ) -> None:
         bad = [n for n in names if not _NAME_RE.match(n)]
         if bad or len(set(names)) != len(names) or not names:
@@ -216,12 +252,16 @@ class Testbed:
         self._rootfs = rootfs
         self.boot_timeout = boot_timeout
         self.default_route = default_route
+        if root_mode not in ("overlay", "copy"):
+            raise ValueError(f"root_mode must be 'overlay' or 'copy', not {root_mode!r}")
+        self.root_mode = root_mode
         self.hosts: list[Host] = []
         self.log_path = self.workdir / "testbed.log"
         self.ssh_key = self.workdir / "id_ed25519"
         self.known_hosts = self.workdir / "known_hosts"
         self._empty_counter = 0
         self._network_held = False
+        self._locks = contextlib.ExitStack()
         self._closed = False
 
     # --- public ----------------------------------------------------------------------------
@@ -265,11 +305,13 @@ class Testbed:
         rootfs = self._rootfs or ensure_rootfs()
         started = time.monotonic()
         try:
+            # Shared lock: a rebuild of the root (exclusive lock) waits until our hosts,
+            # whose overlays sit on it, are gone.
+            self._locks.enter_context(file_lock(rootfs.with_name(rootfs.name + ".lock"), shared=True, timeout=600))
             TestbedNetwork.acquire()
             self._network_held = True
             self._make_client_key()
-            for name in self.names:
-                self.hosts.append(self._create_host(name, rootfs))
+            self._create_hosts(rootfs)
             self._write_hosts_files()
             self._write_known_hosts()
             for host in self.hosts:
@@ -297,11 +339,17 @@ class Testbed:
             if host.is_running() and host.nspawn is not None:
                 with contextlib.suppress(ProcessLookupError):
                     host.nspawn.send_signal(signal.SIGTERM)  # nspawn powers the container off
-        for host in self.hosts:
-            self._teardown_host(host)
-        if self._network_held:
-            self._network_held = False
-            TestbedNetwork.release()
+        try:
+            for host in self.hosts:
+                try:
+                    self._teardown_host(host)
+                except Exception as exc:  # keep tearing the others down
+                    self.log(f"{host.name}: teardown error: {exc}")
+        finally:
+            if self._network_held:
+                self._network_held = False
+                TestbedNetwork.release()
+            self._locks.close()
 
     def log(self, message: str) -> None:
         """Append a timestamped line to ``testbed.log``."""
@@ -318,8 +366,25 @@ class Testbed:
                 timeout=30,
             )
 
-    def _create_host(self, name: str, rootfs: Path) -> Host:
-        """Copy the root and write the host-specific files into it."""
+    def _create_hosts(self, rootfs: Path) -> None:
+        """Give every host its own root (overlay or copy) and personalise each one."""
+        started = time.monotonic()
+        for name in self.names:
+            self.hosts.append(self._new_host(name))
+        if self.root_mode == "copy":
+            cmds = [["cp", "-a", "--reflink=auto", str(rootfs), str(h.root)] for h in self.hosts]
+            run_parallel(cmds, timeout=300)
+        else:
+            for host in self.hosts:
+                _mount_overlay(rootfs, host.root.parent)
+        for host in self.hosts:
+            self._personalise(host)
+        keygens = [["ssh-keygen", "-A", "-f", str(h.root)] for h in self.hosts]
+        run_parallel(keygens, timeout=120)  # fresh host keys: every host its own
+        self.log(f"{self.root_mode} roots ready in {time.monotonic() - started:.1f}s under {self.workdir}/hosts")
+
+    def _new_host(self, name: str) -> Host:
+        """Allocate an address and a fresh directory for ``name``."""
         hostdir = self.workdir / "hosts" / name
         root = hostdir / "root"
         if hostdir.exists():
@@ -334,15 +399,24 @@ class Testbed:
             known_hosts=self.known_hosts,
             console_log=hostdir / "console.log",
         )
-        network.record_host(name, {"root": str(root), "nspawn_pid": None})
-        started = time.monotonic()
-        run(["cp", "-a", "--reflink=auto", str(rootfs), str(root)], timeout=300)
-        (root / "etc/machine-id").write_text(uuid.uuid4().hex + "\n")
-        (root / "etc/hostname").write_text(name + "\n")
-        run(["ssh-keygen", "-A", "-f", str(root)], timeout=120)
-        self._authorize(root)
-        self.log(f"{name}: root ready in {time.monotonic() - started:.1f}s at {root}")
+        self._record(host, None)
+        TestbedNetwork.register_name(name, address)
         return host
+
+    def _record(self, host: Host, pid: int | None) -> None:
+        """Crash record: what a later run must kill, unmount and delete."""
+        hostdir = host.root.parent
+        network.record_host(host.name, {
+            "nspawn_pid": pid,
+            "mount": str(host.root),
+            "remove": [str(hostdir / d) for d in _HOST_SUBDIRS],
+        })  # fmt: skip
+
+    def _personalise(self, host: Host) -> None:
+        """Machine id, hostname and authorized keys of one host."""
+        (host.root / "etc/machine-id").write_text(uuid.uuid4().hex + "\n")
+        (host.root / "etc/hostname").write_text(host.name + "\n")
+        self._authorize(host.root)
 
     def _authorize(self, root: Path) -> None:
         """Install the client key for root and gpustack."""
@@ -408,9 +482,10 @@ class Testbed:
             "--timezone=off",
             "--link-journal=no",
             "--settings=no",
+            *self._root_mode_args(host),
             *self._nspawn_args.get(host.name, ()),
         ]  # fmt: skip
-        env = {**os.environ, "SYSTEMD_NSPAWN_API_VFS_WRITABLE": "network"}
+        env = {**os.environ, "SYSTEMD_NSPAWN_API_VFS_WRITABLE": "network", "TERM": "dumb"}
         self.log(f"{host.name}: {shlex.join(cmd)}")
         with host.console_log.open("ab") as console:
             host.nspawn = subprocess.Popen(
@@ -421,7 +496,14 @@ class Testbed:
                 env=env,
                 start_new_session=True,
             )
-        network.record_host(host.name, {"root": str(host.root), "nspawn_pid": host.nspawn.pid})
+        self._record(host, host.nspawn.pid)
+
+    def _root_mode_args(self, host: Host) -> list[str]:
+        """In overlay mode /var/lib/containerd lives on a plain directory: containerd's own
+        overlayfs snapshotter cannot put its upper layers on an overlay."""
+        if self.root_mode != "overlay":
+            return []
+        return [f"--bind={host.root.parent / 'containerd'}:/var/lib/containerd"]
 
     def _wait_booted(self, host: Host) -> None:
         """Poll SSH until systemd reports running/degraded; fail with the console log."""
@@ -472,11 +554,33 @@ class Testbed:
         run(["ip", "netns", "del", ns], timeout=30, check=False)
         run(["ip", "link", "del", ns], timeout=30, check=False)
         hostdir = host.root.parent
-        if host.root.exists():
-            run(["rm", "-rf", "--one-file-system", str(host.root)], timeout=300, check=False)
+        remove_host_dirs(hostdir)
         network.forget_host(host.name)
         TestbedNetwork.free_address(host.address)
+        TestbedNetwork.register_name(host.name, None)
         self.log(f"{host.name}: removed (console log kept in {hostdir})")
+
+
+_HOST_SUBDIRS = ("root", "upper", "work", "containerd")
+
+
+def _mount_overlay(lower: Path, hostdir: Path) -> None:
+    """Mount ``hostdir/root`` as an overlay: the cached root below, ``hostdir/upper`` on top."""
+    for sub in _HOST_SUBDIRS:
+        (hostdir / sub).mkdir(exist_ok=True)
+    (hostdir / "containerd").chmod(0o711)
+    options = f"lowerdir={lower},upperdir={hostdir / 'upper'},workdir={hostdir / 'work'}"
+    run(["mount", "-t", "overlay", "overlay", "-o", options, str(hostdir / "root")], timeout=30)
+
+
+def remove_host_dirs(hostdir: Path) -> None:
+    """Unmount (if mounted) and delete a host's root, overlay layers and containerd dir."""
+    root = hostdir / "root"
+    if os.path.ismount(root) and run(["umount", str(root)], timeout=60, check=False).returncode:
+        run(["umount", "-l", str(root)], timeout=60, check=False)
+    existing = [str(hostdir / d) for d in _HOST_SUBDIRS if (hostdir / d).exists()]
+    if existing:
+        run(["rm", "-rf", "--one-file-system", *existing], timeout=300, check=False)
 
 
 def _passwd_ids(root: Path, user: str) -> tuple[int, int]:

@@ -64,6 +64,7 @@ class TestbedNetwork:
     _count = 0
     _fd: int | None = None
     _used: set[int] = set()  # noqa: RUF012 - process-wide registry on purpose
+    _names: dict[str, str] = {}  # noqa: RUF012 - host name -> address of live hosts
 
     @classmethod
     def acquire(cls, timeout: float | None = None) -> None:
@@ -109,6 +110,21 @@ class TestbedNetwork:
         """Give an address back to the pool."""
         with cls._lock:
             cls._used.discard(int(ipaddress.IPv4Address(address)) & 0xFF)
+
+    @classmethod
+    def register_name(cls, name: str, address: str | None) -> None:
+        """Record (or with ``None`` forget) a live host's name, for the proxy's lookups."""
+        with cls._lock:
+            if address is None:
+                cls._names.pop(name, None)
+            else:
+                cls._names[name] = address
+
+    @classmethod
+    def host_names(cls) -> dict[str, str]:
+        """Names and addresses of the live test hosts of this process."""
+        with cls._lock:
+            return dict(cls._names)
 
     @classmethod
     def _take_machine_lock(cls, timeout: float | None) -> None:
@@ -210,19 +226,34 @@ def cleanup_stale() -> None:
             kill_netns_processes(ns)
             run(["ip", "netns", "del", ns], timeout=30, check=False)
     for record in records:
-        data = json.loads(record.read_text() or "{}")
-        pid = data.get("nspawn_pid")
-        if isinstance(pid, int):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-        root = data.get("root")
-        if isinstance(root, str) and Path(root).is_dir():
-            run(["rm", "-rf", "--one-file-system", root], timeout=300, check=False)
+        _cleanup_record(json.loads(record.read_text() or "{}"))
         record.unlink(missing_ok=True)
     for link in _list_links():
         if link.startswith(PREFIX) or link == BRIDGE:
             run(["ip", "link", "del", link], timeout=30, check=False)
     _firewall_down()
+
+
+def _cleanup_record(data: dict[str, Any]) -> None:
+    """Kill, unmount and delete what one crash record lists."""
+    pid, mount = data.get("nspawn_pid"), data.get("mount")
+    if isinstance(pid, int) and isinstance(mount, str) and _is_nspawn_of(pid, mount):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    if isinstance(mount, str) and os.path.ismount(mount):
+        run(["umount", "-l", mount], timeout=60, check=False)
+    remove = [p for p in data.get("remove", []) if isinstance(p, str) and Path(p).exists()]
+    if remove:
+        run(["rm", "-rf", "--one-file-system", *remove], timeout=300, check=False)
+
+
+def _is_nspawn_of(pid: int, root: str) -> bool:
+    """True if ``pid`` still is the systemd-nspawn that booted ``root`` (PIDs get reused)."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return bool(argv) and argv[0].endswith(b"systemd-nspawn") and root.encode() in argv
 
 
 def _list_netns() -> list[str]:

@@ -3,13 +3,14 @@
 The root is made with ``debootstrap --variant=minbase`` and completed with ``chroot apt-get``
 while it is not booted. It holds nothing host-specific: SSH host keys, ``/etc/machine-id``,
 ``/etc/hostname`` and authorized keys are written into each host's own copy (see
-:mod:`tests.testbed.hosts`).
+:mod:`.hosts`).
 
-The cached root lives in ``/var/cache/gpustack-testbed/rootfs-v1`` unless the environment
-variable ``GPUSTACK_TESTBED_CACHE`` names another directory (the root itself goes there). A
-stamp file inside records a hash of everything that shapes the root; when it differs the root
-is rebuilt. Builds go to a temporary sibling directory that is renamed into place, under an
-exclusive lock, so a crashed or concurrent build never leaves a half-made root behind.
+The cached root lives in ``<cache>/rootfs-v1`` where ``<cache>`` is the directory named by the
+environment variable ``GPUSTACK_TESTBED_CACHE`` (default ``/var/cache/gpustack-testbed``); the
+build lock, build log and the compiled /proc/modules fake live next to it. A stamp file
+inside records a hash of everything that shapes the root; when it differs the root is rebuilt.
+Builds go to a temporary sibling directory that is renamed into place, under an exclusive
+lock, so a crashed or concurrent build never leaves a half-made root behind.
 """
 
 from __future__ import annotations
@@ -25,20 +26,22 @@ from pathlib import Path
 
 from ._proc import TestbedError, file_lock, run
 
-DEFAULT_CACHE = Path("/var/cache/gpustack-testbed/rootfs-v1")
+DEFAULT_CACHE = Path("/var/cache/gpustack-testbed")
+ROOTFS_NAME = "rootfs-v1"
 SUITE = "bookworm"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 STAMP_NAME = ".gpustack-testbed-stamp"
-SCHEMA = 1
+SCHEMA = 2
 
 #: Packages installed into the root. python3-apt is what Ansible's apt module needs; the rest
 #: are what kubeadm-style playbooks touch (sysctl, iptables, mount, systemd, containerd ...).
+#: libpam-systemd is left out on purpose: with it every SSH login as a new user starts a
+#: ``user@UID.service`` manager whose stop hangs power-off in the container for 30 s and more.
 PACKAGES: tuple[str, ...] = (
     "systemd",
     "systemd-sysv",
     "systemd-timesyncd",
     "dbus",
-    "libpam-systemd",
     "openssh-server",
     "sudo",
     "python3",
@@ -112,9 +115,14 @@ APT_SOURCES_NOTE = textwrap.dedent(
 
 
 def cache_dir() -> Path:
-    """Where the cached root lives (``GPUSTACK_TESTBED_CACHE`` or the default)."""
+    """The test bed's cache directory (``GPUSTACK_TESTBED_CACHE`` or the default)."""
     override = os.environ.get("GPUSTACK_TESTBED_CACHE")
-    return Path(override) if override else DEFAULT_CACHE
+    return Path(override).resolve() if override else DEFAULT_CACHE
+
+
+def rootfs_dir() -> Path:
+    """Where the cached root lives: ``<cache>/rootfs-v1``."""
+    return cache_dir() / ROOTFS_NAME
 
 
 def mirror() -> str:
@@ -150,7 +158,7 @@ def ensure_rootfs(target: Path | None = None, *, log: Path | None = None) -> Pat
     ``log`` receives the output of debootstrap and apt (default: ``<target>.build.log``).
     A build takes a few minutes and needs deb.debian.org; later calls return at once.
     """
-    root = target or cache_dir()
+    root = target or rootfs_dir()
     if is_current(root):
         return root
     with file_lock(root.with_name(root.name + ".lock"), timeout=3600):
@@ -274,6 +282,8 @@ def _scrub_host_specific(build: Path) -> None:
         key.unlink()
     (build / "etc/machine-id").write_text("")
     (build / "var/lib/dbus/machine-id").unlink(missing_ok=True)
+    (build / "var/lib/systemd/random-seed").unlink(missing_ok=True)
+    (build / "var/lib/systemd/credential.secret").unlink(missing_ok=True)
     (build / "etc/hostname").write_text("localhost\n")
     resolv = build / "etc/resolv.conf"
     if resolv.is_symlink() or resolv.exists():

@@ -1,0 +1,38 @@
+"""Test bed fixtures and the ``testbed`` marker for every test in this directory.
+
+Tests here are skipped (with the reason) only when not running as root or when a needed tool
+(debootstrap, systemd-nspawn, ...) is missing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from .pytest_plugin import (  # noqa: F401 - re-exported fixtures
+    flannel_manifest,
+    helm_tarball,
+    http_server,
+    k8s_repo,
+    proxy,
+    rootfs,
+    services_dir,
+    testbed_doubles,
+    testbed_factory,
+    testbed_network,
+    unavailable_reason,
+)
+
+_HERE = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test in this directory ``testbed``; skip them where the bed cannot run."""
+    reason = unavailable_reason()
+    for item in items:
+        if _HERE not in Path(str(item.path)).parents:
+            continue
+        item.add_marker(pytest.mark.testbed)
+        if reason is not None:
+            item.add_marker(pytest.mark.skip(reason=reason))
