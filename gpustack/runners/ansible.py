@@ -233,6 +233,8 @@ class PlaybookResult:
 def run_playbook(kwargs: dict[str, Any], tracker: StageTracker) -> PlaybookResult:
     import ansible_runner  # heavy import, only when a playbook really runs
 
+    # ansible-runner silently reuses env/extravars of an existing directory: always a fresh one.
+    Path(kwargs["private_data_dir"]).mkdir(parents=True, exist_ok=False, mode=0o700)
     runner = ansible_runner.run(**kwargs, event_handler=tracker.handle)
     artifact_dir = Path(kwargs["private_data_dir"]) / "artifacts" / kwargs["ident"]
     return PlaybookResult(

@@ -1,0 +1,120 @@
+"""Helpers for running the real `gpustack` CLI against test-bed hosts."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .hosts import Testbed
+from .services import ForwardProxy, HelmTarball, local_sources
+
+
+@dataclass
+class UpRun:
+    rc: int
+    stdout: str
+    stderr: str
+    state_dir: Path
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+    def last_run_dir(self) -> Path:
+        runs = sorted((self.state_dir / "runs").iterdir())
+        return runs[-1]
+
+    def summary(self) -> dict[str, dict[str, Any]]:
+        data = json.loads((self.last_run_dir() / "summary.json").read_text())
+        return {row["stage"]: row for row in data}
+
+    def changed(self) -> dict[str, int]:
+        return {stage: int(row["changed"]) for stage, row in self.summary().items()}
+
+
+def write_config(
+    bed: Testbed,
+    path: Path,
+    *,
+    base_url: str,
+    helm: HelmTarball,
+    proxy: ForwardProxy | None = None,
+    roles: Mapping[str, str] | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> Path:
+    """A gpustack.yaml for the bed: first host is the control plane unless `roles` says otherwise.
+
+    Package sources point at the bed's HTTP server; Helm's checksum is the double's (the pinned
+    one is the real release's).
+    """
+    roles = roles or {}
+    nodes = [
+        {
+            "name": h.name,
+            "address": h.address,
+            "role": roles.get(h.name, "control-plane" if i == 0 else "worker"),
+            "user": h.user,
+            "ssh_key": str(bed.ssh_key),
+        }
+        for i, h in enumerate(bed.hosts)
+    ]
+    cfg: dict[str, Any] = {
+        "nodes": nodes,
+        "sources": local_sources(base_url),
+        "versions": {"helm_sha256": {"amd64": helm.sha256}},
+        "ssh": {"known_hosts": str(bed.known_hosts), "connect_timeout": 10},
+        # the bed's hosts share the outer machine's disk; keep the check but at a size they pass
+        "preflight": {"min_disk_gib": 1},
+    }
+    if proxy is not None:
+        cfg["proxy"] = {"http": proxy.url, "https": proxy.url}
+    for key, value in (extra or {}).items():
+        if isinstance(value, dict) and isinstance(cfg.get(key), dict):
+            cfg[key] = {**cfg[key], **value}
+        else:
+            cfg[key] = value
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return path
+
+
+def run_gpustack(
+    config: Path, state_dir: Path, *args: str, timeout: float = 900, env: Mapping[str, str] | None = None
+) -> UpRun:
+    full_env = {**os.environ, "GPUSTACK_STATE_DIR": str(state_dir), "NO_COLOR": "1", "COLUMNS": "200"}
+    full_env.pop("GPUSTACK_CONFIG", None)
+    full_env.update(env or {})
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpustack", *args, "-c", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=full_env,
+        stdin=subprocess.DEVNULL,
+    )
+    return UpRun(proc.returncode, proc.stdout, proc.stderr, state_dir)
+
+
+def up(config: Path, state_dir: Path, *extra: str, **kw: Any) -> UpRun:
+    return run_gpustack(config, state_dir, "up", "--yes", *extra, **kw)
+
+
+def doubles_log(text: str) -> list[list[str]]:
+    """Parse a /var/log/gpustack-doubles/<name>.log (one JSON argv per line)."""
+    out = []
+    for line in text.splitlines():
+        if line.strip():
+            entry = json.loads(line)
+            out.append(entry["argv"] if isinstance(entry, dict) else entry)
+    return out
+
+
+def first(seq: Sequence[Any]) -> Any:
+    return seq[0]
