@@ -217,9 +217,10 @@ def gpu(ctx: Context) -> Finding:
 
 @check
 def nouveau(ctx: Context) -> Finding:
+    """nouveau only binds to NVIDIA hardware, so a loaded nouveau always blocks the NVIDIA driver
+    (even where the PCI scan found no compute GPU)."""
     if not ctx.facts.get("nouveau_loaded"):
         return _f(ctx, "P09-nouveau", "pass", "nouveau is not loaded")
-    has_gpu = bool(ctx.facts.get("nvidia_pci_devices"))
     fix = (
         "printf 'blacklist nouveau\\noptions nouveau modeset=0\\n' | sudo tee /etc/modprobe.d/blacklist-nouveau.conf"
         " && sudo update-initramfs -u && sudo reboot"
@@ -227,7 +228,7 @@ def nouveau(ctx: Context) -> Finding:
     return _f(
         ctx,
         "P09-nouveau",
-        "fail" if has_gpu else "warn",
+        "fail",
         "the nouveau driver is loaded: the NVIDIA driver cannot load beside it",
         "/proc/modules lists nouveau",
         fix,

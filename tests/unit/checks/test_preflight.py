@@ -55,7 +55,7 @@ def test_healthy_gpu_host_passes_everything_that_matters() -> None:
         ({"node_exporter_on_9100": True}, "P16-node-exporter", "warn"),
         ({"nvidia_pci_devices": []}, "P08-gpu", "warn"),
         ({"nouveau_loaded": True}, "P09-nouveau", "fail"),
-        ({"nouveau_loaded": True, "nvidia_pci_devices": []}, "P09-nouveau", "warn"),
+        ({"nouveau_loaded": True, "nvidia_pci_devices": []}, "P09-nouveau", "fail"),
         ({"secure_boot": "enabled"}, "P10-secure-boot", "warn"),
         ({"secure_boot": "enabled", "nvidia_driver_version": "595.91.07"}, "P10-secure-boot", "pass"),
         (
