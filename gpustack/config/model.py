@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gpustack.config import pins
 
@@ -141,10 +141,130 @@ class Firewall(_Model):
     extra_tcp_ports: list[Annotated[int, Field(ge=1, le=65535)]] = Field(default_factory=list)
 
 
+DURATION_RE = r"^[0-9]+(ms|s|m|h|d|w|y)$"
+RECEIVER_NAME_RE = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
+
+
+class Gpu(_Model):
+    """Who provides each GPU component. ``auto`` is decided from the preflight facts."""
+
+    driver: Literal["auto", "preinstalled", "operator"] = Field(
+        default="auto", description="auto: preinstalled when any GPU node already has an NVIDIA driver"
+    )
+    toolkit: Literal["auto", "preinstalled", "operator"] = Field(
+        default="auto", description="auto: preinstalled when the facts show the NVIDIA container toolkit"
+    )
+    exporter: Literal["standalone", "operator"] = Field(
+        default="standalone", description="dcgm-exporter from its own chart (standalone) or from the GPU Operator"
+    )
+    nfd: Literal["auto", "enabled", "disabled"] = Field(
+        default="auto", description="auto: let the GPU Operator deploy Node Feature Discovery unless it already runs"
+    )
+
+
+class PrometheusStorage(_Model):
+    """Prometheus' TSDB volume. kubeadm clusters have no default StorageClass: name one, or opt into emptyDir."""
+
+    size: str = Field(default="50Gi", pattern=r"^[0-9]+(Ki|Mi|Gi|Ti|Pi|K|M|G|T|P)?$")
+    storage_class: str | None = Field(default=None, description="StorageClass of the PersistentVolumeClaim")
+    ephemeral: bool = Field(default=False, description="emptyDir: metrics are lost when the Prometheus pod moves")
+
+
+class _Receiver(_Model):
+    name: str = Field(pattern=RECEIVER_NAME_RE, description="receiver name, used in alerting.routes")
+
+
+def _one_source(obj: BaseModel, stem: str) -> None:
+    file_, env = getattr(obj, f"{stem}_file"), getattr(obj, f"{stem}_env")
+    if (file_ is None) == (env is None):
+        raise ValueError(f"set exactly one of {stem}_file or {stem}_env (secrets never go in gpustack.yaml)")
+
+
+class WebhookReceiver(_Receiver):
+    type: Literal["webhook"]
+    url: str = Field(pattern=r"^https?://", description="endpoint Alertmanager POSTs alerts to")
+
+
+class SlackReceiver(_Receiver):
+    type: Literal["slack"]
+    api_url_file: Path | None = None
+    api_url_env: str | None = None
+    channel: str
+
+    @model_validator(mode="after")
+    def _source(self) -> SlackReceiver:
+        _one_source(self, "api_url")
+        return self
+
+
+class PagerDutyReceiver(_Receiver):
+    type: Literal["pagerduty"]
+    routing_key_file: Path | None = None
+    routing_key_env: str | None = None
+
+    @model_validator(mode="after")
+    def _source(self) -> PagerDutyReceiver:
+        _one_source(self, "routing_key")
+        return self
+
+
+class EmailReceiver(_Receiver):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    type: Literal["email"]
+    to: str
+    from_: str = Field(alias="from")
+    smarthost: str = Field(pattern=r"^[^:\s]+:[0-9]+$", description="host:port of the SMTP server")
+    auth_username: str | None = None
+    auth_password_file: Path | None = None
+    auth_password_env: str | None = None
+    require_tls: bool = True
+
+    @model_validator(mode="after")
+    def _source(self) -> EmailReceiver:
+        if self.auth_username is not None:
+            _one_source(self, "auth_password")
+        elif self.auth_password_file is not None or self.auth_password_env is not None:
+            raise ValueError("auth_password_file/auth_password_env need auth_username")
+        return self
+
+
+Receiver = Annotated[
+    WebhookReceiver | SlackReceiver | PagerDutyReceiver | EmailReceiver, Field(discriminator="type")
+]
+
+
+class AlertRoutes(_Model):
+    """Severity -> receiver names. An empty list leaves those alerts in Alertmanager only (null receiver)."""
+
+    critical: list[str] = Field(default_factory=list)
+    warning: list[str] = Field(default_factory=list)
+    info: list[str] = Field(default_factory=list)
+
+    @field_validator("critical", "warning", "info", mode="before")
+    @classmethod
+    def _one_or_many(cls, v: object) -> object:
+        return [v] if isinstance(v, str) else v
+
+
+class Alerting(_Model):
+    """Where Alertmanager sends gpustack's alerts. No receivers: alerts stay visible in Alertmanager."""
+
+    receivers: list[Receiver] = Field(default_factory=list)
+    routes: AlertRoutes = AlertRoutes()
+
+
 class Monitoring(_Model):
     prometheus_nodeport: Annotated[int, Field(ge=30000, le=32767)] | None = 30090
     grafana_nodeport: Annotated[int, Field(ge=30000, le=32767)] | None = 30300
     alertmanager_nodeport: Annotated[int, Field(ge=30000, le=32767)] | None = None
+    grafana_admin_user: str = Field(default="admin", min_length=1)
+    prometheus_retention: str = Field(default="15d", pattern=DURATION_RE)
+    prometheus_storage: PrometheusStorage = PrometheusStorage()
+    scrape_interval: str = Field(default="15s", pattern=DURATION_RE)
+    dashboard_gnet_download: bool = Field(
+        default=False, description="also let Grafana download dashboard 12239 from grafana.com (needs egress)"
+    )
 
     @property
     def nodeports(self) -> list[int]:
@@ -176,6 +296,8 @@ class Config(_Model):
     proxy: Proxy = Proxy()
     firewall: Firewall = Firewall()
     monitoring: Monitoring = Monitoring()
+    gpu: Gpu = Gpu()
+    alerting: Alerting = Alerting()
     ssh: Ssh = Ssh()
     preflight: Preflight = Preflight()
 

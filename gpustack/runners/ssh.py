@@ -71,7 +71,8 @@ def check_host_keys(
         known_types = tuple(entry.keys()) if entry is not None else ()
         try:
             key = fetch_host_key(host, port, timeout, prefer=known_types)
-        except (OSError, paramiko.SSHException) as exc:
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            # EOFError: the server dropped the connection during the key exchange
             results.append(HostKeyResult(host, port, "unreachable", detail=str(exc) or type(exc).__name__))
             continue
         fp = fingerprint(key)

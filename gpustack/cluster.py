@@ -1,0 +1,241 @@
+"""The cluster-layer engine: everything after ``kubeadm`` has a working API server.
+
+Steps, in order (each timed, each idempotent):
+
+1. ``namespaces`` - server-side apply of the namespaces gpustack installs into;
+2. ``secrets``    - Grafana admin Secret (password generated once, kept 0600 in the state dir) and the
+   Alertmanager receiver Secret; they exist before the releases that mount them;
+3. ``releases``   - Helm: kube-prometheus-stack first (it owns the monitoring CRDs), then the GPU
+   Operator and dcgm-exporter concurrently; unchanged releases are not touched;
+4. ``crds``       - wait until the ServiceMonitor/PrometheusRule CRDs are established;
+5. ``manifests``  - server-side apply of the ServiceMonitor, PrometheusRule and dashboard ConfigMap.
+
+:func:`config_problems` holds the config rules that only matter for this layer (the lead runs it
+with the other semantic checks).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from gpustack.config import pins
+from gpustack.config.model import Config
+from gpustack.config.semantics import Problem
+from gpustack.console import Console
+from gpustack.paths import ensure_private_dir, state_dir
+from gpustack.render import manifests as mf
+from gpustack.render.values import NAMESPACES, FactsSummary, generate_password, render_values
+from gpustack.runners.helm import Helm, ReleaseResult, ReleaseSpec
+from gpustack.runners.kube import Kube
+
+MONITORING_CRDS = ("servicemonitors.monitoring.coreos.com", "prometheusrules.monitoring.coreos.com")
+RELEASE_TIMEOUTS = {"kube-prometheus-stack": "10m", "gpu-operator": "15m", "dcgm-exporter": "10m"}
+PASSWORD_FILE = "grafana-admin-password"
+
+Status = Literal["changed", "unchanged"]
+
+
+@dataclass
+class StepSummary:
+    """One cluster-layer step: what happened and how long it took."""
+
+    step: str
+    status: Status = "unchanged"
+    seconds: float = 0.0
+    detail: str = ""
+    releases: list[ReleaseResult] = field(default_factory=list)
+
+
+# --- config rules -----------------------------------------------------------------------------------
+
+
+def config_problems(cfg: Config) -> list[Problem]:
+    """Cross-field rules for the cluster layer (storage, alert routing, NodePorts)."""
+    out: list[Problem] = []
+    storage = cfg.monitoring.prometheus_storage
+    if not storage.ephemeral and not storage.storage_class:
+        out.append(
+            Problem(
+                ("monitoring", "prometheus_storage", "storage_class"),
+                "a kubeadm cluster has no default StorageClass, so Prometheus' volume claim would stay Pending: "
+                "name a StorageClass (storage_class: local-path, ...) or set ephemeral: true (emptyDir; metrics "
+                "are lost when the pod moves)",
+            )
+        )
+    if storage.ephemeral and storage.storage_class:
+        out.append(Problem(("monitoring", "prometheus_storage", "ephemeral"), "ephemeral: true ignores storage_class"))
+    names = [r.name for r in cfg.alerting.receivers]
+    for i, name in enumerate(names):
+        if name == "null":
+            out.append(Problem(("alerting", "receivers", i, "name"), "'null' is reserved (the built-in receiver)"))
+        elif names.index(name) != i:
+            out.append(Problem(("alerting", "receivers", i, "name"), f"duplicate receiver name {name!r}"))
+    for severity in ("critical", "warning", "info"):
+        for j, name in enumerate(getattr(cfg.alerting.routes, severity)):
+            if name not in names:
+                known = ", ".join(names) or "none defined"
+                out.append(
+                    Problem(("alerting", "routes", severity, j), f"unknown receiver {name!r} (receivers: {known})")
+                )
+    ports = [
+        (f, p)
+        for f, p in (
+            ("prometheus_nodeport", cfg.monitoring.prometheus_nodeport),
+            ("grafana_nodeport", cfg.monitoring.grafana_nodeport),
+            ("alertmanager_nodeport", cfg.monitoring.alertmanager_nodeport),
+        )
+        if p
+    ]
+    seen: dict[int, str] = {}
+    for f, p in ports:
+        if p in seen:
+            out.append(Problem(("monitoring", f), f"NodePort {p} is already used by monitoring.{seen[p]}"))
+        seen.setdefault(p, f)
+    return out
+
+
+# --- state ------------------------------------------------------------------------------------------
+
+
+def password_path(cfg: Config, root: Path | None = None) -> Path:
+    """Where the Grafana admin password is kept (``<state>/clusters/<name>/grafana-admin-password``)."""
+    return (root or state_dir()) / "clusters" / cfg.cluster.name / PASSWORD_FILE
+
+
+def grafana_password(cfg: Config, root: Path | None = None, *, generate: Callable[[], str] = generate_password) -> str:
+    """The Grafana admin password: read from the state dir, or generated once and stored with mode 0600."""
+    path = password_path(cfg, root)
+    if path.is_file():
+        value = path.read_text(encoding="utf-8").strip()
+        if value:
+            return value
+    ensure_private_dir(path.parent)
+    value = generate()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(value + "\n")
+    path.chmod(0o600)
+    return value
+
+
+# --- releases ----------------------------------------------------------------------------------------
+
+
+def release_specs(cfg: Config, values: Mapping[str, dict[str, Any]]) -> list[ReleaseSpec]:
+    """Helm release specs in install order, chart versions from ``versions:`` (default: the pin table)."""
+    versions = {
+        "gpu-operator": cfg.versions.gpu_operator,
+        "kube-prometheus-stack": cfg.versions.kube_prometheus_stack,
+        "dcgm-exporter": cfg.versions.dcgm_exporter,
+    }
+    return [
+        ReleaseSpec(
+            release=name,
+            chart=pins.CHARTS[name].name,
+            repo=pins.CHARTS[name].repo,
+            version=versions[name],
+            namespace=NAMESPACES[name],
+            values=vals,
+            timeout=RELEASE_TIMEOUTS[name],
+        )
+        for name, vals in values.items()
+    ]
+
+
+def _release_status(results: list[ReleaseResult]) -> Status:
+    return "unchanged" if all(r.action == "unchanged" and not r.repaired for r in results) else "changed"
+
+
+def _release_detail(results: list[ReleaseResult]) -> str:
+    parts = []
+    for r in results:
+        extra = f", {r.repaired}" if r.repaired else ""
+        parts.append(f"{r.release} {r.action} (rev {r.revision}{extra})")
+    return "; ".join(parts)
+
+
+# --- engine ------------------------------------------------------------------------------------------
+
+
+@contextmanager
+def _step(summaries: list[StepSummary], name: str, console: Console) -> Iterator[StepSummary]:
+    summary = StepSummary(name)
+    console.debug(f"cluster: {name} ...")
+    start = time.monotonic()
+    try:
+        yield summary
+    finally:
+        summary.seconds = time.monotonic() - start
+        summaries.append(summary)
+    console.info(
+        f"cluster: {name} {summary.status} in {summary.seconds:.1f}s{' - ' + summary.detail if summary.detail else ''}"
+    )
+
+
+def _applied_changes(kube_before: list[dict[str, Any] | None], after: list[dict[str, Any]]) -> int:
+    """How many applied objects changed (new object or new resourceVersion)."""
+    changed = 0
+    for old, new in zip(kube_before, after, strict=True):
+        old_rv = ((old or {}).get("metadata") or {}).get("resourceVersion")
+        new_rv = (new.get("metadata") or {}).get("resourceVersion")
+        changed += old_rv != new_rv
+    return changed
+
+
+def _apply_counted(kube: Kube, objects: list[dict[str, Any]]) -> int:
+    before = [
+        kube.get(o["apiVersion"], o["kind"], o["metadata"]["name"], o["metadata"].get("namespace")) for o in objects
+    ]
+    return _applied_changes(before, kube.apply(objects))
+
+
+def run_cluster_layer(
+    cfg: Config,
+    kubeconfig: Path,
+    facts: FactsSummary,
+    console: Console,
+    *,
+    helm: Helm | None = None,
+    kube: Kube | None = None,
+    state_root: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+    crd_timeout: float = 300.0,
+) -> list[StepSummary]:
+    """Install/converge the cluster layer; returns one :class:`StepSummary` per step, in order."""
+    helm = helm or Helm(kubeconfig)
+    kube = kube or Kube.from_kubeconfig(kubeconfig)
+    values = render_values(cfg, facts)
+    manifests = mf.render_manifests(cfg, facts)
+    alert_secrets = mf.read_alert_secrets(cfg, environ)  # fail on a missing secret before changing anything
+    summaries: list[StepSummary] = []
+
+    with _step(summaries, "namespaces", console) as s:
+        n = _apply_counted(kube, manifests["namespaces.yaml"])
+        s.status, s.detail = ("changed" if n else "unchanged"), f"{len(manifests['namespaces.yaml'])} namespaces"
+
+    with _step(summaries, "secrets", console) as s:
+        secrets = mf.render_secrets(cfg, grafana_password(cfg, state_root), alert_secrets)
+        n = _apply_counted(kube, secrets)
+        s.status, s.detail = ("changed" if n else "unchanged"), ", ".join(o["metadata"]["name"] for o in secrets)
+
+    with _step(summaries, "releases", console) as s:
+        results = helm.ensure_releases(release_specs(cfg, values))
+        s.releases = results
+        s.status, s.detail = _release_status(results), _release_detail(results)
+
+    with _step(summaries, "crds", console) as s:
+        kube.wait_for_crds(MONITORING_CRDS, time.monotonic() + crd_timeout, interval=0.5)
+        s.detail = f"{len(MONITORING_CRDS)} established"
+
+    with _step(summaries, "manifests", console) as s:
+        objects = [o for name, objs in manifests.items() if name != "namespaces.yaml" for o in objs]
+        n = _apply_counted(kube, objects)
+        s.status, s.detail = ("changed" if n else "unchanged"), f"{n}/{len(objects)} objects changed"
+
+    return summaries

@@ -1,0 +1,207 @@
+"""Kubernetes objects the cluster layer applies after the Helm releases. Pure (secrets aside).
+
+``render_manifests(cfg, facts)`` -> ``{file name: [objects]}``: namespaces, the dcgm-exporter
+ServiceMonitor, the GPU PrometheusRule and the Grafana dashboard ConfigMap. ``render --out`` writes
+these files; ``up`` applies them with server-side apply.
+
+Secrets are separate (:func:`render_secrets`) so ``render --out`` never writes a credential to disk:
+the Grafana admin Secret (``grafana.admin.existingSecret``) and the Alertmanager Secret whose keys
+Alertmanager reads as files (``*_file`` fields in ``alertmanager.config``, mounted through
+``alertmanager.alertmanagerSpec.secrets``). Credentials are read from the files/env variables named in
+``alerting.receivers`` at render time only.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import yaml
+
+from gpustack.config.model import Config, EmailReceiver, PagerDutyReceiver, SlackReceiver
+from gpustack.errors import ConfigError
+from gpustack.monitoring.dashboard import load_dashboard
+from gpustack.monitoring.rules import prometheus_rule
+from gpustack.render.templating import render_template
+from gpustack.render.values import (
+    ALERTMANAGER_SECRET,
+    GPU_NAMESPACE,
+    GRAFANA_ADMIN_SECRET,
+    MONITORING_NAMESPACE,
+    FactsSummary,
+    duration_ms,
+    secret_key,
+)
+
+Obj = dict[str, Any]
+PART_OF = {"app.kubernetes.io/part-of": "gpustack"}
+
+
+@dataclass(frozen=True)
+class ExporterTarget:
+    """The dcgm-exporter Service a ServiceMonitor must match (labels, namespace, port name)."""
+
+    namespace: str
+    labels: Mapping[str, str]
+    port: str
+    service: str
+    source: str
+
+
+# Verified against the charts' own templates (see values/README.md):
+EXPORTER_TARGETS: dict[str, ExporterTarget] = {
+    # dcgm-exporter chart 4.8.2, release "dcgm-exporter": templates/service.yaml (port name "metrics",
+    # labels from "dcgm-exporter.labels"), _helpers.tpl selectorLabels (name/instance/component).
+    "standalone": ExporterTarget(
+        namespace=GPU_NAMESPACE,
+        labels={"app.kubernetes.io/name": "dcgm-exporter", "app.kubernetes.io/instance": "dcgm-exporter"},
+        port="metrics",
+        service="dcgm-exporter",
+        source="NVIDIA/dcgm-exporter deployment/templates/service.yaml + _helpers.tpl (chart 4.8.2)",
+    ),
+    # GPU Operator v26.7.0 assets/state-dcgm-exporter/0400_service.yaml.
+    "operator": ExporterTarget(
+        namespace=GPU_NAMESPACE,
+        labels={"app": "nvidia-dcgm-exporter"},
+        port="gpu-metrics",
+        service="nvidia-dcgm-exporter",
+        source="NVIDIA/gpu-operator assets/state-dcgm-exporter/0400_service.yaml (v26.7.0)",
+    ),
+}
+
+
+def _yaml_objects(text: str) -> list[Obj]:
+    return [cast(Obj, d) for d in yaml.safe_load_all(text) if d]
+
+
+def exporter_target(cfg: Config) -> ExporterTarget:
+    """Where the dcgm-exporter Service lives for ``gpu.exporter``."""
+    return EXPORTER_TARGETS[cfg.gpu.exporter]
+
+
+def scrape_timeout(interval: str) -> str:
+    """10s, or the interval itself when shorter (Prometheus requires timeout <= interval)."""
+    return "10s" if duration_ms(interval) >= 10_000 else interval
+
+
+def namespaces() -> list[Obj]:
+    """The namespaces gpustack installs into."""
+    text = render_template(
+        "manifests/namespaces.yaml.j2",
+        namespaces=sorted({MONITORING_NAMESPACE, GPU_NAMESPACE}),
+        gpu_namespace=GPU_NAMESPACE,
+    )
+    return _yaml_objects(text)
+
+
+def service_monitor(cfg: Config) -> Obj:
+    """The dcgm-exporter ServiceMonitor (job ``dcgm-exporter``, ``node`` label from the pod's node)."""
+    text = render_template(
+        "manifests/dcgm-exporter.servicemonitor.yaml.j2",
+        namespace=MONITORING_NAMESPACE,
+        target=exporter_target(cfg),
+        interval=cfg.monitoring.scrape_interval,
+        timeout=scrape_timeout(cfg.monitoring.scrape_interval),
+    )
+    return _yaml_objects(text)[0]
+
+
+def dashboard_configmap() -> Obj:
+    """The dashboard ConfigMap the Grafana sidecar loads (label ``grafana_dashboard: "1"``)."""
+    dashboard = json.dumps(load_dashboard(), indent=1, sort_keys=False)
+    text = render_template(
+        "manifests/grafana-dashboard.configmap.yaml.j2", namespace=MONITORING_NAMESPACE, dashboard_json=dashboard
+    )
+    return _yaml_objects(text)[0]
+
+
+def render_manifests(cfg: Config, facts: FactsSummary | None = None) -> dict[str, list[Obj]]:
+    """``{file name: objects}`` applied after the releases (no secrets; see :func:`render_secrets`).
+
+    ``facts`` is accepted for symmetry with :func:`gpustack.render.values.render_values`; nothing
+    here depends on it yet.
+    """
+    del facts
+    return {
+        "namespaces.yaml": namespaces(),
+        "dcgm-exporter.servicemonitor.yaml": [service_monitor(cfg)],
+        "gpu-alerts.prometheusrule.yaml": [
+            prometheus_rule(namespace=MONITORING_NAMESPACE, labels={"release": "kube-prometheus-stack"})
+        ],
+        "grafana-dashboard.configmap.yaml": [dashboard_configmap()],
+    }
+
+
+# --- secrets ---------------------------------------------------------------------------------------
+
+
+def _read_one(receiver_index: int, stem: str, file_: Path | None, env: str | None, environ: Mapping[str, str]) -> str:
+    where = ("alerting", "receivers", receiver_index)
+    if file_ is not None:
+        path = file_.expanduser()
+        try:
+            value = path.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise ConfigError(
+                f"alerting.receivers[{receiver_index}].{stem}_file: cannot read {str(path)!r}: {exc.strerror}",
+                hint="create the file (mode 0600) or use the *_env form",
+            ) from None
+        source = f"file {str(path)!r}"
+    else:
+        assert env is not None
+        value = environ.get(env, "").strip()
+        source = f"environment variable {env}"
+    if not value:
+        raise ConfigError(
+            f"{'.'.join(map(str, where))}.{stem}: {source} is empty or unset",
+            hint="secrets are read when gpustack renders the cluster layer; set it before running",
+        )
+    return value
+
+
+def read_alert_secrets(cfg: Config, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Receiver credentials from their files / env variables, keyed as in the Alertmanager Secret."""
+    env = os.environ if environ is None else environ
+    out: dict[str, str] = {}
+    for i, rcv in enumerate(cfg.alerting.receivers):
+        if isinstance(rcv, SlackReceiver):
+            out[secret_key(rcv.name, "api_url")] = _read_one(i, "api_url", rcv.api_url_file, rcv.api_url_env, env)
+        elif isinstance(rcv, PagerDutyReceiver):
+            out[secret_key(rcv.name, "routing_key")] = _read_one(
+                i, "routing_key", rcv.routing_key_file, rcv.routing_key_env, env
+            )
+        elif isinstance(rcv, EmailReceiver) and rcv.auth_username is not None:
+            out[secret_key(rcv.name, "auth_password")] = _read_one(
+                i, "auth_password", rcv.auth_password_file, rcv.auth_password_env, env
+            )
+    return out
+
+
+def secret(name: str, namespace: str, data: Mapping[str, str]) -> Obj:
+    """An Opaque Secret (values base64-encoded in ``data``, as the API server stores them)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": namespace, "labels": dict(PART_OF)},
+        "type": "Opaque",
+        "data": {k: base64.b64encode(v.encode()).decode() for k, v in sorted(data.items())},
+    }
+
+
+def render_secrets(cfg: Config, grafana_password: str, alert_secrets: Mapping[str, str]) -> list[Obj]:
+    """The Grafana admin Secret, and the Alertmanager Secret when a receiver needs a credential."""
+    out = [
+        secret(
+            GRAFANA_ADMIN_SECRET,
+            MONITORING_NAMESPACE,
+            {"admin-user": cfg.monitoring.grafana_admin_user, "admin-password": grafana_password},
+        )
+    ]
+    if alert_secrets:
+        out.append(secret(ALERTMANAGER_SECRET, MONITORING_NAMESPACE, alert_secrets))
+    return out

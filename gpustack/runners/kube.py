@@ -1,0 +1,288 @@
+"""Kubernetes API access for the cluster layer: server-side apply, reads, bounded waits.
+
+:class:`Kube` wraps a ``kubernetes.client.ApiClient`` built from a kubeconfig. ``apply`` uses
+server-side apply (``PATCH`` with ``application/apply-patch+yaml``, field manager ``gpustack``,
+``force=true``): idempotent, no ``last-applied-configuration`` annotation (CRD-sized objects fit), and
+gpustack takes over fields another manager set by hand. REST paths come from API discovery
+(``/api/v1``, ``/apis/<group>/<version>``), cached per group-version and refreshed on a miss, so a
+kind served by a freshly installed CRD is found once it is established.
+
+Every request has a timeout; every wait has one overall deadline (:func:`wait_until`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar, cast
+
+from kubernetes import client as k8s_client
+from kubernetes import config as k8s_config
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError as Urllib3Error
+
+from gpustack.errors import ClusterUnreachableError, StageError
+
+FIELD_MANAGER = "gpustack"
+REQUEST_TIMEOUT = 30.0
+STAGE = "cluster"
+
+Obj = dict[str, Any]
+T = TypeVar("T")
+
+
+class KubeError(StageError):
+    """The API server rejected a request (names the object and the server's message)."""
+
+    def __init__(self, message: str, *, status: int | None = None, hint: str | None = None) -> None:
+        super().__init__(message, stage=STAGE, hint=hint)
+        self.status = status
+
+
+class WaitTimeout(StageError):
+    """A condition did not become true before its deadline."""
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message, stage=STAGE, hint=hint)
+
+
+@dataclass(frozen=True)
+class ApiResource:
+    """Where a kind lives: ``/api/v1`` or ``/apis/<group>/<version>``, its plural, namespaced or not."""
+
+    base: str
+    plural: str
+    namespaced: bool
+
+    def path(self, name: str | None = None, namespace: str | None = None) -> str:
+        parts = [self.base]
+        if self.namespaced:
+            if not namespace:
+                raise ValueError(f"{self.plural} is namespaced: a namespace is required")
+            parts += ["namespaces", namespace]
+        parts.append(self.plural)
+        if name:
+            parts.append(name)
+        return "/".join(parts)
+
+
+def describe(obj: Mapping[str, Any]) -> str:
+    """``Kind namespace/name`` for messages."""
+    meta = obj.get("metadata") or {}
+    ns = f"{meta['namespace']}/" if meta.get("namespace") else ""
+    return f"{obj.get('kind')} {ns}{meta.get('name')}"
+
+
+def _api_message(exc: ApiException) -> str:
+    try:
+        body = json.loads(exc.body or "{}")
+        return str(body.get("message") or exc.reason)
+    except (TypeError, ValueError):
+        return str(exc.reason)
+
+
+def wait_until(
+    predicate: Callable[[], T | None],
+    deadline: float,
+    *,
+    what: str,
+    interval: float = 1.0,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+    hint: str | None = None,
+) -> T:
+    """Call ``predicate`` until it returns something truthy, or raise :class:`WaitTimeout` at ``deadline``.
+
+    ``deadline`` is a ``clock()`` value (monotonic seconds). The predicate is tried once even when the
+    deadline has passed, so a condition that already holds never times out.
+    """
+    while True:
+        result = predicate()
+        if result:
+            return result
+        remaining = deadline - clock()
+        if remaining <= 0:
+            raise WaitTimeout(f"timed out waiting for {what}", hint=hint)
+        sleep(min(interval, remaining))
+
+
+class Kube:
+    """A small client over one kubeconfig (or an existing ``ApiClient``)."""
+
+    def __init__(self, api_client: k8s_client.ApiClient, *, request_timeout: float = REQUEST_TIMEOUT) -> None:
+        self.api = api_client
+        self.request_timeout = request_timeout
+        self._discovery: dict[str, dict[str, ApiResource]] = {}
+
+    @classmethod
+    def from_kubeconfig(
+        cls, path: Path, *, context: str | None = None, request_timeout: float = REQUEST_TIMEOUT
+    ) -> Kube:
+        """Build from a kubeconfig file (e.g. the admin.conf gpustack fetched from the control plane)."""
+        api = k8s_config.new_client_from_config(config_file=str(path), context=context)  # type: ignore[no-untyped-call]
+        return cls(api, request_timeout=request_timeout)
+
+    # -- raw requests ---------------------------------------------------------------------------------
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        query: Mapping[str, str] | None = None,
+        content_type: str = "application/json",
+    ) -> Obj:
+        """One REST call; JSON in, JSON out. Connection failures -> :class:`ClusterUnreachableError`."""
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        try:
+            serialized = self.api.param_serialize(
+                method,
+                path,
+                query_params=list((query or {}).items()),
+                header_params=headers,
+                body=body,
+                auth_settings=["BearerToken"],
+            )
+            response = self.api.call_api(*serialized, _request_timeout=self.request_timeout)
+            response.read()  # type: ignore[no-untyped-call]
+            if not 200 <= response.status <= 299:
+                self.api.response_deserialize(response, {})  # raises ApiException with the server's Status
+                raise ApiException(status=response.status, reason=response.reason)
+        except Urllib3Error as exc:
+            host = self.api.configuration.host
+            raise ClusterUnreachableError(
+                f"the Kubernetes API at {host} is unreachable: {exc}",
+                hint="check that the control plane is up (kubectl get --raw /readyz) and the kubeconfig",
+            ) from None
+        data = json.loads(response.data or b"{}")
+        return cast(Obj, data) if isinstance(data, dict) else {}
+
+    # -- discovery ------------------------------------------------------------------------------------
+
+    def _group_version(self, api_version: str) -> dict[str, ApiResource]:
+        cached = self._discovery.get(api_version)
+        if cached is not None:
+            return cached
+        base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+        try:
+            listing = self.request("GET", base)
+        except ApiException as exc:
+            if exc.status == 404:
+                return {}
+            raise
+        out = {
+            r["kind"]: ApiResource(base, r["name"], bool(r["namespaced"]))
+            for r in listing.get("resources", [])
+            if "/" not in r["name"]  # skip subresources (pods/status ...)
+        }
+        self._discovery[api_version] = out
+        return out
+
+    def resource(self, api_version: str, kind: str) -> ApiResource | None:
+        """The REST resource serving ``kind`` (None when the server does not serve it, e.g. CRD missing)."""
+        found = self._group_version(api_version).get(kind)
+        if found is None:
+            self._discovery.pop(api_version, None)  # a CRD may have appeared since
+            found = self._group_version(api_version).get(kind)
+        return found
+
+    def _require(self, api_version: str, kind: str) -> ApiResource:
+        res = self.resource(api_version, kind)
+        if res is None:
+            raise KubeError(
+                f"the API server does not serve {kind} ({api_version})",
+                status=404,
+                hint="its CustomResourceDefinition is missing: was the chart that owns it installed?",
+            )
+        return res
+
+    # -- objects --------------------------------------------------------------------------------------
+
+    def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> Obj | None:
+        """One object, or None when it (or its kind) does not exist."""
+        res = self.resource(api_version, kind)
+        if res is None:
+            return None
+        try:
+            return self.request("GET", res.path(name, namespace))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise KubeError(f"GET {kind} {name}: {_api_message(exc)}", status=exc.status) from None
+
+    def list_objects(self, api_version: str, kind: str, namespace: str | None = None) -> list[Obj]:
+        """Objects of a kind (all namespaces when ``namespace`` is None)."""
+        res = self.resource(api_version, kind)
+        if res is None:
+            return []
+        path = res.path(None, namespace) if res.namespaced and namespace else f"{res.base}/{res.plural}"
+        try:
+            return list(self.request("GET", path).get("items", []))
+        except ApiException as exc:
+            raise KubeError(f"LIST {kind}: {_api_message(exc)}", status=exc.status) from None
+
+    def apply_one(self, obj: Mapping[str, Any]) -> Obj:
+        """Server-side apply one object; returns the object as stored."""
+        api_version, kind = str(obj.get("apiVersion")), str(obj.get("kind"))
+        meta = obj.get("metadata") or {}
+        res = self._require(api_version, kind)
+        path = res.path(str(meta.get("name")), meta.get("namespace"))
+        try:
+            return self.request(
+                "PATCH",
+                path,
+                body=dict(obj),
+                query={"fieldManager": FIELD_MANAGER, "force": "true"},
+                content_type="application/apply-patch+yaml",
+            )
+        except ApiException as exc:
+            raise KubeError(
+                f"applying {describe(obj)} failed: {_api_message(exc)}",
+                status=exc.status,
+                hint="kubectl get events -A --sort-by=.lastTimestamp | tail",
+            ) from None
+
+    def apply(self, objects: Iterable[Mapping[str, Any]]) -> list[Obj]:
+        """Server-side apply in order (namespaces before what lives in them). Idempotent."""
+        return [self.apply_one(o) for o in objects]
+
+    def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> bool:
+        """Delete one object; False when it did not exist."""
+        res = self.resource(api_version, kind)
+        if res is None:
+            return False
+        try:
+            self.request("DELETE", res.path(name, namespace))
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise KubeError(f"DELETE {kind} {name}: {_api_message(exc)}", status=exc.status) from None
+        return True
+
+    # -- waits ----------------------------------------------------------------------------------------
+
+    def crd_established(self, name: str) -> bool:
+        """The CRD exists and has condition Established=True."""
+        crd = self.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", name)
+        conditions = ((crd or {}).get("status") or {}).get("conditions") or []
+        return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
+
+    def wait_for_crds(self, names: Iterable[str], deadline: float, *, interval: float = 1.0) -> None:
+        """Wait until every named CRD is established (one overall ``deadline``, monotonic seconds)."""
+        pending = list(names)
+
+        def ready() -> bool:
+            pending[:] = [n for n in pending if not self.crd_established(n)]
+            return not pending
+
+        try:
+            wait_until(ready, deadline, what="CustomResourceDefinitions", interval=interval)
+        except WaitTimeout:
+            raise WaitTimeout(
+                f"CustomResourceDefinitions not established in time: {', '.join(pending)}",
+                hint="helm status kube-prometheus-stack -n monitoring; kubectl get crd | grep monitoring.coreos.com",
+            ) from None

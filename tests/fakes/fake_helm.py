@@ -1,0 +1,374 @@
+"""TEST DOUBLE for the ``helm`` executable (used through ``tests/fakes/helm``). Not Helm.
+
+It answers the subcommands pyhelm3 0.5 runs (``version``, ``status``, ``get values``,
+``get all --template``, ``history``, ``list``, ``show chart``, ``upgrade --install``, ``rollback``,
+``uninstall``) with the JSON/YAML shapes pyhelm3 parses, keeping release state in a directory.
+
+Environment:
+- ``FAKE_HELM_STATE``: directory for release state (required);
+- ``FAKE_HELM_LOG``: JSON-lines file; one record per invocation: argv, stdin (values), start/end times;
+- ``FAKE_HELM_FAIL``: comma-separated release names whose install/upgrade fails (helm-style stderr);
+- ``FAKE_HELM_FAIL_MESSAGE``: override of that stderr;
+- ``FAKE_HELM_DELAY``: seconds a mutating call takes (to observe concurrency);
+- ``FAKE_HELM_API``: base URL of a (fake) Kubernetes API: installing kube-prometheus-stack creates
+  the monitoring.coreos.com CRDs there, as the real chart does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import sys
+import time
+import urllib.request
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+VERSION = "v3.18.4"
+MUTATING = {"upgrade", "install", "rollback", "uninstall"}
+GLOBAL_FLAGS_WITH_VALUE = {"--kubeconfig", "--kube-context", "--kube-apiserver", "--kube-token"}
+DEFAULT_FAIL = (
+    "Error: {verb} FAILED: release {name} failed, and has been {undone} due to atomic being set: "
+    "1 error occurred:\n"
+    '\t* DaemonSet.apps "nvidia-driver-daemonset" is invalid: spec.template.spec.runtimeClassName: '
+    'Invalid value: "nvidia": RuntimeClass "nvidia" not found\n'
+)
+CRDS = {
+    "ServiceMonitor": "servicemonitors",
+    "PodMonitor": "podmonitors",
+    "PrometheusRule": "prometheusrules",
+    "Prometheus": "prometheuses",
+    "Alertmanager": "alertmanagers",
+    "AlertmanagerConfig": "alertmanagerconfigs",
+}
+
+
+class Fail(Exception):
+    def __init__(self, stderr: str, code: int = 1) -> None:
+        super().__init__(stderr)
+        self.stderr = stderr
+        self.code = code
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat()
+
+
+def parse(argv: list[str]) -> tuple[list[str], dict[str, str | bool]]:
+    """Positional args and ``--flag value`` / ``--flag`` options (helm's own flag set, as pyhelm3 uses it)."""
+    with_value = {
+        "--output",
+        "--namespace",
+        "--revision",
+        "--max",
+        "--timeout",
+        "--values",
+        "--history-max",
+        "--repo",
+        "--version",
+        "--template",
+        "--description",
+        "--destination",
+        *GLOBAL_FLAGS_WITH_VALUE,
+    }
+    pos: list[str] = []
+    opts: dict[str, str | bool] = {}
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a.startswith("--"):
+            if "=" in a:
+                k, v = a.split("=", 1)
+                opts[k] = v
+            elif a in with_value:
+                opts[a] = argv[i + 1]
+                i += 1
+            else:
+                opts[a] = True
+        else:
+            pos.append(a)
+        i += 1
+    return pos, opts
+
+
+class State:
+    """Release history per ``namespace/name`` in JSON files, one lock per file."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+
+    def path(self, ns: str, name: str) -> Path:
+        return self.root / ns / f"{name}.json"
+
+    def load(self, ns: str, name: str) -> list[dict[str, Any]]:
+        p = self.path(ns, name)
+        return json.loads(p.read_text()) if p.exists() else []
+
+    def save(self, ns: str, name: str, revs: list[dict[str, Any]]) -> None:
+        p = self.path(ns, name)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = p.with_suffix(".tmp")
+        tmp.write_text(json.dumps(revs, indent=1))
+        tmp.replace(p)
+
+    def delete(self, ns: str, name: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.path(ns, name).unlink()
+
+    def all(self) -> list[tuple[str, str, list[dict[str, Any]]]]:
+        return [(p.parent.name, p.stem, json.loads(p.read_text())) for p in sorted(self.root.glob("*/*.json"))]
+
+
+def seed(
+    state_dir: Path,
+    name: str,
+    namespace: str,
+    chart: str,
+    version: str,
+    values: dict[str, Any],
+    statuses: list[str],
+) -> None:
+    """Write a release history directly (test set-up: e.g. ``["deployed", "pending-upgrade"]``)."""
+    revs = [
+        {
+            "revision": i + 1,
+            "status": st,
+            "chart": {"name": chart, "version": version},
+            "values": values,
+            "updated": _now(),
+            "description": f"seeded {st}",
+        }
+        for i, st in enumerate(statuses)
+    ]
+    State(state_dir).save(namespace, name, revs)
+
+
+def release_json(name: str, ns: str, rev: dict[str, Any]) -> dict[str, Any]:
+    """The shape of ``helm status -o json`` / ``helm upgrade -o json`` (what pyhelm3 reads of it)."""
+    return {
+        "name": name,
+        "namespace": ns,
+        "version": rev["revision"],
+        "info": {
+            "first_deployed": rev["updated"],
+            "last_deployed": rev["updated"],
+            "deleted": "",
+            "description": rev["description"],
+            "status": rev["status"],
+        },
+        "chart": {
+            "metadata": {"apiVersion": "v2", "name": rev["chart"]["name"], "version": rev["chart"]["version"]},
+            "values": {},
+        },
+        "config": rev["values"],
+        "manifest": "",
+        "hooks": [],
+    }
+
+
+def _find(revs: list[dict[str, Any]], opts: dict[str, str | bool], name: str) -> dict[str, Any]:
+    if not revs:
+        raise Fail("Error: release: not found\n")
+    if "--revision" in opts:
+        for r in revs:
+            if r["revision"] == int(str(opts["--revision"])):
+                return r
+        raise Fail(f"Error: release: not found\n(revision {opts['--revision']} of {name})\n")
+    return revs[-1]
+
+
+def _create_crds(api: str) -> None:
+    for kind, plural in CRDS.items():
+        body = {
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"{plural}.monitoring.coreos.com"},
+            "spec": {
+                "group": "monitoring.coreos.com",
+                "names": {"kind": kind, "plural": plural, "singular": kind.lower(), "listKind": f"{kind}List"},
+                "scope": "Namespaced",
+                "versions": [
+                    {
+                        "name": "v1alpha1" if kind == "AlertmanagerConfig" else "v1",
+                        "served": True,
+                        "storage": True,
+                    }
+                ],
+            },
+        }
+        req = urllib.request.Request(
+            f"{api}/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        with contextlib.suppress(urllib.error.HTTPError):
+            urllib.request.urlopen(req, timeout=5).read()
+
+
+def cmd_upgrade(state: State, pos: list[str], opts: dict[str, str | bool], stdin: bytes) -> str:
+    name, chart = pos[1], pos[2]
+    ns = str(opts.get("--namespace", "default"))
+    values = json.loads(stdin or b"{}") or {}
+    revs = state.load(ns, name)
+    if revs and revs[-1]["status"].startswith("pending-"):
+        raise Fail("Error: UPGRADE FAILED: another operation (install/upgrade/rollback) is in progress\n")
+    delay = float(os.environ.get("FAKE_HELM_DELAY", "0") or 0)
+    if delay:
+        time.sleep(delay)
+    failing = {f for f in os.environ.get("FAKE_HELM_FAIL", "").split(",") if f}
+    if name in failing:
+        verb, undone = ("UPGRADE", "rolled back") if revs else ("INSTALLATION", "uninstalled")
+        msg = os.environ.get("FAKE_HELM_FAIL_MESSAGE") or DEFAULT_FAIL.format(verb=verb, name=name, undone=undone)
+        if revs and opts.get("--atomic"):
+            revs.append({**revs[-1], "revision": revs[-1]["revision"] + 1, "status": "failed", "updated": _now()})
+            state.save(ns, name, revs)
+        raise Fail(msg)
+    for r in revs:
+        if r["status"] == "deployed":
+            r["status"] = "superseded"
+    rev = {
+        "revision": (revs[-1]["revision"] + 1) if revs else 1,
+        "status": "deployed",
+        "chart": {"name": chart.rsplit("/", 1)[-1], "version": str(opts.get("--version", "0.0.0"))},
+        "values": values,
+        "updated": _now(),
+        "description": "Upgrade complete" if revs else "Install complete",
+    }
+    revs.append(rev)
+    state.save(ns, name, revs)
+    if chart.endswith("kube-prometheus-stack") and os.environ.get("FAKE_HELM_API"):
+        _create_crds(os.environ["FAKE_HELM_API"])
+    return json.dumps(release_json(name, ns, rev))
+
+
+def cmd_rollback(state: State, pos: list[str], opts: dict[str, str | bool]) -> str:
+    name = pos[1]
+    ns = str(opts.get("--namespace", "default"))
+    revs = state.load(ns, name)
+    if not revs:
+        raise Fail("Error: release: not found\n")
+    target_no = int(pos[2]) if len(pos) > 2 else None
+    candidates = [r for r in revs[:-1] if target_no is None or r["revision"] == target_no]
+    if not candidates:
+        raise Fail(f"Error: release has no {target_no or 'previous'} version\n")
+    target = candidates[-1]
+    for r in revs:
+        if r["status"] in ("deployed", "pending-upgrade", "pending-rollback"):
+            r["status"] = "superseded" if r["status"] == "deployed" else "failed"
+    revs.append(
+        {
+            **target,
+            "revision": revs[-1]["revision"] + 1,
+            "status": "deployed",
+            "updated": _now(),
+            "description": f"Rollback to {target['revision']}",
+        }
+    )
+    state.save(ns, name, revs)
+    return "Rollback was a success! Happy Helming!\n"
+
+
+def run(argv: list[str], stdin: bytes) -> str:
+    state = State(Path(os.environ["FAKE_HELM_STATE"]))
+    pos, opts = parse(argv)
+    if not pos:
+        raise Fail("Error: no command\n")
+    cmd = pos[0]
+    if cmd == "version":
+        return VERSION
+    if cmd == "status":
+        ns = str(opts.get("--namespace", "default"))
+        return json.dumps(release_json(pos[1], ns, _find(state.load(ns, pos[1]), opts, pos[1])))
+    if cmd == "get" and pos[1] == "values":
+        ns = str(opts.get("--namespace", "default"))
+        rev = _find(state.load(ns, pos[2]), opts, pos[2])
+        return json.dumps(rev["values"] or None)
+    if cmd == "get" and pos[1] == "all":
+        ns = str(opts.get("--namespace", "default"))
+        rev = _find(state.load(ns, pos[2]), opts, pos[2])
+        return f'apiVersion: v2\nname: "{rev["chart"]["name"]}"\nversion: "{rev["chart"]["version"]}"\n'
+    if cmd == "history":
+        ns = str(opts.get("--namespace", "default"))
+        revs = state.load(ns, pos[1])
+        if not revs:
+            raise Fail("Error: release: not found\n")
+        return json.dumps(
+            [
+                {
+                    "revision": r["revision"],
+                    "updated": r["updated"],
+                    "status": r["status"],
+                    "chart": f"{r['chart']['name']}-{r['chart']['version']}",
+                    "app_version": "",
+                    "description": r["description"],
+                }
+                for r in revs
+            ]
+        )
+    if cmd == "list":
+        ns = opts.get("--namespace")
+        rows = [
+            {"name": n, "namespace": rns, "revision": str(revs[-1]["revision"]), "status": revs[-1]["status"]}
+            for rns, n, revs in state.all()
+            if revs and (opts.get("--all-namespaces") or ns in (None, rns))
+        ]
+        return json.dumps(rows)
+    if cmd == "show" and pos[1] == "chart":
+        return f'apiVersion: v2\nname: {pos[2].rsplit("/", 1)[-1]}\nversion: "{opts.get("--version", "0.0.0")}"\n'
+    if cmd in ("upgrade", "install"):
+        return cmd_upgrade(state, pos, opts, stdin)
+    if cmd == "rollback":
+        return cmd_rollback(state, pos, opts)
+    if cmd == "uninstall":
+        ns = str(opts.get("--namespace", "default"))
+        if not state.load(ns, pos[1]):
+            raise Fail(f"Error: uninstall: Release not loaded: {pos[1]}: release: not found\n")
+        state.delete(ns, pos[1])
+        return f'release "{pos[1]}" uninstalled\n'
+    raise Fail(f'Error: unknown command "{cmd}" for "helm" (fake)\n')
+
+
+def _log(record: dict[str, Any]) -> None:
+    path = os.environ.get("FAKE_HELM_LOG")
+    if not path:
+        return
+    with open(path, "a", encoding="utf-8") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        fh.write(json.dumps(record) + "\n")
+        fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def main() -> int:
+    argv = sys.argv[1:]
+    stdin = b""
+    if "-" in argv and not sys.stdin.isatty():
+        stdin = sys.stdin.buffer.read()
+    start = time.time()
+    code, out, err = 0, "", ""
+    try:
+        out = run(argv, stdin)
+    except Fail as exc:
+        code, err = exc.code, exc.stderr
+    pos, _ = parse(argv)
+    _log(
+        {
+            "argv": argv,
+            "values": json.loads(stdin) if stdin else None,
+            "mutating": bool(pos) and pos[0] in MUTATING,
+            "start": start,
+            "end": time.time(),
+            "rc": code,
+        }
+    )
+    sys.stdout.write(out)
+    sys.stderr.write(err)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,148 @@
+"""Server-side apply, discovery and waits with the real kubernetes client against tests/fakes/kube_api.py."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpustack.errors import ClusterUnreachableError
+from gpustack.runners.kube import FIELD_MANAGER, Kube, KubeError, WaitTimeout, wait_until
+from tests.fakes.kube_api import FakeKubeAPI
+
+NS = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "monitoring"}}
+
+
+def cm(data: dict[str, str], ns: str = "monitoring") -> dict[str, object]:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": ns}, "data": data}
+
+
+SM = {
+    "apiVersion": "monitoring.coreos.com/v1",
+    "kind": "ServiceMonitor",
+    "metadata": {"name": "dcgm-exporter", "namespace": "monitoring"},
+    "spec": {"selector": {"matchLabels": {"a": "b"}}, "endpoints": [{"port": "metrics"}]},
+}
+CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "servicemonitors.monitoring.coreos.com"},
+    "spec": {
+        "group": "monitoring.coreos.com",
+        "names": {"kind": "ServiceMonitor", "plural": "servicemonitors"},
+        "scope": "Namespaced",
+        "versions": [{"name": "v1", "served": True, "storage": True}],
+    },
+}
+
+
+@pytest.fixture
+def api() -> Iterator[FakeKubeAPI]:
+    with FakeKubeAPI.running() as server:
+        yield server
+
+
+@pytest.fixture
+def kube(api: FakeKubeAPI, tmp_path: Path) -> Kube:
+    return Kube.from_kubeconfig(api.write_kubeconfig(tmp_path / "kubeconfig"), request_timeout=5)
+
+
+def test_apply_is_server_side_and_idempotent(api: FakeKubeAPI, kube: Kube) -> None:
+    ns, obj = kube.apply([NS, cm({"a": "1"})])
+    assert ns["status"]["phase"] == "Active"
+    assert obj["data"] == {"a": "1"} and obj["metadata"]["uid"]
+    patches = [r for r in api.requests if r[0] == "PATCH"]
+    assert patches and all(r[2] == "application/apply-patch+yaml" for r in patches)
+    assert all(f"fieldManager={FIELD_MANAGER}" in r[1] and "force=true" in r[1] for r in patches)
+    again = kube.apply_one(cm({"a": "1"}))
+    assert again["metadata"]["resourceVersion"] == obj["metadata"]["resourceVersion"]
+    assert api.get("v1", "ConfigMap", "x", "monitoring") == again
+
+
+def test_apply_merges_and_drops_fields_it_no_longer_sets(api: FakeKubeAPI, kube: Kube) -> None:
+    kube.apply([NS, cm({"a": "1", "b": "2"})])
+    # Another manager adds a key; gpustack's next apply keeps it and removes what gpustack dropped.
+    api.handle(
+        "PATCH",
+        "/api/v1/namespaces/monitoring/configmaps/x?fieldManager=kubectl",
+        "application/apply-patch+yaml",
+        b'{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x","namespace":"monitoring"},"data":{"c":"3"}}',
+    )
+    out = kube.apply_one(cm({"a": "10"}))
+    assert out["data"] == {"a": "10", "c": "3"}
+
+
+def test_apply_forces_conflicts(api: FakeKubeAPI, kube: Kube) -> None:
+    kube.apply([NS])
+    api.handle(
+        "PATCH",
+        "/api/v1/namespaces/monitoring/configmaps/x?fieldManager=someone",
+        "application/apply-patch+yaml",
+        b'{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x","namespace":"monitoring"},"data":{"a":"hand"}}',
+    )
+    assert kube.apply_one(cm({"a": "gpustack"}))["data"]["a"] == "gpustack"
+
+
+def test_missing_namespace_is_a_clear_error(kube: Kube) -> None:
+    with pytest.raises(KubeError, match=r'ConfigMap nope/x failed: namespaces "nope" not found') as info:
+        kube.apply_one(cm({}, ns="nope"))
+    assert info.value.status == 404
+
+
+def test_custom_kind_needs_its_crd_then_is_discovered(kube: Kube, api: FakeKubeAPI) -> None:
+    kube.apply([NS])
+    with pytest.raises(KubeError, match="does not serve ServiceMonitor"):
+        kube.apply_one(SM)
+    assert kube.resource("monitoring.coreos.com/v1", "ServiceMonitor") is None
+    kube.apply_one(CRD)
+    assert kube.crd_established("servicemonitors.monitoring.coreos.com")
+    stored = kube.apply_one(SM)
+    assert stored["spec"]["endpoints"] == [{"port": "metrics"}]
+    assert ("GET", "/apis/monitoring.coreos.com/v1", "application/json") in api.requests
+    assert (
+        kube.list_objects("monitoring.coreos.com/v1", "ServiceMonitor", "monitoring")[0]["metadata"]["name"]
+        == "dcgm-exporter"
+    )
+    assert kube.get("monitoring.coreos.com/v1", "ServiceMonitor", "absent", "monitoring") is None
+    assert kube.delete("monitoring.coreos.com/v1", "ServiceMonitor", "dcgm-exporter", "monitoring")
+    assert not kube.delete("monitoring.coreos.com/v1", "ServiceMonitor", "dcgm-exporter", "monitoring")
+
+
+def test_wait_for_crds_until_established(tmp_path: Path) -> None:
+    import time
+
+    with FakeKubeAPI.running(crd_establish_delay=0.6) as api:
+        kube = Kube.from_kubeconfig(api.write_kubeconfig(tmp_path / "kc"))
+        kube.apply_one(CRD)
+        assert not kube.crd_established("servicemonitors.monitoring.coreos.com")
+        start = time.monotonic()
+        kube.wait_for_crds(["servicemonitors.monitoring.coreos.com"], start + 5, interval=0.1)
+        assert 0.4 < time.monotonic() - start < 5
+        with pytest.raises(WaitTimeout, match=r"prometheusrules\.monitoring\.coreos\.com"):
+            kube.wait_for_crds(["prometheusrules.monitoring.coreos.com"], time.monotonic() + 0.3, interval=0.1)
+
+
+def test_wait_until_deadline_with_fake_clock() -> None:
+    now = [0.0]
+    calls: list[float] = []
+
+    def sleep(s: float) -> None:
+        now[0] += s
+
+    def never() -> None:
+        calls.append(now[0])
+
+    with pytest.raises(WaitTimeout, match="timed out waiting for thing"):
+        wait_until(never, 5.0, what="thing", interval=2.0, clock=lambda: now[0], sleep=sleep)
+    assert calls == [0.0, 2.0, 4.0, 5.0]
+    assert wait_until(lambda: "ok", -1.0, what="x", clock=lambda: 0.0) == "ok"  # already true: no timeout
+
+
+def test_unreachable_api(tmp_path: Path) -> None:
+    with FakeKubeAPI.running() as api:
+        kc = api.write_kubeconfig(tmp_path / "kc")
+    kube = Kube.from_kubeconfig(kc, request_timeout=1)
+    kube.api.configuration.retries = 0
+    with pytest.raises(ClusterUnreachableError, match="unreachable"):
+        kube.apply_one(NS)
