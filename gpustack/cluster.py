@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 from gpustack.config import pins
 from gpustack.config.model import Config
-from gpustack.config.semantics import Problem
+from gpustack.config.semantics import cluster_problems as config_problems  # noqa: F401 (re-export)
 from gpustack.console import Console
 from gpustack.paths import ensure_private_dir, state_dir
 from gpustack.render import manifests as mf
@@ -37,6 +37,8 @@ from gpustack.runners.kube import Kube
 MONITORING_CRDS = ("servicemonitors.monitoring.coreos.com", "prometheusrules.monitoring.coreos.com")
 RELEASE_TIMEOUTS = {"kube-prometheus-stack": "10m", "gpu-operator": "15m", "dcgm-exporter": "10m"}
 PASSWORD_FILE = "grafana-admin-password"
+#: applied before the releases (namespaces, and the volume Prometheus' claim binds to)
+FIRST_FILES = ("namespaces.yaml", "storage.yaml")
 
 Status = Literal["changed", "unchanged"]
 
@@ -50,54 +52,6 @@ class StepSummary:
     seconds: float = 0.0
     detail: str = ""
     releases: list[ReleaseResult] = field(default_factory=list)
-
-
-# --- config rules -----------------------------------------------------------------------------------
-
-
-def config_problems(cfg: Config) -> list[Problem]:
-    """Cross-field rules for the cluster layer (storage, alert routing, NodePorts)."""
-    out: list[Problem] = []
-    storage = cfg.monitoring.prometheus_storage
-    if not storage.ephemeral and not storage.storage_class:
-        out.append(
-            Problem(
-                ("monitoring", "prometheus_storage", "storage_class"),
-                "a kubeadm cluster has no default StorageClass, so Prometheus' volume claim would stay Pending: "
-                "name a StorageClass (storage_class: local-path, ...) or set ephemeral: true (emptyDir; metrics "
-                "are lost when the pod moves)",
-            )
-        )
-    if storage.ephemeral and storage.storage_class:
-        out.append(Problem(("monitoring", "prometheus_storage", "ephemeral"), "ephemeral: true ignores storage_class"))
-    names = [r.name for r in cfg.alerting.receivers]
-    for i, name in enumerate(names):
-        if name == "null":
-            out.append(Problem(("alerting", "receivers", i, "name"), "'null' is reserved (the built-in receiver)"))
-        elif names.index(name) != i:
-            out.append(Problem(("alerting", "receivers", i, "name"), f"duplicate receiver name {name!r}"))
-    for severity in ("critical", "warning", "info"):
-        for j, name in enumerate(getattr(cfg.alerting.routes, severity)):
-            if name not in names:
-                known = ", ".join(names) or "none defined"
-                out.append(
-                    Problem(("alerting", "routes", severity, j), f"unknown receiver {name!r} (receivers: {known})")
-                )
-    ports = [
-        (f, p)
-        for f, p in (
-            ("prometheus_nodeport", cfg.monitoring.prometheus_nodeport),
-            ("grafana_nodeport", cfg.monitoring.grafana_nodeport),
-            ("alertmanager_nodeport", cfg.monitoring.alertmanager_nodeport),
-        )
-        if p
-    ]
-    seen: dict[int, str] = {}
-    for f, p in ports:
-        if p in seen:
-            out.append(Problem(("monitoring", f), f"NodePort {p} is already used by monitoring.{seen[p]}"))
-        seen.setdefault(p, f)
-    return out
 
 
 # --- state ------------------------------------------------------------------------------------------
@@ -216,8 +170,9 @@ def run_cluster_layer(
     summaries: list[StepSummary] = []
 
     with _step(summaries, "namespaces", console) as s:
-        n = _apply_counted(kube, manifests["namespaces.yaml"])
-        s.status, s.detail = ("changed" if n else "unchanged"), f"{len(manifests['namespaces.yaml'])} namespaces"
+        first = manifests["namespaces.yaml"] + manifests.get("storage.yaml", [])
+        n = _apply_counted(kube, first)
+        s.status, s.detail = ("changed" if n else "unchanged"), ", ".join(mf.describe_all(first))
 
     with _step(summaries, "secrets", console) as s:
         secrets = mf.render_secrets(cfg, grafana_password(cfg, state_root), alert_secrets)
@@ -234,7 +189,7 @@ def run_cluster_layer(
         s.detail = f"{len(MONITORING_CRDS)} established"
 
     with _step(summaries, "manifests", console) as s:
-        objects = [o for name, objs in manifests.items() if name != "namespaces.yaml" for o in objs]
+        objects = [o for name, objs in manifests.items() if name not in FIRST_FILES for o in objs]
         n = _apply_counted(kube, objects)
         s.status, s.detail = ("changed" if n else "unchanged"), f"{n}/{len(objects)} objects changed"
 

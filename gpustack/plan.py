@@ -8,7 +8,7 @@ from typing import Literal
 
 from gpustack.errors import UsageError
 
-Runner = Literal["preflight", "ansible"]
+Runner = Literal["preflight", "ansible", "cluster"]
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,20 @@ STAGES: tuple[Stage, ...] = (
         "pinned kube-flannel manifest with the cluster's pod CIDR (and interface), applied; waits for Flannel and CoreDNS",
     ),
     Stage(
-        "helm", "Helm", "ansible", "control-plane", "helm binary, pinned version, sha256-verified, in /usr/local/bin"
+        "helm",
+        "Helm",
+        "ansible",
+        "control-plane",
+        "helm binary, pinned version, sha256-verified, in /usr/local/bin (and for you, in the state directory)",
+    ),
+    Stage(
+        "cluster",
+        "GPU and monitoring stack",
+        "cluster",
+        "control-plane",
+        "namespaces, Prometheus volume, Grafana admin Secret; Helm: kube-prometheus-stack (CRDs first), then "
+        "GPU Operator and dcgm-exporter concurrently (unchanged releases untouched); ServiceMonitor, "
+        "GPU alert rules, DCGM dashboard ConfigMap (server-side apply)",
     ),
 )
 
@@ -103,7 +116,8 @@ def select(*, only: Sequence[str] = (), from_: str | None = None, skip: Sequence
         stages = stages[STAGE_IDS.index(from_) :]
     if only:
         stages = [s for s in stages if s.id in only]
-    if stages and stages[0].id != "preflight" and any(s.runner == "ansible" for s in stages):
+    # every stage that changes something needs the hosts' facts (the cluster stage sizes values from them)
+    if stages and stages[0].id != "preflight" and any(s.runner != "preflight" for s in stages):
         stages.insert(0, STAGES[0])
     stages = [s for s in stages if s.id not in skip]
     if not stages:

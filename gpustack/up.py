@@ -6,6 +6,7 @@ Each step calls one runner; everything else here is ordering and reporting.
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -16,8 +17,8 @@ from gpustack.checks import preflight as pf
 from gpustack.checks.model import Finding
 from gpustack.config.model import Config
 from gpustack.console import Console
-from gpustack.errors import PreflightError
-from gpustack.paths import ensure_private_dir, kubeconfig_path, new_run_dir, resource_dir
+from gpustack.errors import GpustackError, PreflightError, StageError
+from gpustack.paths import ensure_private_dir, kubeconfig_path, new_run_dir, resource_dir, state_dir
 from gpustack.plan import Stage
 from gpustack.render.ansible import extravars, inventory
 from gpustack.runners import ansible as ar
@@ -109,7 +110,10 @@ def _settings(cfg: Config, opts: UpOptions, *, check: bool) -> ar.AnsibleSetting
     )
 
 
-def run_preflight(cfg: Config, opts: UpOptions, run_dir: Path, console: Console) -> list[Finding]:
+def run_preflight(
+    cfg: Config, opts: UpOptions, run_dir: Path, console: Console
+) -> tuple[dict[str, Any], list[Finding]]:
+    """Collect every host's facts (read-only) and check them; returns (facts by node, findings)."""
     facts_dir = ensure_private_dir(run_dir / "facts")
     ev = extravars(cfg, kubeconfig_dest=kubeconfig_path(cfg.cluster.name), facts_dir=facts_dir)
     kwargs = ar.build_runner_kwargs(
@@ -143,7 +147,7 @@ def run_preflight(cfg: Config, opts: UpOptions, run_dir: Path, console: Console)
                 fix="check SSH access and sudo on that host",
             )
         )
-    return pf.apply_ignores(findings, list(opts.ignore_preflight) + list(cfg.preflight.ignore))
+    return facts, pf.apply_ignores(findings, list(opts.ignore_preflight) + list(cfg.preflight.ignore))
 
 
 def report_preflight(findings: list[Finding], console: Console) -> None:
@@ -183,6 +187,7 @@ def run_host_layer(
 ) -> ar.PlaybookResult:
     kubeconfig = kubeconfig_path(cfg.cluster.name)
     ensure_private_dir(kubeconfig.parent)
+    ensure_private_dir(state_dir() / "bin")  # the helm stage installs this machine's Helm here
     kwargs = ar.build_runner_kwargs(
         private_data_dir=run_dir / "ansible",
         project_dir=resource_dir("playbooks"),
@@ -203,13 +208,14 @@ def up(cfg: Config, opts: UpOptions, console: Console) -> UpResult:
     _write_json(run_dir / "config.json", cfg.model_dump(mode="json"))
     summaries: list[StageSummary] = []
     findings: list[Finding] = []
+    facts: dict[str, Any] = {}
     ids = [s.id for s in opts.stages]
 
     _host_key_gate(cfg, opts, console)
 
     if "preflight" in ids:
         t0 = time.monotonic()
-        findings = run_preflight(cfg, opts, run_dir, console)
+        facts, findings = run_preflight(cfg, opts, run_dir, console)
         _write_json(run_dir / "preflight.json", [f.__dict__ for f in findings])
         summaries.append(StageSummary("preflight", "ok", time.monotonic() - t0, hosts=[n.name for n in cfg.nodes]))
         try:
@@ -229,12 +235,79 @@ def up(cfg: Config, opts: UpOptions, console: Console) -> UpResult:
                 summaries.append(StageSummary(sid, "not run" if result.failures else "ok", 0.0))
                 continue
             summaries.append(StageSummary(sid, st.status, st.elapsed, st.changed_total, sorted(st.hosts)))
-    _write_json(run_dir / "summary.json", [s.__dict__ for s in summaries])
-    print_summary(summaries, console, dry_run=opts.dry_run)
-    if result is not None:
+    if result is not None and (result.failures or result.rc != 0):
+        _finish(run_dir, summaries, console, opts)
         result.raise_for_failures()
+
+    if "cluster" in ids:
+        try:
+            summaries += run_cluster_stage(cfg, facts, opts, console)
+        except GpustackError:
+            summaries.append(StageSummary("cluster", "failed", 0.0, hosts=[cfg.control_plane.name]))
+            _finish(run_dir, summaries, console, opts)
+            raise
+    _finish(run_dir, summaries, console, opts)
     kubeconfig = kubeconfig_path(cfg.cluster.name)
     return UpResult(run_dir, summaries, findings, kubeconfig if kubeconfig.exists() else None)
+
+
+def _finish(run_dir: Path, summaries: list[StageSummary], console: Console, opts: UpOptions) -> None:
+    _write_json(run_dir / "summary.json", [s.__dict__ for s in summaries])
+    print_summary(summaries, console, dry_run=opts.dry_run)
+
+
+def find_helm() -> str:
+    """The Helm the helm stage installed for this machine, else one on PATH."""
+    mine = state_dir() / "bin" / "helm"
+    if mine.is_file():
+        return str(mine)
+    found = shutil.which("helm")
+    if found:
+        return found
+    raise StageError(
+        "no helm executable on this machine", stage="cluster", hint="run the helm stage first: gpustack up --only helm"
+    )
+
+
+def run_cluster_stage(cfg: Config, facts: dict[str, Any], opts: UpOptions, console: Console) -> list[StageSummary]:
+    """The cluster layer (Helm releases and objects) through the admin kubeconfig the
+    control-plane stage fetched. In a dry run nothing is rendered against the cluster."""
+    if opts.dry_run:
+        console.print("[skip]cluster: skipped in a dry run (see `gpustack render` for what it would apply)[/skip]")
+        return [StageSummary("cluster", "not run", 0.0, note="dry run")]
+    from gpustack.cluster import run_cluster_layer
+    from gpustack.render.values import summarize_facts
+    from gpustack.runners.helm import Helm
+
+    kubeconfig = kubeconfig_path(cfg.cluster.name)
+    if not kubeconfig.is_file():
+        raise StageError(
+            f"no admin kubeconfig at {kubeconfig}",
+            stage="cluster",
+            hint="run the control-plane stage first: gpustack up --from control-plane",
+        )
+    console.print("[stage]▶ cluster[/stage]")
+    t0 = time.monotonic()
+    steps = run_cluster_layer(
+        cfg, kubeconfig, summarize_facts(facts), console, helm=Helm(kubeconfig, executable=find_helm())
+    )
+    changed = sum(s.status == "changed" for s in steps)
+    rows = [
+        StageSummary(
+            "cluster", "changed" if changed else "ok", time.monotonic() - t0, changed, [cfg.control_plane.name]
+        )
+    ]
+    rows += [
+        StageSummary(
+            f"cluster:{s.step}",
+            "changed" if s.status == "changed" else "ok",
+            s.seconds,
+            int(s.status == "changed"),
+            note=s.detail,
+        )
+        for s in steps
+    ]
+    return rows
 
 
 def print_summary(summaries: list[StageSummary], console: Console, *, dry_run: bool) -> None:

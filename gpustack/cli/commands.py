@@ -9,6 +9,7 @@ import typer
 
 from gpustack import __version__
 from gpustack.cli.app import ConfigOpt, VerboseOpt, app, console_for, load_config, split_csv
+from gpustack.config.model import Config
 from gpustack.errors import UsageError
 
 StagesOpt = Annotated[list[str] | None, typer.Option(help="stage id(s), comma-separated or repeated")]
@@ -74,6 +75,41 @@ def up(
     )
     if result.kubeconfig:
         console.print(f"[ok]done.[/ok] kubeconfig: {result.kubeconfig}  (export KUBECONFIG={result.kubeconfig})")
+    if any(s.id == "cluster" for s in stages) and not dry_run:
+        for line in access_lines(cfg):
+            console.print(line)
+
+
+def access_lines(cfg: Config) -> list[str]:
+    """Where to reach the monitoring stack (NodePorts on the control plane's address)."""
+    host, mon = cfg.control_plane.address, cfg.monitoring
+    lines = []
+    if mon.prometheus_nodeport:
+        lines.append(f"Prometheus:   http://{host}:{mon.prometheus_nodeport}")
+    else:
+        lines.append("Prometheus:   kubectl -n monitoring port-forward svc/kube-prometheus-stack-prometheus 9090")
+    if mon.grafana_nodeport:
+        lines.append(
+            f"Grafana:      http://{host}:{mon.grafana_nodeport}  (user {mon.grafana_admin_user}; "
+            "password: gpustack grafana-password)"
+        )
+    else:
+        lines.append("Grafana:      kubectl -n monitoring port-forward svc/kube-prometheus-stack-grafana 3000:80")
+    if mon.alertmanager_nodeport:
+        lines.append(f"Alertmanager: http://{host}:{mon.alertmanager_nodeport}")
+    return lines
+
+
+@app.command("grafana-password")
+def grafana_password_cmd(config: ConfigOpt = None) -> None:
+    """Print the Grafana admin password (kept 0600 in the state directory; never printed otherwise)."""
+    from gpustack.cluster import password_path
+
+    cfg = load_config(config).config
+    path = password_path(cfg)
+    if not path.is_file():
+        raise UsageError(f"no Grafana password yet ({path}): run `gpustack up` first")
+    console_for().print(path.read_text(encoding="utf-8").strip())
 
 
 @app.command("plan")
@@ -100,13 +136,19 @@ def plan_cmd(
 def render(
     out: Annotated[Path, typer.Option("--out", "-o", help="directory to write into")],
     config: ConfigOpt = None,
+    facts: Annotated[
+        Path | None,
+        typer.Option(help="a run's facts/ directory (preflight output): values then follow those hosts"),
+    ] = None,
 ) -> None:
-    """Write every generated file (inventory, extravars, kubeadm config, ...) to DIR for review or GitOps."""
-    from gpustack.render.files import write_all
+    """Write every generated file (inventory, extravars, kubeadm config, Helm values, manifests) to DIR."""
+    from gpustack.render.files import load_facts, write_all
 
     cfg = load_config(config).config
     console = console_for()
-    for path in write_all(cfg, out):
+    if facts is not None and not facts.is_dir():
+        raise UsageError(f"--facts {facts}: not a directory (use <state>/runs/<run>/facts)")
+    for path in write_all(cfg, out, facts=load_facts(facts)):
         console.print(str(path))
 
 

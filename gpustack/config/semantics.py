@@ -24,6 +24,7 @@ def check(cfg: Config) -> list[Problem]:
     problems += _nodes(cfg)
     problems += _networks(cfg)
     problems += _versions(cfg)
+    problems += cluster_problems(cfg)
     return problems
 
 
@@ -84,3 +85,39 @@ def _versions(cfg: Config) -> list[Problem]:
             )
         ]
     return []
+
+
+def cluster_problems(cfg: Config) -> list[Problem]:
+    """Cross-field rules for the cluster layer (storage, alert routing, NodePorts)."""
+    out: list[Problem] = []
+    storage = cfg.monitoring.prometheus_storage
+    if storage.ephemeral and storage.storage_class:
+        out.append(Problem(("monitoring", "prometheus_storage", "ephemeral"), "ephemeral: true ignores storage_class"))
+    names = [r.name for r in cfg.alerting.receivers]
+    for i, name in enumerate(names):
+        if name == "null":
+            out.append(Problem(("alerting", "receivers", i, "name"), "'null' is reserved (the built-in receiver)"))
+        elif names.index(name) != i:
+            out.append(Problem(("alerting", "receivers", i, "name"), f"duplicate receiver name {name!r}"))
+    for severity in ("critical", "warning", "info"):
+        for j, name in enumerate(getattr(cfg.alerting.routes, severity)):
+            if name not in names:
+                known = ", ".join(names) or "none defined"
+                out.append(
+                    Problem(("alerting", "routes", severity, j), f"unknown receiver {name!r} (receivers: {known})")
+                )
+    ports = [
+        (f, p)
+        for f, p in (
+            ("prometheus_nodeport", cfg.monitoring.prometheus_nodeport),
+            ("grafana_nodeport", cfg.monitoring.grafana_nodeport),
+            ("alertmanager_nodeport", cfg.monitoring.alertmanager_nodeport),
+        )
+        if p
+    ]
+    seen: dict[int, str] = {}
+    for f, p in ports:
+        if p in seen:
+            out.append(Problem(("monitoring", f), f"NodePort {p} is already used by monitoring.{seen[p]}"))
+        seen.setdefault(p, f)
+    return out

@@ -11,7 +11,9 @@ from typing import Any
 
 from gpustack.config import pins
 from gpustack.config.model import Config, Node
+from gpustack.paths import state_dir
 from gpustack.render.kubeadm import render_init_config
+from gpustack.render.values import LOCAL_STORAGE_PATH, uses_local_storage
 
 ARCHES = ("amd64", "arm64")
 
@@ -87,7 +89,7 @@ def helm_downloads(cfg: Config) -> dict[str, dict[str, str]]:
 
 
 def extravars(
-    cfg: Config, *, kubeconfig_dest: Path, facts_dir: Path | None = None
+    cfg: Config, *, kubeconfig_dest: Path, facts_dir: Path | None = None, controller_bin_dir: Path | None = None
 ) -> dict[str, Any]:
     """Extra vars for playbooks/site.yml; with ``facts_dir`` also for playbooks/preflight.yml,
     which writes one ``<node name>.json`` facts file per host there (on the controller)."""
@@ -118,6 +120,9 @@ def extravars(
         "gpustack_firewall_enabled": cfg.firewall.enabled,
         "gpustack_firewall_tcp_nodeports": tcp_nodeports,
         "gpustack_kubeconfig_dest": str(kubeconfig_dest),
+        "gpustack_local_storage_path": LOCAL_STORAGE_PATH if uses_local_storage(cfg) else "",
+        # where the helm stage installs Helm for this machine (the cluster stage runs it here)
+        "gpustack_controller_bin_dir": str(controller_bin_dir or state_dir() / "bin"),
     }
     if facts_dir is not None:
         ev["gpustack_facts_dir"] = str(facts_dir)

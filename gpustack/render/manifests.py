@@ -32,10 +32,13 @@ from gpustack.render.values import (
     ALERTMANAGER_SECRET,
     GPU_NAMESPACE,
     GRAFANA_ADMIN_SECRET,
+    LOCAL_STORAGE_CLASS,
+    LOCAL_STORAGE_PATH,
     MONITORING_NAMESPACE,
     FactsSummary,
     duration_ms,
     secret_key,
+    uses_local_storage,
 )
 
 Obj = dict[str, Any]
@@ -120,6 +123,26 @@ def dashboard_configmap() -> Obj:
     return _yaml_objects(text)[0]
 
 
+def local_storage(cfg: Config) -> list[Obj]:
+    """StorageClass + a local PersistentVolume on the control-plane node for Prometheus' TSDB
+    (the default: kubeadm clusters have no StorageClass; the directory is made by the
+    control-plane stage). Retain: deleting the claim keeps the data."""
+    if not uses_local_storage(cfg):
+        return []
+    text = render_template(
+        "manifests/local-storage.yaml.j2",
+        storage_class=LOCAL_STORAGE_CLASS,
+        path=LOCAL_STORAGE_PATH,
+        size=cfg.monitoring.prometheus_storage.size,
+        node=cfg.control_plane.name,
+    )
+    return _yaml_objects(text)
+
+
+def describe_all(objects: list[Obj]) -> list[str]:
+    return [f"{o['kind']}/{o['metadata']['name']}" for o in objects]
+
+
 def render_manifests(cfg: Config, facts: FactsSummary | None = None) -> dict[str, list[Obj]]:
     """``{file name: objects}`` applied after the releases (no secrets; see :func:`render_secrets`).
 
@@ -127,7 +150,7 @@ def render_manifests(cfg: Config, facts: FactsSummary | None = None) -> dict[str
     here depends on it yet.
     """
     del facts
-    return {
+    out = {
         "namespaces.yaml": namespaces(),
         "dcgm-exporter.servicemonitor.yaml": [service_monitor(cfg)],
         "gpu-alerts.prometheusrule.yaml": [
@@ -135,6 +158,10 @@ def render_manifests(cfg: Config, facts: FactsSummary | None = None) -> dict[str
         ],
         "grafana-dashboard.configmap.yaml": [dashboard_configmap()],
     }
+    storage = local_storage(cfg)
+    if storage:
+        out["storage.yaml"] = storage
+    return out
 
 
 # --- secrets ---------------------------------------------------------------------------------------

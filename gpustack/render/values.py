@@ -44,6 +44,10 @@ GPU_NAMESPACE = "gpu-operator"
 GRAFANA_ADMIN_SECRET = "gpustack-grafana-admin"
 ALERTMANAGER_SECRET = "gpustack-alertmanager"
 ALERTMANAGER_SECRET_DIR = f"/etc/alertmanager/secrets/{ALERTMANAGER_SECRET}"
+#: Default Prometheus storage on a cluster with no StorageClass: a local PersistentVolume on the
+#: control-plane node, made by gpustack (see gpustack.render.manifests.local_storage).
+LOCAL_STORAGE_CLASS = "gpustack-local"
+LOCAL_STORAGE_PATH = "/var/lib/gpustack/prometheus"
 NODE_EXPORTER_PORT = 9100
 NODE_EXPORTER_ALT_PORT = 9101
 NULL_RECEIVER = "null"
@@ -221,6 +225,19 @@ def _counters_csv() -> str:
     return (resource_dir("values") / "dcgm-counters.csv").read_text(encoding="utf-8")
 
 
+def uses_local_storage(cfg: Config) -> bool:
+    """No StorageClass named and no emptyDir opt-in: gpustack's own local PersistentVolume."""
+    storage = cfg.monitoring.prometheus_storage
+    return not storage.ephemeral and not storage.storage_class
+
+
+def storage_class(cfg: Config) -> str | None:
+    storage = cfg.monitoring.prometheus_storage
+    if storage.ephemeral:
+        return None
+    return storage.storage_class or LOCAL_STORAGE_CLASS
+
+
 def template_context(cfg: Config, facts: FactsSummary) -> dict[str, Any]:
     """Everything the values templates read, decided here (templates only lay it out)."""
     mon = cfg.monitoring
@@ -231,6 +248,8 @@ def template_context(cfg: Config, facts: FactsSummary) -> dict[str, Any]:
         "scrape_interval": mon.scrape_interval,
         "retention": mon.prometheus_retention,
         "storage": mon.prometheus_storage,
+        "storage_class": storage_class(cfg),
+        "local_storage": uses_local_storage(cfg),
         "grafana_secret": GRAFANA_ADMIN_SECRET,
         "gnet_download": mon.dashboard_gnet_download,
         "alertmanager_config": alertmanager_config(cfg),

@@ -64,6 +64,8 @@ BUILTIN = [
     Resource("", "v1", "secrets", "Secret", True),
     Resource("", "v1", "configmaps", "ConfigMap", True),
     Resource("", "v1", "services", "Service", True),
+    Resource("", "v1", "persistentvolumes", "PersistentVolume", False),
+    Resource("storage.k8s.io", "v1", "storageclasses", "StorageClass", False),
     Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False),
 ]
 

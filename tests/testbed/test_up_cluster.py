@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .cluster import UpRun, doubles_log, up, write_config
+from .cluster import HOST_LAYER_ONLY, UpRun, doubles_log, up, write_config
 from .hosts import Host, Testbed
 from .prepare import boot_iptables_rule, compose, fake_loaded_modules, fstab_swap
 from .pytest_plugin import TestbedFactory
@@ -64,7 +64,18 @@ def up_interrupted(cfg: Path, state: Path, victim: Host, *, when_play: str) -> U
     env = {**os.environ, "GPUSTACK_STATE_DIR": str(state), "NO_COLOR": "1", "COLUMNS": "200"}
     before = set((state / "runs").iterdir()) if (state / "runs").exists() else set()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gpustack", "up", "--yes", "--ignore-preflight", "nouveau", "-c", str(cfg)],
+        [
+            sys.executable,
+            "-m",
+            "gpustack",
+            "up",
+            "--yes",
+            *HOST_LAYER_ONLY,
+            "--ignore-preflight",
+            "nouveau",
+            "-c",
+            str(cfg),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

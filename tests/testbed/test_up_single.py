@@ -126,6 +126,10 @@ def test_single_node_up_with_doubles_converges(
     flannel = host.sudo("cat /etc/gpustack/flannel/kube-flannel.yml", check=True).stdout
     assert "10.244.0.0/16" in flannel
     assert "v3.18.4" in host.run("/usr/local/bin/helm version --short", check=True).stdout
+    # ...and for this machine, where the cluster stage runs it (same checksummed download)
+    local_helm = state / "bin" / "helm"
+    assert local_helm.is_file() and local_helm.stat().st_mode & 0o111
+    assert summary["helm"]["hosts"] == ["localhost", host.name]
 
     # --- a second run converges: nothing changes anywhere
     second = up(cfg, state)

@@ -71,6 +71,30 @@ def test_render_writes_files(tmp_path: Path, cfg: Path) -> None:
     assert kubeadm[0]["localAPIEndpoint"]["advertiseAddress"] == "192.0.2.10"
     ev = yaml.safe_load((tmp_path / "out/ansible/extravars.yaml").read_text())
     assert ev["gpustack_pod_cidr"] == "10.244.0.0/16"
+    # the cluster layer, from the same functions `up` applies
+    for release in ("gpu-operator", "kube-prometheus-stack", "dcgm-exporter"):
+        assert (tmp_path / f"out/values/{release}.yaml").is_file()
+    kps = yaml.safe_load((tmp_path / "out/values/kube-prometheus-stack.yaml").read_text())
+    assert kps["prometheus"]["prometheusSpec"]["serviceMonitorSelectorNilUsesHelmValues"] is False
+    sm = list(yaml.safe_load_all((tmp_path / "out/manifests/dcgm-exporter.servicemonitor.yaml").read_text()))
+    assert sm[0]["kind"] == "ServiceMonitor"
+    for name in ("gpu-alerts.prometheusrule.yaml", "grafana-dashboard.configmap.yaml", "storage.yaml"):
+        assert (tmp_path / "out/manifests" / name).is_file()
+    assert not list((tmp_path / "out").rglob("*secret*"))
+
+
+def test_render_follows_recorded_facts(tmp_path: Path, cfg: Path) -> None:
+    facts = tmp_path / "facts"
+    facts.mkdir()
+    (facts / "cp1.json").write_text(
+        '{"nvidia_pci_devices": [{"slot": "0000:3b:00.0"}], "nvidia_driver_version": "595.91.07"}'
+    )
+    r = run("render", "--out", "out", "--facts", str(facts), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    gpu = yaml.safe_load((tmp_path / "out/values/gpu-operator.yaml").read_text())
+    assert gpu["driver"]["enabled"] is False  # a preinstalled driver was found
+    r = run("render", "--out", "out", "--facts", str(tmp_path / "nope"), cwd=tmp_path)
+    assert r.returncode == 2 and "not a directory" in r.stderr
 
 
 @pytest.mark.parametrize(

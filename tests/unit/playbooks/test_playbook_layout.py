@@ -26,6 +26,8 @@ STAGES = [
     ("workers", "workers", "worker_join"),
     ("network", "control_plane", "flannel"),
     ("helm", "control_plane", "helm"),
+    # the cluster stage runs Helm on this machine: the same role installs it for the user here
+    ("helm", "localhost", "helm"),
 ]
 # names in playbooks/ that look like variables but are not (the preflight module)
 NOT_VARIABLES = {"gpustack_facts"}
@@ -55,8 +57,11 @@ def test_site_has_one_play_per_stage_in_order() -> None:
     assert [(p["name"], p["hosts"], p["roles"][0]["role"]) for p in plays] == STAGES
     for play in plays:
         assert play["tags"] == [play["name"]]
-        assert play["become"] is True
+        assert play["become"] is (play["hosts"] != "localhost")
         assert len(play["roles"]) == 1
+    from gpustack.plan import STAGES as PLAN
+
+    assert list(dict.fromkeys(p["name"] for p in plays)) == [s.id for s in PLAN if s.runner == "ansible"]
 
 
 def test_preflight_play() -> None:
@@ -65,7 +70,7 @@ def test_preflight_play() -> None:
     assert plays[0]["gather_facts"] is False
 
 
-@pytest.mark.parametrize("role", [s[2] for s in STAGES])
+@pytest.mark.parametrize("role", sorted({s[2] for s in STAGES}))
 def test_role_layout(role: str) -> None:
     base = PLAYBOOKS / "roles" / role
     assert (base / "tasks" / "main.yml").is_file()

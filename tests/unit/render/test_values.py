@@ -237,8 +237,9 @@ def test_helpers() -> None:
 
 def test_config_problems() -> None:
     assert config_problems(Config.model_validate({"monitoring": STORAGE})) == []
-    (p,) = config_problems(Config())
-    assert p.path == ("monitoring", "prometheus_storage", "storage_class") and "StorageClass" in p.message
+    assert config_problems(Config()) == []  # default: gpustack's local volume
+    (p,) = config_problems(Config.model_validate({"monitoring": {"prometheus_storage": {"storage_class": "x", "ephemeral": True}}}))
+    assert p.path == ("monitoring", "prometheus_storage", "ephemeral")
     bad = Config.model_validate(
         {
             "monitoring": {**STORAGE, "grafana_nodeport": 30090},
@@ -263,3 +264,29 @@ def test_receiver_secret_sources_are_exclusive() -> None:
         Config.model_validate(
             {"alerting": {"receivers": [{"type": "slack", "name": "s", "channel": "#x", "api_url": "https://x"}]}}
         )
+
+
+def test_default_storage_is_a_local_volume_on_the_control_plane() -> None:
+    from gpustack.config.model import Node
+    from gpustack.render.manifests import render_manifests
+
+    cfg = Config(nodes=[Node(name="cp", address="10.0.0.1", role="control-plane"), Node(name="w", address="10.0.0.2")])
+    prom = render_values(cfg, FactsSummary())["kube-prometheus-stack"]["prometheus"]["prometheusSpec"]
+    claim = prom["storageSpec"]["volumeClaimTemplate"]["spec"]
+    assert claim["storageClassName"] == "gpustack-local" and claim["resources"]["requests"]["storage"] == "50Gi"
+    assert {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"} in prom["tolerations"]
+    sc, pv = render_manifests(cfg)["storage.yaml"]
+    assert sc["kind"] == "StorageClass" and sc["volumeBindingMode"] == "WaitForFirstConsumer"
+    assert pv["spec"]["storageClassName"] == "gpustack-local" and pv["spec"]["local"]["path"] == "/var/lib/gpustack/prometheus"
+    terms = pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][0]["matchExpressions"][0]
+    assert terms["values"] == ["cp"]
+
+
+def test_named_storage_class_or_ephemeral_needs_no_local_volume() -> None:
+    from gpustack.render.manifests import render_manifests
+
+    for storage in ({"storage_class": "fast"}, {"ephemeral": True}):
+        cfg = Config.model_validate({"monitoring": {"prometheus_storage": storage}})
+        assert "storage.yaml" not in render_manifests(cfg)
+        prom = render_values(cfg, FactsSummary())["kube-prometheus-stack"]["prometheus"]["prometheusSpec"]
+        assert "tolerations" not in prom
