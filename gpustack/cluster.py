@@ -30,7 +30,7 @@ from gpustack.config.semantics import cluster_problems as config_problems  # noq
 from gpustack.console import Console
 from gpustack.paths import ensure_private_dir, state_dir
 from gpustack.render import manifests as mf
-from gpustack.render.values import NAMESPACES, FactsSummary, generate_password, render_values
+from gpustack.render.values import GPU_NAMESPACE, NAMESPACES, FactsSummary, generate_password, render_values
 from gpustack.runners.helm import Helm, ReleaseResult, ReleaseSpec
 from gpustack.runners.kube import Kube
 
@@ -52,6 +52,23 @@ class StepSummary:
     seconds: float = 0.0
     detail: str = ""
     releases: list[ReleaseResult] = field(default_factory=list)
+
+
+# --- cluster facts ------------------------------------------------------------------------------------
+
+
+def foreign_nfd_running(kube: Kube) -> bool:
+    """Node Feature Discovery installed by someone else (outside gpustack's gpu-operator namespace):
+    the GPU Operator must then not deploy a second one (nfd.enabled=false)."""
+    if kube.resource("apps/v1", "DaemonSet") is None:
+        return False
+    for obj in kube.list_objects("apps/v1", "DaemonSet"):
+        meta = obj.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        name = str(labels.get("app.kubernetes.io/name") or meta.get("name") or "")
+        if ("node-feature-discovery" in name or name.startswith("nfd-")) and meta.get("namespace") != GPU_NAMESPACE:
+            return True
+    return False
 
 
 # --- state ------------------------------------------------------------------------------------------

@@ -275,9 +275,10 @@ def run_cluster_stage(cfg: Config, facts: dict[str, Any], opts: UpOptions, conso
     if opts.dry_run:
         console.print("[skip]cluster: skipped in a dry run (see `gpustack render` for what it would apply)[/skip]")
         return [StageSummary("cluster", "not run", 0.0, note="dry run")]
-    from gpustack.cluster import run_cluster_layer
+    from gpustack.cluster import foreign_nfd_running, run_cluster_layer
     from gpustack.render.values import summarize_facts
     from gpustack.runners.helm import Helm
+    from gpustack.runners.kube import Kube
 
     kubeconfig = kubeconfig_path(cfg.cluster.name)
     if not kubeconfig.is_file():
@@ -288,8 +289,10 @@ def run_cluster_stage(cfg: Config, facts: dict[str, Any], opts: UpOptions, conso
         )
     console.print("[stage]▶ cluster[/stage]")
     t0 = time.monotonic()
+    kube = Kube.from_kubeconfig(kubeconfig)
+    summary = summarize_facts(facts, nfd_running=foreign_nfd_running(kube))
     steps = run_cluster_layer(
-        cfg, kubeconfig, summarize_facts(facts), console, helm=Helm(kubeconfig, executable=find_helm())
+        cfg, kubeconfig, summary, console, helm=Helm(kubeconfig, executable=find_helm()), kube=kube
     )
     changed = sum(s.status == "changed" for s in steps)
     rows = [

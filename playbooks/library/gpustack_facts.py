@@ -343,6 +343,22 @@ def parse_containerd_systemd_cgroup(text: str) -> bool | None:
     return bool(value)
 
 
+def parse_containerd_default_runtime(text: str) -> str | None:
+    """``default_runtime_name`` of containerd's CRI plugin (e.g. "nvidia" when the NVIDIA container
+    toolkit made itself the default), or None when not set."""
+    for raw in text.splitlines():
+        m = re.match(r"""^\s*default_runtime_name\s*=\s*["']([^"']*)["']""", raw)
+        if m:
+            return m.group(1) or None
+    return None
+
+
+def toolkit_preinstalled(nvidia_ctk: str | None, containerd_conf: str | None) -> bool:
+    """The NVIDIA container toolkit is installed and nvidia is containerd's default runtime: the
+    GPU Operator must then leave the toolkit alone (toolkit.enabled=false)."""
+    return bool(nvidia_ctk) and parse_containerd_default_runtime(containerd_conf or "") == "nvidia"
+
+
 def parse_systemctl_is_active(rc: int | None, out: str) -> bool | None:
     state = out.strip()
     if state in ("active", "activating", "reloading", "refreshing"):
@@ -544,6 +560,7 @@ def collect(probe_sudo: bool, peers: list[str], peer_port: int, peer_timeout: fl
         if nvidia_version_text
         else (_read_text("/sys/module/nvidia/version") or "").strip() or None,
         "nvidia_smi": _which("nvidia-smi") is not None,
+        "nvidia_container_toolkit": toolkit_preinstalled(_which("nvidia-ctk"), containerd_conf),
         "nouveau_loaded": parse_modules_nouveau(modules_text)
         or os.path.isdir("/sys/module/nouveau"),
         "secure_boot": parse_secure_boot(efi, secure_boot_data),  # type: ignore[arg-type]

@@ -66,6 +66,7 @@ BUILTIN = [
     Resource("", "v1", "services", "Service", True),
     Resource("", "v1", "persistentvolumes", "PersistentVolume", False),
     Resource("storage.k8s.io", "v1", "storageclasses", "StorageClass", False),
+    Resource("apps", "v1", "daemonsets", "DaemonSet", True),
     Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False),
 ]
 

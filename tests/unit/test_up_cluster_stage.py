@@ -11,6 +11,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 import yaml
@@ -113,3 +114,32 @@ def test_unreachable_api_is_exit_3(world: tuple[FakeKubeAPI, Path, dict[str, str
     r = up(cfg, env)
     assert r.returncode == 3, r.stdout + r.stderr
     assert "unreachable" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_foreign_nfd_turns_off_the_operators_nfd(world: tuple[FakeKubeAPI, Path, dict[str, str]]) -> None:
+    from gpustack.runners.kube import Kube
+
+    _, cfg, env = world
+    kube = Kube.from_kubeconfig(Path(env["GPUSTACK_STATE_DIR"]) / "clusters" / "gpustack" / "admin.conf")
+    kube.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "nfd"}}])
+    kube.apply([{
+        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"name": "nfd-worker", "namespace": "nfd", "labels": {"app.kubernetes.io/name": "node-feature-discovery"}},
+        "spec": {"selector": {"matchLabels": {"app": "nfd"}}, "template": {"metadata": {"labels": {"app": "nfd"}},
+                 "spec": {"containers": [{"name": "w", "image": "nfd"}]}}},
+    }])  # fmt: skip
+    r = up(cfg, env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert operator_values(env)["nfd"]["enabled"] is False
+
+
+def test_without_foreign_nfd_the_operator_brings_its_own(world: tuple[FakeKubeAPI, Path, dict[str, str]]) -> None:
+    _, cfg, env = world
+    assert up(cfg, env).returncode == 0
+    assert operator_values(env)["nfd"]["enabled"] is True
+
+
+def operator_values(env: dict[str, str]) -> dict[str, Any]:
+    """The values of the fake helm's last gpu-operator revision (its release state on disk)."""
+    revs = json.loads((Path(env["FAKE_HELM_STATE"]) / "gpu-operator" / "gpu-operator.json").read_text())
+    return cast(dict[str, Any], revs[-1]["values"])

@@ -54,6 +54,7 @@ SCHEMA_KEYS = {
     "nvidia_pci_devices",
     "nvidia_driver_version",
     "nvidia_smi",
+    "nvidia_container_toolkit",
     "nouveau_loaded",
     "secure_boot",
     "kernel_headers",
@@ -348,3 +349,15 @@ def test_collect_on_this_machine(facts_module: ModuleType) -> None:
     assert all(isinstance(v, bool) for v in facts["peers"].values())
     assert all(set(e) == {"proto", "address", "port", "process"} for e in facts["listening"])
     assert isinstance(facts["cpus"], int) and facts["cpus"] > 0
+
+
+def test_toolkit_preinstalled_needs_nvidia_ctk_and_nvidia_default_runtime(facts_module: ModuleType) -> None:
+    v2 = 'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd]\n  default_runtime_name = "nvidia"\n'
+    v3 = "version = 3\n[plugins.'io.containerd.cri.v1.runtime'.containerd]\n  default_runtime_name = 'runc'\n"
+    assert facts_module.parse_containerd_default_runtime(v2) == "nvidia"
+    assert facts_module.parse_containerd_default_runtime(v3) == "runc"
+    assert facts_module.parse_containerd_default_runtime("version = 2\n") is None
+    assert facts_module.toolkit_preinstalled("/usr/bin/nvidia-ctk", v2) is True
+    assert facts_module.toolkit_preinstalled(None, v2) is False
+    assert facts_module.toolkit_preinstalled("/usr/bin/nvidia-ctk", v3) is False
+    assert facts_module.toolkit_preinstalled("/usr/bin/nvidia-ctk", None) is False
