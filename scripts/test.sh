@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(debootstrap systemd-container apt-utils gnupg dpkg-dev iproute2 iptables openssh-client prometheus)
+APT_PACKAGES=(debootstrap systemd-container apt-utils gnupg dpkg-dev iproute2 iptables util-linux openssh-client gcc libc6-dev prometheus)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if ((${#missing[@]})); then
