@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -34,6 +35,11 @@ def ssh_server(key: paramiko.PKey) -> Iterator[int]:
             t.add_server_key(key)
             try:
                 t.start_server(server=paramiko.ServerInterface())
+                # like sshd, keep the connection until the client hangs up (closing right after the
+                # key exchange races the client's reading of it)
+                deadline = time.monotonic() + 5
+                while t.is_active() and time.monotonic() < deadline:
+                    time.sleep(0.01)
             except (paramiko.SSHException, EOFError, OSError):
                 pass
             finally:
