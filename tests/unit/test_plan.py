@@ -26,7 +26,7 @@ def test_only_preflight() -> None:
 
 
 def test_from_and_skip() -> None:
-    assert ids(plan.select(from_="network", skip=["helm"])) == ["preflight", "network"]
+    assert ids(plan.select(from_="network", skip=["helm"])) == ["preflight", "network", "cluster"]
 
 
 def test_skip_preflight_explicitly() -> None:
