@@ -207,11 +207,29 @@ class PlaybookResult:
     stages: dict[str, StageResult]
     failures: list[TaskFailure]
     artifact_dir: Path
+    #: ansible-runner's final stats (ok/changed/failures/dark/... per host): the authority on which
+    #: hosts failed, in case an event was lost
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    def failed_hosts(self) -> list[str]:
+        bad = set(self.stats.get("failures") or {}) | set(self.stats.get("dark") or {})
+        return sorted(bad | {f.host for f in self.failures})
+
+    def changed_hosts(self) -> dict[str, int]:
+        return {h: int(n) for h, n in (self.stats.get("changed") or {}).items() if n}
 
     def raise_for_failures(self) -> None:
-        if not self.failures and self.rc == 0:
+        if not self.failures and self.rc == 0 and not self.failed_hosts():
             return
         if not self.failures:
+            bad = self.failed_hosts()
+            if bad:
+                raise StageError(
+                    f"ansible-playbook reports failed or unreachable host(s): {', '.join(bad)}",
+                    stage="?",
+                    hosts=tuple(bad),
+                    hint=f"full log: {self.artifact_dir / 'stdout'}",
+                )
             raise StageError(
                 f"ansible-playbook ended with status {self.status} (rc={self.rc})",
                 stage="?",
@@ -243,4 +261,5 @@ def run_playbook(kwargs: dict[str, Any], tracker: StageTracker) -> PlaybookResul
         stages=tracker.stages,
         failures=tracker.failures,
         artifact_dir=artifact_dir,
+        stats=dict(runner.stats or {}),
     )

@@ -110,3 +110,13 @@ def test_nonzero_rc_without_failures_still_raises(tmp_path: Path) -> None:
 
 def test_success_does_not_raise(tmp_path: Path) -> None:
     ar.PlaybookResult(0, "successful", {}, [], tmp_path).raise_for_failures()
+
+
+def test_stats_catch_a_failed_host_without_event(tmp_path: Path) -> None:
+    result = ar.PlaybookResult(
+        0, "successful", {}, [], tmp_path, stats={"dark": {"w2": 1}, "changed": {"cp": 2, "w1": 0}}
+    )
+    assert result.failed_hosts() == ["w2"] and result.changed_hosts() == {"cp": 2}
+    with pytest.raises(StageError) as ei:
+        result.raise_for_failures()
+    assert ei.value.hosts == ("w2",)
