@@ -182,15 +182,77 @@ def version() -> None:
     console.table("pins", ["component", "version"], rows)
 
 
-@app.command()
-def verify(config: ConfigOpt = None) -> None:
-    """Prove the stack end to end (not available yet: lands with the verify/doctor work)."""
-    console_for().error("`gpustack verify` is not implemented yet; it lands with the verify/doctor issue")
-    raise typer.Exit(1)
+LayerOpt = Annotated[list[str] | None, typer.Option("--layer", help="only these layers (comma-separated or repeated)")]
+CheckOpt = Annotated[list[str] | None, typer.Option("--check", help="only these check ids (or id prefixes like K02)")]
+IgnoreOpt = Annotated[list[str] | None, typer.Option("--ignore", help="check ids to leave out")]
+OutputOpt = Annotated[str, typer.Option("--output", "-o", help="table, json or junit")]
+SaveOpt = Annotated[Path | None, typer.Option("--save", help="also write the report to FILE (.xml: JUnit, else JSON)")]
+ListOpt = Annotated[bool, typer.Option("--list", help="list the checks (id, layer, what they read) and exit")]
+SnapInOpt = Annotated[Path | None, typer.Option("--from-snapshot", help="analyse a saved snapshot instead of the cluster")]
+SnapOutOpt = Annotated[Path | None, typer.Option("--save-snapshot", help="write what was collected to FILE (JSON)")]
+
+
+def _diagnose(command: str, config: Path | None, verbose: int, **kw: object) -> None:
+    from gpustack.diagnose.engine import DiagnoseOptions, diagnose
+
+    console = console_for(verbose)
+    cfg = load_config(config).config
+    opts = DiagnoseOptions(command=command, **kw)  # type: ignore[arg-type]
+    code, _, _ = diagnose(cfg, opts, console)
+    raise typer.Exit(code)
+
+
+def _list_checks(command: str) -> None:
+    from gpustack.diagnose import registry
+
+    console = console_for()
+    rows = [[s.id, s.layer, s.title, s.reads] for s in registry.select(command)]
+    console.table(f"gpustack {command} checks", ["id", "layer", "checks", "reads"], rows)
 
 
 @app.command()
-def doctor(config: ConfigOpt = None) -> None:
-    """Find known failures and say how to fix them (not available yet)."""
-    console_for().error("`gpustack doctor` is not implemented yet; it lands with the verify/doctor issue")
-    raise typer.Exit(1)
+def verify(
+    config: ConfigOpt = None,
+    layer: LayerOpt = None,
+    check: CheckOpt = None,
+    ignore: IgnoreOpt = None,
+    output: OutputOpt = "table",
+    save: SaveOpt = None,
+    load: Annotated[bool, typer.Option("--load", help="also run dcgmproftester on one GPU and check the metrics move")] = False,
+    no_workload: Annotated[bool, typer.Option("--no-workload", help="do not start the CUDA test pod")] = False,
+    list_: ListOpt = False,
+    from_snapshot: SnapInOpt = None,
+    save_snapshot: SnapOutOpt = None,
+    verbose: VerboseOpt = 0,
+) -> None:
+    """Prove every layer works end to end. Exit 0 all pass, 1 failures, 2 usage, 3 cluster unreachable."""
+    if list_:
+        return _list_checks("verify")
+    _diagnose(
+        "verify", config, verbose, layers=tuple(split_csv(layer)), checks=tuple(split_csv(check)),
+        ignore=tuple(split_csv(ignore)), output=output, save=save, load=load, workload=not no_workload,
+        snapshot_in=from_snapshot, snapshot_out=save_snapshot,
+    )  # fmt: skip
+
+
+@app.command()
+def doctor(
+    config: ConfigOpt = None,
+    layer: LayerOpt = None,
+    check: CheckOpt = None,
+    ignore: IgnoreOpt = None,
+    output: OutputOpt = "table",
+    save: SaveOpt = None,
+    list_: ListOpt = False,
+    from_snapshot: SnapInOpt = None,
+    save_snapshot: SnapOutOpt = None,
+    verbose: VerboseOpt = 0,
+) -> None:
+    """Find known failures and say exactly how to fix them. Exit codes as for verify."""
+    if list_:
+        return _list_checks("doctor")
+    _diagnose(
+        "doctor", config, verbose, layers=tuple(split_csv(layer)), checks=tuple(split_csv(check)),
+        ignore=tuple(split_csv(ignore)), output=output, save=save, workload=False,
+        snapshot_in=from_snapshot, snapshot_out=save_snapshot,
+    )  # fmt: skip

@@ -138,7 +138,9 @@ def test_init_writes_valid_example_and_refuses_overwrite(tmp_path: Path) -> None
     assert again.returncode == 2 and "--force" in again.stderr
 
 
-def test_placeholders_say_so_and_fail(tmp_path: Path) -> None:
+def test_verify_and_doctor_never_pass_on_nothing(tmp_path: Path, cfg: Path) -> None:
     for cmd in ("verify", "doctor"):
-        r = run(cmd, cwd=tmp_path)
-        assert r.returncode == 1 and "not implemented yet" in r.stderr
+        r = run(cmd, "--check", "Z99", cwd=tmp_path)
+        assert r.returncode == 2 and "unknown check id" in r.stderr, r.stderr
+        r = run(cmd, "--output", "yaml", cwd=tmp_path)
+        assert r.returncode == 2 and "--output yaml" in r.stderr

@@ -1,0 +1,97 @@
+"""Collection: run every source concurrently with its own timeout; a source that fails or times
+out is recorded in ``snapshot.errors`` (checks report it), never raised.
+
+A source is ``fn(ctx, snap) -> None`` filling its part of the snapshot. Sources register with
+:func:`source`; the collect_* modules define them.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import importlib
+import pkgutil
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpustack.config.model import Config
+from gpustack.diagnose.snapshot import Snapshot
+
+
+@dataclass
+class CollectContext:
+    cfg: Config
+    command: str  # "verify" | "doctor"
+    kubeconfig: Path | None
+    timeout: float = 30.0  # per source
+    workload: bool = True  # verify: run the CUDA test pod
+    load: bool = False  # verify --load: dcgmproftester
+    layers: tuple[str, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)  # injected clients in tests
+
+
+SourceFn = Callable[[CollectContext, Snapshot], None]
+
+
+@dataclass(frozen=True)
+class Source:
+    name: str
+    layers: tuple[str, ...]  # layers whose checks need it
+    fn: SourceFn
+    after: tuple[str, ...] = ()  # sources that must finish first (e.g. prometheus after kube)
+
+
+SOURCES: dict[str, Source] = {}
+
+
+def source(name: str, *, layers: Iterable[str], after: Iterable[str] = ()) -> Callable[[SourceFn], SourceFn]:
+    def deco(fn: SourceFn) -> SourceFn:
+        SOURCES[name] = Source(name, tuple(layers), fn, tuple(after))
+        return fn
+
+    return deco
+
+
+def load_sources() -> dict[str, Source]:
+    import gpustack.diagnose as pkg
+
+    for mod in pkgutil.iter_modules(pkg.__path__):
+        if mod.name.startswith("collect_"):
+            importlib.import_module(f"gpustack.diagnose.{mod.name}")
+    return SOURCES
+
+
+def _run_one(src: Source, ctx: CollectContext, snap: Snapshot) -> None:
+    try:
+        src.fn(ctx, snap)
+    except Exception as exc:  # any failure of a source is data for the checks, not a crash
+        snap.errors[src.name] = f"{type(exc).__name__}: {exc}"
+
+
+def collect(ctx: CollectContext, *, sources: Iterable[str] | None = None) -> Snapshot:
+    """Run the selected sources in dependency waves, each wave concurrently, each with a deadline."""
+    load_sources()
+    wanted = [s for s in SOURCES.values() if (sources is None or s.name in set(sources))]
+    if ctx.layers:
+        wanted = [s for s in wanted if set(s.layers) & set(ctx.layers)]
+    snap = Snapshot(cluster=ctx.cfg.cluster.name)
+    done: set[str] = set()
+    pending = list(wanted)
+    while pending:
+        wave = [s for s in pending if all(a in done or a not in {w.name for w in wanted} for a in s.after)]
+        if not wave:  # a cycle: run the rest anyway
+            wave = pending
+        # no `with`: its exit would wait for a hung source; sources set their own request timeouts
+        # and this deadline is the safety net
+        pool = cf.ThreadPoolExecutor(max_workers=max(1, len(wave)))
+        try:
+            futures = {pool.submit(_run_one, s, ctx, snap): s for s in wave}
+            _finished, late = cf.wait(futures, timeout=ctx.timeout)
+            for fut in late:
+                snap.errors[futures[fut].name] = f"timed out after {ctx.timeout:.0f}s"
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+        done |= {s.name for s in wave}
+        pending = [s for s in pending if s.name not in done]
+    return snap
