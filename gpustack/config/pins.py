@@ -46,6 +46,12 @@ CHARTS: dict[str, Chart] = {
     "dcgm-exporter": Chart("dcgm-exporter", "https://nvidia.github.io/dcgm-exporter/helm-charts", "4.8.2"),
 }
 
+# verify's workload images. CUDA base runs nvidia-smi (mounted by the NVIDIA runtime); the DCGM
+# image ships /usr/bin/dcgmproftester12 for `verify --load`. Tags not checked against the registry
+# from this sandbox: verify on a host with egress before moving them.
+VERIFY_CUDA_IMAGE = "nvcr.io/nvidia/cuda:12.8.1-base-ubuntu24.04"
+VERIFY_DCGM_IMAGE = "nvcr.io/nvidia/cloud-native/dcgm:4.2.3-1-ubuntu22.04"
+
 # Default package sources; every one can be pointed at a mirror in gpustack.yaml (sources:).
 KUBERNETES_APT_URL = "https://pkgs.k8s.io/core:/stable:/v{minor}/deb/"
 KUBERNETES_APT_KEY_URL = "https://pkgs.k8s.io/core:/stable:/v{minor}/deb/Release.key"

@@ -40,14 +40,17 @@ class Source:
     layers: tuple[str, ...]  # layers whose checks need it
     fn: SourceFn
     after: tuple[str, ...] = ()  # sources that must finish first (e.g. prometheus after kube)
+    timeout: float | None = None  # its own deadline (the CUDA pod pulls an image); default ctx.timeout
 
 
 SOURCES: dict[str, Source] = {}
 
 
-def source(name: str, *, layers: Iterable[str], after: Iterable[str] = ()) -> Callable[[SourceFn], SourceFn]:
+def source(
+    name: str, *, layers: Iterable[str], after: Iterable[str] = (), timeout: float | None = None
+) -> Callable[[SourceFn], SourceFn]:
     def deco(fn: SourceFn) -> SourceFn:
-        SOURCES[name] = Source(name, tuple(layers), fn, tuple(after))
+        SOURCES[name] = Source(name, tuple(layers), fn, tuple(after), timeout)
         return fn
 
     return deco
@@ -87,9 +90,10 @@ def collect(ctx: CollectContext, *, sources: Iterable[str] | None = None) -> Sna
         pool = cf.ThreadPoolExecutor(max_workers=max(1, len(wave)))
         try:
             futures = {pool.submit(_run_one, s, ctx, snap): s for s in wave}
-            _finished, late = cf.wait(futures, timeout=ctx.timeout)
+            deadline = max(s.timeout or ctx.timeout for s in wave)
+            _finished, late = cf.wait(futures, timeout=deadline)
             for fut in late:
-                snap.errors[futures[fut].name] = f"timed out after {ctx.timeout:.0f}s"
+                snap.errors[futures[fut].name] = f"timed out after {deadline:.0f}s"
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
         done |= {s.name for s in wave}

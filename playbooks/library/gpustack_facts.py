@@ -15,6 +15,7 @@ import platform
 import re
 import shutil
 import socket
+import stat
 import struct
 import subprocess
 import sys
@@ -375,6 +376,116 @@ def parse_timedatectl(rc: int | None, out: str) -> bool | None:
     return None
 
 
+def parse_sysctl_value(text: str | None) -> str | None:
+    """A /proc/sys value, stripped ("1\\n" -> "1"); None when the file could not be read."""
+    if text is None:
+        return None
+    return text.strip() or None
+
+
+def parse_kubelet_cgroup_driver(text: str | None) -> str | None:
+    """``cgroupDriver`` of a kubelet config (/var/lib/kubelet/config.yaml): "systemd", "cgroupfs"
+    or None when the file is missing or does not set it (kubelet's default is then cgroupfs)."""
+    for raw in (text or "").splitlines():
+        m = re.match(r"""^cgroupDriver:\s*["']?([A-Za-z0-9_-]+)["']?\s*(?:#.*)?$""", raw)
+        if m:
+            return m.group(1)
+    return None
+
+
+FIREWALL_CHAIN = "GPUSTACK-INPUT"
+BLOCKING_TARGETS = ("DROP", "REJECT")
+# ports pods reach on the node or the API service; a DROP limited to other ports does not matter
+POD_API_PORTS = ("6443", "443", "10250")
+
+
+def _rule_opt(words: list[str], *names: str) -> str | None:
+    for i, w in enumerate(words[:-1]):
+        if w in names:
+            return words[i + 1]
+    return None
+
+
+def _blocks_pod_api(words: list[str]) -> bool:
+    """A DROP/REJECT rule that can match pod -> API traffic (not limited to one host, loopback,
+    UDP or an unrelated port)."""
+    if _rule_opt(words, "-j") not in BLOCKING_TARGETS:
+        return False
+    if "!" in words:
+        return True  # negations: assume the worst
+    src = _rule_opt(words, "-s", "--source")
+    if src is not None and src.endswith("/32"):
+        return False
+    if _rule_opt(words, "-i", "--in-interface") == "lo":
+        return False
+    if _rule_opt(words, "-p", "--protocol") not in (None, "tcp", "all"):
+        return False
+    dport = _rule_opt(words, "--dport", "--destination-port")
+    if dport is not None:
+        lo_hi = dport.split(":", 1)
+        try:
+            lo, hi = int(lo_hi[0] or 0), int(lo_hi[-1] or 65535)
+        except ValueError:
+            return True
+        return any(lo <= int(p) <= hi for p in POD_API_PORTS)
+    return True
+
+
+def parse_iptables_firewall(text: str | None, chain: str = FIREWALL_CHAIN) -> dict[str, object] | None:
+    """What gpustack's firewall needs to know from ``iptables -S`` (filter table); None without output.
+
+    gpustack_chain: the chain exists; jump: INPUT jumps to it; input_policy: INPUT's policy;
+    drops_before_jump: a DROP/REJECT rule that can match pod -> API traffic comes before the jump
+    (every such INPUT rule when there is no jump); drop_rules: those rules (first 5);
+    pod_api_rule: the chain accepts a network (not one host) on TCP 6443.
+    """
+    if not text or not text.strip():
+        return None
+    policy = None
+    chain_exists = False
+    jump_seen = False
+    drops: list[str] = []
+    pod_api = False
+    for raw in text.splitlines():
+        line = raw.strip()
+        words = line.split()
+        if len(words) >= 3 and words[0] == "-P" and words[1] == "INPUT":
+            policy = words[2]
+        elif len(words) >= 2 and words[0] == "-N" and words[1] == chain:
+            chain_exists = True
+        elif len(words) >= 2 and words[0] == "-A" and words[1] == "INPUT":
+            if _rule_opt(words, "-j", "-g") == chain:
+                jump_seen = True
+            elif not jump_seen and _blocks_pod_api(words):
+                drops.append(line)
+        elif len(words) >= 2 and words[0] == "-A" and words[1] == chain:
+            src = _rule_opt(words, "-s", "--source")
+            if (
+                _rule_opt(words, "-j") == "ACCEPT"
+                and _rule_opt(words, "--dport", "--destination-port") == "6443"
+                and src is not None
+                and not src.endswith("/32")
+            ):
+                pod_api = True
+    return {
+        "gpustack_chain": chain_exists,
+        "jump": jump_seen,
+        "input_policy": policy,
+        "drops_before_jump": bool(drops),
+        "drop_rules": drops[:5],
+        "pod_api_rule": pod_api,
+    }
+
+
+def derive_dev_char_symlinks(driver_loaded: bool, links: dict[str, str]) -> bool | None:
+    """/dev/char has links to NVIDIA device nodes (``195:0 -> ../nvidia0``); None without a loaded
+    driver. Missing links make long-running GPU pods lose their devices under systemd cgroups
+    ("Failed to initialize NVML: Unknown Error")."""
+    if not driver_loaded:
+        return None
+    return any("nvidia" in os.path.basename(target) for target in links.values())
+
+
 def nearest_existing(path: str, exists=os.path.exists) -> str:
     """The path itself or its closest existing parent."""
     path = os.path.abspath(path)
@@ -419,6 +530,37 @@ def _run(argv: list[str], timeout: float = 10) -> tuple[int | None, str]:
 
 def _which(name: str) -> str | None:
     return shutil.which(name, path=os.environ.get("PATH", "") + ":" + SEARCH_PATH)
+
+
+def collect_dev_char_links(base: str = "/dev/char") -> dict[str, str]:
+    out: dict[str, str] = {}
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return out
+    for name in names:
+        try:
+            out[name] = os.readlink(f"{base}/{name}")
+        except OSError:
+            continue
+    return out
+
+
+def collect_firewall() -> dict[str, object] | None:
+    iptables = _which("iptables")
+    if not iptables:
+        return None
+    rc, out = _run([iptables, "-w", "5", "-S"], timeout=15)
+    if rc != 0:
+        return None  # no permission (login-user pass) or no working iptables
+    return parse_iptables_firewall(out)
+
+
+def _is_socket(path: str) -> bool:
+    try:
+        return stat.S_ISSOCK(os.stat(path).st_mode)
+    except OSError:
+        return False
 
 
 def collect_socket_owners() -> dict[int, dict[str, object]]:
@@ -541,6 +683,10 @@ def collect(probe_sudo: bool, peers: list[str], peer_port: int, peer_timeout: fl
         else None
     )
     ip_forward = _read_text("/proc/sys/net/ipv4/ip_forward")
+    containerd_active = (
+        parse_systemctl_is_active(*_run([systemctl, "is-active", "containerd"])) if systemctl else None
+    )
+    driver_loaded = nvidia_version_text is not None or os.path.isdir("/sys/module/nvidia")
 
     facts = {
         "hostname": socket.gethostname(),
@@ -588,6 +734,18 @@ def collect(probe_sudo: bool, peers: list[str], peer_port: int, peer_timeout: fl
         "peers": collect_peers(peers, peer_port, peer_timeout),
         "node_exporter_on_9100": derive_node_exporter_on_9100(listening),
         "python": platform.python_version(),
+        "bridge_nf_call_iptables": parse_sysctl_value(
+            _read_text("/proc/sys/net/bridge/bridge-nf-call-iptables")
+        ),
+        "kubelet_cgroup_driver": parse_kubelet_cgroup_driver(
+            _read_text("/var/lib/kubelet/config.yaml")
+        ),
+        "cri_socket": _is_socket("/run/containerd/containerd.sock"),
+        "containerd_active": containerd_active,
+        "firewall": collect_firewall(),
+        "nvidia_dev_char_symlinks": derive_dev_char_symlinks(
+            driver_loaded, collect_dev_char_links() if driver_loaded else {}
+        ),
     }
     return facts
 
