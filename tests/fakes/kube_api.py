@@ -14,18 +14,46 @@ Enough of the API for gpustack's cluster layer, driven by the real ``kubernetes`
 - namespaced objects need their Namespace (404 otherwise, as on a real server); Secret ``stringData``
   is folded into base64 ``data``; CRDs become ``Established`` after ``crd_establish_delay`` seconds.
 
-Every request is recorded in ``requests`` as ``(method, path, content type)``.
+Every request is recorded in ``requests`` as ``(method, path, content type)``; ``request_count``.
+
+For verify/doctor (collect once, at scale, with faults):
+
+- built-in kinds also Node, Pod, Endpoints, Event, apps/v1 Deployment; the CRD-served kinds
+  ServiceMonitor, PrometheusRule, Prometheus, PodMonitor (monitoring.coreos.com/v1) and ClusterPolicy
+  (nvidia.com/v1, cluster-scoped) are served once their CRD exists: :meth:`FakeKubeAPI.serve_crd`, or
+  implicitly by :meth:`FakeKubeAPI.seed`, which stores objects as given (status included), creating
+  missing namespaces;
+- LIST pagination (``limit`` + ``continue``, ``metadata.continue`` and ``remainingItemCount`` in the
+  list; a malformed token is 400, a token from another resource is 410), on every kind, all-namespace
+  and namespaced; ``fieldSelector`` (``a=b``, ``a==b``, ``a!=b``, dotted paths such as ``type``,
+  ``involvedObject.name``, ``spec.nodeName``, ``metadata.namespace``) and ``labelSelector``
+  (``k=v``, ``k!=v``, ``k``, ``!k``, ``k in (a,b)``, ``k notin (a,b)``) on every kind;
+- POST fills ``metadata.generateName`` names and a Pending pod status; ``on_create`` hooks
+  (``fn(stored_obj)``, may mutate it, e.g. set ``status.phase: Succeeded``) run after each create;
+- ``GET /api/v1/namespaces/{ns}/pods/{name}/log`` (``container``, ``tailLines``, ``previous``) returns
+  text set with :meth:`FakeKubeAPI.set_log`;
+- service proxy ``/api/v1/namespaces/{ns}/services/[scheme:]{name}[:{port}]/proxy/{path}`` forwards
+  GET/POST to ``proxy_upstreams[(ns, name, port)]`` (port as written in the URL, "" when absent);
+  503 when no upstream is registered or it is unreachable, 404 when the Service does not exist either;
+- fault injection per path regex (``re.search`` on the raw path with query): :meth:`FakeKubeAPI.fail`
+  (status, optional ``times`` and ``method``) and :meth:`FakeKubeAPI.delay` (seconds before answering).
 """
 
 from __future__ import annotations
 
 import base64
+import bisect
 import copy
 import json
+import random
+import re
+import string
 import threading
 import time
+import urllib.error
+import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -68,7 +96,111 @@ BUILTIN = [
     Resource("storage.k8s.io", "v1", "storageclasses", "StorageClass", False),
     Resource("apps", "v1", "daemonsets", "DaemonSet", True),
     Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False),
+    Resource("", "v1", "nodes", "Node", False),
+    Resource("", "v1", "pods", "Pod", True),
+    Resource("", "v1", "endpoints", "Endpoints", True),
+    Resource("", "v1", "events", "Event", True),
+    Resource("apps", "v1", "deployments", "Deployment", True),
 ]
+
+#: CRD-served kinds :meth:`FakeKubeAPI.seed` / :meth:`FakeKubeAPI.serve_crd` know how to serve.
+KNOWN_CRDS: dict[str, Resource] = {
+    r.kind: r
+    for r in (
+        Resource("monitoring.coreos.com", "v1", "servicemonitors", "ServiceMonitor", True),
+        Resource("monitoring.coreos.com", "v1", "podmonitors", "PodMonitor", True),
+        Resource("monitoring.coreos.com", "v1", "prometheusrules", "PrometheusRule", True),
+        Resource("monitoring.coreos.com", "v1", "prometheuses", "Prometheus", True),
+        Resource("nvidia.com", "v1", "clusterpolicies", "ClusterPolicy", False),
+    )
+}
+
+REASONS = {
+    400: "BadRequest",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "NotFound",
+    405: "MethodNotAllowed",
+    409: "Conflict",
+    410: "Expired",
+    422: "Invalid",
+    429: "TooManyRequests",
+    500: "InternalError",
+    503: "ServiceUnavailable",
+    504: "Timeout",
+}
+
+
+@dataclass
+class RawResponse:
+    """A non-JSON answer (pod logs, proxied upstream responses)."""
+
+    code: int
+    body: bytes
+    content_type: str = "text/plain"
+
+
+@dataclass
+class _Fault:
+    pattern: re.Pattern[str]
+    status: int = 0  # 0: no error (a delay only)
+    seconds: float = 0.0
+    times: int | None = None  # None: forever
+    method: str | None = None
+
+    def matches(self, method: str, path: str) -> bool:
+        if self.times is not None and self.times <= 0:
+            return False
+        return (self.method is None or self.method == method) and self.pattern.search(path) is not None
+
+
+def _lookup(obj: Any, dotted: str) -> Any:
+    cur = obj
+    for part in dotted.split("."):
+        if not isinstance(cur, dict):
+            return None
+        cur = cur.get(part)
+    return cur
+
+
+def _field_match(obj: Obj, selector: str) -> bool:
+    """``fieldSelector``: comma-separated ``path=value`` / ``path==value`` / ``path!=value`` terms."""
+    for term in filter(None, (t.strip() for t in selector.split(","))):
+        m = re.fullmatch(r"([A-Za-z0-9_.]+)\s*(!=|==|=)\s*(.*)", term)
+        if m is None:
+            raise ApiError(400, "BadRequest", f"invalid field selector term {term!r}")
+        value = _lookup(obj, m[1])
+        actual = "" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+        if (actual == m[3]) != (m[2] != "!="):
+            return False
+    return True
+
+
+_LABEL_TERM = re.compile(
+    r"\s*(!?)([A-Za-z0-9_./-]+)\s*(?:(!=|==|=)\s*([A-Za-z0-9_.-]*)|\s+(in|notin)\s*\(([^)]*)\))?\s*(?:,|$)"
+)
+
+
+def _label_match(labels: Any, selector: str) -> bool:
+    """``labelSelector``: ``k=v``, ``k==v``, ``k!=v``, ``k``, ``!k``, ``k in (a,b)``, ``k notin (a,b)``."""
+    labels = labels if isinstance(labels, dict) else {}
+    pos = 0
+    while pos < len(selector):
+        m = _LABEL_TERM.match(selector, pos)
+        if m is None or m.end() == pos:
+            raise ApiError(400, "BadRequest", f"unable to parse requirement in label selector {selector!r}")
+        pos = m.end()
+        neg, key, op, value, set_op, values = m.groups()
+        if op:
+            ok = (labels.get(key) == value) if op != "!=" else (labels.get(key) != value)
+        elif set_op:
+            choices = {v.strip() for v in values.split(",")}
+            ok = (labels.get(key) in choices) if set_op == "in" else (labels.get(key) not in choices)
+        else:
+            ok = (key in labels) != bool(neg)
+        if not ok:
+            return False
+    return True
 
 
 class ApiError(Exception):
@@ -136,6 +268,13 @@ class FakeKubeAPI:
         self._crd_created: dict[str, float] = {}
         self._rv = 0
         self._lock = threading.RLock()
+        self.on_create: list[Callable[[Obj], None]] = []  # run after every create with the stored object
+        self.proxy_upstreams: dict[tuple[str, str, str], str] = {}  # (ns, service, port) -> base URL
+        self.logs: dict[tuple[str, str, str], str] = {}  # (ns, pod, container) -> text
+        self._faults: list[_Fault] = []
+        self._index: dict[tuple[str, ...], list[Key]] = {}
+        self._index_stamp: tuple[int, int, int] = (0, -1, -1)
+        self._stopping = threading.Event()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -145,7 +284,7 @@ class FakeKubeAPI:
     def url(self) -> str:
         assert self._server is not None
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{host.decode() if isinstance(host, bytes) else host}:{port}"
 
     def start(self) -> FakeKubeAPI:
         api = self
@@ -155,12 +294,17 @@ class FakeKubeAPI:
                 pass
 
             def _reply(self, code: int, body: Obj) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                self._reply_raw(RawResponse(code, json.dumps(body).encode(), "application/json"))
+
+            def _reply_raw(self, resp: RawResponse) -> None:
+                try:
+                    self.send_response(resp.code)
+                    self.send_header("Content-Type", resp.content_type)
+                    self.send_header("Content-Length", str(len(resp.body)))
+                    self.end_headers()
+                    self.wfile.write(resp.body)
+                except OSError:  # the client gave up (timeout) while we were delayed
+                    pass
 
             def _handle(self, method: str) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
@@ -168,6 +312,11 @@ class FakeKubeAPI:
                 ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip()
                 api.requests.append((method, self.path, ctype))
                 try:
+                    api._inject_faults(method, self.path)
+                    special = api.handle_special(method, self.path, ctype, raw)
+                    if special is not None:
+                        self._reply_raw(special)
+                        return
                     code, body = api.handle(method, self.path, ctype, raw)
                 except ApiError as exc:
                     code, body = exc.code, exc.status()
@@ -194,6 +343,7 @@ class FakeKubeAPI:
         return self
 
     def stop(self) -> None:
+        self._stopping.set()  # wake delayed handlers
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -234,6 +384,179 @@ class FakeKubeAPI:
     def mutating_requests(self) -> list[tuple[str, str, str]]:
         return [r for r in self.requests if r[0] != "GET"]
 
+    @property
+    def request_count(self) -> int:
+        """Requests received so far (every path, faults and proxied ones included)."""
+        return len(self.requests)
+
+    def reset_requests(self) -> None:
+        self.requests.clear()
+
+    def _resource_for(self, api_version: str, kind: str) -> Resource:
+        group, _, version = api_version.rpartition("/")
+        for r in self.resources.values():
+            if (r.group, r.version, r.kind) == (group, version, kind):
+                return r
+        known = KNOWN_CRDS.get(kind)
+        if known is not None and (known.group, known.version) == (group, version):
+            self.serve_crd(kind)
+            return known
+        raise KeyError(f"the fake API does not serve {kind} ({api_version})")
+
+    def serve_crd(self, kind: str) -> None:
+        """Create the CustomResourceDefinition of a :data:`KNOWN_CRDS` kind (no-op when it exists)."""
+        r = KNOWN_CRDS[kind]
+        name = f"{r.plural}.{r.group}"
+        with self._lock:
+            if ("apiextensions.k8s.io", "v1", "customresourcedefinitions", "", name) in self.objects:
+                return
+            crd = {
+                "apiVersion": "apiextensions.k8s.io/v1",
+                "kind": "CustomResourceDefinition",
+                "metadata": {"name": name},
+                "spec": {
+                    "group": r.group,
+                    "names": {"plural": r.plural, "kind": r.kind, "singular": r.kind.lower()},
+                    "scope": "Namespaced" if r.namespaced else "Cluster",
+                    "versions": [{"name": r.version, "served": True, "storage": True}],
+                },
+            }
+            res = self.resources[("apiextensions.k8s.io", "v1", "customresourcedefinitions")]
+            key = self._key(res, "", name)
+            self._store(res, key, self._stamp(crd, "", None))
+            self._crd_created[name] = time.monotonic() - self.crd_establish_delay  # established at once
+
+    def seed(self, objs: Iterable[Obj]) -> None:
+        """Store objects as given (status included; replaces existing ones), creating missing namespaces
+        and the CRDs of :data:`KNOWN_CRDS` kinds. No managed fields, no admission: test setup only."""
+        ns_res = self.resources[("", "v1", "namespaces")]
+        with self._lock:
+            for given in objs:
+                obj = copy.deepcopy(given)
+                res = self._resource_for(str(obj.get("apiVersion")), str(obj.get("kind")))
+                meta = obj.setdefault("metadata", {})
+                ns = str(meta.get("namespace") or "default") if res.namespaced else ""
+                if ns and self._key(ns_res, "", ns) not in self.objects:
+                    ns_obj = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
+                    self.objects[self._key(ns_res, "", ns)] = self._stamp(ns_obj, "", None)
+                key = self._key(res, ns, str(meta["name"]))
+                stored = self._stamp(obj, ns, self.objects.get(key))
+                stored["metadata"]["managedFields"] = []
+                self.objects[key] = stored
+                if res.kind == "CustomResourceDefinition":
+                    self._register_crd(stored)
+
+    def set_status(self, api_version: str, kind: str, name: str, namespace: str, status: Obj) -> None:
+        """Replace an object's ``status`` (simulate a controller/kubelet)."""
+        with self._lock:
+            res = self._resource_for(api_version, kind)
+            obj = self.objects[self._key(res, namespace if res.namespaced else "", name)]
+            obj["status"] = copy.deepcopy(status)
+            self._rv += 1
+            obj["metadata"]["resourceVersion"] = str(self._rv)
+
+    def set_log(self, namespace: str, pod: str, container: str, text: str) -> None:
+        """What ``GET .../pods/{pod}/log?container=...`` returns."""
+        self.logs[(namespace, pod, container)] = text
+
+    def fail(self, pattern: str, status: int, times: int | None = None, *, method: str | None = None) -> None:
+        """Answer requests whose raw path (with query) matches ``pattern`` with ``status`` (``times`` times)."""
+        self._faults.append(_Fault(re.compile(pattern), status=status, times=times, method=method))
+
+    def delay(self, pattern: str, seconds: float, times: int | None = None, *, method: str | None = None) -> None:
+        """Wait ``seconds`` before answering matching requests (client-side timeouts)."""
+        self._faults.append(_Fault(re.compile(pattern), seconds=seconds, times=times, method=method))
+
+    def clear_faults(self) -> None:
+        self._faults.clear()
+
+    def _inject_faults(self, method: str, path: str) -> None:
+        with self._lock:
+            hits = [f for f in self._faults if f.matches(method, path)]
+            for f in hits:
+                if f.times is not None:
+                    f.times -= 1
+        for f in hits:
+            if f.seconds:
+                self._stopping.wait(f.seconds)
+        for f in hits:
+            if f.status:
+                reason = REASONS.get(f.status, "InternalError")
+                what = urlparse(path).path
+                message = {
+                    403: f'forbidden: User "fake" cannot {method.lower()} {what}',
+                    404: "the server could not find the requested resource",
+                }.get(f.status, f"injected fault {f.status} on {what}")
+                raise ApiError(f.status, reason, message)
+
+    # -- logs and the service proxy ---------------------------------------------------------------------
+
+    def handle_special(self, method: str, raw_path: str, ctype: str, raw: bytes) -> RawResponse | None:
+        """Pod logs and the service proxy (non-JSON answers); None for every other path."""
+        url = urlparse(raw_path)
+        parts = [p for p in url.path.split("/") if p]
+        if len(parts) == 7 and parts[:3] == ["api", "v1", "namespaces"] and parts[4] == "pods" and parts[6] == "log":
+            if method != "GET":
+                raise ApiError(405, "MethodNotAllowed", method)
+            return self._log(parts[3], parts[5], {k: v[-1] for k, v in parse_qs(url.query).items()})
+        if (
+            len(parts) >= 7
+            and parts[:3] == ["api", "v1", "namespaces"]
+            and parts[4] == "services"
+            and parts[6] == "proxy"
+        ):
+            return self._proxy(method, parts[3], parts[5], raw_path, ctype, raw)
+        return None
+
+    def _log(self, ns: str, pod: str, query: dict[str, str]) -> RawResponse:
+        with self._lock:
+            obj = self.objects.get(("", "v1", "pods", ns, pod))
+            if obj is None:
+                raise ApiError(404, "NotFound", f'pods "{pod}" not found')
+            spec = obj.get("spec") or {}
+            names = [c.get("name") for c in (spec.get("initContainers") or []) + (spec.get("containers") or [])]
+            container = query.get("container")
+            if not container:
+                main = [c.get("name") for c in spec.get("containers") or []]
+                if len(main) > 1:
+                    raise ApiError(
+                        400, "BadRequest", f"a container name must be specified for pod {pod}, choose one of: {main}"
+                    )
+                container = str(main[0]) if main else ""
+            elif names and container not in names:
+                raise ApiError(400, "BadRequest", f"container {container} is not valid for pod {pod}")
+            text = self.logs.get((ns, pod, container), "")
+        tail = query.get("tailLines")
+        if tail is not None:
+            lines = text.splitlines(keepends=True)
+            text = "".join(lines[-int(tail) :]) if int(tail) > 0 else ""
+        return RawResponse(200, text.encode())
+
+    def _proxy(self, method: str, ns: str, spec: str, raw_path: str, ctype: str, raw: bytes) -> RawResponse:
+        bits = spec.split(":")
+        if len(bits) == 3:  # scheme:name:port
+            bits = bits[1:]
+        name, port = bits[0], (bits[1] if len(bits) > 1 else "")
+        upstream = self.proxy_upstreams.get((ns, name, port))
+        if upstream is None:
+            with self._lock:
+                exists = ("", "v1", "services", ns, name) in self.objects
+            if not exists:
+                raise ApiError(404, "NotFound", f'services "{name}" not found')
+            raise ApiError(503, "ServiceUnavailable", f'no endpoints available for service "{name}"')
+        marker = f"/services/{spec}/proxy"
+        rest = raw_path.split(marker, 1)[1]
+        target = upstream.rstrip("/") + (rest if rest.startswith("/") else "/" + rest)
+        headers = {"Content-Type": ctype} if ctype else {}
+        req = urllib.request.Request(target, data=raw or None, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                return RawResponse(resp.status, resp.read(), resp.headers.get("Content-Type") or "text/plain")
+        except urllib.error.HTTPError as exc:
+            return RawResponse(exc.code, exc.read(), exc.headers.get("Content-Type") or "text/plain")
+        except (urllib.error.URLError, OSError) as exc:
+            raise ApiError(503, "ServiceUnavailable", f"error trying to reach service: {exc}") from None
+
     # -- request handling -----------------------------------------------------------------------------
 
     def handle(self, method: str, raw_path: str, ctype: str, raw: bytes) -> tuple[int, Obj]:
@@ -248,6 +571,8 @@ class FakeKubeAPI:
                 return 200, disc
             res, ns, name = self._route(parts)
             if method == "GET":
+                if name is None:
+                    return 200, self._list(res, ns, query)
                 return 200, self._get(res, ns, name)
             body = self._body(ctype, raw) if raw else {}
             if method == "POST":
@@ -372,6 +697,57 @@ class FakeKubeAPI:
             raise ApiError(404, "NotFound", f'{res.plural}.{res.group or "core"} "{name}" not found')
         return self._view(obj)
 
+    def _list(self, res: Resource, ns: str, query: dict[str, str]) -> Obj:
+        """LIST with ``limit``/``continue`` pagination and field/label selectors."""
+        gvp = (res.group, res.version, res.plural)
+        keys = self._sorted_keys(gvp, ns)
+        fsel, lsel = query.get("fieldSelector", ""), query.get("labelSelector", "")
+        if fsel or lsel:
+            keys = [
+                k
+                for k in keys
+                if (not fsel or _field_match(self.objects[k], fsel))
+                and (not lsel or _label_match((self.objects[k].get("metadata") or {}).get("labels"), lsel))
+            ]
+        token = query.get("continue")
+        if token:
+            try:
+                state = json.loads(base64.urlsafe_b64decode(token.encode()))
+                after = tuple(state["after"])
+                scope = tuple(state["scope"])
+            except (ValueError, KeyError, TypeError):
+                raise ApiError(400, "BadRequest", "continue key is not valid") from None
+            if scope != (*gvp, ns):
+                raise ApiError(410, "Expired", "the provided continue parameter is too old or invalid")
+            keys = keys[bisect.bisect_right(keys, after) :]
+        try:
+            limit = int(query.get("limit") or 0)
+        except ValueError:
+            raise ApiError(400, "BadRequest", "limit must be an integer") from None
+        meta: Obj = {"resourceVersion": str(self._rv)}
+        if 0 < limit < len(keys):
+            rest = len(keys) - limit
+            keys = keys[:limit]
+            state = {"after": list(keys[-1]), "scope": [*gvp, ns]}
+            meta["continue"] = base64.urlsafe_b64encode(json.dumps(state).encode()).decode()
+            meta["remainingItemCount"] = rest
+        items = [self._view(self.objects[k]) if res.kind == "CustomResourceDefinition" else self.objects[k]
+                 for k in keys]  # fmt: skip
+        api_version = f"{res.group}/{res.version}" if res.group else res.version
+        return {"kind": f"{res.kind}List", "apiVersion": api_version, "metadata": meta, "items": items}
+
+    def _sorted_keys(self, gvp: tuple[str, str, str], ns: str) -> list[Key]:
+        """Sorted keys of one resource (and namespace), cached until the store changes (pages are cheap)."""
+        stamp = (id(self.objects), len(self.objects), self._rv)
+        if self._index_stamp != stamp:
+            self._index, self._index_stamp = {}, stamp
+        cached = self._index.get((*gvp, ns))
+        if cached is None:
+            cached = self._index[(*gvp, ns)] = sorted(
+                k for k in self.objects if k[:3] == gvp and (not ns or k[3] == ns)
+            )
+        return cached
+
     def _view(self, obj: Obj) -> Obj:
         out = copy.deepcopy(obj)
         name = out["metadata"]["name"]
@@ -448,15 +824,23 @@ class FakeKubeAPI:
 
     def _create(self, res: Resource, ns: str, body: Obj, manager: str) -> Obj:
         self._check(res, ns, body, None)
-        name = (body.get("metadata") or {}).get("name")
+        meta = body.setdefault("metadata", {})
+        if not meta.get("name") and meta.get("generateName"):
+            meta["name"] = meta["generateName"] + "".join(random.choices(string.ascii_lowercase + string.digits, k=5))
+        name = meta.get("name")
         if not name:
             raise ApiError(422, "Invalid", "metadata.name: Required value")
         key = self._key(res, ns, name)
         if key in self.objects:
             raise ApiError(409, "AlreadyExists", f'{res.plural} "{name}" already exists')
         obj = self._stamp(self._normalize(body), ns, None)
+        if res.kind == "Pod":
+            obj.setdefault("status", {"phase": "Pending"})
         self.owners[key] = {p: manager for p in _leaves(obj)}
-        return self._store(res, key, obj)
+        out = self._store(res, key, obj)
+        for hook in list(self.on_create):
+            hook(self.objects[key])
+        return out
 
     def _apply(self, res: Resource, ns: str, name: str, body: Obj, manager: str, force: bool) -> tuple[int, Obj]:
         self._check(res, ns, body, name)
@@ -498,7 +882,11 @@ class FakeKubeAPI:
         obj = self.objects.pop(key, None)
         if obj is None:
             raise ApiError(404, "NotFound", f'{res.plural} "{name}" not found')
+        self._rv += 1
         self.owners.pop(key, None)
+        if res.kind == "Pod":
+            for log_key in [k for k in self.logs if k[:2] == (ns, name)]:
+                del self.logs[log_key]
         if res.kind == "CustomResourceDefinition":
             spec = obj["spec"]
             for v in spec["versions"]:

@@ -1,0 +1,145 @@
+"""Grafana checks (R01..R04): healthy, Prometheus datasource present and answering, gpustack's DCGM
+dashboard present, and its panels returning data through Grafana. Pure functions of the snapshot."""
+
+from __future__ import annotations
+
+import re
+
+from gpustack.checks.model import Finding
+from gpustack.diagnose.collect_grafana import DASHBOARD_UID, dashboard_uid, prometheus_datasource
+from gpustack.diagnose.registry import register
+from gpustack.diagnose.snapshot import Snapshot
+from gpustack.monitoring.dashboard import load_dashboard, panel_queries
+
+BOTH = ("doctor", "verify")
+GRAFANA_LOGS = "kubectl -n monitoring logs deploy/kube-prometheus-stack-grafana -c grafana --tail=50"
+# A panel whose every query ends in a filter (``... != 0``) lists problems: empty is healthy.
+_FILTERED = re.compile(r"(?:!=|==|>=|<=|>|<)\s*[-\d.e]+\s*\)?\s*$")
+
+
+def problem_panels() -> set[str]:
+    """Titles of panels that are empty when all is well (e.g. the XID table)."""
+    try:
+        queries = panel_queries(load_dashboard())
+    except (OSError, ValueError):
+        return set()
+    by_title: dict[str, list[str]] = {}
+    for title, expr in queries:
+        by_title.setdefault(title, []).append(expr)
+    return {t for t, exprs in by_title.items() if all(_FILTERED.search(e.strip()) for e in exprs)}
+
+
+def _unreachable(snap: Snapshot) -> Finding | None:
+    if not snap.grafana.reachable or "grafana" in snap.errors:
+        return Finding("", "", "skip", f"Grafana data unavailable: {snap.errors.get('grafana', 'not queried')}")
+    return None
+
+
+@register("R01-grafana-healthy", "grafana", title="Grafana answers and its database is ok",
+          reads="Grafana /api/health", commands=BOTH)  # fmt: skip
+def grafana_healthy(snap: Snapshot) -> list[Finding]:
+    if not snap.grafana.reachable:
+        return [Finding("", "", "fail", "Grafana could not be reached",
+                        evidence=snap.errors.get("grafana", "not queried"),
+                        fix="kubectl -n monitoring get pods -l app.kubernetes.io/name=grafana; " + GRAFANA_LOGS)]  # fmt: skip
+    if "grafana" in snap.errors:  # answered /api/health but the API calls failed (auth?)
+        err = snap.errors["grafana"]
+        auth = "401" in err or "403" in err or "login" in err or "password" in err
+        return [Finding("", "", "fail", "Grafana answers but its API refused gpustack" if auth else
+                        "Grafana API calls failed", evidence=err,
+                        fix="the admin password is kept in the state dir (gpustack.cluster.password_path) and the "
+                            "Secret gpustack-grafana-admin; re-sync with gpustack up --only cluster" if auth
+                        else GRAFANA_LOGS)]  # fmt: skip
+    db = str(snap.grafana.health.get("database", ""))
+    if db and db != "ok":
+        return [Finding("", "", "fail", f"Grafana database is {db!r}", evidence=str(snap.grafana.health),
+                        fix=GRAFANA_LOGS)]  # fmt: skip
+    return []
+
+
+@register("R02-prometheus-datasource", "grafana", title="the Prometheus datasource exists and answers queries",
+          reads="Grafana /api/datasources, /api/ds/query", commands=BOTH)  # fmt: skip
+def prometheus_datasource_works(snap: Snapshot) -> list[Finding]:
+    skip = _unreachable(snap)
+    if skip:
+        return [skip]
+    ds = prometheus_datasource(snap.grafana.datasources)
+    fix = ("kube-prometheus-stack provisions it (grafana.sidecar.datasources.defaultDatasourceEnabled, uid "
+           "prometheus): gpustack up --only cluster; then kubectl -n monitoring rollout restart "
+           "deploy/kube-prometheus-stack-grafana")  # fmt: skip
+    if ds is None:
+        have = ", ".join(f"{d.get('name')} ({d.get('type')})" for d in snap.grafana.datasources) or "none"
+        return [Finding("", "", "fail", "no Prometheus datasource in Grafana", evidence=f"datasources: {have}",
+                        fix=fix)]  # fmt: skip
+    probe = ds.get("_probe") or {}
+    if not probe.get("ok"):
+        return [Finding("", "", "fail", f"datasource {ds.get('name')!r} does not answer queries",
+                        evidence=f"url {ds.get('url')}: {probe.get('error') or 'no series for vector(1)'}",
+                        fix="the URL must reach Prometheus in-cluster: http://kube-prometheus-stack-prometheus."
+                            "monitoring:9090/ ; " + GRAFANA_LOGS)]  # fmt: skip
+    return []
+
+
+@register("R03-dcgm-dashboard", "grafana", title="gpustack's DCGM dashboard is loaded",
+          reads="Grafana /api/search", commands=BOTH)  # fmt: skip
+def dcgm_dashboard(snap: Snapshot) -> list[Finding]:
+    skip = _unreachable(snap)
+    if skip:
+        return [skip]
+    uid = dashboard_uid()
+    if not any(d.get("uid") == uid for d in snap.grafana.dashboards):
+        titles = ", ".join(str(d.get("title")) for d in snap.grafana.dashboards[:8]) or "none"
+        return [Finding("", "", "fail", f"dashboard uid {uid} is not loaded",
+                        evidence=f"{len(snap.grafana.dashboards)} dashboards: {titles}",
+                        fix="kubectl -n monitoring get configmap -l grafana_dashboard=1; gpustack up --only cluster "
+                            "# re-applies the dashboard ConfigMap; kubectl -n monitoring logs "
+                            "deploy/kube-prometheus-stack-grafana -c grafana-sc-dashboard --tail=50")]  # fmt: skip
+    return []
+
+
+@register("R04-panels-have-data", "grafana", title="the DCGM dashboard's panels return data",
+          reads="Grafana /api/ds/query for every panel", commands=BOTH)  # fmt: skip
+def panels_have_data(snap: Snapshot) -> list[Finding]:
+    skip = _unreachable(snap)
+    if skip:
+        return [skip]
+    uid = dashboard_uid() or DASHBOARD_UID
+    hit = next((d for d in snap.grafana.dashboards if d.get("uid") == uid), None)
+    if hit is None:
+        return [Finding("", "", "skip", "dashboard not loaded (see R03)")]
+    if not snap.grafana.panel_results:
+        errors = hit.get("_panel_errors") or {}
+        if errors:
+            return [
+                Finding(
+                    "",
+                    "",
+                    "fail",
+                    "the dashboard's panels could not be queried",
+                    evidence="; ".join(f"{k}: {v}" for k, v in list(errors.items())[:3]),
+                    fix=GRAFANA_LOGS,
+                )
+            ]
+        return [Finding("", "", "skip", "no panel was queried (no Prometheus datasource, see R02)")]
+    allowed = problem_panels()
+    empty = sorted(t for t, n in snap.grafana.panel_results.items() if n == 0 and t not in allowed)
+    failed = sorted(t for t, n in snap.grafana.panel_results.items() if n < 0)
+    out = []
+    if empty:
+        out.append(Finding("", "", "fail", f"{len(empty)} of {len(snap.grafana.panel_results)} panels show "
+                           "\"No data\"", evidence="; ".join(empty),
+                           fix="gpustack doctor --layer monitoring  # panels read DCGM_FI_* with a node label: "
+                               "M04 (metrics), M08 (profiling panels: Tensor Core, Engine Activity)"))  # fmt: skip
+    if failed:
+        errors = hit.get("_panel_errors") or {}
+        out.append(
+            Finding(
+                "",
+                "",
+                "fail",
+                f"{len(failed)} panel queries failed in Grafana",
+                evidence="; ".join(f"{t}: {errors.get(t, '?')}" for t in failed[:4]),
+                fix=GRAFANA_LOGS,
+            )
+        )
+    return out

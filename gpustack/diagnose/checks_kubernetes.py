@@ -1,0 +1,723 @@
+"""Kubernetes-layer checks (K00..K08) and the object helpers every kube-reading check shares.
+
+Every check is a pure function of the :class:`~gpustack.diagnose.snapshot.Snapshot`. Objects come
+from the API server as JSON, but a saved or hand-edited snapshot may hold anything: the helpers
+(:func:`as_dict`, :func:`as_list`, :func:`meta` ...) never assume a type, so malformed objects are
+skipped instead of raising. When the ``kubernetes`` source could not read the cluster, K00 fails and
+every other check returns one ``skip``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from gpustack.checks.model import Finding, Status
+from gpustack.diagnose.registry import register
+from gpustack.diagnose.snapshot import Snapshot
+
+LAYER = "kubernetes"
+MAX_LISTED = 10  # objects named in one finding's evidence
+MAX_POD_FINDINGS = 25  # K07: one finding per failing pod up to this, then one summary finding
+
+CONTROL_PLANE_TAINTS = ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master")
+CONTROL_PLANE_COMPONENTS = ("kube-apiserver", "etcd", "kube-controller-manager", "kube-scheduler")
+PRESSURES = ("MemoryPressure", "DiskPressure", "PIDPressure", "NetworkUnavailable")
+WAITING_FAILURES = frozenset(
+    {
+        "CrashLoopBackOff",
+        "ImagePullBackOff",
+        "ErrImagePull",
+        "ErrImageNeverPull",
+        "InvalidImageName",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "RunContainerError",
+        "ContainerCannotRun",
+    }
+)
+DEFAULT_POD_CIDR = "10.244.0.0/16"
+DEFAULT_API_SERVICE_IP = "10.96.0.1"
+API_TIMEOUT = re.compile(r"dial tcp (\d+\.\d+\.\d+\.\d+):443: (?:i/o timeout|connect: no route to host)")
+COREDNS_LOOP = re.compile(r"Loop \(.*\) detected")
+PORT_IN_USE = re.compile(r"address already in use")
+FREE_PORTS = "didn't have free ports"
+
+
+# --- tolerant accessors ----------------------------------------------------------------------------
+
+
+def as_dict(value: Any) -> dict[str, Any]:
+    """``value`` when it is a dict, else an empty dict."""
+    return value if isinstance(value, dict) else {}
+
+
+def as_list(value: Any) -> list[Any]:
+    """``value`` when it is a list, else an empty list."""
+    return value if isinstance(value, list) else []
+
+
+def as_int(value: Any) -> int:
+    """An integer from an int or a numeric string (Kubernetes quantities without suffix); 0 otherwise."""
+    if isinstance(value, bool):
+        return 0
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return int(value)
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return 0
+
+
+def meta(obj: Any) -> dict[str, Any]:
+    return as_dict(as_dict(obj).get("metadata"))
+
+
+def name_of(obj: Any) -> str:
+    return str(meta(obj).get("name") or "")
+
+
+def ns_of(obj: Any) -> str:
+    return str(meta(obj).get("namespace") or "")
+
+
+def labels_of(obj: Any) -> dict[str, Any]:
+    return as_dict(meta(obj).get("labels"))
+
+
+def ref(obj: Any) -> str:
+    """``namespace/name`` (or ``name`` for cluster-scoped objects)."""
+    ns = ns_of(obj)
+    return f"{ns}/{name_of(obj)}" if ns else name_of(obj)
+
+
+def conditions(obj: Any) -> dict[str, dict[str, Any]]:
+    """status.conditions by type."""
+    out: dict[str, dict[str, Any]] = {}
+    for c in as_list(as_dict(as_dict(obj).get("status")).get("conditions")):
+        c = as_dict(c)
+        if isinstance(c.get("type"), str):
+            out[c["type"]] = c
+    return out
+
+
+def listed(names: Iterable[str], limit: int = MAX_LISTED) -> str:
+    """``a, b, c and 7 more``."""
+    items = list(names)
+    head = ", ".join(items[:limit])
+    return head + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
+# --- nodes -----------------------------------------------------------------------------------------
+
+
+def node_problems(node: Any) -> list[str]:
+    """Human-readable problems of one node: not Ready, pressure conditions."""
+    conds = conditions(node)
+    out = []
+    ready = conds.get("Ready")
+    if ready is None or ready.get("status") != "True":
+        why = as_dict(ready).get("message") or as_dict(ready).get("reason") or "no Ready condition reported"
+        out.append(f"NotReady ({why})")
+    for p in PRESSURES:
+        if as_dict(conds.get(p)).get("status") == "True":
+            out.append(p)
+    return out
+
+
+def failing_nodes(nodes: Iterable[Any]) -> list[str]:
+    return [name_of(n) for n in nodes if node_problems(n)]
+
+
+def node_ip(node: Any) -> str:
+    for a in as_list(as_dict(as_dict(node).get("status")).get("addresses")):
+        a = as_dict(a)
+        if a.get("type") == "InternalIP" and a.get("address"):
+            return str(a["address"])
+    return "NODE_IP"
+
+
+def has_taint(node: Any, keys: Iterable[str], effect: str = "NoSchedule") -> str | None:
+    """The key of the first matching taint, or None."""
+    wanted = set(keys)
+    for t in as_list(as_dict(as_dict(node).get("spec")).get("taints")):
+        t = as_dict(t)
+        if t.get("key") in wanted and t.get("effect") == effect:
+            return str(t["key"])
+    return None
+
+
+# --- pods ------------------------------------------------------------------------------------------
+
+
+def container_statuses(pod: Any, *, init: bool | None = None) -> list[dict[str, Any]]:
+    status = as_dict(as_dict(pod).get("status"))
+    keys = {None: ("initContainerStatuses", "containerStatuses"), True: ("initContainerStatuses",),
+            False: ("containerStatuses",)}[init]  # fmt: skip
+    return [as_dict(c) for k in keys for c in as_list(status.get(k)) if isinstance(c, dict)]
+
+
+def container_problem(cs: dict[str, Any], *, init: bool = False) -> str | None:
+    """Why a container is unhealthy (CrashLoopBackOff, OOMKilled, Error, NotReady ...), or None."""
+    state = as_dict(cs.get("state"))
+    waiting, terminated = as_dict(state.get("waiting")), as_dict(state.get("terminated"))
+    if waiting.get("reason") in WAITING_FAILURES:
+        return str(waiting["reason"])
+    if terminated and as_int(terminated.get("exitCode")) != 0:
+        return str(terminated.get("reason") or "Error")
+    if init:
+        if terminated:
+            return None
+        if state.get("running") is not None or waiting:
+            return "Init:" + str(waiting.get("reason") or "Running")
+        return None
+    if cs.get("ready") is not True and as_int(cs.get("restartCount")) > 0:
+        last = as_dict(as_dict(cs.get("lastState")).get("terminated"))
+        return str(last.get("reason") or "NotReady") if last.get("reason") == "OOMKilled" else "NotReady"
+    return None
+
+
+def pod_problem(pod: Any) -> str | None:
+    """Why a pod is failing (a container problem, Pending, Failed, NotReady), or None when it is fine."""
+    status = as_dict(as_dict(pod).get("status"))
+    phase = status.get("phase")
+    if phase == "Succeeded":
+        return None
+    if phase == "Running" and _all_ready(status):  # the common case, kept cheap for 10,000s of pods
+        return None
+    for init in (True, False):
+        for cs in container_statuses(pod, init=init):
+            problem = container_problem(cs, init=init)
+            if problem is not None and not (init and problem == "Init:Running" and phase == "Running"):
+                return problem
+    if phase in ("Pending", "Failed", "Unknown"):
+        return str(status.get("reason") or phase)
+    if phase is None:
+        return None
+    if phase == "Running" and as_dict(conditions(pod).get("Ready")).get("status") == "False":
+        return "NotReady"
+    return None
+
+
+def _all_ready(status: dict[str, Any]) -> bool:
+    """Every container ready and the Ready condition not False (what pod_problem would find fine)."""
+    css = status.get("containerStatuses")
+    if not isinstance(css, list) or not css:
+        return False
+    for c in css:
+        if not isinstance(c, dict) or c.get("ready") is not True:
+            return False
+    for c in as_list(status.get("conditions")):
+        if isinstance(c, dict) and c.get("type") == "Ready" and c.get("status") == "False":
+            return False
+    return True
+
+
+def pod_ready(pod: Any) -> bool:
+    return as_dict(conditions(pod).get("Ready")).get("status") == "True"
+
+
+def pod_running_ready(pod: Any) -> bool:
+    return as_dict(as_dict(pod).get("status")).get("phase") == "Running" and pod_ready(pod)
+
+
+def restarts(pod: Any) -> int:
+    return sum(as_int(c.get("restartCount")) for c in container_statuses(pod))
+
+
+def node_of(pod: Any) -> str:
+    return str(as_dict(as_dict(pod).get("spec")).get("nodeName") or "")
+
+
+def owner_name(obj: Any) -> str:
+    for o in as_list(meta(obj).get("ownerReferences")):
+        o = as_dict(o)
+        if o.get("name"):
+            return str(o["name"])
+    return ""
+
+
+def daemonset_counts(ds: Any) -> tuple[int, int, int]:
+    """(desired, ready, available) of a DaemonSet."""
+    st = as_dict(as_dict(ds).get("status"))
+    return as_int(st.get("desiredNumberScheduled")), as_int(st.get("numberReady")), as_int(st.get("numberAvailable"))
+
+
+# --- events and logs -------------------------------------------------------------------------------
+
+
+def involved_key(event: Any) -> tuple[str, str, str]:
+    """(kind, namespace, name) an event is about (nodes: namespace '')."""
+    inv = as_dict(as_dict(event).get("involvedObject"))
+    kind = str(inv.get("kind") or "")
+    ns = "" if kind == "Node" else str(inv.get("namespace") or "")
+    return kind, ns, str(inv.get("name") or "")
+
+
+def _event_time(event: dict[str, Any]) -> str:
+    for k in ("lastTimestamp", "eventTime", "firstTimestamp"):
+        if isinstance(event.get(k), str):
+            return str(event[k])
+    return str(as_dict(event.get("metadata")).get("creationTimestamp") or "")
+
+
+def event_index(snap: Snapshot) -> dict[tuple[str, str, str], list[dict[str, Any]]]:
+    """Events by involved object, oldest first."""
+    out: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for e in as_list(snap.events):
+        if isinstance(e, dict):
+            out.setdefault(involved_key(e), []).append(e)
+    for evs in out.values():
+        evs.sort(key=_event_time)
+    return out
+
+
+def last_event(index: dict[tuple[str, str, str], list[dict[str, Any]]], kind: str, ns: str, name: str) -> str:
+    evs = index.get((kind, "" if kind == "Node" else ns, name))
+    if not evs:
+        return ""
+    e = evs[-1]
+    return f"{e.get('reason') or 'Event'}: {e.get('message') or ''}".strip()
+
+
+def event_messages(snap: Snapshot) -> list[tuple[tuple[str, str, str], str]]:
+    return [(involved_key(e), str(e.get("message") or "")) for e in as_list(snap.events) if isinstance(e, dict)]
+
+
+def logs(snap: Snapshot) -> list[tuple[str, str]]:
+    """(``ns/pod/container``, text) of the collected log tails."""
+    return [(str(k), v) for k, v in as_dict(snap.pod_logs).items() if isinstance(v, str)]
+
+
+def last_line_matching(text: str, pattern: re.Pattern[str]) -> str | None:
+    for line in reversed(text.splitlines()):
+        if pattern.search(line):
+            return line.strip()[:300]
+    return None
+
+
+# --- findings --------------------------------------------------------------------------------------
+
+
+def finding(
+    id: str, status: Status, summary: str, *, evidence: str = "", fix: str = "", host: str | None = None,
+    layer: str = LAYER,
+) -> Finding:  # fmt: skip
+    return Finding(id, layer, status, summary, host=host, evidence=evidence, fix=fix)
+
+
+def unavailable(snap: Snapshot, id: str, *kinds: str, layer: str = LAYER) -> list[Finding] | None:
+    """One ``skip`` when the data a check needs was not collected, else None."""
+    if "kubernetes" in snap.errors:
+        return [finding(id, "skip", "Kubernetes API not readable (see K00-api-unreachable)", layer=layer)]
+    for kind in kinds:
+        err = snap.errors.get(f"kubernetes:{kind}")
+        if err:
+            return [finding(id, "skip", f"could not read {kind} objects", evidence=err, layer=layer)]
+        if kind not in snap.kube:
+            return [finding(id, "skip", f"{kind} objects were not collected", layer=layer)]
+    return None
+
+
+def items(snap: Snapshot, kind: str) -> list[dict[str, Any]]:
+    """The dict items of a kind (anything else in the list is ignored)."""
+    return [o for o in as_list(snap.kube.get(kind)) if isinstance(o, dict)]
+
+
+def pod_cidr(snap: Snapshot) -> str:
+    """The cluster's pod CIDR guessed from the nodes' podCIDR (a /16 around the first), or Flannel's default."""
+    for n in items(snap, "Node"):
+        cidr = as_dict(n.get("spec")).get("podCIDR")
+        if isinstance(cidr, str) and re.fullmatch(r"\d+\.\d+\.\d+\.\d+/\d+", cidr):
+            a, b = cidr.split(".")[:2]
+            return f"{a}.{b}.0.0/16"
+    return DEFAULT_POD_CIDR
+
+
+def api_service_ip(snap: Snapshot) -> str:
+    for s in items(snap, "Service"):
+        if ns_of(s) == "default" and name_of(s) == "kubernetes":
+            ip = as_dict(s.get("spec")).get("clusterIP")
+            if isinstance(ip, str) and ip:
+                return ip
+    return DEFAULT_API_SERVICE_IP
+
+
+def firewall_fix(snap: Snapshot) -> str:
+    """Seed 002's rules with this cluster's pod CIDR, node IP and API service IP."""
+    nodes = items(snap, "Node")
+    ip = node_ip(nodes[0]) if nodes else "NODE_IP"
+    cidr, svc = pod_cidr(snap), api_service_ip(snap)
+    return (
+        "gpustack up --only firewall   # or gpustack doctor --fix\n"
+        "# by hand, on every node:\n"
+        "sudo iptables -I INPUT 1 -m state --state ESTABLISHED,RELATED -j ACCEPT\n"
+        f"sudo iptables -I INPUT 1 -s {cidr} -d {ip} -p tcp --dport 6443 -j ACCEPT\n"
+        f"sudo iptables -I INPUT 1 -s {cidr} -d {svc} -p tcp --dport 443 -j ACCEPT\n"
+        "kubectl -n kube-system delete pods -l k8s-app=kube-dns"
+    )
+
+
+# --- K00 ------------------------------------------------------------------------------------------
+
+
+@register("K00-api-unreachable", LAYER, title="Kubernetes API reachable and every kind readable",
+          reads="kubeconfig, API server", commands=("doctor", "verify"))  # fmt: skip
+def api_reachable(snap: Snapshot) -> list[Finding]:
+    """Fail when the API server could not be read at all; warn per kind it refused (RBAC, 500)."""
+    err = snap.errors.get("kubernetes")
+    if err:
+        return [finding("K00-api-unreachable", "fail", "cannot read the Kubernetes API", evidence=err,
+                        fix="gpustack up   # creates the cluster and fetches its kubeconfig\n"
+                            "kubectl --kubeconfig ~/.local/state/gpustack/<cluster>/kubeconfig get --raw /readyz\n"
+                            "ssh <control-plane> sudo systemctl status kubelet containerd; "
+                            "sudo crictl ps -a | grep kube-apiserver")]  # fmt: skip
+    refused = sorted((k.split(":", 1)[1], v) for k, v in snap.errors.items() if k.startswith("kubernetes:"))
+    if refused:
+        return [finding("K00-api-unreachable", "warn", f"some objects could not be read: {listed(k for k, _ in refused)}",
+                        evidence="\n".join(f"{k}: {v}" for k, v in refused),
+                        fix="use the cluster-admin kubeconfig gpustack fetched (kubectl auth can-i list pods -A); "
+                            "retry: gpustack doctor")]  # fmt: skip
+    return []
+
+
+# --- K01 ------------------------------------------------------------------------------------------
+
+
+@register("K01-nodes-ready", LAYER, title="every node Ready, no memory/disk/PID pressure",
+          reads="nodes, events", commands=("doctor", "verify"))  # fmt: skip
+def nodes_ready(snap: Snapshot) -> list[Finding]:
+    """Nodes not Ready, or with MemoryPressure/DiskPressure/PIDPressure/NetworkUnavailable."""
+    skip = unavailable(snap, "K01-nodes-ready", "Node")
+    if skip:
+        return skip
+    nodes = items(snap, "Node")
+    if not nodes:
+        return [finding("K01-nodes-ready", "fail", "the cluster has no nodes",
+                        fix="gpustack up --only control-plane,workers")]  # fmt: skip
+    evidx = event_index(snap)
+    out = []
+    by_problem: dict[str, list[tuple[str, str]]] = {}
+    for n in nodes:
+        for p in node_problems(n):
+            by_problem.setdefault(p.split(" ", 1)[0], []).append((name_of(n), p))
+    fixes = {
+        "NotReady": "ssh {node} sudo journalctl -u kubelet -n 50 --no-pager\n"
+                    "ssh {node} sudo systemctl restart containerd kubelet\n"
+                    "# 'cni plugin not initialized' / 'network plugin not ready': see K04-pod-network",
+        "MemoryPressure": "free memory on {node} (ssh {node} free -h; stop host processes) or move pods away: "
+                          "kubectl drain {node} --ignore-daemonsets --delete-emptydir-data",
+        "DiskPressure": "free disk on {node}: ssh {node} 'df -h /var/lib; sudo crictl rmi --prune; "
+                        "sudo journalctl --vacuum-size=500M'",
+        "PIDPressure": "ssh {node} 'ps -eLf | wc -l' and stop the process leaking threads; "
+                       "raise kernel.pid_max if the node is just busy",
+        "NetworkUnavailable": "the node's pod network is not set up: see K04-pod-network "
+                              "(kubectl -n kube-flannel get pods -o wide)",
+    }  # fmt: skip
+    for problem, hits in by_problem.items():
+        names = [n for n, _ in hits]
+        evidence = "\n".join(
+            f"{n}: {p}" + (f"; last event {ev}" if (ev := last_event(evidx, "Node", "", n)) else "")
+            for n, p in hits[:MAX_LISTED]
+        )
+        if len(hits) > MAX_LISTED:
+            evidence += f"\n... and {len(hits) - MAX_LISTED} more"
+        out.append(finding("K01-nodes-ready", "fail", f"{problem}: {listed(names)}", evidence=evidence,
+                           fix=fixes[problem].format(node=names[0]), host=names[0] if len(names) == 1 else None))  # fmt: skip
+    return out
+
+
+# --- K02 ------------------------------------------------------------------------------------------
+
+
+@register("K02-control-plane-taint", LAYER, title="no control-plane NoSchedule taint on a single-node cluster",
+          reads="nodes, events", commands=("doctor",), fixable=True)  # fmt: skip
+def control_plane_taint(snap: Snapshot) -> list[Finding]:
+    """A single-node cluster (or one where every node is a tainted control plane) cannot run pods."""
+    skip = unavailable(snap, "K02-control-plane-taint", "Node")
+    if skip:
+        return skip
+    nodes = items(snap, "Node")
+    tainted = [(name_of(n), key) for n in nodes if (key := has_taint(n, CONTROL_PLANE_TAINTS))]
+    if not nodes or len(tainted) < len(nodes):
+        return []
+    pending = [m for (kind, _, _), m in event_messages(snap) if kind == "Pod" and "untolerated taint" in m]
+    evidence = "\n".join(f"node {n}: taint {k}:NoSchedule" for n, k in tainted[:MAX_LISTED])
+    if pending:
+        evidence += f"\n{len(pending)} scheduling event(s), e.g. {pending[0]}"
+    fix = "\n".join(f"kubectl taint nodes {n} {k}:NoSchedule-" for n, k in tainted[:MAX_LISTED])
+    return [finding("K02-control-plane-taint", "fail",
+                    "pods cannot be scheduled: the only node(s) carry the control-plane NoSchedule taint",
+                    evidence=evidence, fix=fix, host=tainted[0][0] if len(tainted) == 1 else None)]  # fmt: skip
+
+
+# --- K03 ------------------------------------------------------------------------------------------
+
+
+@register("K03-control-plane", LAYER, title="kube-apiserver, etcd, controller-manager, scheduler Running and Ready",
+          reads="pods (kube-system)", commands=("doctor", "verify"))  # fmt: skip
+def control_plane(snap: Snapshot) -> list[Finding]:
+    """kubeadm's static pods in kube-system: present, Running, Ready, not restarting."""
+    skip = unavailable(snap, "K03-control-plane", "Pod")
+    if skip:
+        return skip
+    system = [p for p in items(snap, "Pod") if ns_of(p) == "kube-system"]
+    if not system:
+        return [finding("K03-control-plane", "fail", "no pods in kube-system: the control plane is not running",
+                        fix="ssh <control-plane> 'ls /etc/kubernetes/manifests; sudo journalctl -u kubelet -n 50'")]  # fmt: skip
+    evidx = event_index(snap)
+    out = []
+    for comp in CONTROL_PLANE_COMPONENTS:
+        pods = [p for p in system if labels_of(p).get("component") == comp or name_of(p).startswith(comp + "-")]
+        if not pods:
+            out.append(finding("K03-control-plane", "fail", f"{comp}: no static pod in kube-system",
+                               fix=f"ssh <control-plane> 'sudo ls /etc/kubernetes/manifests/{comp}.yaml; "
+                                   f"sudo crictl ps -a --name {comp}; sudo journalctl -u kubelet -n 50 --no-pager'"))  # fmt: skip
+            continue
+        for p in pods:
+            if pod_running_ready(p):
+                continue
+            n, why = restarts(p), pod_problem(p) or "not Ready"
+            node = node_of(p) or "<control-plane>"
+            ev = last_event(evidx, "Pod", "kube-system", name_of(p))
+            fix = (f"ssh {node} 'sudo crictl ps -a --name {comp}; sudo crictl logs $(sudo crictl ps -a -q --name {comp} | head -1)'\n"
+                   f"kubectl -n kube-system logs {name_of(p)} --previous")  # fmt: skip
+            if n >= 3:
+                fix += ("\n# restarting control-plane pods usually mean a cgroup driver mismatch: containerd must use "
+                        "SystemdCgroup = true like the kubelet\ngpustack up --only containerd")  # fmt: skip
+            out.append(finding("K03-control-plane", "fail", f"{comp} on {node}: {why} ({n} restarts)",
+                               evidence=f"pod kube-system/{name_of(p)}" + (f"; last event {ev}" if ev else ""),
+                               fix=fix, host=node_of(p) or None))  # fmt: skip
+    return out
+
+
+# --- K04 ------------------------------------------------------------------------------------------
+
+
+@register("K04-pod-network", LAYER, title="Flannel DaemonSet ready and every node has a pod CIDR",
+          reads="daemonsets, nodes, pods, logs", commands=("doctor",))  # fmt: skip
+def pod_network(snap: Snapshot) -> list[Finding]:
+    """Flannel installed and fully ready; ``spec.podCIDR`` set on every node (Flannel needs it)."""
+    skip = unavailable(snap, "K04-pod-network", "DaemonSet", "Node")
+    if skip:
+        return skip
+    out = []
+    nodes = items(snap, "Node")
+    no_cidr = [name_of(n) for n in nodes if not as_dict(n.get("spec")).get("podCIDR")]
+    if no_cidr:
+        out.append(finding("K04-pod-network", "fail", f"no pod CIDR assigned to {listed(no_cidr)}",
+                           evidence="spec.podCIDR is empty: the controller-manager allocates node CIDRs only with "
+                                    "--allocate-node-cidrs=true and a --cluster-cidr (kubeadm: networking.podSubnet)",
+                           fix="kubectl -n kube-system get pod -l component=kube-controller-manager -o yaml | "
+                               "grep -e cluster-cidr -e allocate-node-cidrs\n"
+                               f"# a cluster initialised without a pod subnet: set networking.podSubnet: {DEFAULT_POD_CIDR} "
+                               "in /etc/gpustack/kubeadm-config.yaml and re-create it (gpustack down && gpustack up)"))  # fmt: skip
+    flannel = [d for d in items(snap, "DaemonSet")
+               if labels_of(d).get("app") == "flannel" or name_of(d).startswith("kube-flannel")]  # fmt: skip
+    if not flannel:
+        if nodes:
+            out.append(finding("K04-pod-network", "fail", "Flannel is not installed (no kube-flannel DaemonSet)",
+                               fix="gpustack up --only network"))  # fmt: skip
+        return out
+    for d in flannel:
+        desired, ready, available = daemonset_counts(d)
+        if desired and desired == ready == available:
+            continue
+        bad = [p for p in items(snap, "Pod") if ns_of(p) == ns_of(d) and owner_name(p) == name_of(d) and pod_problem(p)]
+        lines = [f"DaemonSet {ref(d)}: desired {desired}, ready {ready}, available {available}"]
+        for p in bad[:MAX_LISTED]:
+            lines.append(f"pod {name_of(p)} on {node_of(p) or '?'}: {pod_problem(p)}")
+        for key, text in logs(snap):
+            if key.startswith(f"{ns_of(d)}/{name_of(d)}"):
+                line = last_line_matching(text, re.compile(r"(?i)error|failed"))
+                if line:
+                    lines.append(f"{key}: {line}")
+        out.append(finding("K04-pod-network", "fail", f"Flannel not ready ({ready}/{desired} pods ready)",
+                           evidence="\n".join(lines),
+                           fix=f"kubectl -n {ns_of(d)} logs ds/{name_of(d)} --all-containers --tail 50\n"
+                               "# 'pod cidr not assigned': see the pod CIDR finding; VXLAN blocked: allow 8472/udp "
+                               "between nodes (gpustack up --only firewall)\n"
+                               "gpustack up --only network"))  # fmt: skip
+    return out
+
+
+# --- K05 ------------------------------------------------------------------------------------------
+
+COREDNS_LOOP_FIX = (
+    "# CoreDNS forwards to itself: the node's /etc/resolv.conf points at a local stub (127.0.0.53)\n"
+    "# on every node: set `resolvConf: /run/systemd/resolve/resolv.conf` in /var/lib/kubelet/config.yaml, then\n"
+    "sudo systemctl restart kubelet\n"
+    "kubectl -n kube-system rollout restart deployment coredns"
+)
+
+
+@register("K05-coredns", LAYER, title="CoreDNS ready and not looping",
+          reads="deployments, pods, logs (kube-system)", commands=("doctor", "verify"), fixable=True)  # fmt: skip
+def coredns(snap: Snapshot) -> list[Finding]:
+    """CoreDNS Deployment fully ready; no "Loop ... detected" in its logs."""
+    skip = unavailable(snap, "K05-coredns", "Deployment", "Pod")
+    if skip:
+        return skip
+    out = []
+    for key, text in logs(snap):
+        if key.startswith("kube-system/coredns"):
+            line = last_line_matching(text, COREDNS_LOOP)
+            if line:
+                out.append(finding("K05-coredns", "fail", "CoreDNS detected a forwarding loop and exits",
+                                   evidence=f"{key}: {line}", fix=COREDNS_LOOP_FIX))  # fmt: skip
+                break
+    deps = [d for d in items(snap, "Deployment") if ns_of(d) == "kube-system" and name_of(d) == "coredns"]
+    if not deps:
+        return [*out, finding("K05-coredns", "fail", "no CoreDNS Deployment in kube-system",
+                              fix="kubeadm init phase addon coredns --config /etc/gpustack/kubeadm-config.yaml")]  # fmt: skip
+    spec, st = as_dict(deps[0].get("spec")), as_dict(deps[0].get("status"))
+    want = as_int(spec.get("replicas")) if "replicas" in spec else 1
+    ready = as_int(st.get("readyReplicas"))
+    if ready >= want and want > 0:
+        return out
+    pods = [p for p in items(snap, "Pod") if ns_of(p) == "kube-system" and labels_of(p).get("k8s-app") == "kube-dns"]
+    evidx = event_index(snap)
+    lines = [f"Deployment kube-system/coredns: {ready}/{want} ready"]
+    for p in pods[:MAX_LISTED]:
+        ev = last_event(evidx, "Pod", "kube-system", name_of(p))
+        lines.append(f"pod {name_of(p)}: {pod_problem(p) or 'ok'}" + (f"; last event {ev}" if ev else ""))
+    api_blocked = any(API_TIMEOUT.search(t) for k, t in logs(snap) if k.startswith("kube-system/coredns"))
+    fix = (firewall_fix(snap) if api_blocked else
+           "kubectl -n kube-system logs -l k8s-app=kube-dns --tail 30\n"
+           "kubectl get endpoints kubernetes -n default\n"
+           "kubectl -n kube-system rollout restart deployment coredns   # or gpustack doctor --fix")  # fmt: skip
+    if api_blocked:
+        lines.append("its logs show timeouts to the API service: see K06-pod-to-api")
+    if not out:
+        out.append(
+            finding("K05-coredns", "fail", f"CoreDNS not ready ({ready}/{want})", evidence="\n".join(lines), fix=fix)
+        )
+    return out
+
+
+# --- K06 ------------------------------------------------------------------------------------------
+
+
+@register("K06-pod-to-api", LAYER, title="pods reach the API service (no 10.96.0.1:443 timeouts)",
+          reads="pod logs, events, endpoints", commands=("doctor", "verify"), fixable=True)  # fmt: skip
+def pod_to_api(snap: Snapshot) -> list[Finding]:
+    """Pod logs/events timing out on the API service IP: the host firewall drops pod->host traffic."""
+    skip = unavailable(snap, "K06-pod-to-api", "Endpoints")
+    if skip:
+        return skip
+    out = []
+    hits = [(k, line) for k, t in logs(snap) if (line := last_line_matching(t, API_TIMEOUT))]
+    hits += [(f"{kind} {ns}/{name}", m[:300]) for (kind, ns, name), m in event_messages(snap) if API_TIMEOUT.search(m)]
+    if hits:
+        evidence = "\n".join(f"{k}: {line}" for k, line in hits[:MAX_LISTED])
+        if len(hits) > MAX_LISTED:
+            evidence += f"\n... and {len(hits) - MAX_LISTED} more"
+        out.append(finding("K06-pod-to-api", "fail",
+                           f"pods time out reaching the API service ({len(hits)} pod(s)/event(s)): "
+                           "the host firewall drops pod -> API traffic", evidence=evidence, fix=firewall_fix(snap)))  # fmt: skip
+    eps = [e for e in items(snap, "Endpoints") if ns_of(e) == "default" and name_of(e) == "kubernetes"]
+    if items(snap, "Endpoints") and (not eps or not any(as_list(as_dict(s).get("addresses"))
+                                                          for s in as_list(eps[0].get("subsets")))):  # fmt: skip
+        out.append(finding("K06-pod-to-api", "fail", "the default/kubernetes Service has no endpoints",
+                           evidence="kubectl get endpoints kubernetes -n default shows no addresses",
+                           fix="ssh <control-plane> sudo crictl ps --name kube-apiserver; "
+                               "check --advertise-address in /etc/kubernetes/manifests/kube-apiserver.yaml"))  # fmt: skip
+    return out
+
+
+# --- K07 ------------------------------------------------------------------------------------------
+
+
+def pod_fix(pod: dict[str, Any], problem: str, last: str) -> str:
+    """The next command(s) for one failing pod, by reason."""
+    ns, name, node = ns_of(pod), name_of(pod), node_of(pod) or "<node>"
+    if problem in ("ImagePullBackOff", "ErrImagePull", "ErrImageNeverPull", "InvalidImageName"):
+        images = [str(as_dict(c).get("image")) for c in as_list(as_dict(pod.get("spec")).get("containers"))]
+        image = images[0] if images else "<image>"
+        return (f"ssh {node} sudo crictl pull {image}   # shows the registry/DNS/proxy error\n"
+                f"# check the image name and tag, the registry's reachability from {node} and imagePullSecrets")  # fmt: skip
+    if "untolerated taint" in last:
+        return (
+            "see K02-control-plane-taint: kubectl taint nodes --all node-role.kubernetes.io/control-plane:NoSchedule-"
+        )
+    if FREE_PORTS in last:
+        return "see K08-node-exporter-port (a host process holds the pod's hostPort)"
+    if "nvidia.com/gpu" in last:
+        return "see G06-gpu-allocatable: no node advertises enough nvidia.com/gpu"
+    if problem == "OOMKilled":
+        return f"raise the memory limit of {ns}/{name} (kubectl -n {ns} get pod {name} -o yaml | grep -A3 limits)"
+    if problem in ("CrashLoopBackOff", "Error", "NotReady", "RunContainerError"):
+        return f"kubectl -n {ns} logs {name} --all-containers --previous --tail 50\nkubectl -n {ns} describe pod {name}"
+    return f"kubectl -n {ns} describe pod {name}   # read Events at the bottom"
+
+
+@register("K07-pod-failures", LAYER, title="no pod CrashLoopBackOff, ImagePullBackOff, ErrImagePull or Pending",
+          reads="pods, events, logs", commands=("doctor",))  # fmt: skip
+def pod_failures(snap: Snapshot) -> list[Finding]:
+    """Every failing pod with its reason, last event and last log line."""
+    skip = unavailable(snap, "K07-pod-failures", "Pod")
+    if skip:
+        return skip
+    evidx = event_index(snap)
+    log_by_pod: dict[str, str] = {}
+    for key, text in logs(snap):
+        lines = [line for line in text.splitlines() if line.strip()]
+        if lines:
+            log_by_pod.setdefault(key.rsplit("/", 1)[0], lines[-1].strip()[:300])
+    failing = [(p, prob) for p in items(snap, "Pod") if (prob := pod_problem(p))]
+    failing.sort(key=lambda x: (ns_of(x[0]), name_of(x[0])))
+    out = []
+    for p, prob in failing[:MAX_POD_FINDINGS]:
+        last = last_event(evidx, "Pod", ns_of(p), name_of(p))
+        ev = [f"pod {ref(p)} on {node_of(p) or '(unscheduled)'}: {prob}, {restarts(p)} restarts"]
+        if last:
+            ev.append(f"last event: {last}")
+        if ref(p) in log_by_pod:
+            ev.append(f"log: {log_by_pod[ref(p)]}")
+        out.append(finding("K07-pod-failures", "fail", f"{ref(p)}: {prob}", evidence="\n".join(ev),
+                           fix=pod_fix(p, prob, last), host=node_of(p) or None))  # fmt: skip
+    if len(failing) > MAX_POD_FINDINGS:
+        rest = failing[MAX_POD_FINDINGS:]
+        out.append(finding("K07-pod-failures", "fail", f"{len(rest)} more failing pods",
+                           evidence=listed((f"{ref(p)} ({prob})" for p, prob in rest), 20),
+                           fix="kubectl get pods -A --field-selector=status.phase!=Running,status.phase!=Succeeded"))  # fmt: skip
+    return out
+
+
+# --- K08 ------------------------------------------------------------------------------------------
+
+
+@register("K08-node-exporter-port", LAYER, title="node-exporter not blocked by a host process on its port (9100)",
+          reads="pods, events, logs (monitoring)", commands=("doctor",), fixable=True)  # fmt: skip
+def node_exporter_port(snap: Snapshot) -> list[Finding]:
+    """prometheus-node-exporter Pending with "didn't have free ports" or logging "address already in use"."""
+    skip = unavailable(snap, "K08-node-exporter-port", "Pod")
+    if skip:
+        return skip
+    evidx = event_index(snap)
+    hits = []
+    for p in items(snap, "Pod"):
+        lbl = labels_of(p)
+        if lbl.get("app.kubernetes.io/name") != "prometheus-node-exporter" and "node-exporter" not in name_of(p):
+            continue
+        evs = [str(e.get("message") or "") for e in evidx.get(("Pod", ns_of(p), name_of(p)), [])]
+        blocked = next((m for m in evs if FREE_PORTS in m), None)
+        if blocked is None:
+            for key, text in logs(snap):
+                if key.startswith(ref(p) + "/") and (line := last_line_matching(text, PORT_IN_USE)):
+                    blocked = line
+        if blocked:
+            hits.append((p, blocked))
+    if not hits:
+        return []
+    nodes = sorted({node_of(p) for p, _ in hits if node_of(p)})
+    evidence = "\n".join(f"pod {ref(p)} ({pod_problem(p) or 'running'}): {m[:200]}" for p, m in hits[:MAX_LISTED])
+    node = nodes[0] if nodes else "<node>"
+    return [finding("K08-node-exporter-port", "fail",
+                    "node-exporter cannot bind port 9100: a host node_exporter already listens there",
+                    evidence=evidence,
+                    fix="gpustack up --only cluster   # preflight sees the host node_exporter and moves the chart's to 9101\n"
+                        f"# or stop the host one: ssh {node} sudo systemctl disable --now node_exporter",
+                    host=nodes[0] if len(nodes) == 1 else None)]  # fmt: skip

@@ -1,0 +1,481 @@
+"""Monitoring-path checks (M01..M11): exporter Service -> /metrics -> ServiceMonitor -> Prometheus
+target -> queryable metrics -> rules, plus node-exporter conflicts and verify's workload results.
+Pure functions of the snapshot."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from gpustack.checks.model import Finding
+from gpustack.diagnose.collect_prometheus import EXPORTER_METRICS, QUERIES
+from gpustack.diagnose.registry import register
+from gpustack.diagnose.snapshot import Obj, Snapshot
+from gpustack.monitoring.rules import EXPORTER_JOB, load_rules
+from gpustack.render.manifests import EXPORTER_TARGETS
+
+BOTH = ("doctor", "verify")
+LOAD_MIN = 0.2  # Tensor Core activity a 1004 GEMM run must at least reach (it drives ~0.9 on datacenter GPUs)
+NODE_EXPORTER_LABEL = ("app.kubernetes.io/name", "prometheus-node-exporter")
+NODE_EXPORTER_FIX = (
+    "gpustack up --only cluster  # moves node-exporter to 9101 when preflight sees a host node_exporter on 9100; "
+    "or stop the host one: sudo systemctl disable --now node_exporter"
+)
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def _labels(obj: Mapping[str, Any]) -> dict[str, str]:
+    labels = _meta(obj).get("labels")
+    return {str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else {}
+
+
+def _ref(obj: Mapping[str, Any]) -> str:
+    meta = _meta(obj)
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+def _kube_missing(snap: Snapshot, *kinds: str) -> Finding | None:
+    missing = [k for k in kinds if k not in snap.kube]
+    if missing:
+        why = snap.errors.get("kubernetes", "not collected (kind not served or source not run)")
+        return Finding("", "", "skip", f"{', '.join(missing)} unavailable: {why}")
+    return None
+
+
+def _prom_missing(snap: Snapshot) -> Finding | None:
+    if not snap.prometheus.reachable:
+        why = snap.errors.get("prometheus", "Prometheus was not queried")
+        return Finding("", "", "skip", f"Prometheus data unavailable: {why}")
+    return None
+
+
+def selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
+    """A Kubernetes LabelSelector (matchLabels + matchExpressions) against labels. ``{}`` matches all;
+    None matches nothing (as prometheus-operator treats a nil selector)."""
+    if selector is None:
+        return False
+    for k, v in (selector.get("matchLabels") or {}).items():
+        if labels.get(str(k)) != str(v):
+            return False
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = str(expr.get("key")), str(expr.get("operator")), [str(v) for v in expr.get("values") or []]
+        if op == "In" and labels.get(key) not in values:
+            return False
+        if op == "NotIn" and labels.get(key) in values:
+            return False
+        if op == "Exists" and key not in labels:
+            return False
+        if op == "DoesNotExist" and key in labels:
+            return False
+    return True
+
+
+def exporter_services(snap: Snapshot) -> list[Obj]:
+    """Services that look like dcgm-exporter (a known gpustack target's labels, or a port 9400)."""
+    out = []
+    for svc in snap.items("Service"):
+        labels = _labels(svc)
+        known = any(t.labels.items() <= labels.items() for t in EXPORTER_TARGETS.values())
+        ports = (svc.get("spec") or {}).get("ports") or []
+        if known or any(isinstance(p, Mapping) and p.get("port") == 9400 for p in ports):
+            out.append(svc)
+    return out
+
+
+def _ready_addresses(snap: Snapshot, svc: Obj) -> tuple[int, int]:
+    meta = _meta(svc)
+    for ep in snap.items("Endpoints"):
+        em = _meta(ep)
+        if em.get("name") == meta.get("name") and em.get("namespace") == meta.get("namespace"):
+            ready = sum(len(s.get("addresses") or []) for s in ep.get("subsets") or [])
+            not_ready = sum(len(s.get("notReadyAddresses") or []) for s in ep.get("subsets") or [])
+            return ready, not_ready
+    return 0, 0
+
+
+@register("M01-exporter-endpoints", "monitoring", title="dcgm-exporter Service has ready endpoints",
+          reads="Services, Endpoints", commands=BOTH)  # fmt: skip
+def exporter_endpoints(snap: Snapshot) -> list[Finding]:
+    skip = _kube_missing(snap, "Service", "Endpoints")
+    if skip:
+        return [skip]
+    services = exporter_services(snap)
+    if not services:
+        return [Finding("", "", "fail", "no dcgm-exporter Service found",
+                        evidence="no Service labelled app.kubernetes.io/name=dcgm-exporter or app=nvidia-dcgm-exporter, "
+                                 "and none exposing port 9400",
+                        fix="gpustack up --only cluster  # installs dcgm-exporter (gpu.exporter)")]  # fmt: skip
+    out = []
+    for svc in services:
+        ready, not_ready = _ready_addresses(snap, svc)
+        if not ready:
+            sel = (svc.get("spec") or {}).get("selector") or {}
+            sel_text = ",".join(f"{k}={v}" for k, v in sel.items())
+            out.append(Finding("", "", "fail", f"Service {_ref(svc)} has no ready endpoints",
+                               evidence=f"ready=0 notReady={not_ready}; selector {sel_text or '(none)'}",
+                               fix=f"kubectl -n {_meta(svc).get('namespace')} get pods -l {sel_text} -o wide; "
+                                   "gpustack doctor --layer gpu-operator  # why the exporter pods are not ready"))  # fmt: skip
+    return out
+
+
+@register("M02-exporter-metrics", "monitoring", title="dcgm-exporter /metrics serves DCGM_FI_DEV_GPU_UTIL",
+          reads="exporter /metrics via the API server proxy", commands=BOTH)  # fmt: skip
+def exporter_metrics(snap: Snapshot) -> list[Finding]:
+    records = snap.prometheus.queries.get(EXPORTER_METRICS)
+    if not records:
+        return [Finding("", "", "skip", "the exporter's /metrics was not fetched",
+                        evidence=snap.errors.get("prometheus", ""))]  # fmt: skip
+    rec = records[0]
+    if rec.get("error"):
+        return [Finding("", "", "fail", "the exporter's /metrics could not be read", evidence=str(rec["error"]),
+                        fix="kubectl -n gpu-operator get endpoints; kubectl -n gpu-operator logs -l "
+                            "app.kubernetes.io/name=dcgm-exporter --tail=50")]  # fmt: skip
+    if not rec.get("gpu_util_series"):
+        names = rec.get("dcgm_metrics") or []
+        return [Finding("", "", "fail", "the exporter serves no DCGM_FI_DEV_GPU_UTIL",
+                        evidence=f"{rec.get('endpoint')}: {rec.get('bytes')} bytes, DCGM metrics: "
+                                 f"{', '.join(names[:8]) or 'none'}",
+                        fix="check the counters CSV enables DCGM_FI_DEV_GPU_UTIL (values/dcgm-counters.csv) and the "
+                            "exporter logs; under MIG GPU_UTIL is not reported: use DCGM_FI_PROF_GR_ENGINE_ACTIVE")]  # fmt: skip
+    return []
+
+
+def _exporter_targets(snap: Snapshot) -> list[Obj]:
+    return [t for t in snap.prometheus.targets
+            if (t.get("labels") or {}).get("job") == EXPORTER_JOB or "dcgm" in str(t.get("scrapePool", ""))]  # fmt: skip
+
+
+@register("M03-exporter-target-up", "monitoring", title="Prometheus scrapes dcgm-exporter (targets up)",
+          reads="Prometheus /api/v1/targets", commands=BOTH)  # fmt: skip
+def exporter_target_up(snap: Snapshot) -> list[Finding]:
+    if not snap.prometheus.reachable:
+        why = snap.errors.get("prometheus", "Prometheus was not queried")
+        return [Finding("", "", "fail", "Prometheus could not be reached", evidence=why,
+                        fix="kubectl -n monitoring get pods -l app.kubernetes.io/name=prometheus; "
+                            "kubectl -n monitoring get svc kube-prometheus-stack-prometheus")]  # fmt: skip
+    targets = _exporter_targets(snap)
+    if not targets:
+        return [Finding("", "", "fail", "Prometheus has no dcgm-exporter target",
+                        evidence=f"{len(snap.prometheus.targets)} active targets, none with job={EXPORTER_JOB}",
+                        fix="gpustack doctor --check M06,M07  # the ServiceMonitor is missing, does not match the "
+                            "Service, or is not selected by Prometheus")]  # fmt: skip
+    out = []
+    for t in targets:
+        if t.get("health") != "up":
+            labels = t.get("labels") or {}
+            where = labels.get("node") or labels.get("instance") or t.get("scrapeUrl")
+            out.append(Finding("", "", "fail", f"dcgm-exporter target down on {where}",
+                               evidence=f"{t.get('scrapeUrl')}: health={t.get('health')} lastError="
+                                        f"{t.get('lastError') or '(none)'}",
+                               fix=f"kubectl -n {labels.get('namespace', 'gpu-operator')} describe pod "
+                                   f"{labels.get('pod', '<exporter pod>')}; check the firewall allows "
+                                   "port 9400 from the pod network", host=str(labels.get("node") or "") or None))  # fmt: skip
+    return out
+
+
+def _by_node(rows: list[Obj], label: str = "node") -> dict[str, float]:
+    out: dict[str, float] = {}
+    for r in rows:
+        try:
+            out[str((r.get("metric") or {}).get(label, ""))] = float(r["value"][1])
+        except (KeyError, IndexError, TypeError, ValueError):
+            continue
+    return out
+
+
+@register("M04-gpus-reporting", "monitoring", title="DCGM_FI_DEV_GPU_UTIL queryable for every allocatable GPU",
+          reads="Prometheus queries", commands=BOTH)  # fmt: skip
+def gpus_reporting(snap: Snapshot) -> list[Finding]:
+    skip = _prom_missing(snap)
+    if skip:
+        return [skip]
+    errors = {k: v for k, v in snap.prometheus.query_errors.items() if k in ("gpu_util_by_node", "gpu_allocatable")}
+    if errors:
+        return [Finding("", "", "fail", "GPU queries failed in Prometheus", evidence="; ".join(errors.values()),
+                        fix="kubectl -n monitoring logs prometheus-kube-prometheus-stack-prometheus-0 --tail=50")]  # fmt: skip
+    reporting = _by_node(snap.prometheus.queries.get("gpu_util_by_node", []))
+    allocatable = {n: v for n, v in _by_node(snap.prometheus.queries.get("gpu_allocatable", [])).items() if v > 0}
+    if not reporting:
+        return [Finding("", "", "fail", "DCGM_FI_DEV_GPU_UTIL returns no series",
+                        evidence=f"query {QUERIES['gpu_util_by_node']!r} is empty; allocatable GPUs: "
+                                 f"{int(sum(allocatable.values()))}",
+                        fix="gpustack doctor --check M01,M02,M03,M06,M07  # follow the path exporter -> target")]  # fmt: skip
+    out = []
+    for node in sorted(set(reporting) | set(allocatable)):
+        got, want = int(reporting.get(node, 0)), int(allocatable.get(node, 0))
+        if want and got != want:
+            out.append(Finding("", "", "fail", f"{node}: {got} of {want} allocatable GPUs report metrics",
+                               evidence=f"count by (node) (DCGM_FI_DEV_GPU_UTIL)={got}, "
+                                        f"kube_node_status_allocatable nvidia_com_gpu={want}",
+                               fix=f"kubectl debug node/{node} -it --image=busybox -- chroot /host nvidia-smi -L; "
+                                   "check the exporter log on that node (a GPU fell off the bus, XID 79, or "
+                                   "the exporter pod is restarting)", host=node))  # fmt: skip
+    if allocatable and not any(allocatable.get(n) for n in reporting):
+        out.append(Finding("", "", "warn", "GPU series carry no node label matching kube-state-metrics",
+                           evidence=f"nodes in DCGM series: {sorted(reporting)[:5]}",
+                           fix="the ServiceMonitor must relabel __meta_kubernetes_pod_node_name to node: "
+                               "gpustack up --only cluster"))  # fmt: skip
+    return out
+
+
+@register("M05-alert-rules-loaded", "monitoring", title="gpustack's GPU alert rules are loaded",
+          reads="Prometheus /api/v1/rules, PrometheusRules", commands=BOTH)  # fmt: skip
+def alert_rules_loaded(snap: Snapshot) -> list[Finding]:
+    skip = _prom_missing(snap)
+    if skip:
+        return [skip]
+    if "rules" in snap.prometheus.query_errors:
+        return [Finding("", "", "fail", "Prometheus rules could not be read",
+                        evidence=snap.prometheus.query_errors["rules"])]  # fmt: skip
+    wanted = [str(g["name"]) for g in load_rules()["groups"]]
+    loaded = {str(g.get("name")) for g in snap.prometheus.rule_groups}
+    missing = [g for g in wanted if g not in loaded]
+    if missing:
+        return [Finding("", "", "fail", f"{len(missing)} of {len(wanted)} gpustack rule groups not loaded",
+                        evidence=f"missing: {', '.join(missing)}; loaded groups: {len(loaded)}",
+                        fix="kubectl -n monitoring get prometheusrule gpustack-gpu-alerts --show-labels; "
+                            "gpustack up --only cluster  # re-applies the PrometheusRule (label release: "
+                            "kube-prometheus-stack, ruleSelector)")]  # fmt: skip
+    broken = [f"{g.get('name')}/{r.get('name')}: {r.get('lastError')}" for g in snap.prometheus.rule_groups
+              if str(g.get("name")) in wanted for r in g.get("rules") or [] if r.get("health") == "err"]  # fmt: skip
+    if broken:
+        return [Finding("", "", "fail", f"{len(broken)} gpustack rule(s) fail to evaluate", evidence="; ".join(broken[:3]),
+                        fix="promtool check rules gpustack/templates/monitoring/gpu-alerts.rules.yaml")]  # fmt: skip
+    return []
+
+
+def _service_monitors_for(snap: Snapshot, svc: Obj) -> list[Obj]:
+    """ServiceMonitors whose namespaceSelector and selector pick ``svc``."""
+    ns = str(_meta(svc).get("namespace"))
+    out = []
+    for sm in snap.items("ServiceMonitor"):
+        spec = sm.get("spec") or {}
+        nss = spec.get("namespaceSelector") or {}
+        ns_ok = bool(nss.get("any")) or ns in (nss.get("matchNames") or [_meta(sm).get("namespace")])
+        if ns_ok and selector_matches(spec.get("selector") or {}, _labels(svc)):
+            out.append(sm)
+    return out
+
+
+def _candidate_monitors(snap: Snapshot) -> list[Obj]:
+    return [sm for sm in snap.items("ServiceMonitor")
+            if "dcgm" in str(_meta(sm).get("name", "")) or "dcgm" in str((sm.get("spec") or {}).get("selector"))]  # fmt: skip
+
+
+@register("M06-servicemonitor-matches", "monitoring",
+          title="a ServiceMonitor matches the exporter Service (namespace, labels, port name)",
+          reads="ServiceMonitors, Services", commands=BOTH, fixable=True)  # fmt: skip
+def servicemonitor_matches(snap: Snapshot) -> list[Finding]:
+    skip = _kube_missing(snap, "Service", "ServiceMonitor")
+    if skip:
+        return [skip]
+    services = exporter_services(snap)
+    if not services:
+        return [Finding("", "", "skip", "no dcgm-exporter Service (see M01)")]
+    out = []
+    fix = "gpustack up --only cluster  # re-applies gpustack's dcgm-exporter ServiceMonitor"
+    for svc in services:
+        monitors = _service_monitors_for(snap, svc)
+        port_names = [str(p.get("name")) for p in (svc.get("spec") or {}).get("ports") or [] if p.get("name")]
+        if monitors:
+            endpoints = [e for sm in monitors for e in (sm.get("spec") or {}).get("endpoints") or []]
+            if not any(str(e.get("port")) in port_names for e in endpoints):
+                used = sorted({str(e.get("port") or e.get("targetPort")) for e in endpoints})
+                out.append(Finding("", "", "fail", f"ServiceMonitor for {_ref(svc)} names a port the Service lacks",
+                                   evidence=f"ServiceMonitor {', '.join(_ref(m) for m in monitors)} endpoints port "
+                                            f"{used}; Service ports {port_names}",
+                                   fix=fix))  # fmt: skip
+            continue
+        candidates = _candidate_monitors(snap)
+        if not candidates:
+            out.append(Finding("", "", "fail", f"no ServiceMonitor selects {_ref(svc)}",
+                               evidence=f"{len(snap.items('ServiceMonitor'))} ServiceMonitors, none for dcgm-exporter",
+                               fix=fix))  # fmt: skip
+            continue
+        for sm in candidates:
+            spec = sm.get("spec") or {}
+            nss = spec.get("namespaceSelector") or {}
+            why = []
+            ns = str(_meta(svc).get("namespace"))
+            if not (nss.get("any") or ns in (nss.get("matchNames") or [_meta(sm).get("namespace")])):
+                why.append(f"namespaceSelector {nss or '(own namespace ' + str(_meta(sm).get('namespace')) + ')'} "
+                           f"does not include {ns}")  # fmt: skip
+            if not selector_matches(spec.get("selector") or {}, _labels(svc)):
+                why.append(f"selector {spec.get('selector')} does not match Service labels {_labels(svc)}")
+            out.append(Finding("", "", "fail", f"ServiceMonitor {_ref(sm)} does not match {_ref(svc)}",
+                               evidence="; ".join(why), fix=fix))  # fmt: skip
+    return out
+
+
+@register("M07-servicemonitor-selected", "monitoring",
+          title="Prometheus selects the exporter's ServiceMonitor (release label vs NilUsesHelmValues)",
+          reads="Prometheus CRs, ServiceMonitors, Namespaces", commands=BOTH, fixable=True)  # fmt: skip
+def servicemonitor_selected(snap: Snapshot) -> list[Finding]:
+    skip = _kube_missing(snap, "Prometheus", "ServiceMonitor")
+    if skip:
+        return [skip]
+    proms = snap.items("Prometheus")
+    if not proms:
+        return [Finding("", "", "fail", "no Prometheus object (kube-prometheus-stack not installed?)",
+                        fix="gpustack up --only cluster")]  # fmt: skip
+    monitors = [sm for svc in exporter_services(snap) for sm in _service_monitors_for(snap, svc)] or \
+        _candidate_monitors(snap)  # fmt: skip
+    if not monitors:
+        return [Finding("", "", "skip", "no dcgm-exporter ServiceMonitor (see M06)")]
+    ns_labels = {str(_meta(n).get("name")): _labels(n) for n in snap.items("Namespace")}
+    out = []
+    for sm in {_ref(m): m for m in monitors}.values():
+        sm_ns = str(_meta(sm).get("namespace"))
+        selected_by = []
+        reasons = []
+        for prom in proms:
+            spec = prom.get("spec") or {}
+            sel = spec.get("serviceMonitorSelector")
+            nsel = spec.get("serviceMonitorNamespaceSelector")
+            own_ns = str(_meta(prom).get("namespace"))
+            if nsel is None:
+                ns_ok = sm_ns == own_ns  # nil namespace selector: only the Prometheus' own namespace
+            else:
+                ns_ok = sm_ns not in ns_labels or selector_matches(nsel, {**ns_labels.get(sm_ns, {}),
+                                                                          "kubernetes.io/metadata.name": sm_ns})  # fmt: skip
+            if ns_ok and selector_matches(sel, _labels(sm)):
+                selected_by.append(_ref(prom))
+                continue
+            if sel is None:
+                reasons.append(f"Prometheus {_ref(prom)} has no serviceMonitorSelector (selects nothing)")
+            elif not selector_matches(sel, _labels(sm)):
+                reasons.append(f"Prometheus {_ref(prom)} serviceMonitorSelector {sel} does not match labels "
+                               f"{_labels(sm)}")  # fmt: skip
+            if not ns_ok:
+                reasons.append(f"Prometheus {_ref(prom)} serviceMonitorNamespaceSelector {nsel} excludes {sm_ns}")
+        if not selected_by:
+            want = (proms[0].get("spec") or {}).get("serviceMonitorSelector") or {}
+            labels = " ".join(f"{k}={v}" for k, v in (want.get("matchLabels") or {}).items())
+            fix = (f"kubectl -n {sm_ns} label servicemonitor {_meta(sm).get('name')} {labels} --overwrite  "
+                   "# or set prometheus.prometheusSpec.serviceMonitorSelectorNilUsesHelmValues=false "
+                   "(gpustack up --only cluster does)") if labels else "gpustack up --only cluster"  # fmt: skip
+            out.append(Finding("", "", "fail", f"ServiceMonitor {_ref(sm)} is not selected by any Prometheus",
+                               evidence="; ".join(reasons), fix=fix))  # fmt: skip
+    return out
+
+
+@register("M08-profiling-metrics", "monitoring", title="DCGM profiling metrics (DCGM_FI_PROF_*) are collected",
+          reads="Prometheus queries", commands=BOTH)  # fmt: skip
+def profiling_metrics(snap: Snapshot) -> list[Finding]:
+    skip = _prom_missing(snap)
+    if skip:
+        return [skip]
+    dev = _by_node(snap.prometheus.queries.get("gpu_util_by_node", []))
+    prof = _by_node(snap.prometheus.queries.get("gr_engine_by_node", []))
+    tensor = _by_node(snap.prometheus.queries.get("tensor_by_node", []))
+    if not dev:
+        return [Finding("", "", "skip", "no DCGM device metrics at all (see M04)")]
+    missing = sorted(n for n in dev if not prof.get(n) and not tensor.get(n))
+    if not missing:
+        return []
+    models = sorted(
+        str((r.get("metric") or {}).get("modelName", "")) for r in snap.prometheus.queries.get("gpu_models", [])
+    )
+    consumer = bool(models) and all("GeForce" in m or "TITAN" in m for m in models)
+    evidence = (
+        f"DCGM_FI_DEV_GPU_UTIL present but DCGM_FI_PROF_GR_ENGINE_ACTIVE/PIPE_TENSOR_ACTIVE absent on "
+        f"{', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}; GPU models: {', '.join(models) or '?'}"
+    )
+    fix = ("profiling fields need a datacenter GPU (A100/H100/L40...), SYS_ADMIN for the exporter, and exactly one "
+           "DCGM consumer per node: gpustack doctor --check G  # two exporters? ; kubectl -n gpu-operator logs "
+           "-l app.kubernetes.io/name=dcgm-exporter | grep -i prof")  # fmt: skip
+    return [Finding("", "", "warn" if consumer else "fail",
+                    "profiling metrics unavailable" + (" (not supported on these GPUs)" if consumer else ""),
+                    evidence=evidence, fix=fix)]  # fmt: skip
+
+
+def _pod_messages(snap: Snapshot, pod: Obj) -> list[str]:
+    meta = _meta(pod)
+    msgs = []
+    status = pod.get("status") or {}
+    for cs in status.get("containerStatuses") or []:
+        for st in ((cs or {}).get("state") or {}, (cs or {}).get("lastState") or {}):
+            for v in st.values():
+                if isinstance(v, Mapping):
+                    msgs.append(f"{v.get('reason', '')} {v.get('message', '')}")
+    for cond in status.get("conditions") or []:
+        msgs.append(str(cond.get("message") or ""))
+    for ev in snap.events:
+        inv = ev.get("involvedObject") or {}
+        if inv.get("name") == meta.get("name") and inv.get("namespace") == meta.get("namespace"):
+            msgs.append(str(ev.get("message") or ""))
+    for key, text in snap.pod_logs.items():
+        if key.startswith(f"{meta.get('namespace')}/{meta.get('name')}/"):
+            msgs.append(text[-2000:])
+    return msgs
+
+
+@register("M09-node-exporter-port", "monitoring", title="node-exporter is not blocked by a port conflict",
+          reads="Pods, Events, failing pods' logs", commands=BOTH, fixable=True)  # fmt: skip
+def node_exporter_port(snap: Snapshot) -> list[Finding]:
+    skip = _kube_missing(snap, "Pod")
+    if skip:
+        return [skip]
+    out = []
+    key, value = NODE_EXPORTER_LABEL
+    for pod in snap.items("Pod"):
+        if _labels(pod).get(key) != value and "node-exporter" not in str(_meta(pod).get("name", "")):
+            continue
+        msgs = _pod_messages(snap, pod)
+        bind = next((m for m in msgs if "address already in use" in m), None)
+        ports = next((m for m in msgs if "free ports" in m), None)
+        hit = bind or ports
+        if hit:
+            node = str((pod.get("spec") or {}).get("nodeName") or "")
+            out.append(Finding("", "", "fail", f"node-exporter {_ref(pod)} cannot use its port (host node_exporter on 9100?)",
+                               evidence=" ".join(hit.split())[:300], fix=NODE_EXPORTER_FIX, host=node or None))  # fmt: skip
+    return out
+
+
+@register("M10-cuda-test-pod", "gpu-operator", title="a CUDA test pod requesting one GPU completes",
+          reads="verify's test pod", commands=("verify",))  # fmt: skip
+def cuda_test_pod(snap: Snapshot) -> list[Finding]:
+    if "workload" in snap.errors:
+        return [Finding("", "", "fail", "the CUDA test pod could not be run", evidence=snap.errors["workload"])]
+    rec = snap.workload.get("cuda")
+    if not isinstance(rec, Mapping):
+        why = snap.workload.get("skipped", "not run")
+        return [Finding("", "", "skip", f"CUDA test pod not run ({why})")]
+    out = []
+    if rec.get("phase") != "Succeeded":
+        how = "timed out" if rec.get("timed_out") else "stuck" if rec.get("stuck") else "did not complete"
+        reason = f"{rec.get('reason', '')} {rec.get('message', '')}".strip()
+        fix = ("kubectl describe node | grep -A5 Allocatable; gpustack doctor --layer gpu-operator"
+               if "nvidia.com/gpu" in reason or rec.get("reason") == "Unschedulable"
+               else "gpustack doctor --layer gpu-operator --layer runtime")  # fmt: skip
+        out.append(Finding("", "", "fail", f"CUDA test pod {how}: phase {rec.get('phase') or '?'}",
+                           evidence="; ".join(x for x in (reason, str(rec.get("error") or ""),
+                                                          str(rec.get("logs") or "")[-300:]) if x),
+                           fix=fix, host=str(rec.get("node") or "") or None))  # fmt: skip
+    if rec.get("pod") and not rec.get("deleted"):
+        out.append(Finding("", "", "warn", f"the test pod {rec.get('pod')} was not deleted",
+                           evidence=str(rec.get("error") or ""),
+                           fix=f"kubectl -n {rec.get('namespace')} delete pod {rec.get('pod')}"))  # fmt: skip
+    return out
+
+
+@register("M11-load-metrics-move", "monitoring", title="--load: Tensor Core activity rises under dcgmproftester",
+          reads="verify --load results, Prometheus", commands=("verify",))  # fmt: skip
+def load_metrics_move(snap: Snapshot) -> list[Finding]:
+    rec = snap.workload.get("load")
+    if not isinstance(rec, Mapping):
+        return [Finding("", "", "skip", "load test not run (verify --load)")]
+    before, during = rec.get("before"), rec.get("during")
+    raw_pod = rec.get("pod")
+    pod: Mapping[str, Any] = raw_pod if isinstance(raw_pod, Mapping) else {}
+    if during is None or float(during) < LOAD_MIN or float(during) <= float(before or 0.0):
+        return [Finding("", "", "fail", "Tensor Core activity did not rise under load",
+                        evidence=f"max DCGM_FI_PROF_PIPE_TENSOR_ACTIVE before={before} during={during}; load pod "
+                                 f"phase={pod.get('phase')} {pod.get('reason', '')} {rec.get('error', '')}".strip(),
+                        fix="gpustack doctor --check M08  # profiling metrics; check the load pod ran "
+                            "(privileged, nvidia.com/gpu: 1)")]  # fmt: skip
+    return []

@@ -1,0 +1,249 @@
+"""The ``kubernetes`` source: one paginated LIST per kind, the non-Normal events of failing objects,
+and the log tails of failing pods.
+
+Request budget (what the benchmark measures): discovery (one request per API group-version), one
+LIST per kind in :data:`~gpustack.diagnose.snapshot.KUBE_KINDS` plus one LIST of events, each paged
+at :data:`PAGE_SIZE`, plus at most :data:`MAX_LOG_REQUESTS` log tails. Nothing is requested per node.
+
+Failures are data: no kubeconfig or an unreachable API server -> ``snap.errors["kubernetes"]`` with
+an empty ``snap.kube`` (the engine maps that to exit 3); a kind the server refuses (403, 500) ->
+``snap.errors["kubernetes:<Kind>"]``; a kind it does not serve (CRD not installed) -> an empty list.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from kubernetes import client as k8s_client
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError as Urllib3Error
+from urllib3.util.retry import Retry
+
+from gpustack.diagnose.checks_kubernetes import (
+    as_dict,
+    as_list,
+    container_problem,
+    daemonset_counts,
+    failing_nodes,
+    involved_key,
+    meta,
+    pod_problem,
+)
+from gpustack.diagnose.collect import CollectContext, source
+from gpustack.diagnose.snapshot import KUBE_KINDS, Obj, Snapshot
+from gpustack.errors import ClusterUnreachableError
+from gpustack.runners.kube import Kube
+
+PAGE_SIZE = 500
+LOG_TAIL_LINES = 100
+MAX_LOG_PODS = 20
+MAX_LOG_REQUESTS = 40
+MAX_PAGES = 10_000  # a server that keeps returning continue tokens must not loop forever
+#: Failing pods in these namespaces get their logs read first (gpustack's own components).
+PRIORITY_NAMESPACES = ("kube-system", "kube-flannel", "gpu-operator", "monitoring")
+NO_KUBECONFIG = "no kubeconfig for this cluster: run `gpustack up` first (or pass --kubeconfig)"
+
+
+class CountingKube(Kube):
+    """A :class:`Kube` that counts its requests and can read plain-text answers (pod logs)."""
+
+    def __init__(self, base: Kube, *, request_timeout: float) -> None:
+        # Own client without read retries: urllib3 would otherwise retry a timed-out read 3 times,
+        # turning one request timeout into four against a hung API server.
+        cfg = copy.deepcopy(base.api.configuration)
+        cfg.retries = Retry(total=1, connect=1, read=0, redirect=0, status=0)
+        super().__init__(k8s_client.ApiClient(configuration=cfg), request_timeout=request_timeout)
+        self.count = 0
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        query: Mapping[str, str] | None = None,
+        content_type: str = "application/json",
+    ) -> Obj:
+        self.count += 1
+        return super().request(method, path, body=body, query=query, content_type=content_type)
+
+    def text(self, path: str, query: Mapping[str, str]) -> str:
+        """GET a text/plain resource (``pods/<name>/log``)."""
+        self.count += 1
+        try:
+            serialized = self.api.param_serialize(
+                "GET", path, query_params=list(query.items()), header_params={"Accept": "*/*"},
+                auth_settings=["BearerToken"],
+            )  # fmt: skip
+            response = self.api.call_api(*serialized, _request_timeout=self.request_timeout)
+            response.read()  # type: ignore[no-untyped-call]
+        except Urllib3Error as exc:
+            raise ClusterUnreachableError(f"the Kubernetes API is unreachable: {exc}") from None
+        if not 200 <= response.status <= 299:
+            raise ApiException(status=response.status, reason=response.reason)
+        data = response.data or b""
+        return data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data)
+
+
+def _kube_for(ctx: CollectContext) -> Kube | None:
+    given = ctx.extra.get("kube")
+    if isinstance(given, Kube):
+        return given
+    if ctx.kubeconfig is None:
+        return None
+    return Kube.from_kubeconfig(ctx.kubeconfig)
+
+
+def _list_all(kube: Kube, path: str, query: Mapping[str, str], page_size: int) -> list[Obj]:
+    """Every item of a LIST, following ``continue`` tokens (restarts once on 410 Expired)."""
+    items: list[Obj] = []
+    token = ""
+    restarted = False
+    for _ in range(MAX_PAGES):
+        q = {**query, "limit": str(page_size)}
+        if token:
+            q["continue"] = token
+        try:
+            data = kube.request("GET", path, query=q)
+        except ApiException as exc:
+            if exc.status == 410 and token and not restarted:  # the snapshot expired: start over, once
+                items, token, restarted = [], "", True
+                continue
+            raise
+        items += [i for i in as_list(data.get("items")) if isinstance(i, dict)]
+        token = str(as_dict(data.get("metadata")).get("continue") or "")
+        if not token:
+            break
+    return items
+
+
+def _api_error(exc: ApiException) -> str:
+    return f"HTTP {exc.status} {exc.reason or ''}".strip()
+
+
+def _log_targets(pods: list[Obj]) -> list[tuple[str, str, str, bool]]:
+    """(namespace, pod, container, previous) for failing pods, gpustack's namespaces first, bounded."""
+    chosen: list[tuple[int, str, str, list[tuple[str, bool]]]] = []
+    for pod in pods:
+        if pod_problem(pod) is None:
+            continue
+        md = meta(pod)
+        ns, name = str(md.get("namespace") or ""), str(md.get("name") or "")
+        if not ns or not name:
+            continue
+        status = as_dict(pod.get("status"))
+        containers: list[tuple[str, bool]] = []
+        for key in ("initContainerStatuses", "containerStatuses"):
+            for cs in as_list(status.get(key)):
+                cs = as_dict(cs)
+                problem = container_problem(cs, init=key == "initContainerStatuses")
+                if problem is None or not cs.get("name"):
+                    continue
+                waiting = as_dict(as_dict(cs.get("state")).get("waiting"))
+                previous = waiting.get("reason") == "CrashLoopBackOff"
+                containers.append((str(cs["name"]), previous))
+        if not containers:  # Running but not Ready (e.g. CoreDNS unable to reach the API): its unready containers
+            containers = [(str(cs["name"]), False) for cs in (as_dict(c) for c in as_list(status.get("containerStatuses")))
+                          if cs.get("ready") is not True and cs.get("name")]  # fmt: skip
+        if containers:
+            rank = PRIORITY_NAMESPACES.index(ns) if ns in PRIORITY_NAMESPACES else len(PRIORITY_NAMESPACES)
+            chosen.append((rank, ns, name, containers[:2]))
+    chosen.sort(key=lambda c: (c[0], c[1], c[2]))
+    out = [(ns, name, c, prev) for _, ns, name, cs in chosen[:MAX_LOG_PODS] for c, prev in cs]
+    return out[:MAX_LOG_REQUESTS]
+
+
+def _tail_logs(kube: CountingKube, snap: Snapshot, pods: list[Obj], deadline: float) -> None:
+    failures = 0
+    for ns, pod, container, previous in _log_targets(pods):
+        if time.monotonic() > deadline:
+            snap.errors.setdefault("kubernetes:logs", "log tails skipped: the source ran out of time")
+            return
+        path = f"/api/v1/namespaces/{ns}/pods/{pod}/log"
+        query = {"container": container, "tailLines": str(LOG_TAIL_LINES)}
+        try:
+            try:
+                text = kube.text(path, {**query, "previous": "true"} if previous else query)
+            except ApiException as exc:
+                if not previous or exc.status != 400:  # 400: no previous instance; read the current one
+                    raise
+                text = kube.text(path, query)
+        except ApiException:
+            failures += 1
+            continue
+        snap.pod_logs[f"{ns}/{pod}/{container}"] = text
+    if failures:
+        snap.errors.setdefault("kubernetes:logs", f"{failures} log tail(s) could not be read")
+
+
+def _failing_objects(snap: Snapshot) -> set[tuple[str, str, str]]:
+    """(kind, namespace, name) of what is failing: events of these are kept."""
+    out: set[tuple[str, str, str]] = set()
+    for pod in snap.items("Pod"):
+        if pod_problem(pod) is not None:
+            md = meta(pod)
+            out.add(("Pod", str(md.get("namespace") or ""), str(md.get("name") or "")))
+    for node in failing_nodes(snap.items("Node")):
+        out.add(("Node", "", node))
+    for ds in snap.items("DaemonSet"):
+        desired, ready, available = daemonset_counts(ds)
+        if not desired == ready == available:
+            md = meta(ds)
+            out.add(("DaemonSet", str(md.get("namespace") or ""), str(md.get("name") or "")))
+    return out
+
+
+@source("kubernetes", layers=("kubernetes", "gpu-operator", "monitoring", "grafana"))
+def collect_kubernetes(ctx: CollectContext, snap: Snapshot) -> None:
+    """Fill ``snap.kube``, ``snap.events`` and ``snap.pod_logs`` (see the module docstring)."""
+    started = time.monotonic()
+    deadline = started + ctx.timeout * 0.8
+    page_size = int(ctx.extra.get("kube_page_size") or PAGE_SIZE)
+    try:
+        base = _kube_for(ctx)
+    except Exception as exc:  # a broken kubeconfig file
+        snap.errors["kubernetes"] = f"cannot load the kubeconfig {ctx.kubeconfig}: {exc}"
+        return
+    if base is None:
+        snap.errors["kubernetes"] = NO_KUBECONFIG
+        return
+    kube = CountingKube(base, request_timeout=min(base.request_timeout, max(0.5, ctx.timeout / 4)))
+    kube_data: dict[str, list[Obj]] = {}
+    unreachable = 0
+    try:
+        for api_version, kind in KUBE_KINDS:
+            try:
+                res = kube.resource(api_version, kind)
+                if res is None:  # not served: its CRD is not installed
+                    kube_data[kind] = []
+                    continue
+                kube_data[kind] = _list_all(kube, f"{res.base}/{res.plural}", {}, page_size)
+            except ApiException as exc:
+                snap.errors[f"kubernetes:{kind}"] = f"LIST {kind}: {_api_error(exc)}"
+            except ClusterUnreachableError as exc:
+                if not kube_data or unreachable:  # nothing answered yet, or a second time: give up
+                    raise
+                unreachable += 1
+                snap.errors[f"kubernetes:{kind}"] = f"LIST {kind}: {exc}"
+    except ClusterUnreachableError as exc:
+        snap.errors["kubernetes"] = str(exc)
+        snap.requests += kube.count
+        return
+    snap.kube.update(kube_data)
+    try:
+        failing = _failing_objects(snap)
+        if failing:
+            try:
+                events = _list_all(kube, "/api/v1/events", {"fieldSelector": "type!=Normal"}, page_size)
+                snap.events = [e for e in events if involved_key(e) in failing]
+            except (ApiException, ClusterUnreachableError) as exc:
+                why = _api_error(exc) if isinstance(exc, ApiException) else str(exc)
+                snap.errors["kubernetes:Event"] = f"LIST Event: {why}"
+            _tail_logs(kube, snap, snap.items("Pod"), deadline)
+    except ClusterUnreachableError as exc:
+        snap.errors["kubernetes:logs"] = f"log tails stopped: {exc}"
+    finally:
+        snap.requests += kube.count

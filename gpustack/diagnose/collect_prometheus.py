@@ -1,0 +1,196 @@
+"""Source ``prometheus``: the Prometheus HTTP API and the dcgm-exporter's ``/metrics``.
+
+How it reaches them:
+
+- Prometheus: ``ctx.extra["prometheus_url"]`` (tests) or the API server's service proxy to
+  ``monitoring/kube-prometheus-stack-prometheus:http-web``. kube-prometheus-stack names that Service port
+  ``{{ .Values.prometheus.prometheusSpec.portName }}`` (default ``http-web``, port 9090:
+  templates/prometheus/service.yaml); when the collected Service shows another port name, that one is used.
+- the exporter: ``ctx.extra["exporter_url"]`` (tests) or the service proxy to the exporter Service of
+  ``gpu.exporter`` (:data:`gpustack.render.manifests.EXPORTER_TARGETS`), first 64 KiB of ``/metrics``.
+
+What it stores: ``snap.prometheus`` (targets trimmed to what checks read, rule groups, the
+:data:`QUERIES` results). The exporter scrape is kept as one record under
+``snap.prometheus.queries[EXPORTER_METRICS]``. Prometheus unreachable -> ``snap.errors["prometheus"]``;
+the exporter scrape is recorded either way.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from gpustack.diagnose.collect import CollectContext, source
+from gpustack.diagnose.http import DirectEndpoint, Endpoint, HttpError, KubeProxyEndpoint
+from gpustack.diagnose.snapshot import Obj, Snapshot
+from gpustack.render.manifests import EXPORTER_TARGETS, exporter_target
+from gpustack.render.values import MONITORING_NAMESPACE
+
+PROMETHEUS_SERVICE = "kube-prometheus-stack-prometheus"
+PROMETHEUS_PORT = "http-web"  # kube-prometheus-stack prometheus.prometheusSpec.portName default
+EXPORTER_METRICS = "exporter:/metrics"  # key in snap.prometheus.queries for the exporter scrape record
+METRICS_LIMIT = 64 * 1024
+REQUEST_TIMEOUT = 10.0
+
+#: name -> instant query. Checks read these by name.
+QUERIES: dict[str, str] = {
+    "gpu_util_by_node": "count by (node) (DCGM_FI_DEV_GPU_UTIL)",
+    "gr_engine_by_node": "count by (node) (DCGM_FI_PROF_GR_ENGINE_ACTIVE)",
+    "tensor_by_node": "count by (node) (DCGM_FI_PROF_PIPE_TENSOR_ACTIVE)",
+    "gpu_models": "count by (modelName) (DCGM_FI_DEV_GPU_UTIL)",
+    "exporter_up": 'up{job="dcgm-exporter"}',
+    "gpu_allocatable": 'kube_node_status_allocatable{resource="nvidia_com_gpu"}',
+}
+_TARGET_KEYS = ("scrapePool", "scrapeUrl", "health", "lastError", "lastScrape", "labels")
+_GPU_UTIL_LINE = re.compile(rb"^DCGM_FI_DEV_GPU_UTIL[{ ]", re.M)
+
+
+def kube_client(ctx: CollectContext) -> Any:
+    """The Kubernetes client: ``ctx.extra["kube"]`` or one built from ``ctx.kubeconfig`` (cached in extra)."""
+    kube = ctx.extra.get("kube")
+    if kube is None and ctx.kubeconfig is not None:
+        from gpustack.runners.kube import Kube
+
+        kube = Kube.from_kubeconfig(ctx.kubeconfig, request_timeout=REQUEST_TIMEOUT)
+        ctx.extra["kube"] = kube
+    return kube
+
+
+def service_port(snap: Snapshot, namespace: str, name: str, default: str) -> str:
+    """The first port name of a collected Service (``default`` when the Service was not collected)."""
+    for svc in snap.items("Service"):
+        meta = svc.get("metadata") or {}
+        if meta.get("namespace") == namespace and meta.get("name") == name:
+            ports = (svc.get("spec") or {}).get("ports") or []
+            names = [str(p.get("name")) for p in ports if isinstance(p, dict) and p.get("name")]
+            if default in names or not names:
+                return default
+            return names[0]
+    return default
+
+
+def prometheus_endpoint(ctx: CollectContext, snap: Snapshot) -> Endpoint | None:
+    """Where Prometheus answers (None: no URL and no kubeconfig)."""
+    url = ctx.extra.get("prometheus_url")
+    if url:
+        return DirectEndpoint(str(url))
+    kube = kube_client(ctx)
+    if kube is None:
+        return None
+    port = service_port(snap, MONITORING_NAMESPACE, PROMETHEUS_SERVICE, PROMETHEUS_PORT)
+    return KubeProxyEndpoint(kube, MONITORING_NAMESPACE, PROMETHEUS_SERVICE, port)
+
+
+def exporter_endpoint(ctx: CollectContext, snap: Snapshot) -> Endpoint | None:
+    url = ctx.extra.get("exporter_url")
+    if url:
+        return DirectEndpoint(str(url))
+    kube = kube_client(ctx)
+    if kube is None:
+        return None
+    target = exporter_target(ctx.cfg) if ctx.cfg.gpu.exporter in EXPORTER_TARGETS else None
+    if target is None:
+        return None
+    return KubeProxyEndpoint(kube, target.namespace, target.service,
+                             service_port(snap, target.namespace, target.service, target.port))  # fmt: skip
+
+
+def api_data(ep: Endpoint, path: str, query: dict[str, str] | None = None, timeout: float = REQUEST_TIMEOUT) -> Any:
+    """GET ``/api/v1/<path>`` and return ``data``; :class:`HttpError` on a transport or API error."""
+    try:
+        body = ep.request("GET", f"/api/v1/{path}", query=query, timeout=timeout).json()
+    except HttpError as exc:
+        if exc.body.startswith("{"):  # Prometheus explains 4xx/5xx in JSON
+            try:
+                err = json.loads(exc.body)
+                raise HttpError(f"{path}: {err.get('errorType')}: {err.get('error')}", status=exc.status) from None
+            except ValueError:
+                pass
+        raise
+    if not isinstance(body, dict) or body.get("status") != "success":
+        err = body if isinstance(body, dict) else {}
+        raise HttpError(f"{path}: {err.get('errorType', 'bad response')}: {err.get('error', str(body)[:200])}")
+    return body.get("data")
+
+
+def instant(ep: Endpoint, expr: str, timeout: float = REQUEST_TIMEOUT) -> list[Obj]:
+    """An instant query's result vector."""
+    data = api_data(ep, "query", {"query": expr}, timeout)
+    if not isinstance(data, dict):
+        return []
+    result = data.get("result")
+    return [r for r in result if isinstance(r, dict)] if isinstance(result, list) else []
+
+
+def scalar_max(ep: Endpoint, expr: str, timeout: float = REQUEST_TIMEOUT) -> float | None:
+    """The largest value of an instant query (None when it returns nothing)."""
+    values: list[float] = []
+    for row in instant(ep, expr, timeout):
+        try:
+            values.append(float(row["value"][1]))
+        except (KeyError, IndexError, TypeError, ValueError):
+            continue
+    return max(values) if values else None
+
+
+def _trim_target(t: Obj) -> Obj:
+    return {k: t.get(k) for k in _TARGET_KEYS if k in t}
+
+
+def _trim_group(g: Obj) -> Obj:
+    rules = [
+        {k: r.get(k) for k in ("name", "type", "health", "lastError", "state") if k in r}
+        for r in g.get("rules") or []
+        if isinstance(r, dict)
+    ]
+    return {"name": g.get("name"), "file": g.get("file"), "rules": rules}
+
+
+def scrape_exporter(ep: Endpoint, timeout: float = REQUEST_TIMEOUT) -> Obj:
+    """One GET of the exporter's ``/metrics`` (first 64 KiB): what it serves, or why not."""
+    record: Obj = {"endpoint": ep.describe(), "status": None, "bytes": 0, "truncated": False,
+                   "gpu_util_series": 0, "dcgm_metrics": [], "error": ""}  # fmt: skip
+    try:
+        resp = ep.request("GET", "/metrics", limit=METRICS_LIMIT, timeout=timeout)
+    except HttpError as exc:
+        record.update(status=exc.status, error=str(exc))
+        return record
+    names = sorted({m.decode() for m in re.findall(rb"^(DCGM_\w+)", resp.body, re.M)})
+    record.update(
+        status=resp.status, bytes=len(resp.body), truncated=resp.truncated,
+        gpu_util_series=len(_GPU_UTIL_LINE.findall(resp.body)), dcgm_metrics=names,
+    )  # fmt: skip
+    return record
+
+
+@source("prometheus", layers=("monitoring", "grafana"), after=("kubernetes",))
+def collect_prometheus(ctx: CollectContext, snap: Snapshot) -> None:
+    """Fill ``snap.prometheus``; record unreachability in ``snap.errors`` instead of raising."""
+    timeout = min(REQUEST_TIMEOUT, max(1.0, ctx.timeout / 3))
+    exp = exporter_endpoint(ctx, snap)
+    if exp is not None:
+        snap.prometheus.queries[EXPORTER_METRICS] = [scrape_exporter(exp, timeout)]
+    ep = prometheus_endpoint(ctx, snap)
+    if ep is None:
+        snap.errors["prometheus"] = "no kubeconfig and no Prometheus URL: cannot reach Prometheus"
+        return
+    try:
+        data = api_data(ep, "targets", {"state": "active"}, timeout)
+    except HttpError as exc:
+        snap.errors["prometheus"] = f"Prometheus unreachable via {ep.describe()}: {exc}"
+        return
+    snap.prometheus.reachable = True
+    active = data.get("activeTargets") if isinstance(data, dict) else None
+    snap.prometheus.targets = [_trim_target(t) for t in active or [] if isinstance(t, dict)]
+    try:
+        rules = api_data(ep, "rules", None, timeout)
+        groups = rules.get("groups") if isinstance(rules, dict) else None
+        snap.prometheus.rule_groups = [_trim_group(g) for g in groups or [] if isinstance(g, dict)]
+    except HttpError as exc:
+        snap.prometheus.query_errors["rules"] = str(exc)
+    for name, expr in QUERIES.items():
+        try:
+            snap.prometheus.queries[name] = instant(ep, expr, timeout)
+        except HttpError as exc:
+            snap.prometheus.query_errors[name] = str(exc)

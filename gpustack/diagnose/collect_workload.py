@@ -1,0 +1,239 @@
+"""Source ``workload`` (``verify`` only): a CUDA test pod on one GPU, and with ``--load`` a
+dcgmproftester run whose Tensor Core activity must show up in Prometheus.
+
+Each pod is created in the ``gpustack-verify`` namespace (POST, generated name), polled until it
+finishes, gets stuck (Unschedulable, image pull errors) for longer than a grace period, or the
+deadline passes -- and is deleted in a ``finally``, whatever happened.
+
+``snap.workload["cuda"]`` and ``snap.workload["load"]`` are plain records (see :func:`run_pod`;
+``load`` adds ``before``/``during``: max ``DCGM_FI_PROF_PIPE_TENSOR_ACTIVE`` on unallocated GPUs before
+the run, and on the load pod's GPU during it). Skipped (recorded as ``skipped``) for ``doctor`` and with
+``--no-workload``.
+
+Knobs for tests in ``ctx.extra``: ``workload_deadline`` (s, default 240), ``load_deadline`` (default 300),
+``poll_interval`` (default 2), ``stuck_grace`` (default 30), ``load_poll`` (default 5).
+
+The source has its own collection deadline (``SOURCE_TIMEOUT``), above the pods' deadlines: image
+pulls and the 45 s load run take far longer than the default 30 s per source.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from gpustack.config import pins
+from gpustack.diagnose.collect import CollectContext, source
+from gpustack.diagnose.collect_prometheus import kube_client, prometheus_endpoint, scalar_max
+from gpustack.diagnose.http import HttpError, kube_raw
+from gpustack.diagnose.snapshot import Obj, Snapshot
+
+VERIFY_NAMESPACE = "gpustack-verify"
+CUDA_IMAGE = pins.VERIFY_CUDA_IMAGE
+DCGM_IMAGE = pins.VERIFY_DCGM_IMAGE
+#: workload (240 s) + load (300 s) deadlines and the deletes
+SOURCE_TIMEOUT = 600.0
+LOAD_COMMAND = ["/usr/bin/dcgmproftester12", "--no-dcgm-validation", "-t", "1004", "-d", "45"]
+TENSOR = "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"
+STUCK_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError",
+                           "CreateContainerError", "RunContainerError", "CrashLoopBackOff"})  # fmt: skip
+LOG_LIMIT = 4096
+
+
+def gpu_pod(name_prefix: str, image: str, command: list[str], *, privileged: bool = False) -> Obj:
+    """A one-shot pod requesting one GPU through the NVIDIA runtime class."""
+    container: Obj = {
+        "name": "main",
+        "image": image,
+        "command": command,
+        "resources": {"limits": {"nvidia.com/gpu": 1}},
+    }
+    if privileged:  # dcgmproftester needs profiling access; SYS_ADMIN alone is reported not to suffice
+        container["securityContext"] = {"privileged": True}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"generateName": f"{name_prefix}-", "namespace": VERIFY_NAMESPACE,
+                     "labels": {"app.kubernetes.io/part-of": "gpustack", "gpustack/verify": name_prefix}},
+        "spec": {
+            "restartPolicy": "Never",
+            "runtimeClassName": "nvidia",
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            "containers": [container],
+        },
+    }  # fmt: skip
+
+
+def cuda_pod() -> Obj:
+    return gpu_pod("gpustack-cuda", CUDA_IMAGE, ["nvidia-smi"])
+
+
+def load_pod() -> Obj:
+    return gpu_pod("gpustack-load", DCGM_IMAGE, LOAD_COMMAND, privileged=True)
+
+
+def pod_state(pod: Obj) -> tuple[str, str, str]:
+    """(phase, reason, message) -- the most telling reason: a waiting/terminated container, then
+    an unschedulable condition."""
+    status = pod.get("status") or {}
+    phase = str(status.get("phase") or "Pending")
+    for cs in status.get("containerStatuses") or []:
+        state = (cs or {}).get("state") or {}
+        for key in ("waiting", "terminated"):
+            st = state.get(key)
+            if st and st.get("reason") and not (key == "terminated" and st.get("reason") == "Completed"):
+                return phase, str(st["reason"]), str(st.get("message") or "")
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            return phase, str(cond.get("reason") or "Unschedulable"), str(cond.get("message") or "")
+    return phase, str(status.get("reason") or ""), str(status.get("message") or "")
+
+
+def _ensure_namespace(kube: Any) -> None:
+    kube.apply_one({"apiVersion": "v1", "kind": "Namespace",
+                    "metadata": {"name": VERIFY_NAMESPACE, "labels": {"app.kubernetes.io/part-of": "gpustack"}}})  # fmt: skip
+
+
+def _logs(kube: Any, name: str) -> str:
+    try:
+        resp = kube_raw(kube, "GET", f"/api/v1/namespaces/{VERIFY_NAMESPACE}/pods/{name}/log",
+                        query={"tailLines": "50"}, limit=LOG_LIMIT, timeout=10)  # fmt: skip
+        return resp.text()
+    except HttpError as exc:
+        return f"(logs unavailable: {exc})"
+
+
+def run_pod(
+    kube: Any,
+    manifest: Obj,
+    *,
+    deadline: float,
+    interval: float = 2.0,
+    stuck_grace: float = 30.0,
+    while_running: Callable[[Obj], bool] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Obj:
+    """Create the pod, poll it until it ends, is stuck for ``stuck_grace`` s, or ``deadline`` (a
+    ``clock()`` value) passes; always delete it. ``while_running(pod)`` is called on every poll while
+    the pod runs; returning True stops waiting early (the load test has seen what it needed).
+
+    Returns ``{"pod", "namespace", "image", "node", "phase", "reason", "message", "logs", "elapsed",
+    "timed_out", "stuck", "deleted", "error"}``.
+    """
+    start = clock()
+    image = manifest["spec"]["containers"][0]["image"]
+    record: Obj = {"pod": "", "namespace": VERIFY_NAMESPACE, "image": image, "node": "", "phase": "",
+                   "reason": "", "message": "", "logs": "", "elapsed": 0.0, "timed_out": False, "stuck": False,
+                   "deleted": False, "error": ""}  # fmt: skip
+    name = ""
+    try:
+        _ensure_namespace(kube)
+        res = kube.resource("v1", "Pod")
+        if res is None:
+            raise RuntimeError("the API server does not serve v1 Pods")
+        created = kube.request("POST", res.path(None, VERIFY_NAMESPACE), body=manifest)
+        name = str((created.get("metadata") or {}).get("name") or "")
+        record["pod"] = name
+        stuck_since: float | None = None
+        pod = created
+        while True:
+            phase, reason, message = pod_state(pod)
+            record.update(phase=phase, reason=reason, message=message,
+                          node=str((pod.get("spec") or {}).get("nodeName") or ""))  # fmt: skip
+            if phase in ("Succeeded", "Failed"):
+                break
+            if phase == "Running" and while_running is not None and while_running(pod):
+                break
+            stuck = phase == "Pending" and (reason in STUCK_REASONS or reason == "Unschedulable")
+            if stuck or reason in STUCK_REASONS:
+                stuck_since = clock() if stuck_since is None else stuck_since
+                if clock() - stuck_since >= stuck_grace:
+                    record["stuck"] = True
+                    break
+            else:
+                stuck_since = None
+            if clock() >= deadline:
+                record["timed_out"] = True
+                break
+            sleep(max(0.0, min(interval, deadline - clock())))
+            pod = kube.get("v1", "Pod", name, VERIFY_NAMESPACE) or {}
+            if not pod:
+                record["error"] = "the pod disappeared while waiting"
+                break
+        if record["phase"] in ("Succeeded", "Failed", "Running"):
+            record["logs"] = _logs(kube, name)
+    except Exception as exc:  # any API failure is data for the checks
+        record["error"] = f"{type(exc).__name__}: {exc}"
+    finally:
+        if name:
+            try:
+                kube.delete("v1", "Pod", name, VERIFY_NAMESPACE)
+                record["deleted"] = True
+            except Exception as exc:
+                record["error"] = (record["error"] + "; " if record["error"] else "") + f"delete failed: {exc}"
+        record["elapsed"] = round(clock() - start, 2)
+    return record
+
+
+def run_load(ctx: CollectContext, snap: Snapshot, kube: Any, *, clock: Callable[[], float] = time.monotonic,
+             sleep: Callable[[float], None] = time.sleep) -> Obj:  # fmt: skip
+    """dcgmproftester on one GPU; max Tensor Core activity before (unallocated GPUs) and during (its GPU)."""
+    ep = prometheus_endpoint(ctx, snap)
+    out: Obj = {"before": None, "during": None, "error": ""}
+    if ep is None:
+        out["error"] = "Prometheus unreachable: no kubeconfig and no URL"
+        return out
+    try:
+        out["before"] = scalar_max(ep, f'max({TENSOR}{{exported_pod=""}})') or 0.0
+    except HttpError as exc:
+        out["error"] = f"Prometheus query failed before the load: {exc}"
+        return out
+    seen: list[float] = []
+    poll = float(ctx.extra.get("load_poll", 5.0))
+    last = [0.0]
+
+    def measure(pod: Obj) -> bool:
+        if clock() - last[0] < poll:
+            return False
+        last[0] = clock()
+        name = str((pod.get("metadata") or {}).get("name"))
+        node = str((pod.get("spec") or {}).get("nodeName") or "")
+        exprs = [f'max({TENSOR}{{exported_pod="{name}"}})', f'max({TENSOR}{{pod="{name}"}})']
+        if node:
+            exprs.append(f'max({TENSOR}{{node="{node}"}})')
+        for expr in exprs:
+            try:
+                value = scalar_max(ep, expr)
+            except HttpError:
+                continue
+            if value is not None:
+                seen.append(value)
+                break
+        return bool(seen) and max(seen) >= 0.5  # clearly loaded: stop early
+
+    deadline = clock() + float(ctx.extra.get("load_deadline", 300.0))
+    out["pod"] = run_pod(kube, load_pod(), deadline=deadline, interval=float(ctx.extra.get("poll_interval", 2.0)),
+                         stuck_grace=float(ctx.extra.get("stuck_grace", 30.0)), while_running=measure,
+                         clock=clock, sleep=sleep)  # fmt: skip
+    out["during"] = max(seen) if seen else None
+    return out
+
+
+@source("workload", layers=("gpu-operator", "monitoring"), after=("kubernetes",), timeout=SOURCE_TIMEOUT)
+def collect_workload(ctx: CollectContext, snap: Snapshot) -> None:
+    """``verify``: the CUDA test pod, then (``--load``) the load test. Skipped otherwise."""
+    if ctx.command != "verify" or not ctx.workload:
+        snap.workload["skipped"] = "doctor" if ctx.command != "verify" else "--no-workload"
+        return
+    kube = kube_client(ctx)
+    if kube is None:
+        snap.errors["workload"] = "no kubeconfig: cannot create the CUDA test pod"
+        return
+    deadline = time.monotonic() + float(ctx.extra.get("workload_deadline", 240.0))
+    snap.workload["cuda"] = run_pod(kube, cuda_pod(), deadline=deadline,
+                                    interval=float(ctx.extra.get("poll_interval", 2.0)),
+                                    stuck_grace=float(ctx.extra.get("stuck_grace", 30.0)))  # fmt: skip
+    if ctx.load:
+        snap.workload["load"] = run_load(ctx, snap, kube)

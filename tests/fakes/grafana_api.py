@@ -1,0 +1,190 @@
+"""TEST DOUBLE: a small Grafana HTTP API (not Grafana) whose queries run on a real Prometheus.
+
+Serves, on loopback:
+
+- ``GET /api/health`` (no auth);
+- ``POST /login`` (JSON ``{"user", "password"}``) -> ``Set-Cookie: grafana_session=...``;
+- with basic auth or that cookie (401 otherwise): ``GET /api/datasources``, ``GET /api/search?type=dash-db``,
+  ``GET /api/dashboards/uid/{uid}``, ``POST /api/ds/query``.
+
+``/api/ds/query`` runs each query's ``expr`` as an instant query on ``prometheus_url`` and answers
+like Grafana's Prometheus datasource: one data frame per series (``schema.fields`` Time/Value with the
+series labels, ``data.values`` [[ts], [value]]); an empty result is one frame without values; a
+Prometheus error is ``results[refId].error`` with status 400; an unknown datasource uid is a 404
+``error``. So "do the panels return data" is decided by the real Prometheus.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import secrets
+import threading
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+Obj = dict[str, Any]
+
+
+class FakeGrafana:
+    """``datasources`` and ``dashboards`` (uid -> model) are plain attributes tests may change."""
+
+    def __init__(self, prometheus_url: str, *, user: str = "admin", password: str = "secret") -> None:
+        self.prometheus_url = prometheus_url
+        self.user, self.password = user, password
+        self.health: Obj = {"commit": "fake", "database": "ok", "version": "13.2.0"}
+        self.datasources: list[Obj] = [
+            {"id": 1, "uid": "prometheus", "name": "Prometheus", "type": "prometheus", "isDefault": True,
+             "access": "proxy", "url": "http://kube-prometheus-stack-prometheus.monitoring:9090/"}
+        ]  # fmt: skip
+        self.dashboards: dict[str, Obj] = {}
+        self.sessions: set[str] = set()
+        self.requests: list[tuple[str, str]] = []
+        self._server: ThreadingHTTPServer | None = None
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def add_dashboard(self, model: Obj, folder: str = "General") -> None:
+        self.dashboards[str(model["uid"])] = {"model": model, "folder": folder}
+
+    # -- serving ---------------------------------------------------------------------------------------
+
+    def start(self) -> FakeGrafana:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _reply(self, code: int, body: Any, headers: dict[str, str] | None = None) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _authed(self) -> bool:
+                auth = self.headers.get("Authorization") or ""
+                if auth.startswith("Basic "):
+                    user, _, pw = base64.b64decode(auth[6:]).decode().partition(":")
+                    return user == fake.user and pw == fake.password
+                cookie = self.headers.get("Cookie") or ""
+                return any(c.strip().split("=", 1)[-1] in fake.sessions for c in cookie.split(";") if "=" in c)
+
+            def _body(self) -> Any:
+                length = int(self.headers.get("Content-Length") or 0)
+                return json.loads(self.rfile.read(length) or b"{}") if length else {}
+
+            def do_GET(self) -> None:
+                url = urlparse(self.path)
+                fake.requests.append(("GET", url.path))
+                if url.path == "/api/health":
+                    return self._reply(200, fake.health)
+                if not self._authed():
+                    return self._reply(401, {"message": "Unauthorized"})
+                if url.path == "/api/datasources":
+                    return self._reply(200, fake.datasources)
+                if url.path == "/api/search":
+                    return self._reply(200, fake.search(parse_qs(url.query)))
+                if url.path.startswith("/api/dashboards/uid/"):
+                    uid = url.path.rsplit("/", 1)[1]
+                    if uid not in fake.dashboards:
+                        return self._reply(404, {"message": "Dashboard not found"})
+                    return self._reply(200, {"dashboard": fake.dashboards[uid]["model"], "meta": {"slug": uid}})
+                return self._reply(404, {"message": "Not found"})
+
+            def do_POST(self) -> None:
+                url = urlparse(self.path)
+                fake.requests.append(("POST", url.path))
+                body = self._body()
+                if url.path == "/login":
+                    if body.get("user") == fake.user and body.get("password") == fake.password:
+                        token = secrets.token_hex(8)
+                        fake.sessions.add(token)
+                        cookie = f"grafana_session={token}; Path=/; HttpOnly"
+                        return self._reply(200, {"message": "Logged in"}, {"Set-Cookie": cookie})
+                    return self._reply(401, {"message": "Invalid username or password"})
+                if not self._authed():
+                    return self._reply(401, {"message": "Unauthorized"})
+                if url.path == "/api/ds/query":
+                    return self._reply(200, {"results": fake.ds_query(body)})
+                return self._reply(404, {"message": "Not found"})
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self._server.serve_forever, name="fake-grafana", daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    @classmethod
+    @contextmanager
+    def running(cls, prometheus_url: str, **kwargs: Any) -> Iterator[FakeGrafana]:
+        fake = cls(prometheus_url, **kwargs).start()
+        try:
+            yield fake
+        finally:
+            fake.stop()
+
+    # -- API -------------------------------------------------------------------------------------------
+
+    def search(self, query: dict[str, list[str]]) -> list[Obj]:
+        if query.get("type", ["dash-db"])[0] != "dash-db":
+            return []
+        return [
+            {"uid": uid, "title": d["model"].get("title", uid), "type": "dash-db", "folderTitle": d["folder"],
+             "url": f"/d/{uid}", "tags": d["model"].get("tags", [])}
+            for uid, d in sorted(self.dashboards.items())
+        ]  # fmt: skip
+
+    def ds_query(self, body: Obj) -> Obj:
+        uids = {d["uid"] for d in self.datasources}
+        results: Obj = {}
+        for q in body.get("queries") or []:
+            ref = str(q.get("refId", "A"))
+            uid = (q.get("datasource") or {}).get("uid")
+            if uid not in uids:
+                results[ref] = {"status": 404, "error": f"data source not found: {uid}", "frames": []}
+                continue
+            results[ref] = self._prometheus(str(q.get("expr", "")))
+        return results
+
+    def _prometheus(self, expr: str) -> Obj:
+        url = f"{self.prometheus_url.rstrip('/')}/api/v1/query?{urllib.parse.urlencode({'query': expr})}"
+        try:
+            with urllib.request.urlopen(url, timeout=10) as resp:
+                data = json.loads(resp.read())
+        except urllib.error.HTTPError as exc:
+            data = json.loads(exc.read() or b"{}")
+        except (urllib.error.URLError, OSError) as exc:
+            return {"status": 500, "error": f'Post "{self.prometheus_url}/api/v1/query": {exc}', "frames": []}
+        if data.get("status") != "success":
+            return {"status": 400, "error": f"{data.get('errorType')}: {data.get('error')}", "frames": []}
+        result = data["data"]["result"]
+        if data["data"]["resultType"] == "scalar":
+            result = [{"metric": {}, "value": result}]
+        frames = [
+            {"schema": {"fields": [{"name": "Time", "type": "time"},
+                                   {"name": "Value", "type": "number", "labels": r.get("metric", {})}]},
+             "data": {"values": [[float(r["value"][0]) * 1000], [float(r["value"][1])]]}}
+            for r in result
+        ]  # fmt: skip
+        if not frames:
+            frames = [{"schema": {"fields": []}, "data": {"values": []}}]
+        return {"status": 200, "frames": frames}
