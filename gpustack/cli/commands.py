@@ -246,13 +246,26 @@ def doctor(
     list_: ListOpt = False,
     from_snapshot: SnapInOpt = None,
     save_snapshot: SnapOutOpt = None,
+    fix: Annotated[
+        bool, typer.Option("--fix", help="apply the safe fixes for the failures found (shown first), then check again")
+    ] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="with --fix: apply without asking")] = False,
+    bundle: Annotated[
+        Path | None, typer.Option("--bundle", help="write a support bundle (.tar.gz, secrets redacted) to FILE")
+    ] = None,
     verbose: VerboseOpt = 0,
 ) -> None:
-    """Find known failures and say exactly how to fix them. Exit codes as for verify."""
+    """Find known failures and say exactly how to fix them. Exit codes as for verify.
+
+    --fix applies only the safe fixes (single-node control-plane taint, host firewall rules, CoreDNS
+    restart, ServiceMonitor release label, node-exporter port) after showing them; without a terminal
+    it needs --yes. Everything else prints its fix."""
     if list_:
         return _list_checks("doctor")
+    if yes and not fix:
+        raise UsageError("--yes only applies to --fix")
     _diagnose(
         "doctor", config, verbose, layers=tuple(split_csv(layer)), checks=tuple(split_csv(check)),
         ignore=tuple(split_csv(ignore)), output=output, save=save, workload=False,
-        snapshot_in=from_snapshot, snapshot_out=save_snapshot,
+        snapshot_in=from_snapshot, snapshot_out=save_snapshot, fix=fix, assume_yes=yes, bundle=bundle,
     )  # fmt: skip

@@ -144,8 +144,9 @@ def has_taint(node: Any, keys: Iterable[str], effect: str = "NoSchedule") -> str
     wanted = set(keys)
     for t in as_list(as_dict(as_dict(node).get("spec")).get("taints")):
         t = as_dict(t)
-        if t.get("key") in wanted and t.get("effect") == effect:
-            return str(t["key"])
+        key = t.get("key")
+        if isinstance(key, str) and key in wanted and t.get("effect") == effect:
+            return key
     return None
 
 

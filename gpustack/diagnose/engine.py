@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from gpustack.checks.model import Finding
@@ -32,6 +32,9 @@ class DiagnoseOptions:
     load: bool = False
     timeout: float = 30.0
     extra: dict[str, object] = field(default_factory=dict)
+    fix: bool = False  # doctor --fix: offer the safe fixes for the failures, apply, check again
+    assume_yes: bool = False  # --yes: apply without asking
+    bundle: Path | None = None  # doctor --bundle FILE: redacted support bundle
 
 
 def validate(opts: DiagnoseOptions) -> None:
@@ -45,9 +48,12 @@ def validate(opts: DiagnoseOptions) -> None:
     unknown = [c for c in (*opts.checks, *opts.ignore) if c not in known and c not in prefixes]
     if unknown:
         raise UsageError(f"unknown check id(s): {', '.join(unknown)} (see `gpustack {opts.command} --list`)")
+    if opts.fix and opts.snapshot_in is not None:
+        raise UsageError("--fix needs the live cluster: it cannot be combined with --from-snapshot")
 
 
-def gather(cfg: Config, opts: DiagnoseOptions) -> Snapshot:
+def gather(cfg: Config, opts: DiagnoseOptions, layers: tuple[str, ...] = ()) -> Snapshot:
+    """Collect what the selected checks read: only the sources serving their ``layers``."""
     if opts.snapshot_in is not None:
         try:
             return Snapshot.from_json(json.loads(opts.snapshot_in.read_text(encoding="utf-8")))
@@ -56,7 +62,7 @@ def gather(cfg: Config, opts: DiagnoseOptions) -> Snapshot:
     kc = kubeconfig_path(cfg.cluster.name)
     ctx = CollectContext(
         cfg=cfg, command=opts.command, kubeconfig=kc if kc.is_file() else None, timeout=opts.timeout,
-        workload=opts.workload, load=opts.load, layers=opts.layers, extra=dict(opts.extra),
+        workload=opts.workload, load=opts.load, layers=layers or opts.layers, extra=dict(opts.extra),
     )  # fmt: skip
     return collect(ctx)
 
@@ -67,19 +73,44 @@ def cluster_unreachable(snap: Snapshot) -> bool:
 
 def diagnose(cfg: Config, opts: DiagnoseOptions, console: Console) -> tuple[int, list[Finding], Snapshot]:
     validate(opts)
-    if not registry.select(opts.command, layers=opts.layers, checks=opts.checks, ignore=opts.ignore):
+    specs = registry.select(opts.command, layers=opts.layers, checks=opts.checks, ignore=opts.ignore)
+    if not specs:
         raise UsageError(f"no {opts.command} check matches the selection (`gpustack {opts.command} --list`)")
-    snap = gather(cfg, opts)
+    # `--check H04` needs the hosts, not the cluster: collect for the selected checks' layers only
+    snap = gather(cfg, opts, tuple(sorted({s.layer for s in specs})))
     if opts.snapshot_out is not None:
         opts.snapshot_out.write_text(json.dumps(snap.to_json(), indent=1, default=str) + "\n", encoding="utf-8")
-    specs = registry.select(opts.command, layers=opts.layers, checks=opts.checks, ignore=opts.ignore)
     findings = registry.run(specs, snap)
     code = report.exit_code(findings, cluster_unreachable=cluster_unreachable(snap))
-    if opts.output == "table":
-        report.print_table(opts.command, findings, console)
-    else:
-        console.out.print(report.render(opts.command, findings, opts.output), markup=False, end="")
+    # with --fix and json/junit output, stdout carries one report: the one after the fixes (if any ran)
+    deferred = opts.fix and opts.output != "table"
+    if not deferred:
+        _print_report(opts, findings, console)
+    if opts.bundle is not None:
+        from gpustack.diagnose.bundle import write_bundle
+
+        written = write_bundle(opts.bundle, snap, findings, opts.command)
+        (console.err if opts.output != "table" else console.out).print(f"support bundle (redacted): {written}")
+    if opts.fix:
+        from gpustack.diagnose import fixes
+
+        fix_con = fixes.fix_console(console, opts.output)
+        outcome = fixes.offer_and_apply(cfg, snap, findings, fix_con, assume_yes=opts.assume_yes, extra=opts.extra)
+        if outcome.ran:
+            fix_con.print("[stage]▶ checking again after the fixes[/stage]")
+            code, findings, snap = diagnose(cfg, replace(opts, fix=False, bundle=None, snapshot_out=None), console)
+            fixes.report_after(outcome, findings, fix_con)
+            return (1 if outcome.failed and code == 0 else code), findings, snap
+        if deferred:
+            _print_report(opts, findings, console)
     if opts.save is not None:
         fmt = "junit" if opts.save.suffix == ".xml" else "json"
         opts.save.write_text(report.render(opts.command, findings, fmt), encoding="utf-8")
     return code, findings, snap
+
+
+def _print_report(opts: DiagnoseOptions, findings: list[Finding], console: Console) -> None:
+    if opts.output == "table":
+        report.print_table(opts.command, findings, console)
+    else:
+        console.out.print(report.render(opts.command, findings, opts.output), markup=False, end="")

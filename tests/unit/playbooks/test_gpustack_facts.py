@@ -70,6 +70,12 @@ SCHEMA_KEYS = {
     "peers",
     "node_exporter_on_9100",
     "python",
+    "bridge_nf_call_iptables",
+    "kubelet_cgroup_driver",
+    "cri_socket",
+    "containerd_active",
+    "firewall",
+    "nvidia_dev_char_symlinks",
 }
 
 
@@ -361,3 +367,79 @@ def test_toolkit_preinstalled_needs_nvidia_ctk_and_nvidia_default_runtime(facts_
     assert facts_module.toolkit_preinstalled(None, v2) is False
     assert facts_module.toolkit_preinstalled("/usr/bin/nvidia-ctk", v3) is False
     assert facts_module.toolkit_preinstalled("/usr/bin/nvidia-ctk", None) is False
+
+
+IPTABLES_OK = """\
+-P INPUT ACCEPT
+-P FORWARD DROP
+-P OUTPUT ACCEPT
+-N GPUSTACK-INPUT
+-A INPUT -j GPUSTACK-INPUT
+-A INPUT -s 10.244.0.0/16 -j DROP
+-A GPUSTACK-INPUT -m conntrack --ctstate RELATED,ESTABLISHED -m comment --comment gpustack:established -j ACCEPT
+-A GPUSTACK-INPUT -s 10.244.0.0/16 -d 10.213.0.11/32 -p tcp -m tcp --dport 6443 \
+-m comment --comment gpustack:pods-to-apiserver -j ACCEPT
+-A GPUSTACK-INPUT -s 10.213.0.11/32 -p tcp -m tcp --dport 6443 -m comment --comment gpustack:nodes -j ACCEPT
+-A GPUSTACK-INPUT -j RETURN
+"""
+
+
+def test_iptables_firewall_healthy(facts_module: ModuleType) -> None:
+    fw = facts_module.parse_iptables_firewall(IPTABLES_OK)
+    assert fw == {
+        "gpustack_chain": True,
+        "jump": True,
+        "input_policy": "ACCEPT",
+        "drops_before_jump": False,
+        "drop_rules": [],
+        "pod_api_rule": True,
+    }
+
+
+def test_iptables_firewall_drop_before_jump(facts_module: ModuleType) -> None:
+    text = IPTABLES_OK.replace(
+        "-A INPUT -j GPUSTACK-INPUT\n",
+        "-A INPUT -s 10.244.0.0/16 -j DROP\n-A INPUT -s 192.0.2.7/32 -j DROP\n-A INPUT -p udp -j REJECT\n"
+        "-A INPUT -p tcp -m tcp --dport 22 -j DROP\n-A INPUT -p tcp -m tcp --dport 6000:7000 -j REJECT\n"
+        "-A INPUT -j GPUSTACK-INPUT\n",
+    )
+    fw = facts_module.parse_iptables_firewall(text)
+    assert fw["drops_before_jump"] is True
+    # one host, UDP only and unrelated ports do not block pods -> API
+    assert fw["drop_rules"] == ["-A INPUT -s 10.244.0.0/16 -j DROP", "-A INPUT -p tcp -m tcp --dport 6000:7000 -j REJECT"]
+
+
+def test_iptables_firewall_no_chain_policy_drop(facts_module: ModuleType) -> None:
+    fw = facts_module.parse_iptables_firewall("-P INPUT DROP\n-A INPUT -i lo -j ACCEPT\n-A INPUT -j REJECT\n")
+    assert fw["gpustack_chain"] is False and fw["jump"] is False and fw["pod_api_rule"] is False
+    assert fw["input_policy"] == "DROP"
+    assert fw["drops_before_jump"] is True  # no jump: every blocking INPUT rule counts
+    assert facts_module.parse_iptables_firewall("") is None
+    assert facts_module.parse_iptables_firewall(None) is None
+
+
+def test_kubelet_cgroup_driver_and_sysctl(facts_module: ModuleType) -> None:
+    conf = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncgroupDriver: systemd\n"
+    assert facts_module.parse_kubelet_cgroup_driver(conf) == "systemd"
+    assert facts_module.parse_kubelet_cgroup_driver('cgroupDriver: "cgroupfs"  # old\n') == "cgroupfs"
+    assert facts_module.parse_kubelet_cgroup_driver("kind: KubeletConfiguration\n") is None
+    assert facts_module.parse_kubelet_cgroup_driver(None) is None
+    assert facts_module.parse_sysctl_value("1\n") == "1"
+    assert facts_module.parse_sysctl_value(None) is None
+
+
+def test_dev_char_symlinks(facts_module: ModuleType) -> None:
+    assert facts_module.derive_dev_char_symlinks(False, {}) is None
+    assert facts_module.derive_dev_char_symlinks(True, {"195:0": "../nvidia0", "1:3": "../null"}) is True
+    assert facts_module.derive_dev_char_symlinks(True, {"1:3": "../null"}) is False
+
+
+def test_collect_new_fact_types(facts_module: ModuleType) -> None:
+    facts = facts_module.collect(probe_sudo=False, peers=[], peer_port=9, peer_timeout=0.5)
+    assert facts["bridge_nf_call_iptables"] in (None, "0", "1")
+    assert isinstance(facts["cri_socket"], bool)
+    assert facts["containerd_active"] in (None, True, False)
+    assert facts["firewall"] is None or set(facts["firewall"]) == {
+        "gpustack_chain", "jump", "input_policy", "drops_before_jump", "drop_rules", "pod_api_rule",
+    }  # fmt: skip
+    json.dumps(facts)

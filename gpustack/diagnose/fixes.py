@@ -1,0 +1,369 @@
+"""``gpustack doctor --fix``: the SAFE fixes, chosen by the id of a failing check.
+
+Each fix is planned first (what it will run, on what), shown, and applied only after confirmation
+(``--yes`` for non-interactive use; without a terminal and without ``--yes`` nothing is applied).
+Every other failing check prints its fix. Kubernetes fixes are server-side applies with their own
+field manager (``gpustack-doctor``), so they never drop fields gpustack's own manager applied;
+host fixes re-run a stage of ``gpustack up`` (host keys verified as ``up`` does).
+
+Safe fixes:
+
+- control-plane taint on a single-node cluster: removed from the Node's ``spec.taints``;
+- host firewall (``H04-firewall``): the firewall stage (``gpustack up --only firewall``);
+- CoreDNS: rollout restart (pod template annotation ``kubectl.kubernetes.io/restartedAt``);
+- ServiceMonitor not selected by Prometheus: adds the ``release`` label Prometheus selects on;
+- node-exporter on a port a host node_exporter holds: the cluster stage again, which moves it.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from gpustack.checks.model import Finding
+from gpustack.config.model import Config
+from gpustack.console import Console
+from gpustack.diagnose.snapshot import Obj, Snapshot
+from gpustack.errors import GpustackError, StageError
+
+FIELD_MANAGER = "gpustack-doctor"
+CONTROL_PLANE_TAINTS = ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master")
+RESTARTED_AT = "kubectl.kubernetes.io/restartedAt"
+DEFAULT_RELEASE = "kube-prometheus-stack"
+GPU_HINTS = ("dcgm", "nvidia", "gpu")
+
+
+@dataclass(frozen=True)
+class FixAction:
+    """One planned fix: ``shows`` is what will run, ``apply`` runs it and returns what it did."""
+
+    check_id: str
+    title: str
+    shows: tuple[str, ...]
+    apply: Callable[[], str]
+
+
+@dataclass
+class FixContext:
+    """What a fix may use. ``extra`` carries test seams: ``kube`` (a Kube), ``run_stage``
+    (stage id -> None, replaces ``gpustack up --only <stage>``), ``run_cluster`` (facts -> None)."""
+
+    cfg: Config
+    snap: Snapshot
+    console: Console
+    extra: Mapping[str, object] = field(default_factory=dict)
+    _kube: Any = None
+
+    def kube(self) -> Any:
+        """The Kubernetes client (admin kubeconfig), created on first use."""
+        if self._kube is None:
+            seam = self.extra.get("kube")
+            if seam is not None:
+                self._kube = seam
+            else:
+                from gpustack.paths import kubeconfig_path
+                from gpustack.runners.kube import Kube
+
+                kc = kubeconfig_path(self.cfg.cluster.name)
+                if not kc.is_file():
+                    raise StageError(f"no admin kubeconfig at {kc}", stage="doctor --fix",
+                                     hint="run `gpustack up` (control-plane stage) first")  # fmt: skip
+                self._kube = Kube.from_kubeconfig(kc)
+        return self._kube
+
+
+FixBuilder = Callable[[FixContext, Sequence[Finding]], FixAction | None]
+
+
+# ------------------------------------------------------------------------------------- Kubernetes
+
+
+def server_side_patch(kube: Any, obj: Mapping[str, Any]) -> Obj:
+    """Server-side apply of a partial object with the doctor's own field manager (force: take the
+    fields over from whoever set them). Raises StageError with the server's message."""
+    from kubernetes.client.exceptions import ApiException
+
+    from gpustack.runners.kube import KubeError, describe
+
+    meta = obj.get("metadata") or {}
+    res = kube.resource(str(obj["apiVersion"]), str(obj["kind"]))
+    if res is None:
+        raise KubeError(f"the API server does not serve {obj['kind']} ({obj['apiVersion']})", status=404)
+    path = res.path(str(meta.get("name")), meta.get("namespace"))
+    try:
+        out = kube.request("PATCH", path, body=dict(obj), query={"fieldManager": FIELD_MANAGER, "force": "true"},
+                           content_type="application/apply-patch+yaml")  # fmt: skip
+    except ApiException as exc:
+        raise KubeError(f"patching {describe(obj)} failed: {exc.status} {exc.reason}", status=exc.status) from None
+    return dict(out)
+
+
+def _meta(obj: Any) -> Mapping[str, Any]:
+    m = obj.get("metadata") if isinstance(obj, Mapping) else None
+    return m if isinstance(m, Mapping) else {}
+
+
+def control_plane_taints(node: Mapping[str, Any]) -> list[Obj]:
+    taints = ((node.get("spec") or {}).get("taints") or []) if isinstance(node.get("spec"), Mapping) else []
+    return [dict(t) for t in taints if isinstance(t, Mapping) and t.get("key") in CONTROL_PLANE_TAINTS]
+
+
+def untaint_plan(ctx: FixContext, findings: Sequence[Finding]) -> FixAction | None:
+    """Single-node clusters only: with workers, the taint is how kubeadm wants it."""
+    nodes = [n for n in ctx.snap.items("Node") if isinstance(n, Mapping)]
+    if len(nodes) != 1:
+        return None
+    node = nodes[0]
+    name = str(_meta(node).get("name") or "")
+    if not name or not control_plane_taints(node):
+        return None
+    check_id = findings[0].id
+
+    def apply() -> str:
+        kube = ctx.kube()
+        live = kube.get("v1", "Node", name) or node
+        taints = ((live.get("spec") or {}).get("taints")) or []
+        keep = [t for t in taints if isinstance(t, Mapping) and t.get("key") not in CONTROL_PLANE_TAINTS]
+        server_side_patch(kube, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+                                 "spec": {"taints": keep}})  # fmt: skip
+        return f"removed the control-plane taint from node {name}"
+
+    keys = sorted({str(t.get("key")) for t in control_plane_taints(node)})
+    return FixAction(check_id, f"remove the control-plane taint from the only node, {name}",
+                     tuple(f"kubectl taint nodes {name} {k}-" for k in keys), apply)  # fmt: skip
+
+
+def coredns_restart_plan(ctx: FixContext, findings: Sequence[Finding]) -> FixAction | None:
+    check_id = findings[0].id
+
+    def apply() -> str:
+        now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        server_side_patch(ctx.kube(), {
+            "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "coredns", "namespace": "kube-system"},
+            "spec": {"template": {"metadata": {"annotations": {RESTARTED_AT: now}}}},
+        })  # fmt: skip
+        return f"restarted CoreDNS (restartedAt={now})"
+
+    return FixAction(check_id, "restart CoreDNS", ("kubectl -n kube-system rollout restart deployment/coredns",), apply)
+
+
+def _selector_release(snap: Snapshot) -> str:
+    for prom in snap.items("Prometheus"):
+        sel = ((prom.get("spec") or {}).get("serviceMonitorSelector") or {}) if isinstance(prom, Mapping) else {}
+        release = (sel.get("matchLabels") or {}).get("release") if isinstance(sel, Mapping) else None
+        if isinstance(release, str) and release:
+            return release
+    return DEFAULT_RELEASE
+
+
+def servicemonitors_to_label(snap: Snapshot, findings: Sequence[Finding], release: str) -> list[tuple[str, str]]:
+    """(namespace, name) of ServiceMonitors without ``release: <release>``: those the findings name,
+    else the GPU ones (dcgm/nvidia/gpu in the name or a label)."""
+    unselected = []
+    for sm in snap.items("ServiceMonitor"):
+        meta = _meta(sm)
+        labels = meta.get("labels") or {}
+        if not isinstance(labels, Mapping) or labels.get("release") == release or not meta.get("name"):
+            continue
+        unselected.append((str(meta.get("namespace") or "default"), str(meta["name"]), labels))
+    text = " ".join(f"{f.summary} {f.evidence}" for f in findings)
+    named = [(ns, n) for ns, n, _ in unselected if f"{ns}/{n}" in text or n in text]
+    if named:
+        return named
+    return [(ns, n) for ns, n, labels in unselected
+            if any(h in (n + " " + " ".join(str(v) for v in labels.values())).lower() for h in GPU_HINTS)]  # fmt: skip
+
+
+def servicemonitor_label_plan(ctx: FixContext, findings: Sequence[Finding]) -> FixAction | None:
+    release = _selector_release(ctx.snap)
+    targets = servicemonitors_to_label(ctx.snap, findings, release)
+    if not targets:
+        return None
+
+    def apply() -> str:
+        for ns, name in targets:
+            server_side_patch(ctx.kube(), {
+                "apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor",
+                "metadata": {"name": name, "namespace": ns, "labels": {"release": release}},
+            })  # fmt: skip
+        return f"labelled {', '.join(f'{ns}/{n}' for ns, n in targets)} release={release}"
+
+    return FixAction(
+        findings[0].id, f"add the label release={release} so Prometheus selects the ServiceMonitor",
+        tuple(f"kubectl -n {ns} label servicemonitor {n} release={release} --overwrite" for ns, n in targets), apply,
+    )  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------- hosts
+
+
+def _run_stage(ctx: FixContext, stage_id: str) -> None:
+    seam = ctx.extra.get("run_stage")
+    if callable(seam):
+        seam(stage_id)
+        return
+    from gpustack import plan
+    from gpustack.up import UpOptions, up
+
+    stages = plan.select(only=[stage_id], skip=["preflight"])
+    up(ctx.cfg, UpOptions(stages=stages, assume_yes=True, verbosity=max(0, ctx.console.verbosity - 1)), ctx.console)
+
+
+def firewall_plan(ctx: FixContext, findings: Sequence[Finding]) -> FixAction | None:
+    hosts = sorted({f.host for f in findings if f.host})
+
+    def apply() -> str:
+        _run_stage(ctx, "firewall")
+        return f"firewall stage applied on {len(ctx.cfg.nodes)} node(s)"
+
+    return FixAction(
+        findings[0].id, f"re-apply gpustack's firewall chain (failing on {', '.join(hosts) or 'some nodes'})",
+        ("gpustack up --only firewall --yes   (GPUSTACK-INPUT rules, its jump first in INPUT; nothing else touched)",),
+        apply,
+    )  # fmt: skip
+
+
+def node_exporter_plan(ctx: FixContext, findings: Sequence[Finding]) -> FixAction | None:
+    from gpustack.render.values import NODE_EXPORTER_ALT_PORT
+
+    def apply() -> str:
+        facts: dict[str, Any] = dict(ctx.snap.hosts)
+        if not any(isinstance(f, Mapping) and f.get("node_exporter_on_9100") for f in facts.values()):
+            from gpustack.diagnose.collect import CollectContext
+            from gpustack.diagnose.collect_hosts import gather_host_facts
+
+            got, _errors = gather_host_facts(CollectContext(cfg=ctx.cfg, command="doctor", kubeconfig=None,
+                                                            extra=dict(ctx.extra)))  # fmt: skip
+            facts.update(got)
+        seam = ctx.extra.get("run_cluster")
+        if callable(seam):
+            seam(facts)
+        else:
+            from gpustack.up import UpOptions, run_cluster_stage
+
+            run_cluster_stage(ctx.cfg, facts, UpOptions(stages=(), assume_yes=True), ctx.console)
+        return f"cluster stage re-run: node-exporter on {NODE_EXPORTER_ALT_PORT} where a host node_exporter holds 9100"
+
+    return FixAction(
+        findings[0].id, f"move the cluster's node-exporter to port {NODE_EXPORTER_ALT_PORT}",
+        ("gpustack up --only cluster --yes   (kube-prometheus-stack values: node-exporter port "
+         f"{NODE_EXPORTER_ALT_PORT}, firewall unchanged)",),
+        apply,
+    )  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------- selection
+
+#: exact check ids -> fix
+FIXES: dict[str, FixBuilder] = {
+    "H04-firewall": firewall_plan,
+    "H05-node-exporter-port": node_exporter_plan,
+}
+
+#: other layers' checks, matched on the id's name (after the number): all words must appear
+KEYWORD_FIXES: tuple[tuple[tuple[str, ...], tuple[str, ...], FixBuilder], ...] = (
+    (("taint",), (), untaint_plan),
+    (("coredns",), ("loop",), coredns_restart_plan),
+    (("servicemonitor", "release"), (), servicemonitor_label_plan),
+    (("servicemonitor", "select"), (), servicemonitor_label_plan),
+    (("servicemonitor", "label"), (), servicemonitor_label_plan),
+    (("node-exporter", "port"), (), node_exporter_plan),
+    (("node-exporter", "conflict"), (), node_exporter_plan),
+)
+
+
+def fix_for(check_id: str) -> FixBuilder | None:
+    """The fix for a check id (exact id first, then keywords of its name), or None."""
+    if check_id in FIXES:
+        return FIXES[check_id]
+    name = check_id.split("-", 1)[1].lower() if "-" in check_id else check_id.lower()
+    flat = name.replace("-", "")
+    for words, unless, builder in KEYWORD_FIXES:
+        if all(w in name or w.replace("-", "") in flat for w in words) and not any(u in name for u in unless):
+            return builder
+    return None
+
+
+def plan_fixes(ctx: FixContext, findings: Iterable[Finding]) -> tuple[list[FixAction], list[Finding]]:
+    """(fixes to apply, failing findings only fixable by hand) for the failing findings."""
+    by_id: dict[str, list[Finding]] = {}
+    for f in findings:
+        if f.status == "fail":
+            by_id.setdefault(f.id, []).append(f)
+    actions: list[FixAction] = []
+    manual: list[Finding] = []
+    for check_id, group in by_id.items():
+        builder = fix_for(check_id)
+        try:
+            action = builder(ctx, group) if builder is not None else None
+        except Exception:  # odd snapshot data: no automatic fix, the printed one still applies
+            action = None
+        if action is None:
+            manual += group
+        else:
+            actions.append(action)
+    return actions, manual
+
+
+@dataclass
+class FixOutcome:
+    applied: list[tuple[FixAction, str]] = field(default_factory=list)  # (fix, result)
+    failed: list[tuple[FixAction, str]] = field(default_factory=list)  # (fix, error)
+    planned: list[FixAction] = field(default_factory=list)
+
+    @property
+    def ran(self) -> bool:
+        return bool(self.applied or self.failed)
+
+
+def fix_console(console: Console, output: str) -> Console:
+    """Fix plans and stage progress go to stdout with the table, to stderr with json/junit output."""
+    if output == "table":
+        return console
+    return Console(verbosity=console.verbosity, stream=sys.stderr)
+
+
+def offer_and_apply(
+    cfg: Config, snap: Snapshot, findings: Sequence[Finding], console: Console, *, assume_yes: bool,
+    extra: Mapping[str, object] | None = None,
+) -> FixOutcome:  # fmt: skip
+    """Show every safe fix for the failing findings, ask, apply. Never raises for a failed fix."""
+    ctx = FixContext(cfg, snap, console, dict(extra or {}))
+    actions, manual = plan_fixes(ctx, findings)
+    outcome = FixOutcome(planned=actions)
+    if manual:
+        rows = [[f.id, f.host or "", f.fix or "(no automatic fix)"] for f in manual]
+        console.table("fix by hand", ["check", "host", "fix"], rows)
+    if not actions:
+        console.print("[skip]--fix: no safe automatic fix applies to the failures found[/skip]")
+        return outcome
+    console.table("doctor --fix will run", ["check", "fix", "runs"],
+                  [[a.check_id, a.title, "\n".join(a.shows)] for a in actions])  # fmt: skip
+    if not assume_yes:
+        if not (console.interactive and sys.stdin.isatty()):
+            console.print("[warn]not applied: no terminal to confirm on; pass --yes to apply these fixes[/warn]")
+            return outcome
+        if not console.confirm(f"Apply {len(actions)} fix(es)?", assume_yes=False):
+            console.print("[skip]not applied[/skip]")
+            return outcome
+    for action in actions:
+        try:
+            result = action.apply()
+        except (GpustackError, OSError, ValueError, RuntimeError) as exc:
+            outcome.failed.append((action, f"{type(exc).__name__}: {exc}"))
+            console.print(f"[fail]✗ {action.check_id}: {exc}[/fail]")
+            continue
+        outcome.applied.append((action, result))
+        console.print(f"[ok]✓ {action.check_id}: {result}[/ok]")
+    return outcome
+
+
+def report_after(outcome: FixOutcome, after: Sequence[Finding], console: Console) -> None:
+    """One line per applied fix: the status of its check after the re-run."""
+    for action, _ in outcome.applied + outcome.failed:
+        statuses: list[str] = sorted({f.status for f in after if f.id == action.check_id}) or ["not re-checked"]
+        style = "ok" if statuses == ["pass"] else "fail" if "fail" in statuses else "warn"
+        console.print(f"[{style}]{action.check_id} after the fix: {', '.join(statuses)}[/{style}]")
