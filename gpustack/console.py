@@ -63,7 +63,7 @@ class Console:
     def table(self, title: str, columns: list[str], rows: list[list[str]]) -> None:
         t = Table(title=title, title_justify="left", show_lines=False)
         for c in columns:
-            t.add_column(c)
+            t.add_column(c, overflow="fold")  # never cut a command the user must copy
         for r in rows:
             t.add_row(*r)
         self.out.print(t)
