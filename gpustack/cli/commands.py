@@ -41,9 +41,13 @@ def up(
     kubernetes_version: Annotated[
         str | None, typer.Option(help="Kubernetes minor or patch (overrides versions.kubernetes)")
     ] = None,
+    no_verify: Annotated[
+        bool, typer.Option("--no-verify", help="do not run `gpustack verify` after the cluster stage")
+    ] = False,
     verbose: VerboseOpt = 0,
 ) -> None:
-    """Build (or converge) the cluster: preflight, host layer, Kubernetes, network, Helm."""
+    """Build (or converge) the cluster (preflight, host layer, Kubernetes, network, Helm, GPU and monitoring
+    stack), then prove it with `gpustack verify`."""
     from gpustack import plan
     from gpustack.up import UpOptions
     from gpustack.up import up as run_up
@@ -78,6 +82,14 @@ def up(
     if any(s.id == "cluster" for s in stages) and not dry_run:
         for line in access_lines(cfg):
             console.print(line)
+        if not no_verify:
+            from gpustack.diagnose.engine import DiagnoseOptions, diagnose
+
+            console.print("[stage]▶ verify[/stage]")
+            code, _, _ = diagnose(cfg, DiagnoseOptions(command="verify"), console)
+            if code:
+                console.error("the stack is up, but verify found problems", "run `gpustack doctor` for causes and fixes")
+                raise typer.Exit(code)
 
 
 def access_lines(cfg: Config) -> list[str]:

@@ -221,6 +221,20 @@ def run_load(ctx: CollectContext, snap: Snapshot, kube: Any, *, clock: Callable[
     return out
 
 
+def allocatable_gpus(nodes: list[Obj]) -> int:
+    """Total ``nvidia.com/gpu`` allocatable over the nodes (malformed values count as 0)."""
+    total = 0
+    for node in nodes:
+        status = node.get("status") if isinstance(node, dict) else None
+        alloc = status.get("allocatable") if isinstance(status, dict) else None
+        value = alloc.get("nvidia.com/gpu") if isinstance(alloc, dict) else None
+        try:
+            total += int(str(value)) if value is not None else 0
+        except ValueError:
+            continue
+    return total
+
+
 @source("workload", layers=("gpu-operator", "monitoring"), after=("kubernetes",), timeout=SOURCE_TIMEOUT)
 def collect_workload(ctx: CollectContext, snap: Snapshot) -> None:
     """``verify``: the CUDA test pod, then (``--load``) the load test. Skipped otherwise."""
@@ -230,6 +244,10 @@ def collect_workload(ctx: CollectContext, snap: Snapshot) -> None:
     kube = kube_client(ctx)
     if kube is None:
         snap.errors["workload"] = "no kubeconfig: cannot create the CUDA test pod"
+        return
+    if "Node" in snap.kube and not allocatable_gpus(snap.kube["Node"]):
+        # a pod requesting a GPU could never schedule: don't wait out the deadline for it
+        snap.errors["workload"] = "no node has allocatable nvidia.com/gpu: the CUDA test pod cannot be scheduled"
         return
     deadline = time.monotonic() + float(ctx.extra.get("workload_deadline", 240.0))
     snap.workload["cuda"] = run_pod(kube, cuda_pod(), deadline=deadline,

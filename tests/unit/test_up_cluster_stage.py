@@ -45,9 +45,12 @@ def world(tmp_path: Path) -> Iterator[tuple[FakeKubeAPI, Path, dict[str, str]]]:
         yield api, cfg, env
 
 
-def up(cfg: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def up(cfg: Path, env: dict[str, str], *extra: str) -> subprocess.CompletedProcess[str]:
+    """`up --only cluster`; verify is off unless the test passes ``verify=True`` semantics via extra=()."""
+    extra = extra or ("--no-verify",)
     return subprocess.run(
-        [sys.executable, "-m", "gpustack", "up", "--yes", "--only", "cluster", "--skip", "preflight", "-c", str(cfg)],
+        [sys.executable, "-m", "gpustack", "up", "--yes", "--only", "cluster", "--skip", "preflight", *extra,
+         "-c", str(cfg)],
         capture_output=True, text=True, env=env, timeout=120, stdin=subprocess.DEVNULL,
     )  # fmt: skip
 
@@ -143,3 +146,12 @@ def operator_values(env: dict[str, str]) -> dict[str, Any]:
     """The values of the fake helm's last gpu-operator revision (its release state on disk)."""
     revs = json.loads((Path(env["FAKE_HELM_STATE"]) / "gpu-operator" / "gpu-operator.json").read_text())
     return cast(dict[str, Any], revs[-1]["values"])
+
+
+def test_up_ends_with_verify(world: tuple[FakeKubeAPI, Path, dict[str, str]]) -> None:
+    """The fake cluster has no nodes or GPUs: `up` installs everything, then verify says so (exit 1)."""
+    _, cfg, env = world
+    r = up(cfg, env, "--verbose")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "▶ verify" in r.stdout and "the stack is up, but verify found problems" in r.stderr
+    assert "Traceback" not in r.stderr

@@ -166,3 +166,11 @@ def test_run_pod_uses_its_clock() -> None:
     fake = FakeKube()
     rec = run_pod(fake, cuda_pod(), deadline=100.0, interval=10.0, clock=clock, sleep=sleep)
     assert rec["timed_out"] and fake.deleted == ["p1"] and now[0] == 100.0
+
+
+def test_no_allocatable_gpu_means_no_pod_is_started() -> None:
+    from gpustack.diagnose.collect_workload import allocatable_gpus
+
+    assert allocatable_gpus([{"status": {"allocatable": {"nvidia.com/gpu": "8"}}}, {"status": {}}]) == 8
+    assert allocatable_gpus([{"status": {"allocatable": {"cpu": "4"}}}, {"status": {"allocatable": {"nvidia.com/gpu": "x"}}}]) == 0
+    assert allocatable_gpus([]) == 0
