@@ -97,6 +97,60 @@ def boot_unit(name: str, exec_start: str, *, oneshot: bool = False, after: str =
     return _install
 
 
+def enable_unit(unit: str, wanted_by: str = "multi-user.target") -> PrepareHook:
+    """Unmask and enable a unit the root ships masked (e.g. ``ufw.service``, ``firewalld.service``)."""
+
+    def _enable(root: Path) -> None:
+        unit_dir = root / "etc/systemd/system"
+        mask = unit_dir / unit
+        if mask.is_symlink() and os.readlink(mask) == "/dev/null":
+            mask.unlink()
+        wants = unit_dir / f"{wanted_by}.wants"
+        wants.mkdir(parents=True, exist_ok=True)
+        link = wants / unit
+        if not link.is_symlink():
+            link.symlink_to(f"/lib/systemd/system/{unit}")
+
+    return _enable
+
+
+def enable_ufw(*commands: str) -> PrepareHook:
+    """ufw active from boot: ``ufw.service`` enabled, then (a oneshot unit ordered after it) the
+    ``ufw`` commands given, e.g. ``"default deny incoming"``, ``"allow 22/tcp"``, followed by
+    ``ufw --force enable`` (which also writes ENABLED=yes to /etc/ufw/ufw.conf)."""
+    script = "set -e\n" + "".join(f"/usr/sbin/ufw {c}\n" for c in commands) + "/usr/sbin/ufw --force enable\n"
+    return compose(
+        enable_unit("ufw.service"),
+        write_files({"/usr/local/sbin/gpustack-testbed-ufw-setup": "#!/bin/sh\n" + script}, mode=0o755),
+        boot_unit(
+            "gpustack-testbed-ufw-setup",
+            "/usr/local/sbin/gpustack-testbed-ufw-setup",
+            oneshot=True,
+            after="ufw.service",
+        ),
+    )
+
+
+def enable_firewalld() -> PrepareHook:
+    """firewalld running from boot with its stock configuration (nftables backend, default zone
+    ``public``)."""
+    return compose(
+        enable_unit("firewalld.service"),
+        enable_unit_alias("firewalld.service", "dbus-org.fedoraproject.FirewallD1.service"),
+    )
+
+
+def enable_unit_alias(unit: str, alias: str) -> PrepareHook:
+    """The ``Alias=`` symlink ``systemctl enable`` would create for ``unit``."""
+
+    def _alias(root: Path) -> None:
+        link = root / "etc/systemd/system" / alias
+        if not link.is_symlink():
+            link.symlink_to(f"/lib/systemd/system/{unit}")
+
+    return _alias
+
+
 def boot_iptables_rule(*rule: str, name: str = "gpustack-testbed-foreign-rule") -> PrepareHook:
     """Add an iptables rule at boot (a oneshot unit), e.g. a foreign rule the product must keep.
 

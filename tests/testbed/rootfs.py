@@ -31,7 +31,7 @@ ROOTFS_NAME = "rootfs-v1"
 SUITE = "bookworm"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 STAMP_NAME = ".gpustack-testbed-stamp"
-SCHEMA = 2
+SCHEMA = 3
 
 #: Packages installed into the root. python3-apt is what Ansible's apt module needs; the rest
 #: are what kubeadm-style playbooks touch (sysctl, iptables, mount, systemd, containerd ...).
@@ -68,7 +68,14 @@ PACKAGES: tuple[str, ...] = (
     "pciutils",
     "tar",
     "gzip",
+    # host firewalls the firewall role must coexist with; installed but masked (see
+    # FIREWALL_UNITS), a test enables one with prepare.enable_ufw() / enable_firewalld()
+    "ufw",
+    "firewalld",
 )
+
+#: Firewall services present in the root but masked, so ordinary hosts run without them.
+FIREWALL_UNITS: tuple[str, ...] = ("ufw.service", "firewalld.service")
 
 #: Units that have no business running in a throwaway container (they would also grab the
 #: dpkg lock in the middle of a test run).
@@ -138,6 +145,7 @@ def stamp_value() -> str:
         "mirror": mirror(),
         "packages": sorted(PACKAGES),
         "masked": sorted(MASKED_UNITS),
+        "firewalls": sorted(FIREWALL_UNITS),
         "sshd": SSHD_DROP_IN,
         "systemd": SYSTEMD_DROP_IN,
         "sources": APT_SOURCES_NOTE,
@@ -271,6 +279,8 @@ def _configure(build: Path, log: Path) -> None:
         _logged([*chroot, "chown", f"{owner}:{owner}", f"/{ssh_dir.relative_to(build)}"], log, timeout=30)
     _logged([*chroot, "systemctl", "enable", "ssh.service", "containerd.service"], log, timeout=60)
     _logged([*chroot, "systemctl", "mask", *MASKED_UNITS], log, timeout=60)
+    _logged([*chroot, "systemctl", "disable", *FIREWALL_UNITS], log, timeout=60)
+    _logged([*chroot, "systemctl", "mask", *FIREWALL_UNITS], log, timeout=60)
     (build / "etc/apt/sources.list").write_text(APT_SOURCES_NOTE)
     _remove_tree(build / "var/lib/apt/lists")
     (build / "var/lib/apt/lists/partial").mkdir(parents=True)
