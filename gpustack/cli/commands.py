@@ -202,6 +202,10 @@ SaveOpt = Annotated[Path | None, typer.Option("--save", help="also write the rep
 ListOpt = Annotated[bool, typer.Option("--list", help="list the checks (id, layer, what they read) and exit")]
 SnapInOpt = Annotated[Path | None, typer.Option("--from-snapshot", help="analyse a saved snapshot instead of the cluster")]
 SnapOutOpt = Annotated[Path | None, typer.Option("--save-snapshot", help="write what was collected to FILE (JSON)")]
+KubeconfigOpt = Annotated[
+    Path | None,
+    typer.Option("--kubeconfig", help="the cluster to check (default: the admin.conf `gpustack up` wrote for it)"),
+]
 
 
 def _diagnose(command: str, config: Path | None, verbose: int, **kw: object) -> None:
@@ -235,6 +239,7 @@ def verify(
     list_: ListOpt = False,
     from_snapshot: SnapInOpt = None,
     save_snapshot: SnapOutOpt = None,
+    kubeconfig: KubeconfigOpt = None,
     verbose: VerboseOpt = 0,
 ) -> None:
     """Prove every layer works end to end. Exit 0 all pass, 1 failures, 2 usage, 3 cluster unreachable."""
@@ -243,7 +248,7 @@ def verify(
     _diagnose(
         "verify", config, verbose, layers=tuple(split_csv(layer)), checks=tuple(split_csv(check)),
         ignore=tuple(split_csv(ignore)), output=output, save=save, load=load, workload=not no_workload,
-        snapshot_in=from_snapshot, snapshot_out=save_snapshot,
+        snapshot_in=from_snapshot, snapshot_out=save_snapshot, kubeconfig=kubeconfig,
     )  # fmt: skip
 
 
@@ -265,6 +270,7 @@ def doctor(
     bundle: Annotated[
         Path | None, typer.Option("--bundle", help="write a support bundle (.tar.gz, secrets redacted) to FILE")
     ] = None,
+    kubeconfig: KubeconfigOpt = None,
     verbose: VerboseOpt = 0,
 ) -> None:
     """Find known failures and say exactly how to fix them. Exit codes as for verify.
@@ -280,4 +286,5 @@ def doctor(
         "doctor", config, verbose, layers=tuple(split_csv(layer)), checks=tuple(split_csv(check)),
         ignore=tuple(split_csv(ignore)), output=output, save=save, workload=False,
         snapshot_in=from_snapshot, snapshot_out=save_snapshot, fix=fix, assume_yes=yes, bundle=bundle,
+        kubeconfig=kubeconfig,
     )  # fmt: skip

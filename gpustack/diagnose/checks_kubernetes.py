@@ -372,7 +372,7 @@ def api_reachable(snap: Snapshot) -> list[Finding]:
     if err:
         return [finding("K00-api-unreachable", "fail", "cannot read the Kubernetes API", evidence=err,
                         fix="gpustack up   # creates the cluster and fetches its kubeconfig\n"
-                            "kubectl --kubeconfig ~/.local/state/gpustack/<cluster>/kubeconfig get --raw /readyz\n"
+                            "kubectl --kubeconfig ~/.local/state/gpustack/clusters/<cluster>/admin.conf get --raw /readyz\n"
                             "ssh <control-plane> sudo systemctl status kubelet containerd; "
                             "sudo crictl ps -a | grep kube-apiserver")]  # fmt: skip
     refused = sorted((k.split(":", 1)[1], v) for k, v in snap.errors.items() if k.startswith("kubernetes:"))

@@ -35,6 +35,7 @@ class DiagnoseOptions:
     fix: bool = False  # doctor --fix: offer the safe fixes for the failures, apply, check again
     assume_yes: bool = False  # --yes: apply without asking
     bundle: Path | None = None  # doctor --bundle FILE: redacted support bundle
+    kubeconfig: Path | None = None  # --kubeconfig: another cluster's (else gpustack's admin.conf for the cluster)
 
 
 def validate(opts: DiagnoseOptions) -> None:
@@ -48,6 +49,8 @@ def validate(opts: DiagnoseOptions) -> None:
     unknown = [c for c in (*opts.checks, *opts.ignore) if c not in known and c not in prefixes]
     if unknown:
         raise UsageError(f"unknown check id(s): {', '.join(unknown)} (see `gpustack {opts.command} --list`)")
+    if opts.kubeconfig is not None and not opts.kubeconfig.is_file():
+        raise UsageError(f"--kubeconfig {opts.kubeconfig}: no such file")
     if opts.fix and opts.snapshot_in is not None:
         raise UsageError("--fix needs the live cluster: it cannot be combined with --from-snapshot")
 
@@ -59,7 +62,7 @@ def gather(cfg: Config, opts: DiagnoseOptions, layers: tuple[str, ...] = ()) -> 
             return Snapshot.from_json(json.loads(opts.snapshot_in.read_text(encoding="utf-8")))
         except (OSError, ValueError, TypeError) as exc:
             raise UsageError(f"--snapshot {opts.snapshot_in}: cannot load: {exc}") from None
-    kc = kubeconfig_path(cfg.cluster.name)
+    kc = opts.kubeconfig or kubeconfig_path(cfg.cluster.name)
     ctx = CollectContext(
         cfg=cfg, command=opts.command, kubeconfig=kc if kc.is_file() else None, timeout=opts.timeout,
         workload=opts.workload, load=opts.load, layers=layers or opts.layers, extra=dict(opts.extra),
@@ -95,7 +98,12 @@ def diagnose(cfg: Config, opts: DiagnoseOptions, console: Console) -> tuple[int,
         from gpustack.diagnose import fixes
 
         fix_con = fixes.fix_console(console, opts.output)
-        outcome = fixes.offer_and_apply(cfg, snap, findings, fix_con, assume_yes=opts.assume_yes, extra=opts.extra)
+        extra = dict(opts.extra)
+        if opts.kubeconfig is not None and "kube" not in extra:  # fixes talk to the cluster that was checked
+            from gpustack.runners.kube import Kube
+
+            extra["kube"] = Kube.from_kubeconfig(opts.kubeconfig)
+        outcome = fixes.offer_and_apply(cfg, snap, findings, fix_con, assume_yes=opts.assume_yes, extra=extra)
         if outcome.ran:
             fix_con.print("[stage]▶ checking again after the fixes[/stage]")
             code, findings, snap = diagnose(cfg, replace(opts, fix=False, bundle=None, snapshot_out=None), console)

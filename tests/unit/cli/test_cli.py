@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -144,3 +146,52 @@ def test_verify_and_doctor_never_pass_on_nothing(tmp_path: Path, cfg: Path) -> N
         assert r.returncode == 2 and "unknown check id" in r.stderr, r.stderr
         r = run(cmd, "--output", "yaml", cwd=tmp_path)
         assert r.returncode == 2 and "--output yaml" in r.stderr
+
+
+# --- verify / doctor against another cluster (--kubeconfig), through a fake API server -------------
+
+
+def _served(objects: list[dict[str, object]], tmp_path: Path) -> tuple[Any, Path]:
+    from tests.fakes.kube_api import FakeKubeAPI
+
+    api = FakeKubeAPI().start()
+    api.seed(objects)
+    return api, api.write_kubeconfig(tmp_path / "other-cluster.conf")
+
+
+def test_doctor_reads_the_cluster_named_by_kubeconfig(tmp_path: Path) -> None:
+    from tests.fakes import scenarios
+
+    scenario, failing_id = scenarios.failure("control-plane-taint")
+    api, kc = _served(scenario.objects, tmp_path)
+    try:
+        r = run("doctor", "--kubeconfig", str(kc), "--layer", "kubernetes,gpu-operator", "-o", "json", cwd=tmp_path)
+    finally:
+        api.stop()
+    assert r.returncode == 1, r.stderr
+    report = json.loads(r.stdout)
+    assert report["command"] == "doctor"
+    failed = {c["id"] for c in report["checks"] if c["status"] == "fail"}
+    assert failing_id in failed
+    assert any(path.startswith("/api/v1/pods") for _, path, _ in api.requests)
+
+
+def test_verify_passes_a_healthy_cluster_named_by_kubeconfig(tmp_path: Path) -> None:
+    from tests.fakes import scenarios
+
+    api, kc = _served(scenarios.healthy(3).objects, tmp_path)
+    try:
+        r = run("verify", "--no-workload", "--kubeconfig", str(kc), "--layer", "kubernetes,gpu-operator",
+                "-o", "json", cwd=tmp_path)  # fmt: skip
+    finally:
+        api.stop()
+    assert r.returncode == 0, r.stdout + r.stderr
+    summary = json.loads(r.stdout)["summary"]
+    assert summary["fail"] == 0 and summary["pass"] > 0
+
+
+def test_a_missing_kubeconfig_is_a_usage_error(tmp_path: Path) -> None:
+    for cmd in ("verify", "doctor"):
+        r = run(cmd, "--kubeconfig", str(tmp_path / "nope.conf"), cwd=tmp_path)
+        assert r.returncode == 2 and "nope.conf: no such file" in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr
