@@ -31,7 +31,9 @@ For verify/doctor (collect once, at scale, with faults):
 - POST fills ``metadata.generateName`` names and a Pending pod status; ``on_create`` hooks
   (``fn(stored_obj)``, may mutate it, e.g. set ``status.phase: Succeeded``) run after each create;
 - ``GET /api/v1/namespaces/{ns}/pods/{name}/log`` (``container``, ``tailLines``, ``previous``) returns
-  text set with :meth:`FakeKubeAPI.set_log`;
+  text set with :meth:`FakeKubeAPI.set_log`; ``previous=true`` returns the previous instance's text
+  (``set_log(..., previous=True)``) and, when there is none, 400 ``previous terminated container "c" in
+  pod "p" not found`` as a real API server relays it from the kubelet;
 - service proxy ``/api/v1/namespaces/{ns}/services/[scheme:]{name}[:{port}]/proxy/{path}`` forwards
   GET/POST to ``proxy_upstreams[(ns, name, port)]`` (port as written in the URL, "" when absent);
   503 when no upstream is registered or it is unreachable, 404 when the Service does not exist either;
@@ -67,6 +69,8 @@ import yaml
 Obj = dict[str, Any]
 Key = tuple[str, str, str, str, str]  # group, version, plural, namespace ("" = cluster), name
 SERVER_FIELDS = {"resourceVersion", "uid", "creationTimestamp", "generation", "managedFields"}
+#: key suffix of a previous instance's log in ``FakeKubeAPI.logs`` ("/" is never in a container name)
+PREVIOUS_SUFFIX = "/previous"
 
 
 @dataclass(frozen=True)
@@ -270,7 +274,7 @@ class FakeKubeAPI:
         self._lock = threading.RLock()
         self.on_create: list[Callable[[Obj], None]] = []  # run after every create with the stored object
         self.proxy_upstreams: dict[tuple[str, str, str], str] = {}  # (ns, service, port) -> base URL
-        self.logs: dict[tuple[str, str, str], str] = {}  # (ns, pod, container) -> text
+        self.logs: dict[tuple[str, str, str], str] = {}  # (ns, pod, container[+PREVIOUS_SUFFIX]) -> text
         self._faults: list[_Fault] = []
         self._index: dict[tuple[str, ...], list[Key]] = {}
         self._index_stamp: tuple[int, int, int] = (0, -1, -1)
@@ -455,9 +459,10 @@ class FakeKubeAPI:
             self._rv += 1
             obj["metadata"]["resourceVersion"] = str(self._rv)
 
-    def set_log(self, namespace: str, pod: str, container: str, text: str) -> None:
-        """What ``GET .../pods/{pod}/log?container=...`` returns."""
-        self.logs[(namespace, pod, container)] = text
+    def set_log(self, namespace: str, pod: str, container: str, text: str, *, previous: bool = False) -> None:
+        """What ``GET .../pods/{pod}/log?container=...`` returns (``previous``: with ``&previous=true``, the
+        log of the container's previous, terminated instance; without one that request is a 400)."""
+        self.logs[(namespace, pod, container + PREVIOUS_SUFFIX if previous else container)] = text
 
     def fail(self, pattern: str, status: int, times: int | None = None, *, method: str | None = None) -> None:
         """Answer requests whose raw path (with query) matches ``pattern`` with ``status`` (``times`` times)."""
@@ -525,7 +530,15 @@ class FakeKubeAPI:
                 container = str(main[0]) if main else ""
             elif names and container not in names:
                 raise ApiError(400, "BadRequest", f"container {container} is not valid for pod {pod}")
-            text = self.logs.get((ns, pod, container), "")
+            if query.get("previous") == "true":
+                previous = self.logs.get((ns, pod, container + PREVIOUS_SUFFIX))
+                if previous is None:  # the kubelet's answer, relayed by the API server as a 400
+                    raise ApiError(
+                        400, "BadRequest", f'previous terminated container "{container}" in pod "{pod}" not found'
+                    )
+                text = previous
+            else:
+                text = self.logs.get((ns, pod, container), "")
         tail = query.get("tailLines")
         if tail is not None:
             lines = text.splitlines(keepends=True)
