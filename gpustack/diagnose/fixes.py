@@ -1,25 +1,30 @@
-"""``gpustack doctor --fix``: the SAFE fixes, chosen by the id of a failing check.
+"""``gpustack doctor --fix``: the SAFE fixes, chosen by the exact id of a failing check (``FIXES``).
 
 Each fix is planned first (what it will run, on what), shown, and applied only after confirmation
 (``--yes`` for non-interactive use; without a terminal and without ``--yes`` nothing is applied).
-Every other failing check prints its fix. Kubernetes fixes are server-side applies with their own
+Every other failing check prints its fix, and so does a listed check whose finding is one its fix
+does not cure (the builder returns None). Kubernetes fixes are server-side applies with their own
 field manager (``gpustack-doctor``), so they never drop fields gpustack's own manager applied;
-host fixes re-run a stage of ``gpustack up`` (host keys verified as ``up`` does).
+host fixes re-run a stage of ``gpustack up`` (host keys verified as ``up`` does). Checks that share
+a fix (the same commands) get one action, applied once.
 
 Safe fixes:
 
-- control-plane taint on a single-node cluster: removed from the Node's ``spec.taints``;
-- host firewall (``H04-firewall``): the firewall stage (``gpustack up --only firewall``);
-- CoreDNS: rollout restart (pod template annotation ``kubectl.kubernetes.io/restartedAt``);
-- ServiceMonitor not selected by Prometheus: adds the ``release`` label Prometheus selects on;
-- node-exporter on a port a host node_exporter holds: the cluster stage again, which moves it.
+- ``K02-control-plane-taint`` on a single-node cluster: the taint removed from the Node's ``spec.taints``;
+- ``H04-firewall``, ``K06-pod-to-api`` (pods time out on the API service): the firewall stage
+  (``gpustack up --only firewall``);
+- ``K05-coredns`` not ready: rollout restart (pod template annotation ``kubectl.kubernetes.io/restartedAt``),
+  not for a forwarding loop (the nodes' resolv.conf must change) nor for API timeouts (the firewall);
+- ``M07-servicemonitor-selected``: adds the ``release`` label Prometheus selects on;
+- ``H05-node-exporter-port``, ``K08-node-exporter-port``, ``M09-node-exporter-port`` (a host
+  node_exporter holds 9100): the cluster stage again, which moves the cluster's node-exporter.
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -32,18 +37,23 @@ from gpustack.errors import GpustackError, StageError
 FIELD_MANAGER = "gpustack-doctor"
 CONTROL_PLANE_TAINTS = ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master")
 RESTARTED_AT = "kubectl.kubernetes.io/restartedAt"
-DEFAULT_RELEASE = "kube-prometheus-stack"
 GPU_HINTS = ("dcgm", "nvidia", "gpu")
 
 
 @dataclass(frozen=True)
 class FixAction:
-    """One planned fix: ``shows`` is what will run, ``apply`` runs it and returns what it did."""
+    """One planned fix: ``shows`` is what will run, ``apply`` runs it and returns what it did.
+    ``also``: further failing checks the same fix answers (it runs once for all of them)."""
 
     check_id: str
     title: str
     shows: tuple[str, ...]
     apply: Callable[[], str]
+    also: tuple[str, ...] = ()
+
+    @property
+    def check_ids(self) -> tuple[str, ...]:
+        return (self.check_id, *self.also)
 
 
 @dataclass
@@ -137,6 +147,20 @@ def untaint_plan(ctx: FixContext, findings: Sequence[Finding]) -> FixAction | No
 
 
 def coredns_restart_plan(ctx: FixContext, findings: Sequence[Finding]) -> FixAction | None:
+    """CoreDNS not ready: a rollout restart. None (the printed fix stands) for a forwarding loop (restarted
+    pods loop again until the nodes' resolv.conf changes), without a CoreDNS Deployment, and when its logs
+    time out on the API service (the firewall drops pod -> API traffic: K06-pod-to-api's fix)."""
+    from gpustack.diagnose.checks_kubernetes import API_TIMEOUT, COREDNS_LOOP, COREDNS_LOOP_FIX
+
+    if any(f.fix == COREDNS_LOOP_FIX or COREDNS_LOOP.search(f.evidence) for f in findings):
+        return None
+    deployed = any(_meta(d).get("namespace") == "kube-system" and _meta(d).get("name") == "coredns"
+                   for d in ctx.snap.items("Deployment"))  # fmt: skip
+    if not deployed:
+        return None
+    if any(str(k).startswith("kube-system/coredns") and isinstance(t, str) and API_TIMEOUT.search(t)
+           for k, t in ctx.snap.pod_logs.items()):  # fmt: skip
+        return None
     check_id = findings[0].id
 
     def apply() -> str:
@@ -150,35 +174,40 @@ def coredns_restart_plan(ctx: FixContext, findings: Sequence[Finding]) -> FixAct
     return FixAction(check_id, "restart CoreDNS", ("kubectl -n kube-system rollout restart deployment/coredns",), apply)
 
 
-def _selector_release(snap: Snapshot) -> str:
+def _selector_release(snap: Snapshot) -> str | None:
+    """The ``release`` label a Prometheus selects ServiceMonitors on, or None (no Prometheus, or none that
+    selects on ``release``: the label would not make it select anything)."""
     for prom in snap.items("Prometheus"):
         sel = ((prom.get("spec") or {}).get("serviceMonitorSelector") or {}) if isinstance(prom, Mapping) else {}
         release = (sel.get("matchLabels") or {}).get("release") if isinstance(sel, Mapping) else None
         if isinstance(release, str) and release:
             return release
-    return DEFAULT_RELEASE
+    return None
 
 
 def servicemonitors_to_label(snap: Snapshot, findings: Sequence[Finding], release: str) -> list[tuple[str, str]]:
-    """(namespace, name) of ServiceMonitors without ``release: <release>``: those the findings name,
-    else the GPU ones (dcgm/nvidia/gpu in the name or a label)."""
-    unselected = []
+    """(namespace, name) of ServiceMonitors without ``release: <release>``: of those the findings name
+    (none when they name only labelled ones: the label is not what is missing), else the GPU ones
+    (dcgm/nvidia/gpu in the name or a label)."""
+    monitors = []
     for sm in snap.items("ServiceMonitor"):
         meta = _meta(sm)
         labels = meta.get("labels") or {}
-        if not isinstance(labels, Mapping) or labels.get("release") == release or not meta.get("name"):
+        if not isinstance(labels, Mapping) or not meta.get("name"):
             continue
-        unselected.append((str(meta.get("namespace") or "default"), str(meta["name"]), labels))
+        monitors.append((str(meta.get("namespace") or "default"), str(meta["name"]), labels))
     text = " ".join(f"{f.summary} {f.evidence}" for f in findings)
-    named = [(ns, n) for ns, n, _ in unselected if f"{ns}/{n}" in text or n in text]
-    if named:
-        return named
-    return [(ns, n) for ns, n, labels in unselected
-            if any(h in (n + " " + " ".join(str(v) for v in labels.values())).lower() for h in GPU_HINTS)]  # fmt: skip
+    named = [(ns, n, labels) for ns, n, labels in monitors if f"{ns}/{n}" in text or n in text]
+    if not named:
+        named = [(ns, n, labels) for ns, n, labels in monitors
+                 if any(h in (n + " " + " ".join(str(v) for v in labels.values())).lower() for h in GPU_HINTS)]  # fmt: skip
+    return [(ns, n) for ns, n, labels in named if labels.get("release") != release]
 
 
 def servicemonitor_label_plan(ctx: FixContext, findings: Sequence[Finding]) -> FixAction | None:
     release = _selector_release(ctx.snap)
+    if release is None:
+        return None
     targets = servicemonitors_to_label(ctx.snap, findings, release)
     if not targets:
         return None
@@ -226,6 +255,15 @@ def firewall_plan(ctx: FixContext, findings: Sequence[Finding]) -> FixAction | N
     )  # fmt: skip
 
 
+def pod_to_api_plan(ctx: FixContext, findings: Sequence[Finding]) -> FixAction | None:
+    """K06: pods time out on the API service because the host firewall drops pod -> API traffic: the
+    firewall stage. Not for a ``default/kubernetes`` Service without endpoints (the API server's)."""
+    from gpustack.diagnose.checks_kubernetes import API_TIMEOUT
+
+    dropped = [f for f in findings if API_TIMEOUT.search(f.evidence)]
+    return firewall_plan(ctx, dropped) if dropped else None
+
+
 def node_exporter_plan(ctx: FixContext, findings: Sequence[Finding]) -> FixAction | None:
     from gpustack.render.values import NODE_EXPORTER_ALT_PORT
 
@@ -257,34 +295,24 @@ def node_exporter_plan(ctx: FixContext, findings: Sequence[Finding]) -> FixActio
 
 # --------------------------------------------------------------------------------------- selection
 
-#: exact check ids -> fix
+#: every check ``doctor --fix`` can repair -> the builder that plans its fix, by exact id (no other check
+#: is fixable; tests/unit/diagnose/test_fixes.py holds this table to the registered checks). A builder
+#: returns None for a finding its fix does not cure; that finding's printed fix stands.
 FIXES: dict[str, FixBuilder] = {
     "H04-firewall": firewall_plan,
     "H05-node-exporter-port": node_exporter_plan,
+    "K02-control-plane-taint": untaint_plan,
+    "K05-coredns": coredns_restart_plan,
+    "K06-pod-to-api": pod_to_api_plan,
+    "K08-node-exporter-port": node_exporter_plan,
+    "M07-servicemonitor-selected": servicemonitor_label_plan,
+    "M09-node-exporter-port": node_exporter_plan,
 }
-
-#: other layers' checks, matched on the id's name (after the number): all words must appear
-KEYWORD_FIXES: tuple[tuple[tuple[str, ...], tuple[str, ...], FixBuilder], ...] = (
-    (("taint",), (), untaint_plan),
-    (("coredns",), ("loop",), coredns_restart_plan),
-    (("servicemonitor", "release"), (), servicemonitor_label_plan),
-    (("servicemonitor", "select"), (), servicemonitor_label_plan),
-    (("servicemonitor", "label"), (), servicemonitor_label_plan),
-    (("node-exporter", "port"), (), node_exporter_plan),
-    (("node-exporter", "conflict"), (), node_exporter_plan),
-)
 
 
 def fix_for(check_id: str) -> FixBuilder | None:
-    """The fix for a check id (exact id first, then keywords of its name), or None."""
-    if check_id in FIXES:
-        return FIXES[check_id]
-    name = check_id.split("-", 1)[1].lower() if "-" in check_id else check_id.lower()
-    flat = name.replace("-", "")
-    for words, unless, builder in KEYWORD_FIXES:
-        if all(w in name or w.replace("-", "") in flat for w in words) and not any(u in name for u in unless):
-            return builder
-    return None
+    """The fix builder of a check id, or None: it prints its fix."""
+    return FIXES.get(check_id)
 
 
 def plan_fixes(ctx: FixContext, findings: Iterable[Finding]) -> tuple[list[FixAction], list[Finding]]:
@@ -303,8 +331,12 @@ def plan_fixes(ctx: FixContext, findings: Iterable[Finding]) -> tuple[list[FixAc
             action = None
         if action is None:
             manual += group
-        else:
+            continue
+        same = next((i for i, a in enumerate(actions) if a.shows == action.shows), None)
+        if same is None:
             actions.append(action)
+        else:  # e.g. H04 and K06 both want the firewall stage: run it once
+            actions[same] = replace(actions[same], also=(*actions[same].also, action.check_id))
     return actions, manual
 
 
@@ -341,7 +373,7 @@ def offer_and_apply(
         console.print("[skip]--fix: no safe automatic fix applies to the failures found[/skip]")
         return outcome
     console.table("doctor --fix will run", ["check", "fix", "runs"],
-                  [[a.check_id, a.title, "\n".join(a.shows)] for a in actions])  # fmt: skip
+                  [["\n".join(a.check_ids), a.title, "\n".join(a.shows)] for a in actions])  # fmt: skip
     if not assume_yes:
         if not (console.interactive and sys.stdin.isatty()):
             console.print("[warn]not applied: no terminal to confirm on; pass --yes to apply these fixes[/warn]")
@@ -354,16 +386,17 @@ def offer_and_apply(
             result = action.apply()
         except (GpustackError, OSError, ValueError, RuntimeError) as exc:
             outcome.failed.append((action, f"{type(exc).__name__}: {exc}"))
-            console.print(f"[fail]✗ {action.check_id}: {exc}[/fail]")
+            console.print(f"[fail]✗ {', '.join(action.check_ids)}: {exc}[/fail]")
             continue
         outcome.applied.append((action, result))
-        console.print(f"[ok]✓ {action.check_id}: {result}[/ok]")
+        console.print(f"[ok]✓ {', '.join(action.check_ids)}: {result}[/ok]")
     return outcome
 
 
 def report_after(outcome: FixOutcome, after: Sequence[Finding], console: Console) -> None:
     """One line per applied fix: the status of its check after the re-run."""
     for action, _ in outcome.applied + outcome.failed:
-        statuses: list[str] = sorted({f.status for f in after if f.id == action.check_id}) or ["not re-checked"]
-        style = "ok" if statuses == ["pass"] else "fail" if "fail" in statuses else "warn"
-        console.print(f"[{style}]{action.check_id} after the fix: {', '.join(statuses)}[/{style}]")
+        for check_id in action.check_ids:
+            statuses: list[str] = sorted({f.status for f in after if f.id == check_id}) or ["not re-checked"]
+            style = "ok" if statuses == ["pass"] else "fail" if "fail" in statuses else "warn"
+            console.print(f"[{style}]{check_id} after the fix: {', '.join(statuses)}[/{style}]")
