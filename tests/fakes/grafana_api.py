@@ -3,9 +3,17 @@
 Serves, on loopback:
 
 - ``GET /api/health`` (no auth);
-- ``POST /login`` (JSON ``{"user", "password"}``) -> ``Set-Cookie: grafana_session=...``;
-- with basic auth or that cookie (401 otherwise): ``GET /api/datasources``, ``GET /api/search?type=dash-db``,
-  ``GET /api/dashboards/uid/{uid}``, ``POST /api/ds/query``.
+- ``POST /login`` (JSON ``{"user", "password"}``) -> 200 ``{"message": "Logged in", "redirectUrl": "/"}`` with
+  ``Set-Cookie: grafana_session=<token>; Path=/; Max-Age=...; HttpOnly; SameSite=Lax`` and a second
+  ``Set-Cookie: grafana_session_expiry=...``, as Grafana answers; 401 ``Invalid username or password`` otherwise;
+- with basic auth or the ``grafana_session`` cookie of a login (401 otherwise): ``GET /api/datasources``,
+  ``GET /api/search?type=dash-db``, ``GET /api/dashboards/uid/{uid}``, ``POST /api/ds/query``. As in Grafana, an
+  ``Authorization`` header that is not valid basic auth (a wrong password, someone else's bearer token) is a
+  401 whatever the cookie says.
+
+Every request is recorded in ``requests`` as ``(method, path)``, and whether it came with an
+``Authorization`` header and with which cookie names in ``auth_seen`` as ``(path, authorization scheme or "",
+sorted cookie names)``.
 
 ``/api/ds/query`` runs each query's ``expr`` as an instant query on ``prometheus_url`` and answers
 like Grafana's Prometheus datasource: one data frame per series (``schema.fields`` Time/Value with the
@@ -20,16 +28,19 @@ import base64
 import json
 import secrets
 import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from http.cookies import SimpleCookie
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 Obj = dict[str, Any]
+SESSION_SECONDS = 2592000  # Grafana's login_maximum_lifetime_duration default (30 days)
 
 
 class FakeGrafana:
@@ -46,6 +57,7 @@ class FakeGrafana:
         self.dashboards: dict[str, Obj] = {}
         self.sessions: set[str] = set()
         self.requests: list[tuple[str, str]] = []
+        self.auth_seen: list[tuple[str, str, tuple[str, ...]]] = []
         self._server: ThreadingHTTPServer | None = None
 
     @property
@@ -66,23 +78,37 @@ class FakeGrafana:
             def log_message(self, *args: Any) -> None:
                 pass
 
-            def _reply(self, code: int, body: Any, headers: dict[str, str] | None = None) -> None:
+            def _reply(self, code: int, body: Any, *, set_cookies: list[str] | None = None) -> None:
                 data = json.dumps(body).encode()
                 self.send_response(code)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
-                for k, v in (headers or {}).items():
-                    self.send_header(k, v)
+                for cookie in set_cookies or []:
+                    self.send_header("Set-Cookie", cookie)
                 self.end_headers()
                 self.wfile.write(data)
 
+            def _cookies(self) -> dict[str, str]:
+                jar: SimpleCookie = SimpleCookie()
+                jar.load(self.headers.get("Cookie") or "")
+                return {k: m.value for k, m in jar.items()}
+
+            def _record(self, method: str, path: str) -> None:
+                fake.requests.append((method, path))
+                scheme = (self.headers.get("Authorization") or "").partition(" ")[0]
+                fake.auth_seen.append((path, scheme, tuple(sorted(self._cookies()))))
+
             def _authed(self) -> bool:
-                auth = self.headers.get("Authorization") or ""
-                if auth.startswith("Basic "):
-                    user, _, pw = base64.b64decode(auth[6:]).decode().partition(":")
+                auth = self.headers.get("Authorization")
+                if auth is not None:  # Grafana tries the header first; a bad one is a 401
+                    if not auth.startswith("Basic "):
+                        return False
+                    try:
+                        user, _, pw = base64.b64decode(auth[6:], validate=True).decode().partition(":")
+                    except (ValueError, UnicodeDecodeError):
+                        return False
                     return user == fake.user and pw == fake.password
-                cookie = self.headers.get("Cookie") or ""
-                return any(c.strip().split("=", 1)[-1] in fake.sessions for c in cookie.split(";") if "=" in c)
+                return self._cookies().get("grafana_session") in fake.sessions
 
             def _body(self) -> Any:
                 length = int(self.headers.get("Content-Length") or 0)
@@ -90,7 +116,7 @@ class FakeGrafana:
 
             def do_GET(self) -> None:
                 url = urlparse(self.path)
-                fake.requests.append(("GET", url.path))
+                self._record("GET", url.path)
                 if url.path == "/api/health":
                     return self._reply(200, fake.health)
                 if not self._authed():
@@ -108,14 +134,16 @@ class FakeGrafana:
 
             def do_POST(self) -> None:
                 url = urlparse(self.path)
-                fake.requests.append(("POST", url.path))
+                self._record("POST", url.path)
                 body = self._body()
                 if url.path == "/login":
                     if body.get("user") == fake.user and body.get("password") == fake.password:
                         token = secrets.token_hex(8)
                         fake.sessions.add(token)
-                        cookie = f"grafana_session={token}; Path=/; HttpOnly"
-                        return self._reply(200, {"message": "Logged in"}, {"Set-Cookie": cookie})
+                        expiry = int(time.time()) + SESSION_SECONDS
+                        cookies = [f"grafana_session={token}; Path=/; Max-Age={SESSION_SECONDS}; HttpOnly; SameSite=Lax",
+                                   f"grafana_session_expiry={expiry}; Path=/; Max-Age={SESSION_SECONDS}; SameSite=Lax"]  # fmt: skip
+                        return self._reply(200, {"message": "Logged in", "redirectUrl": "/"}, set_cookies=cookies)
                     return self._reply(401, {"message": "Invalid username or password"})
                 if not self._authed():
                     return self._reply(401, {"message": "Unauthorized"})

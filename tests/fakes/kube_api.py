@@ -36,7 +36,10 @@ For verify/doctor (collect once, at scale, with faults):
   pod "p" not found`` as a real API server relays it from the kubelet;
 - service proxy ``/api/v1/namespaces/{ns}/services/[scheme:]{name}[:{port}]/proxy/{path}`` forwards
   GET/POST to ``proxy_upstreams[(ns, name, port)]`` (port as written in the URL, "" when absent);
-  503 when no upstream is registered or it is unreachable, 404 when the Service does not exist either;
+  503 when no upstream is registered or it is unreachable, 404 when the Service does not exist either.
+  Like a real API server it passes the client's headers on (``Cookie`` included) except ``Authorization``,
+  which authenticated the client to the API server and is removed before proxying, and passes the
+  upstream's response headers back (every ``Set-Cookie`` included);
 - fault injection per path regex (``re.search`` on the raw path with query): :meth:`FakeKubeAPI.fail`
   (status, optional ``times`` and ``method``) and :meth:`FakeKubeAPI.delay` (seconds before answering).
 """
@@ -57,7 +60,7 @@ import urllib.request
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -69,6 +72,12 @@ import yaml
 Obj = dict[str, Any]
 Key = tuple[str, str, str, str, str]  # group, version, plural, namespace ("" = cluster), name
 SERVER_FIELDS = {"resourceVersion", "uid", "creationTimestamp", "generation", "managedFields"}
+#: request headers never passed to a proxied upstream (hop-by-hop, or the API server's own credentials)
+PROXY_DROP_REQUEST = frozenset({"authorization", "proxy-authorization", "host", "content-length", "connection",
+                                "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade"})  # fmt: skip
+#: upstream response headers not passed back (hop-by-hop, or set by this server itself)
+PROXY_DROP_RESPONSE = frozenset({"content-length", "content-type", "connection", "keep-alive", "transfer-encoding",
+                                 "date", "server"})  # fmt: skip
 #: key suffix of a previous instance's log in ``FakeKubeAPI.logs`` ("/" is never in a container name)
 PREVIOUS_SUFFIX = "/previous"
 
@@ -142,6 +151,7 @@ class RawResponse:
     code: int
     body: bytes
     content_type: str = "text/plain"
+    headers: list[tuple[str, str]] = field(default_factory=list)  # more response headers (proxied Set-Cookie)
 
 
 @dataclass
@@ -305,6 +315,8 @@ class FakeKubeAPI:
                     self.send_response(resp.code)
                     self.send_header("Content-Type", resp.content_type)
                     self.send_header("Content-Length", str(len(resp.body)))
+                    for key, value in resp.headers:
+                        self.send_header(key, value)
                     self.end_headers()
                     self.wfile.write(resp.body)
                 except OSError:  # the client gave up (timeout) while we were delayed
@@ -317,7 +329,7 @@ class FakeKubeAPI:
                 api.requests.append((method, self.path, ctype))
                 try:
                     api._inject_faults(method, self.path)
-                    special = api.handle_special(method, self.path, ctype, raw)
+                    special = api.handle_special(method, self.path, ctype, raw, self.headers)
                     if special is not None:
                         self._reply_raw(special)
                         return
@@ -496,8 +508,11 @@ class FakeKubeAPI:
 
     # -- logs and the service proxy ---------------------------------------------------------------------
 
-    def handle_special(self, method: str, raw_path: str, ctype: str, raw: bytes) -> RawResponse | None:
-        """Pod logs and the service proxy (non-JSON answers); None for every other path."""
+    def handle_special(
+        self, method: str, raw_path: str, ctype: str, raw: bytes, headers: Any = None
+    ) -> RawResponse | None:
+        """Pod logs and the service proxy (non-JSON answers); None for every other path. ``headers``: the
+        request's (an ``email.message.Message`` or a mapping)."""
         url = urlparse(raw_path)
         parts = [p for p in url.path.split("/") if p]
         if len(parts) == 7 and parts[:3] == ["api", "v1", "namespaces"] and parts[4] == "pods" and parts[6] == "log":
@@ -510,7 +525,7 @@ class FakeKubeAPI:
             and parts[4] == "services"
             and parts[6] == "proxy"
         ):
-            return self._proxy(method, parts[3], parts[5], raw_path, ctype, raw)
+            return self._proxy(method, parts[3], parts[5], raw_path, ctype, raw, headers)
         return None
 
     def _log(self, ns: str, pod: str, query: dict[str, str]) -> RawResponse:
@@ -545,7 +560,9 @@ class FakeKubeAPI:
             text = "".join(lines[-int(tail) :]) if int(tail) > 0 else ""
         return RawResponse(200, text.encode())
 
-    def _proxy(self, method: str, ns: str, spec: str, raw_path: str, ctype: str, raw: bytes) -> RawResponse:
+    def _proxy(
+        self, method: str, ns: str, spec: str, raw_path: str, ctype: str, raw: bytes, headers: Any = None
+    ) -> RawResponse:
         bits = spec.split(":")
         if len(bits) == 3:  # scheme:name:port
             bits = bits[1:]
@@ -560,15 +577,23 @@ class FakeKubeAPI:
         marker = f"/services/{spec}/proxy"
         rest = raw_path.split(marker, 1)[1]
         target = upstream.rstrip("/") + (rest if rest.startswith("/") else "/" + rest)
-        headers = {"Content-Type": ctype} if ctype else {}
-        req = urllib.request.Request(target, data=raw or None, method=method, headers=headers)
+        forward = {k: v for k, v in (headers or {}).items() if k.lower() not in PROXY_DROP_REQUEST}
+        if ctype and not any(k.lower() == "content-type" for k in forward):
+            forward["Content-Type"] = ctype
+        req = urllib.request.Request(target, data=raw or None, method=method, headers=forward)
         try:
             with urllib.request.urlopen(req, timeout=30) as resp:
-                return RawResponse(resp.status, resp.read(), resp.headers.get("Content-Type") or "text/plain")
+                return self._proxied(resp.status, resp.read(), resp.headers)
         except urllib.error.HTTPError as exc:
-            return RawResponse(exc.code, exc.read(), exc.headers.get("Content-Type") or "text/plain")
+            return self._proxied(exc.code, exc.read(), exc.headers)
         except (urllib.error.URLError, OSError) as exc:
             raise ApiError(503, "ServiceUnavailable", f"error trying to reach service: {exc}") from None
+
+    @staticmethod
+    def _proxied(code: int, body: bytes, headers: Any) -> RawResponse:
+        """The upstream's answer as this server relays it: status, body and end-to-end headers."""
+        passed = [(k, v) for k, v in headers.items() if k.lower() not in PROXY_DROP_RESPONSE]
+        return RawResponse(code, body, headers.get("Content-Type") or "text/plain", passed)
 
     # -- request handling -----------------------------------------------------------------------------
 
