@@ -11,12 +11,31 @@ and ``version = 3`` (containerd 2.x, ``[plugins.'io.containerd.cri.v1.runtime'..
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import re
+from types import ModuleType
 
 try:
     from ansible.errors import AnsibleFilterError
 except ImportError:  # pragma: no cover - outside Ansible (unit tests without ansible)
     AnsibleFilterError = ValueError  # type: ignore[misc,assignment]
+
+
+def _module_utils(name: str) -> ModuleType:
+    """``../module_utils/<name>.py``, loaded by path: on the controller Ansible resolves
+    ``ansible.module_utils`` imports of playbook-adjacent files only for modules, not plugins."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = os.path.join(here, os.pardir, "module_utils", f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"_gpustack_module_utils_{name}", path)
+    if spec is None or spec.loader is None:  # pragma: no cover - a broken installation
+        raise ImportError(f"gpustack module_utils {name!r} not found at {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+split_key = _module_utils("gpustack_toml").split_key
 
 # config version -> (dotted path of the runc runtime table, how containerd quotes it)
 RUNC_TABLES: dict[int, tuple[tuple[str, ...], str]] = {
@@ -35,28 +54,6 @@ _ARRAY_TABLE_RE = re.compile(r"^[ \t]*\[\[")
 _VERSION_RE = re.compile(r"^[ \t]*version[ \t]*=[ \t]*(\d+)")
 _KEY_RE = re.compile(r"^(?P<indent>[ \t]*)SystemdCgroup[ \t]*=[ \t]*(?P<value>[^#\s]*)")
 _ANY_KEY_RE = re.compile(r"^(?P<indent>[ \t]*)[A-Za-z0-9_\"'-]+[ \t]*=")
-
-
-def split_key(key: str) -> tuple[str, ...]:
-    """Split a dotted TOML key into its parts, honouring "double" and 'single' quotes."""
-    parts: list[str] = []
-    buf = ""
-    quote = ""
-    for ch in key.strip():
-        if quote:
-            if ch == quote:
-                quote = ""
-            else:
-                buf += ch
-        elif ch in "\"'":
-            quote = ch
-        elif ch == ".":
-            parts.append(buf.strip())
-            buf = ""
-        else:
-            buf += ch
-    parts.append(buf.strip())
-    return tuple(parts)
 
 
 def config_version(text: str) -> int | None:

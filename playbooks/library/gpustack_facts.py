@@ -3,7 +3,8 @@
 
 Pure parsing functions (``parse_*``, ``decode_*``, ``derive_*``) take text or bytes and return
 data; they are unit-tested. The ``collect_*`` functions do the I/O. Standard library only, so
-it runs with whatever python3 the target has (3.8 or newer).
+it runs with whatever python3 the target has (3.8 or newer); the TOML key splitter comes from
+``module_utils/gpustack_toml.py`` (shared with the containerd filter), which Ansible ships with it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import stat
 import struct
 import subprocess
 import sys
+
+from ansible.module_utils.gpustack_toml import split_key
 
 DOCUMENTATION = r"""
 ---
@@ -288,25 +291,6 @@ def parse_modules_nouveau(text: str) -> bool:
     return any(line.startswith("nouveau ") for line in text.splitlines())
 
 
-def _toml_key(key: str) -> tuple[str, ...]:
-    parts, buf, quote = [], "", ""
-    for ch in key.strip():
-        if quote:
-            if ch == quote:
-                quote = ""
-            else:
-                buf += ch
-        elif ch in "\"'":
-            quote = ch
-        elif ch == ".":
-            parts.append(buf.strip())
-            buf = ""
-        else:
-            buf += ch
-    parts.append(buf.strip())
-    return tuple(parts)
-
-
 def parse_containerd_systemd_cgroup(text: str) -> bool | None:
     """SystemdCgroup of runc's options in a containerd config.toml (version 2 or 3).
 
@@ -325,7 +309,7 @@ def parse_containerd_systemd_cgroup(text: str) -> bool | None:
             continue
         m = re.match(r"^\[([^\]]*)\]\s*(?:#.*)?$", line)
         if m:
-            section = _toml_key(m.group(1))
+            section = split_key(m.group(1))
             continue
         if section == ():
             vm = re.match(r"^version\s*=\s*(\d+)", line)

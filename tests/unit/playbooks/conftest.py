@@ -28,18 +28,20 @@ def load_path(name: str, path: Path) -> ModuleType:
 
 @pytest.fixture(scope="session")
 def flannel_filter() -> ModuleType:
-    return load_path(
-        "gpustack_flannel_filter", PLAYBOOKS / "filter_plugins" / "gpustack_flannel.py"
-    )
+    return load_path("gpustack_flannel_filter", PLAYBOOKS / "filter_plugins" / "gpustack_flannel.py")
 
 
 @pytest.fixture(scope="session")
 def containerd_filter() -> ModuleType:
-    return load_path(
-        "gpustack_containerd_filter", PLAYBOOKS / "filter_plugins" / "gpustack_containerd.py"
-    )
+    return load_path("gpustack_containerd_filter", PLAYBOOKS / "filter_plugins" / "gpustack_containerd.py")
 
 
 @pytest.fixture(scope="session")
-def facts_module() -> ModuleType:
+def toml_utils() -> ModuleType:
+    """playbooks/module_utils/gpustack_toml.py under the name modules import it by, as Ansible ships it."""
+    return load_path("ansible.module_utils.gpustack_toml", PLAYBOOKS / "module_utils" / "gpustack_toml.py")
+
+
+@pytest.fixture(scope="session")
+def facts_module(toml_utils: ModuleType) -> ModuleType:
     return load_path("gpustack_facts_module", PLAYBOOKS / "library" / "gpustack_facts.py")

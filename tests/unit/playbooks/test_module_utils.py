@@ -1,0 +1,84 @@
+"""playbooks/module_utils/gpustack_toml.py: the one TOML key splitter, shared by the containerd
+filter (controller, loaded by path) and the gpustack_facts module (target, shipped by Ansible)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import yaml
+from conftest import PLAYBOOKS
+
+TOML_UTILS = PLAYBOOKS / "module_utils" / "gpustack_toml.py"
+
+
+def test_split_key(toml_utils: ModuleType) -> None:
+    assert toml_utils.split_key('plugins."io.containerd.grpc.v1.cri".containerd') == (
+        "plugins",
+        "io.containerd.grpc.v1.cri",
+        "containerd",
+    )
+    assert toml_utils.split_key("plugins.'io.containerd.cri.v1.runtime'.containerd") == (
+        "plugins",
+        "io.containerd.cri.v1.runtime",
+        "containerd",
+    )
+    assert toml_utils.split_key(" plugins . 'a.b' ") == ("plugins", "a.b")
+    assert toml_utils.split_key("") == ("",)
+
+
+def test_filter_and_module_share_one_implementation(containerd_filter: ModuleType, facts_module: ModuleType) -> None:
+    for consumer in (containerd_filter, facts_module):
+        assert Path(consumer.split_key.__code__.co_filename).resolve() == TOML_UTILS.resolve()
+    assert not hasattr(facts_module, "_toml_key")
+
+
+def _ansible_env(**extra: str) -> dict[str, str]:
+    return dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_DEPRECATION_WARNINGS="False", **extra)
+
+
+@pytest.mark.skipif(not shutil.which("ansible"), reason="needs ansible")
+def test_ansible_loads_the_containerd_filter(tmp_path: Path) -> None:
+    """On the controller Ansible skips a filter plugin whose import fails, with only a warning: the
+    filter must load its module_utils itself."""
+    text = '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]\n  SystemdCgroup = true\n'
+    (tmp_path / "vars.json").write_text(json.dumps({"conf": "version = 2\n" + text}))
+    r = subprocess.run(
+        ["ansible", "localhost", "-i", "localhost,", "-c", "local", "-e", f"@{tmp_path / 'vars.json'}",
+         "-m", "ansible.builtin.debug", "-a", "msg={{ conf | containerd_systemd_cgroup_enabled }}"],
+        capture_output=True, text=True, check=False, timeout=120, cwd=tmp_path,
+        env=_ansible_env(ANSIBLE_FILTER_PLUGINS=str(PLAYBOOKS / "filter_plugins")),
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Skipping plugin" not in r.stdout + r.stderr
+    assert '"msg": true' in r.stdout
+
+
+@pytest.mark.skipif(not Path("/usr/bin/python3").exists(), reason="needs /usr/bin/python3")
+def test_preflight_module_finds_its_module_utils_under_ansible_runner(tmp_path: Path) -> None:
+    """gpustack runs playbooks through ansible-runner with the playbooks directory as project_dir and
+    no ansible.cfg: Ansible must find module_utils/ next to preflight.yml and ship it with the module."""
+    pytest.importorskip("ansible_runner")
+    from gpustack.paths import resource_dir
+    from gpustack.runners import ansible as ar
+
+    inventory = {"all": {"hosts": {"me": {"ansible_connection": "local", "ansible_become": False,
+                                          "ansible_python_interpreter": "/usr/bin/python3",
+                                          "gpustack_node_address": "127.0.0.1"}}}}  # fmt: skip
+    known_hosts = tmp_path / "known_hosts"
+    known_hosts.touch()
+    kwargs = ar.build_runner_kwargs(
+        private_data_dir=tmp_path / "run", project_dir=resource_dir("playbooks"), playbook="preflight.yml",
+        inventory=yaml.safe_load(yaml.safe_dump(inventory)),
+        extravars={"gpustack_facts_dir": str(tmp_path / "facts"), "gpustack_node_addresses": ["127.0.0.1"]},
+        tags=(), settings=ar.AnsibleSettings(known_hosts=known_hosts), ident="module-utils",
+    )  # fmt: skip
+    result = ar.run_playbook(kwargs, ar.StageTracker())
+    assert result.rc == 0, [f.message for f in result.failures]
+    facts = json.loads((tmp_path / "facts" / "me.json").read_text())
+    assert set(facts["containerd"]) == {"path", "systemd_cgroup"}
