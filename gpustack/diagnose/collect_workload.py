@@ -7,8 +7,9 @@ deadline passes -- and is deleted in a ``finally``, whatever happened.
 
 ``snap.workload["cuda"]`` and ``snap.workload["load"]`` are plain records (see :func:`run_pod`;
 ``load`` adds ``before``/``during``: max ``DCGM_FI_PROF_PIPE_TENSOR_ACTIVE`` on unallocated GPUs before
-the run, and on the load pod's GPU during it). Skipped (recorded as ``skipped``) for ``doctor`` and with
-``--no-workload``.
+the run, and on the load pod's GPU during it -- until dcgm-exporter attributes that GPU to the pod, on
+the unallocated GPUs of its node, never on GPUs other pods hold). Skipped (recorded as ``skipped``) for
+``doctor`` and with ``--no-workload``.
 
 Knobs for tests in ``ctx.extra``: ``workload_deadline`` (s, default 240), ``load_deadline`` (default 300),
 ``poll_interval`` (default 2), ``stuck_grace`` (default 30), ``load_poll`` (default 5).
@@ -201,8 +202,8 @@ def run_load(ctx: CollectContext, snap: Snapshot, kube: Any, *, clock: Callable[
         name = str((pod.get("metadata") or {}).get("name"))
         node = str((pod.get("spec") or {}).get("nodeName") or "")
         exprs = [f'max({TENSOR}{{exported_pod="{name}"}})', f'max({TENSOR}{{pod="{name}"}})']
-        if node:
-            exprs.append(f'max({TENSOR}{{node="{node}"}})')
+        if node:  # its GPU not (yet) attributed to it: the node's GPUs no other pod holds, never theirs
+            exprs.append(f'max({TENSOR}{{node="{node}",exported_pod=""}})')
         for expr in exprs:
             try:
                 value = scalar_max(ep, expr)

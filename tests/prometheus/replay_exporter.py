@@ -10,6 +10,10 @@ Scenarios (switch at start or later with ``GET /-/scenario?name=...``): ``health
 (GPU 3 fell off the bus), ``overheat`` (GPU 5), ``row_remap_failure`` (GPU 1), ``fb_full`` (GPU 0),
 ``gpu_missing`` (GPU 7 absent: 7 GPUs instead of 8).
 
+Pods come and go: :meth:`DcgmReplay.assign` gives a GPU to a pod (or frees it), as dcgm-exporter learns
+from the kubelet's pod-resources API. A :class:`PodRef` with ``load=True`` is ``gpustack verify --load``'s
+dcgmproftester (``-t 1004``, FP16 GEMMs): its GPU at full utilisation with the Tensor Cores near saturation.
+
 Run by hand: ``python tests/prometheus/replay_exporter.py --node node-a --scenario xid79`` (prints the address).
 Only ever binds to loopback.
 """
@@ -37,6 +41,7 @@ FB_RESERVED_MIB = 594
 SM_CLOCK_MAX_MHZ = 1980
 SM_CLOCK_IDLE_MHZ = 345
 MEM_CLOCK_MHZ = 2619
+TENSOR_UNDER_LOAD = 0.93  # DCGM_FI_PROF_PIPE_TENSOR_ACTIVE under dcgmproftester -t 1004 on an H100
 PCI_BUSES = ("18", "2A", "3A", "5D", "9A", "AB", "BA", "DB")  # HGX H100 8-GPU board layout
 XID_TEXT = {0: "No Error", 13: "Graphics Engine Exception", 79: "GPU has fallen off the bus"}
 # DCGM fields dcgm-exporter prints with %f (doubles); everything else is an int64 printed with %d.
@@ -62,6 +67,7 @@ class PodRef:
     name: str
     container: str
     idle: bool = False  # holds the GPU but does not use it
+    load: bool = False  # dcgmproftester -t 1004: Tensor Core activity ~0.93, utilisation 100%
 
 
 @dataclass
@@ -122,6 +128,7 @@ class GpuState:
         self.spec, self.gpu, self.t = spec, gpu, t
         self.pod = spec.pods.get(gpu)
         self.busy = self.pod is not None and not self.pod.idle
+        self.loaded = self.busy and self.pod is not None and self.pod.load
         self.hot = spec.scenario == "overheat" and gpu == 5
 
     def _is(self, scenario: str, gpu: int) -> bool:
@@ -131,6 +138,8 @@ class GpuState:
     def util(self) -> float:
         if self.hot:
             return 95.0
+        if self.loaded:
+            return 100.0
         if not self.busy:
             return 0.0
         return round(70 + 25 * math.sin(2 * math.pi * self.t / 40 + self.gpu))
@@ -191,7 +200,7 @@ class GpuState:
             "DCGM_FI_DEV_ROW_REMAP_FAILURE": Sample(1 if failed else 0),
             "DCGM_FI_DEV_ROW_REMAP_PENDING": Sample(1 if failed else 0),
             "DCGM_FI_PROF_GR_ENGINE_ACTIVE": Sample(gr),
-            "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": Sample(gr * 0.62),
+            "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": Sample(TENSOR_UNDER_LOAD if self.loaded else gr * 0.62),
             "DCGM_FI_PROF_DRAM_ACTIVE": Sample(gr * 0.41),
         }
 
@@ -359,6 +368,12 @@ class DcgmReplay(ReplayServer):
             raise ValueError(f"unknown scenario {name!r}")
         with self._lock:
             self.spec.scenario = name
+
+    def assign(self, gpu: int, pod: PodRef | None) -> None:
+        """Give ``gpu`` to ``pod`` (None: free it) from the next scrape on."""
+        with self._lock:
+            pods = {g: p for g, p in self.spec.pods.items() if g != gpu}
+            self.spec.pods = {**pods, gpu: pod} if pod is not None else pods
 
     def render(self) -> str:
         with self._lock:
