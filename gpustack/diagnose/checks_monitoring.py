@@ -268,7 +268,7 @@ def _candidate_monitors(snap: Snapshot) -> list[Obj]:
 
 @register("M06-servicemonitor-matches", "monitoring",
           title="a ServiceMonitor matches the exporter Service (namespace, labels, port name)",
-          reads="ServiceMonitors, Services", commands=BOTH, fixable=True)  # fmt: skip
+          reads="ServiceMonitors, Services", commands=BOTH)  # fmt: skip
 def servicemonitor_matches(snap: Snapshot) -> list[Finding]:
     skip = _kube_missing(snap, "Service", "ServiceMonitor")
     if skip:

@@ -43,13 +43,15 @@ GPU_HINTS = ("dcgm", "nvidia", "gpu")
 @dataclass(frozen=True)
 class FixAction:
     """One planned fix: ``shows`` is what will run, ``apply`` runs it and returns what it did.
-    ``also``: further failing checks the same fix answers (it runs once for all of them)."""
+    ``also``: further failing checks the same fix answers (it runs once for all of them);
+    ``leaves``: findings of its check this fix does not answer (they are listed as fixes by hand)."""
 
     check_id: str
     title: str
     shows: tuple[str, ...]
     apply: Callable[[], str]
     also: tuple[str, ...] = ()
+    leaves: tuple[Finding, ...] = ()
 
     @property
     def check_ids(self) -> tuple[str, ...]:
@@ -261,7 +263,10 @@ def pod_to_api_plan(ctx: FixContext, findings: Sequence[Finding]) -> FixAction |
     from gpustack.diagnose.checks_kubernetes import API_TIMEOUT
 
     dropped = [f for f in findings if API_TIMEOUT.search(f.evidence)]
-    return firewall_plan(ctx, dropped) if dropped else None
+    action = firewall_plan(ctx, dropped) if dropped else None
+    if action is None:
+        return None
+    return replace(action, leaves=tuple(f for f in findings if f not in dropped))
 
 
 def node_exporter_plan(ctx: FixContext, findings: Sequence[Finding]) -> FixAction | None:
@@ -332,6 +337,7 @@ def plan_fixes(ctx: FixContext, findings: Iterable[Finding]) -> tuple[list[FixAc
         if action is None:
             manual += group
             continue
+        manual += action.leaves
         same = next((i for i, a in enumerate(actions) if a.shows == action.shows), None)
         if same is None:
             actions.append(action)

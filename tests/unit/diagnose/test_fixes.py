@@ -116,8 +116,6 @@ def test_no_keyword_matching() -> None:
         assert fixes.fix_for(lookalike) is None, lookalike
 
 
-@pytest.mark.xfail(strict=True, reason="checks_monitoring.py registers M06-servicemonitor-matches with fixable=True "
-                   "although no fix applies (its fix: gpustack up --only cluster); drop the flag, then this marker")  # fmt: skip
 def test_reference_fix_column_matches_fixes() -> None:
     """docs/checks.md's `--fix` column (CheckSpec.fixable) says yes exactly for the checks in FIXES."""
     flagged = {i for i, spec in registered().items() if spec.fixable}
@@ -338,6 +336,22 @@ def test_pod_to_api_without_endpoints_is_not_the_firewall() -> None:
     found = check_findings(snap, "K06-pod-to-api")
     assert [f.summary for f in found] == ["the default/kubernetes Service has no endpoints"]
     assert plan(snap, found)[0] == []
+
+
+def test_pod_to_api_timeouts_and_no_endpoints_split_between_fix_and_by_hand(
+    fake_api: FakeKubeAPI, kubeconfig: Path
+) -> None:
+    """Both K06 findings at once: the timeouts get the firewall stage, the Service without endpoints
+    (the API server's problem) stays in the by-hand list."""
+    snap = scenario_snapshot(fake_api, kubeconfig, "pod-to-api-timeout")
+    for ep in snap.kube["Endpoints"]:
+        if ep["metadata"]["name"] == "kubernetes" and ep["metadata"]["namespace"] == "default":
+            ep["subsets"] = []
+    found = check_findings(snap, "K06-pod-to-api")
+    assert len(found) == 2
+    [action], manual = plan(snap, found, run_stage=lambda _stage: None)
+    assert action.check_ids == ("K06-pod-to-api",)
+    assert [f.summary for f in manual] == ["the default/kubernetes Service has no endpoints"]
 
 
 def test_node_exporter_port_checks_share_one_cluster_stage(fake_api: FakeKubeAPI, kubeconfig: Path) -> None:
