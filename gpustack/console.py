@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from rich.console import Console as RichConsole
+from rich.markup import escape
 from rich.table import Table
 from rich.theme import Theme
 
@@ -73,4 +74,4 @@ class Console:
             return True
         if not sys.stdin.isatty():
             return False
-        return self.out.input(f"{question} [y/N] ").strip().lower() in {"y", "yes"}
+        return self.out.input(f"{escape(question)} \\[y/N] ").strip().lower() in {"y", "yes"}
