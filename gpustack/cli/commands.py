@@ -235,7 +235,7 @@ def verify(
     output: OutputOpt = "table",
     save: SaveOpt = None,
     load: Annotated[bool, typer.Option("--load", help="also run dcgmproftester on one GPU and check the metrics move")] = False,
-    no_workload: Annotated[bool, typer.Option("--no-workload", help="do not start the CUDA test pod")] = False,
+    no_workload: Annotated[bool, typer.Option("--no-workload", help="start no test pod (pod-network probe, CUDA pod)")] = False,
     list_: ListOpt = False,
     from_snapshot: SnapInOpt = None,
     save_snapshot: SnapOutOpt = None,

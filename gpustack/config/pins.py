@@ -51,6 +51,9 @@ CHARTS: dict[str, Chart] = {
 # from this sandbox: verify on a host with egress before moving them.
 VERIFY_CUDA_IMAGE = "nvcr.io/nvidia/cuda:12.8.1-base-ubuntu24.04"
 VERIFY_DCGM_IMAGE = "nvcr.io/nvidia/cloud-native/dcgm:4.2.3-1-ubuntu22.04"
+# verify's pod-network probe: Kubernetes' own e2e test image; `agnhost connect HOST:PORT` resolves the
+# name (CoreDNS) and opens a TCP connection, exit 0 or 1 with DNS:/TIMEOUT/REFUSED/OTHER: on stderr.
+VERIFY_NET_IMAGE = "registry.k8s.io/e2e-test-images/agnhost:2.53"
 
 # Default package sources; every one can be pointed at a mirror in gpustack.yaml (sources:).
 KUBERNETES_APT_URL = "https://pkgs.k8s.io/core:/stable:/v{minor}/deb/"

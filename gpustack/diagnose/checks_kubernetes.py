@@ -722,3 +722,58 @@ def node_exporter_port(snap: Snapshot) -> list[Finding]:
                     fix="gpustack up --only cluster   # preflight sees the host node_exporter and moves the chart's to 9101\n"
                         f"# or stop the host one: ssh {node} sudo systemctl disable --now node_exporter",
                     host=nodes[0] if len(nodes) == 1 else None)]  # fmt: skip
+
+
+# --- K09 ------------------------------------------------------------------------------------------
+
+NET_ERRORS = (  # agnhost connect's stderr -> (what failed, fix)
+    ("DNS:", "CoreDNS does not answer pods",
+     "gpustack doctor --check K05,K06,H04   # CoreDNS, pod -> API, the host firewall\n"
+     "kubectl -n kube-system get pods -l k8s-app=kube-dns -o wide\n"
+     "kubectl -n kube-system logs -l k8s-app=kube-dns --tail 30"),
+    ("TIMEOUT", "a pod times out connecting to the API service",
+     "gpustack doctor --check H04,K06   # the host firewall drops pod -> API traffic; --fix opens it"),
+    ("REFUSED", "the API service refuses connections from pods",
+     "kubectl get endpoints kubernetes -n default; kubectl -n kube-system get pods -l k8s-app=kube-proxy -o wide\n"
+     "ssh <control-plane> sudo crictl ps --name kube-apiserver"),
+)  # fmt: skip
+
+
+@register("K09-pod-network-probe", LAYER, title="a pod resolves kubernetes.default.svc and connects to it",
+          reads="verify's pod-network probe", commands=("verify",))  # fmt: skip
+def pod_network_probe(snap: Snapshot) -> list[Finding]:
+    """The probe pod (``agnhost connect kubernetes.default.svc:443``): CoreDNS answers a pod and the
+    API service accepts its connection, proved rather than inferred from logs."""
+    if "pod-network" in snap.errors:
+        return [finding("K09-pod-network-probe", "fail", "the pod-network probe could not be run",
+                        evidence=snap.errors["pod-network"])]  # fmt: skip
+    rec = as_dict(as_dict(snap.workload).get("net"))
+    if not rec:
+        wl = as_dict(snap.workload)
+        why = wl.get("skipped") or wl.get("net_skipped") or ("API unreadable" if snap.errors.get("kubernetes") else "not run")
+        return [finding("K09-pod-network-probe", "skip", f"pod-network probe not run ({why})")]
+    node = str(rec.get("node") or "") or None
+    logs_text = str(rec.get("logs") or "")
+    out = []
+    if rec.get("phase") != "Succeeded":
+        what, fix = "the pod-network probe did not complete", "kubectl -n gpustack-verify get events; gpustack doctor --layer kubernetes"
+        for marker, summary, marker_fix in NET_ERRORS:
+            if marker in logs_text:
+                what, fix = summary, marker_fix
+                break
+        else:
+            if rec.get("stuck") or rec.get("timed_out"):
+                how = "stuck" if rec.get("stuck") else "timed out"
+                what = f"the pod-network probe was {how} ({rec.get('reason') or rec.get('phase') or 'Pending'})"
+                if str(rec.get("reason")) in ("ErrImagePull", "ImagePullBackOff"):
+                    fix = (f"ssh {node or '<node>'} sudo crictl pull {rec.get('image')}   # registry, DNS or proxy "
+                           "error; with a mirror, set it in gpustack.yaml (sources)")  # fmt: skip
+        evidence = "; ".join(x for x in (f"pod {rec.get('pod')} on {node or '?'}: phase {rec.get('phase') or '?'}",
+                                         f"{rec.get('reason', '')} {rec.get('message', '')}".strip(),
+                                         logs_text.strip()[-300:], str(rec.get("error") or "")) if x)  # fmt: skip
+        out.append(finding("K09-pod-network-probe", "fail", what, evidence=evidence, fix=fix, host=node))
+    if rec.get("pod") and not rec.get("deleted"):
+        out.append(finding("K09-pod-network-probe", "warn", f"the probe pod {rec.get('pod')} was not deleted",
+                           evidence=str(rec.get("error") or ""),
+                           fix=f"kubectl -n {rec.get('namespace') or 'gpustack-verify'} delete pod {rec.get('pod')}"))  # fmt: skip
+    return out

@@ -1,17 +1,23 @@
-"""Source ``workload`` (``verify`` only): a CUDA test pod on one GPU, and with ``--load`` a
-dcgmproftester run whose Tensor Core activity must show up in Prometheus.
+"""Sources that start test pods (``verify`` only; ``--no-workload`` starts none):
+
+- ``pod-network``: a small pod (no GPU) that resolves ``kubernetes.default.svc`` through CoreDNS and
+  opens a TCP connection to the API service, as every in-cluster client must
+  (``snap.workload["net"]``);
+- ``workload``: a CUDA test pod on one GPU, and with ``--load`` a dcgmproftester run whose Tensor
+  Core activity must show up in Prometheus.
 
 Each pod is created in the ``gpustack-verify`` namespace (POST, generated name), polled until it
 finishes, gets stuck (Unschedulable, image pull errors) for longer than a grace period, or the
 deadline passes -- and is deleted in a ``finally``, whatever happened.
 
-``snap.workload["cuda"]`` and ``snap.workload["load"]`` are plain records (see :func:`run_pod`;
+``snap.workload["net"]``, ``["cuda"]`` and ``["load"]`` are plain records (see :func:`run_pod`;
 ``load`` adds ``before``/``during``: max ``DCGM_FI_PROF_PIPE_TENSOR_ACTIVE`` on unallocated GPUs before
 the run, and on the load pod's GPU during it -- until dcgm-exporter attributes that GPU to the pod, on
 the unallocated GPUs of its node, never on GPUs other pods hold). Skipped (recorded as ``skipped``) for
 ``doctor`` and with ``--no-workload``.
 
-Knobs for tests in ``ctx.extra``: ``workload_deadline`` (s, default 240), ``load_deadline`` (default 300),
+Knobs for tests in ``ctx.extra``: ``workload_deadline`` (s, default 240), ``net_deadline`` (default 120),
+``load_deadline`` (default 300),
 ``poll_interval`` (default 2), ``stuck_grace`` (default 30), ``load_poll`` (default 5).
 
 The source has its own collection deadline (``SOURCE_TIMEOUT``), above the pods' deadlines: image
@@ -32,6 +38,10 @@ from gpustack.diagnose.snapshot import Obj, Snapshot
 
 VERIFY_NAMESPACE = "gpustack-verify"
 CUDA_IMAGE = pins.VERIFY_CUDA_IMAGE
+NET_IMAGE = pins.VERIFY_NET_IMAGE
+#: what every in-cluster client does first: resolve the API service's name, connect to it
+NET_TARGET = "kubernetes.default.svc:443"
+NET_SOURCE_TIMEOUT = 180.0
 DCGM_IMAGE = pins.VERIFY_DCGM_IMAGE
 #: workload (240 s) + load (300 s) deadlines and the deletes
 SOURCE_TIMEOUT = 600.0
@@ -62,6 +72,32 @@ def gpu_pod(name_prefix: str, image: str, command: list[str], *, privileged: boo
             "runtimeClassName": "nvidia",
             "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
             "containers": [container],
+        },
+    }  # fmt: skip
+
+
+def net_pod() -> Obj:
+    """A one-shot, unprivileged pod: ``agnhost connect`` to the API service by name."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"generateName": "gpustack-net-", "namespace": VERIFY_NAMESPACE,
+                     "labels": {"app.kubernetes.io/part-of": "gpustack", "gpustack/verify": "gpustack-net"}},
+        "spec": {
+            "restartPolicy": "Never",
+            "automountServiceAccountToken": False,
+            # a single-node cluster keeps no taint, a multi-node one may run it on the control plane too
+            "tolerations": [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists",
+                             "effect": "NoSchedule"}],
+            "securityContext": {"runAsNonRoot": True, "runAsUser": 65534, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{
+                "name": "main",
+                "image": NET_IMAGE,
+                "command": ["/agnhost", "connect", "--timeout=10s", NET_TARGET],
+                "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"memory": "64Mi"}},
+                "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+                                    "readOnlyRootFilesystem": True},
+            }],
         },
     }  # fmt: skip
 
@@ -222,6 +258,13 @@ def run_load(ctx: CollectContext, snap: Snapshot, kube: Any, *, clock: Callable[
     return out
 
 
+def _ready(node: object) -> bool:
+    status = node.get("status") if isinstance(node, dict) else None
+    conditions = status.get("conditions") if isinstance(status, dict) else None
+    return any(isinstance(c, dict) and c.get("type") == "Ready" and c.get("status") == "True"
+               for c in conditions or [])  # fmt: skip
+
+
 def allocatable_gpus(nodes: list[Obj]) -> int:
     """Total ``nvidia.com/gpu`` allocatable over the nodes (malformed values count as 0)."""
     total = 0
@@ -256,3 +299,24 @@ def collect_workload(ctx: CollectContext, snap: Snapshot) -> None:
                                     stuck_grace=float(ctx.extra.get("stuck_grace", 30.0)))  # fmt: skip
     if ctx.load:
         snap.workload["load"] = run_load(ctx, snap, kube)
+
+
+@source("pod-network", layers=("kubernetes",), after=("kubernetes",), timeout=NET_SOURCE_TIMEOUT)
+def collect_pod_network(ctx: CollectContext, snap: Snapshot) -> None:
+    """``verify``: the pod-network probe (CoreDNS answers, the API service is reachable from a pod)."""
+    if ctx.command != "verify" or not ctx.workload:
+        snap.workload["skipped"] = "doctor" if ctx.command != "verify" else "--no-workload"
+        return
+    if snap.errors.get("kubernetes"):  # the API server itself is unreadable: K00 says so
+        return
+    if "Node" in snap.kube and not any(_ready(n) for n in snap.kube["Node"]):
+        snap.workload["net_skipped"] = "no Ready node to run it on (see K01)"  # don't wait out the deadline
+        return
+    kube = kube_client(ctx)
+    if kube is None:
+        snap.errors["pod-network"] = "no kubeconfig: cannot create the pod-network probe"
+        return
+    deadline = time.monotonic() + float(ctx.extra.get("net_deadline", 120.0))
+    snap.workload["net"] = run_pod(kube, net_pod(), deadline=deadline,
+                                   interval=float(ctx.extra.get("poll_interval", 2.0)),
+                                   stuck_grace=float(ctx.extra.get("stuck_grace", 30.0)))  # fmt: skip
