@@ -258,6 +258,20 @@ def run_load(ctx: CollectContext, snap: Snapshot, kube: Any, *, clock: Callable[
     return out
 
 
+def _not_for(ctx: CollectContext, snap: Snapshot) -> bool:
+    """Test pods run for ``verify`` only, and not with ``--no-workload`` (recorded as ``skipped``)."""
+    if ctx.command == "verify" and ctx.workload:
+        return False
+    snap.workload["skipped"] = "doctor" if ctx.command != "verify" else "--no-workload"
+    return True
+
+
+def _run_test_pod(ctx: CollectContext, kube: Any, manifest: Obj, deadline_knob: str, default: float) -> Obj:
+    deadline = time.monotonic() + float(ctx.extra.get(deadline_knob, default))
+    return run_pod(kube, manifest, deadline=deadline, interval=float(ctx.extra.get("poll_interval", 2.0)),
+                   stuck_grace=float(ctx.extra.get("stuck_grace", 30.0)))  # fmt: skip
+
+
 def _ready(node: object) -> bool:
     status = node.get("status") if isinstance(node, dict) else None
     conditions = status.get("conditions") if isinstance(status, dict) else None
@@ -282,8 +296,7 @@ def allocatable_gpus(nodes: list[Obj]) -> int:
 @source("workload", layers=("gpu-operator", "monitoring"), after=("kubernetes",), timeout=SOURCE_TIMEOUT)
 def collect_workload(ctx: CollectContext, snap: Snapshot) -> None:
     """``verify``: the CUDA test pod, then (``--load``) the load test. Skipped otherwise."""
-    if ctx.command != "verify" or not ctx.workload:
-        snap.workload["skipped"] = "doctor" if ctx.command != "verify" else "--no-workload"
+    if _not_for(ctx, snap):
         return
     kube = kube_client(ctx)
     if kube is None:
@@ -293,10 +306,7 @@ def collect_workload(ctx: CollectContext, snap: Snapshot) -> None:
         # a pod requesting a GPU could never schedule: don't wait out the deadline for it
         snap.errors["workload"] = "no node has allocatable nvidia.com/gpu: the CUDA test pod cannot be scheduled"
         return
-    deadline = time.monotonic() + float(ctx.extra.get("workload_deadline", 240.0))
-    snap.workload["cuda"] = run_pod(kube, cuda_pod(), deadline=deadline,
-                                    interval=float(ctx.extra.get("poll_interval", 2.0)),
-                                    stuck_grace=float(ctx.extra.get("stuck_grace", 30.0)))  # fmt: skip
+    snap.workload["cuda"] = _run_test_pod(ctx, kube, cuda_pod(), "workload_deadline", 240.0)
     if ctx.load:
         snap.workload["load"] = run_load(ctx, snap, kube)
 
@@ -304,8 +314,7 @@ def collect_workload(ctx: CollectContext, snap: Snapshot) -> None:
 @source("pod-network", layers=("kubernetes",), after=("kubernetes",), timeout=NET_SOURCE_TIMEOUT)
 def collect_pod_network(ctx: CollectContext, snap: Snapshot) -> None:
     """``verify``: the pod-network probe (CoreDNS answers, the API service is reachable from a pod)."""
-    if ctx.command != "verify" or not ctx.workload:
-        snap.workload["skipped"] = "doctor" if ctx.command != "verify" else "--no-workload"
+    if _not_for(ctx, snap):
         return
     if snap.errors.get("kubernetes"):  # the API server itself is unreadable: K00 says so
         return
@@ -316,7 +325,4 @@ def collect_pod_network(ctx: CollectContext, snap: Snapshot) -> None:
     if kube is None:
         snap.errors["pod-network"] = "no kubeconfig: cannot create the pod-network probe"
         return
-    deadline = time.monotonic() + float(ctx.extra.get("net_deadline", 120.0))
-    snap.workload["net"] = run_pod(kube, net_pod(), deadline=deadline,
-                                   interval=float(ctx.extra.get("poll_interval", 2.0)),
-                                   stuck_grace=float(ctx.extra.get("stuck_grace", 30.0)))  # fmt: skip
+    snap.workload["net"] = _run_test_pod(ctx, kube, net_pod(), "net_deadline", 120.0)

@@ -1,4 +1,4 @@
-"""Fixtures for the diagnose tests: a running FakeKubeAPI and a kubeconfig pointing at it."""
+"""Fixtures for the diagnose tests: a running FakeKubeAPI, a kubeconfig pointing at it, a client."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from gpustack.runners.kube import Kube
 from tests.fakes.kube_api import FakeKubeAPI
 
 
@@ -19,3 +20,8 @@ def fake_api() -> Iterator[FakeKubeAPI]:
 @pytest.fixture
 def kubeconfig(fake_api: FakeKubeAPI, tmp_path: Path) -> Path:
     return fake_api.write_kubeconfig(tmp_path / "kubeconfig")
+
+
+@pytest.fixture
+def kube(kubeconfig: Path) -> Kube:
+    return Kube.from_kubeconfig(kubeconfig, request_timeout=5)

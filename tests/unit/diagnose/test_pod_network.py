@@ -5,8 +5,6 @@ pod is deleted every time."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,17 +20,6 @@ from tests.fakes.kube_api import FakeKubeAPI
 
 Obj = dict[str, Any]
 FAST = {"net_deadline": 3.0, "poll_interval": 0.05, "stuck_grace": 0.3}
-
-
-@pytest.fixture
-def api() -> Iterator[FakeKubeAPI]:
-    with FakeKubeAPI.running() as server:
-        yield server
-
-
-@pytest.fixture
-def kube(api: FakeKubeAPI, tmp_path: Path) -> Kube:
-    return Kube.from_kubeconfig(api.write_kubeconfig(tmp_path / "kubeconfig"), request_timeout=5)
 
 
 def kubelet(api: FakeKubeAPI, exit_code: int | None, stderr: str = "", node: str = "cp1") -> list[Obj]:
@@ -76,7 +63,9 @@ def pods_left(api: FakeKubeAPI) -> list[str]:
 def test_probe_pod_is_unprivileged_and_targets_the_api_service_by_name() -> None:
     pod = net_pod()
     [c] = pod["spec"]["containers"]
-    assert c["command"][:2] == ["/agnhost", "connect"] and c["command"][-1] == NET_TARGET == "kubernetes.default.svc:443"
+    assert (
+        c["command"][:2] == ["/agnhost", "connect"] and c["command"][-1] == NET_TARGET == "kubernetes.default.svc:443"
+    )
     assert "nvidia.com/gpu" not in str(c["resources"]) and "runtimeClassName" not in pod["spec"]
     assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
     assert c["securityContext"]["allowPrivilegeEscalation"] is False and c["securityContext"]["capabilities"] == {
@@ -84,11 +73,11 @@ def test_probe_pod_is_unprivileged_and_targets_the_api_service_by_name() -> None
     assert pod["spec"]["automountServiceAccountToken"] is False
 
 
-def test_success_passes_and_deletes(api: FakeKubeAPI, kube: Kube) -> None:
-    seen = kubelet(api, 0)
+def test_success_passes_and_deletes(fake_api: FakeKubeAPI, kube: Kube) -> None:
+    seen = kubelet(fake_api, 0)
     snap = probe(kube)
     rec = snap.workload["net"]
-    assert rec["phase"] == "Succeeded" and rec["deleted"] and rec["node"] == "cp1" and not pods_left(api)
+    assert rec["phase"] == "Succeeded" and rec["deleted"] and rec["node"] == "cp1" and not pods_left(fake_api)
     assert seen[0]["spec"]["containers"][0]["image"] == NET_IMAGE
     [f] = k09(snap)
     assert f.status == "pass"
@@ -105,49 +94,49 @@ def test_success_passes_and_deletes(api: FakeKubeAPI, kube: Kube) -> None:
          "gpustack doctor --layer kubernetes"),
     ],
 )  # fmt: skip
-def test_each_agnhost_failure_names_its_layer(api: FakeKubeAPI, kube: Kube, stderr: str, summary: str,
+def test_each_agnhost_failure_names_its_layer(fake_api: FakeKubeAPI, kube: Kube, stderr: str, summary: str,
                                              in_fix: str) -> None:  # fmt: skip
-    kubelet(api, 1, stderr)
+    kubelet(fake_api, 1, stderr)
     snap = probe(kube)
-    assert snap.workload["net"]["phase"] == "Failed" and not pods_left(api)
+    assert snap.workload["net"]["phase"] == "Failed" and not pods_left(fake_api)
     [f] = k09(snap)
     assert f.status == "fail" and f.summary == summary and in_fix in f.fix
     assert stderr.strip()[:40] in f.evidence and f.host == "cp1"
 
 
-def test_image_pull_back_off_is_stuck_and_names_the_image(api: FakeKubeAPI, kube: Kube) -> None:
-    kubelet(api, None)
+def test_image_pull_back_off_is_stuck_and_names_the_image(fake_api: FakeKubeAPI, kube: Kube) -> None:
+    kubelet(fake_api, None)
     snap = probe(kube)
     rec = snap.workload["net"]
-    assert rec["stuck"] and rec["deleted"] and not pods_left(api)
+    assert rec["stuck"] and rec["deleted"] and not pods_left(fake_api)
     [f] = k09(snap)
     assert f.status == "fail" and "stuck (ImagePullBackOff)" in f.summary and f"crictl pull {NET_IMAGE}" in f.fix
 
 
-def test_not_run_for_doctor_nor_without_workload(api: FakeKubeAPI, kube: Kube) -> None:
+def test_not_run_for_doctor_nor_without_workload(fake_api: FakeKubeAPI, kube: Kube) -> None:
     for snap in (probe(kube, command="doctor"), probe(kube, workload=False)):
         assert "net" not in snap.workload
         [f] = k09(snap)
         assert f.status == "skip"
-    assert not [r for r in api.requests if r[0] == "POST"]
+    assert not [r for r in fake_api.requests if r[0] == "POST"]
 
 
-def test_unreadable_api_means_no_probe(kube: Kube, api: FakeKubeAPI) -> None:
+def test_unreadable_api_means_no_probe(kube: Kube, fake_api: FakeKubeAPI) -> None:
     snap = Snapshot()
     snap.errors["kubernetes"] = "the Kubernetes API is unreachable"
     collect_pod_network(CollectContext(cfg=Config(), command="verify", kubeconfig=None,
                                        extra={"kube": kube, **FAST}), snap)  # fmt: skip
-    assert not api.requests
+    assert not fake_api.requests
     [f] = k09(snap)
     assert f.status == "skip" and "API unreadable" in f.summary
 
 
-def test_no_ready_node_means_no_probe(kube: Kube, api: FakeKubeAPI) -> None:
+def test_no_ready_node_means_no_probe(kube: Kube, fake_api: FakeKubeAPI) -> None:
     """A pod no node can run would only wait out the deadline: K01 already names the cause."""
     snap = Snapshot(kube={"Node": [{"metadata": {"name": "cp1"},
                                     "status": {"conditions": [{"type": "Ready", "status": "False"}]}}]})  # fmt: skip
     collect_pod_network(CollectContext(cfg=Config(), command="verify", kubeconfig=None,
                                        extra={"kube": kube, **FAST}), snap)  # fmt: skip
-    assert not [r for r in api.requests if r[0] == "POST"]
+    assert not [r for r in fake_api.requests if r[0] == "POST"]
     [f] = k09(snap)
     assert f.status == "skip" and "no Ready node" in f.summary
