@@ -71,7 +71,7 @@ def prometheus_datasource_works(snap: Snapshot) -> list[Finding]:
         have = ", ".join(f"{d.get('name')} ({d.get('type')})" for d in snap.grafana.datasources) or "none"
         return [Finding("", "", "fail", "no Prometheus datasource in Grafana", evidence=f"datasources: {have}",
                         fix=fix)]  # fmt: skip
-    probe = ds.get("_probe") or {}
+    probe = snap.grafana.probe(ds)
     if not probe.get("ok"):
         return [Finding("", "", "fail", f"datasource {ds.get('name')!r} does not answer queries",
                         evidence=f"url {ds.get('url')}: {probe.get('error') or 'no series for vector(1)'}",
@@ -108,7 +108,7 @@ def panels_have_data(snap: Snapshot) -> list[Finding]:
     if hit is None:
         return [Finding("", "", "skip", "dashboard not loaded (see R03)")]
     if not snap.grafana.panel_results:
-        errors = hit.get("_panel_errors") or {}
+        errors = snap.grafana.panel_errors.get(uid) or {}
         if errors:
             return [
                 Finding(
@@ -131,7 +131,7 @@ def panels_have_data(snap: Snapshot) -> list[Finding]:
                            fix="gpustack doctor --layer monitoring  # panels read DCGM_FI_* with a node label: "
                                "M04 (metrics), M08 (profiling panels: Tensor Core, Engine Activity)"))  # fmt: skip
     if failed:
-        errors = hit.get("_panel_errors") or {}
+        errors = snap.grafana.panel_errors.get(uid) or {}
         out.append(
             Finding(
                 "",

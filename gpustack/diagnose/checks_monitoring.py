@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpustack.checks.model import Finding
-from gpustack.diagnose.collect_prometheus import EXPORTER_METRICS, QUERIES
+from gpustack.diagnose.collect_prometheus import QUERIES
 from gpustack.diagnose.registry import register
 from gpustack.diagnose.snapshot import Obj, Snapshot
 from gpustack.monitoring.rules import EXPORTER_JOB, load_rules
@@ -125,11 +125,10 @@ def exporter_endpoints(snap: Snapshot) -> list[Finding]:
 @register("M02-exporter-metrics", "monitoring", title="dcgm-exporter /metrics serves DCGM_FI_DEV_GPU_UTIL",
           reads="exporter /metrics via the API server proxy", commands=BOTH)  # fmt: skip
 def exporter_metrics(snap: Snapshot) -> list[Finding]:
-    records = snap.prometheus.queries.get(EXPORTER_METRICS)
-    if not records:
+    rec = snap.prometheus.exporter_scrape
+    if rec is None:
         return [Finding("", "", "skip", "the exporter's /metrics was not fetched",
                         evidence=snap.errors.get("prometheus", ""))]  # fmt: skip
-    rec = records[0]
     if rec.get("error"):
         return [Finding("", "", "fail", "the exporter's /metrics could not be read", evidence=str(rec["error"]),
                         fix="kubectl -n gpu-operator get endpoints; kubectl -n gpu-operator logs -l "

@@ -12,10 +12,13 @@ How it reaches Grafana:
 Credentials: user ``monitoring.grafana_admin_user``; password ``ctx.extra["grafana_password"]`` or the
 file :func:`gpustack.cluster.password_path` (written by ``gpustack up``).
 
-Stored: ``snap.grafana`` -- ``health``; ``datasources`` (the Prometheus one annotated with ``_probe``:
-``{"ok", "error", "series"}`` from running ``vector(1)`` through it); ``dashboards`` (search hits; the
-gpustack one annotated with ``_panel_errors``); ``panel_results[title]`` = series returned (-1 = query
-error). Unreachable -> ``snap.errors["grafana"]``.
+Stored: ``snap.grafana`` -- ``health``; ``datasources`` (/api/datasources entries) and ``dashboards``
+(/api/search hits), both as Grafana returned them, cut to the fields checks read;
+``datasource_probes[uid]`` = ``{"ok", "error", "series"}`` from running ``vector(1)`` through the
+Prometheus datasource panels use (keyed by :func:`~gpustack.diagnose.snapshot.datasource_key`: uid, else
+name); ``panel_results[title]`` = series returned (-1 = query error) and ``panel_errors[dashboard uid]``
+= ``{title: error}`` for gpustack's dashboard (``"(dashboard)"`` when its model could not be read).
+Unreachable -> ``snap.errors["grafana"]``.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from typing import Any
 from gpustack.diagnose.collect import CollectContext, source
 from gpustack.diagnose.collect_prometheus import kube_client, service_port
 from gpustack.diagnose.http import DirectEndpoint, Endpoint, HttpError, KubeProxyEndpoint, Response
-from gpustack.diagnose.snapshot import Obj, Snapshot
+from gpustack.diagnose.snapshot import Obj, Snapshot, datasource_key
 from gpustack.monitoring.dashboard import concretize, load_dashboard, panel_queries
 from gpustack.render.values import MONITORING_NAMESPACE
 
@@ -195,9 +198,10 @@ def collect_grafana(ctx: CollectContext, snap: Snapshot) -> None:
         return
     try:
         series, err = ds_query(client, ds, [PROBE_EXPR])
-        ds["_probe"] = {"ok": not err and series > 0, "error": err, "series": series}
+        probe: Obj = {"ok": not err and series > 0, "error": err, "series": series}
     except HttpError as exc:
-        ds["_probe"] = {"ok": False, "error": str(exc), "series": 0}
+        probe = {"ok": False, "error": str(exc), "series": 0}
+    snap.grafana.datasource_probes[datasource_key(ds)] = probe
     uid = dashboard_uid()
     hit = next((d for d in snap.grafana.dashboards if d.get("uid") == uid), None)
     if hit is None:
@@ -205,7 +209,7 @@ def collect_grafana(ctx: CollectContext, snap: Snapshot) -> None:
     try:
         model = (client.get(f"/api/dashboards/uid/{uid}") or {}).get("dashboard") or {}
     except HttpError as exc:
-        hit["_panel_errors"] = {"(dashboard)": str(exc)}
+        snap.grafana.panel_errors[uid] = {"(dashboard)": str(exc)}
         return
     errors: dict[str, str] = {}
     for title, exprs in _panels(model).items():
@@ -221,4 +225,4 @@ def collect_grafana(ctx: CollectContext, snap: Snapshot) -> None:
             count = -1
             errors[title] = err
         snap.grafana.panel_results[title] = count
-    hit["_panel_errors"] = errors
+    snap.grafana.panel_errors[uid] = errors

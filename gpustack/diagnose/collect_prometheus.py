@@ -10,9 +10,9 @@ How it reaches them:
   ``gpu.exporter`` (:data:`gpustack.render.manifests.EXPORTER_TARGETS`), first 64 KiB of ``/metrics``.
 
 What it stores: ``snap.prometheus`` (targets trimmed to what checks read, rule groups, the
-:data:`QUERIES` results). The exporter scrape is kept as one record under
-``snap.prometheus.queries[EXPORTER_METRICS]``. Prometheus unreachable -> ``snap.errors["prometheus"]``;
-the exporter scrape is recorded either way.
+:data:`QUERIES` results in ``queries``, their errors in ``query_errors``). The exporter scrape is one
+record (:func:`scrape_exporter`) in ``snap.prometheus.exporter_scrape``. Prometheus unreachable ->
+``snap.errors["prometheus"]``; the exporter scrape is recorded either way.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from gpustack.render.values import MONITORING_NAMESPACE
 
 PROMETHEUS_SERVICE = "kube-prometheus-stack-prometheus"
 PROMETHEUS_PORT = "http-web"  # kube-prometheus-stack prometheus.prometheusSpec.portName default
-EXPORTER_METRICS = "exporter:/metrics"  # key in snap.prometheus.queries for the exporter scrape record
 METRICS_LIMIT = 64 * 1024
 REQUEST_TIMEOUT = 10.0
 
@@ -170,7 +169,7 @@ def collect_prometheus(ctx: CollectContext, snap: Snapshot) -> None:
     timeout = min(REQUEST_TIMEOUT, max(1.0, ctx.timeout / 3))
     exp = exporter_endpoint(ctx, snap)
     if exp is not None:
-        snap.prometheus.queries[EXPORTER_METRICS] = [scrape_exporter(exp, timeout)]
+        snap.prometheus.exporter_scrape = scrape_exporter(exp, timeout)
     ep = prometheus_endpoint(ctx, snap)
     if ep is None:
         snap.errors["prometheus"] = "no kubeconfig and no Prometheus URL: cannot reach Prometheus"

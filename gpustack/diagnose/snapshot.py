@@ -27,22 +27,46 @@ KUBE_KINDS: tuple[tuple[str, str], ...] = (
 )
 
 
+#: Where snapshots saved before ``exporter_scrape`` / ``datasource_probes`` / ``panel_errors`` existed kept
+#: that data; :meth:`Snapshot.from_json` moves it into the dedicated fields.
+LEGACY_EXPORTER_QUERY = "exporter:/metrics"  # pseudo-query in ``prometheus.queries``: ``[scrape record]``
+LEGACY_PROBE_KEY = "_probe"  # injected into a ``grafana.datasources`` entry
+LEGACY_PANEL_ERRORS_KEY = "_panel_errors"  # injected into a ``grafana.dashboards`` search hit
+
+
 @dataclass
 class PrometheusData:
     reachable: bool = False
     targets: list[Obj] = field(default_factory=list)  # /api/v1/targets activeTargets
     rule_groups: list[Obj] = field(default_factory=list)  # /api/v1/rules groups
     queries: dict[str, list[Obj]] = field(default_factory=dict)  # name -> instant vector result
-    query_errors: dict[str, str] = field(default_factory=dict)
+    query_errors: dict[str, str] = field(default_factory=dict)  # query name (or "rules") -> error
+    #: the dcgm-exporter ``/metrics`` scrape (:func:`~gpustack.diagnose.collect_prometheus.scrape_exporter`:
+    #: endpoint, status, bytes, truncated, gpu_util_series, dcgm_metrics, error); None = not fetched
+    exporter_scrape: Obj | None = None
+
+
+def datasource_key(ds: Obj) -> str:
+    """The key of a Grafana datasource in :attr:`GrafanaData.datasource_probes`: its uid, else its name."""
+    return str(ds.get("uid") or ds.get("name") or "")
 
 
 @dataclass
 class GrafanaData:
     reachable: bool = False
-    health: Obj = field(default_factory=dict)
-    datasources: list[Obj] = field(default_factory=list)
-    dashboards: list[Obj] = field(default_factory=list)  # /api/search results
-    panel_results: dict[str, int] = field(default_factory=dict)  # panel title -> series returned
+    health: Obj = field(default_factory=dict)  # /api/health
+    datasources: list[Obj] = field(default_factory=list)  # /api/datasources entries, as returned (fields checks read)
+    dashboards: list[Obj] = field(default_factory=list)  # /api/search hits, as returned (fields checks read)
+    panel_results: dict[str, int] = field(default_factory=dict)  # panel title -> series returned (-1 = error)
+    #: :func:`datasource_key` -> ``{"ok", "error", "series"}`` of a test query (``vector(1)``) run through
+    #: that datasource (only the Prometheus datasource panels use is probed)
+    datasource_probes: dict[str, Obj] = field(default_factory=dict)
+    #: dashboard uid -> panel title (or ``"(dashboard)"`` when the model could not be read) -> query error
+    panel_errors: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    def probe(self, ds: Obj) -> Obj:
+        """The probe result of datasource ``ds`` (``{}`` when it was not probed)."""
+        return self.datasource_probes.get(datasource_key(ds)) or {}
 
 
 @dataclass
@@ -68,7 +92,48 @@ class Snapshot:
 
     @classmethod
     def from_json(cls, data: Obj) -> Snapshot:
+        """A snapshot from :meth:`to_json` output, also one saved by an older gpustack (see the ``LEGACY_*`` keys)."""
         data = dict(data)
-        data["prometheus"] = PrometheusData(**data.get("prometheus", {}))
-        data["grafana"] = GrafanaData(**data.get("grafana", {}))
+        data["prometheus"] = PrometheusData(**_migrate_prometheus(dict(data.get("prometheus", {}))))
+        data["grafana"] = GrafanaData(**_migrate_grafana(dict(data.get("grafana", {}))))
         return cls(**data)
+
+
+def _migrate_prometheus(prom: Obj) -> Obj:
+    """Old layout: the exporter scrape as ``queries["exporter:/metrics"] = [record]``."""
+    queries = prom.get("queries")
+    if isinstance(queries, dict) and LEGACY_EXPORTER_QUERY in queries:
+        queries = dict(queries)
+        records = queries.pop(LEGACY_EXPORTER_QUERY)
+        prom["queries"] = queries
+        if prom.get("exporter_scrape") is None and records:
+            prom["exporter_scrape"] = records[0] if isinstance(records, list) else records
+    return prom
+
+
+def _migrate_grafana(graf: Obj) -> Obj:
+    """Old layout: ``_probe`` inside a datasource entry, ``_panel_errors`` inside a dashboard search hit."""
+    probes: dict[str, Obj] = dict(graf.get("datasource_probes") or {})
+    panel_errors: dict[str, dict[str, str]] = dict(graf.get("panel_errors") or {})
+    migrated = False
+    if isinstance(graf.get("datasources"), list):
+        datasources = []
+        for ds in graf["datasources"]:
+            if isinstance(ds, dict) and LEGACY_PROBE_KEY in ds:
+                ds = dict(ds)
+                probes.setdefault(datasource_key(ds), ds.pop(LEGACY_PROBE_KEY))
+                migrated = True
+            datasources.append(ds)
+        graf["datasources"] = datasources
+    if isinstance(graf.get("dashboards"), list):
+        dashboards = []
+        for hit in graf["dashboards"]:
+            if isinstance(hit, dict) and LEGACY_PANEL_ERRORS_KEY in hit:
+                hit = dict(hit)
+                panel_errors.setdefault(str(hit.get("uid") or ""), hit.pop(LEGACY_PANEL_ERRORS_KEY))
+                migrated = True
+            dashboards.append(hit)
+        graf["dashboards"] = dashboards
+    if migrated:
+        graf["datasource_probes"], graf["panel_errors"] = probes, panel_errors
+    return graf

@@ -13,7 +13,7 @@ from gpustack.config.model import Config
 from gpustack.diagnose import checks_grafana, checks_monitoring, registry
 from gpustack.diagnose.collect import CollectContext
 from gpustack.diagnose.collect_grafana import collect_grafana
-from gpustack.diagnose.collect_prometheus import collect_prometheus
+from gpustack.diagnose.collect_prometheus import QUERIES, collect_prometheus
 from gpustack.diagnose.snapshot import Snapshot
 from gpustack.monitoring.counters import CounterFile, load_counters
 from gpustack.monitoring.dashboard import load_dashboard
@@ -65,6 +65,8 @@ def statuses(by_id: dict[str, list[Finding]]) -> dict[str, set[str]]:
 def test_healthy_stack_passes_every_monitoring_check(stack: Stack) -> None:
     snap = collect(ctx(stack), ["prometheus"])
     assert "prometheus" not in snap.errors
+    assert set(snap.prometheus.queries) == set(QUERIES), "queries holds instant vectors only"
+    assert snap.prometheus.exporter_scrape and snap.prometheus.exporter_scrape["gpu_util_series"] > 0
     result = run(snap, PROM_CHECKS)
     assert statuses(result) == {k: {"pass"} for k in PROM_CHECKS}, result
 

@@ -8,8 +8,8 @@ from gpustack.diagnose.collect_grafana import series_count
 from gpustack.diagnose.snapshot import Snapshot
 
 DS = {"uid": "prometheus", "name": "Prometheus", "type": "prometheus", "isDefault": True,
-      "url": "http://kube-prometheus-stack-prometheus.monitoring:9090/", "_probe": {"ok": True, "error": "", "series": 1}}  # fmt: skip
-DASH = {"uid": "gpustack-dcgm", "title": "NVIDIA DCGM Exporter (gpustack)", "_panel_errors": {}}
+      "url": "http://kube-prometheus-stack-prometheus.monitoring:9090/"}  # fmt: skip
+DASH = {"uid": "gpustack-dcgm", "title": "NVIDIA DCGM Exporter (gpustack)"}
 
 
 def check(snap: Snapshot, prefix: str) -> list[Finding]:
@@ -24,6 +24,8 @@ def healthy() -> Snapshot:
     s.grafana.datasources = [dict(DS)]
     s.grafana.dashboards = [dict(DASH)]
     s.grafana.panel_results = {"GPU Utilization": 16, "XID Errors (last XID per GPU)": 0}
+    s.grafana.datasource_probes = {"prometheus": {"ok": True, "error": "", "series": 1}}
+    s.grafana.panel_errors = {"gpustack-dcgm": {}}
     return s
 
 
@@ -45,7 +47,7 @@ def test_datasource_missing_and_broken() -> None:
     [f] = check(s, "R02")
     assert f.status == "fail" and "Loki (loki)" in f.evidence
     s = healthy()
-    s.grafana.datasources[0]["_probe"] = {"ok": False, "error": "dial tcp: i/o timeout", "series": 0}
+    s.grafana.datasource_probes["prometheus"] = {"ok": False, "error": "dial tcp: i/o timeout", "series": 0}
     [f] = check(s, "R02")
     assert f.status == "fail" and "i/o timeout" in f.evidence
 
@@ -53,7 +55,7 @@ def test_datasource_missing_and_broken() -> None:
 def test_no_data_panels_named_and_problem_tables_allowed() -> None:
     s = healthy()
     s.grafana.panel_results.update({"Tensor Core Utilization": 0, "Engine Activity": -1})
-    s.grafana.dashboards[0]["_panel_errors"] = {"Engine Activity": "bad_data: parse error"}
+    s.grafana.panel_errors["gpustack-dcgm"] = {"Engine Activity": "bad_data: parse error"}
     findings = check(s, "R04")
     assert {f.status for f in findings} == {"fail"}
     assert "Tensor Core Utilization" in findings[0].evidence and "XID" not in findings[0].evidence

@@ -72,8 +72,13 @@ def test_logs_in_through_the_proxy_and_reads_with_the_session_cookie(
     after_login = [(path, cookies) for path, _, cookies in grafana.auth_seen[2:]]
     assert after_login and all("grafana_session" in cookies for _, cookies in after_login), after_login
     assert len(grafana.sessions) == 1, "one login"
+    # what Grafana returned is kept unannotated; the probe and panel errors have their own fields
+    assert snap.grafana.datasources[0].items() <= grafana.datasources[0].items()
+    assert snap.grafana.dashboards[0].items() <= grafana.search({})[0].items()
+    assert list(snap.grafana.datasource_probes) == ["prometheus"]
+    assert list(snap.grafana.panel_errors) == ["gpustack-dcgm"]
     # the panel queries were authorised too: they failed on the datasource (no Prometheus), not on auth
-    probe = snap.grafana.datasources[0]["_probe"]
+    probe = snap.grafana.datasource_probes["prometheus"]
     assert not probe["ok"] and NO_PROMETHEUS in probe["error"] and "401" not in probe["error"]
     result = r_checks(snap)
     assert result["R01"].status == "pass" and result["R03"].status == "pass"
