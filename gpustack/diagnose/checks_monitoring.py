@@ -4,6 +4,7 @@ Pure functions of the snapshot."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -462,6 +463,17 @@ def cuda_test_pod(snap: Snapshot) -> list[Finding]:
     return out
 
 
+def _number(value: Any) -> float | None:
+    """A finite float, or None (missing or not a number, e.g. in a hand-edited snapshot)."""
+    if isinstance(value, bool):
+        return None
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return out if math.isfinite(out) else None
+
+
 @register("M11-load-metrics-move", "monitoring", title="--load: Tensor Core activity rises under dcgmproftester",
           reads="verify --load results, Prometheus", commands=("verify",))  # fmt: skip
 def load_metrics_move(snap: Snapshot) -> list[Finding]:
@@ -471,7 +483,8 @@ def load_metrics_move(snap: Snapshot) -> list[Finding]:
     before, during = rec.get("before"), rec.get("during")
     raw_pod = rec.get("pod")
     pod: Mapping[str, Any] = raw_pod if isinstance(raw_pod, Mapping) else {}
-    if during is None or float(during) < LOAD_MIN or float(during) <= float(before or 0.0):
+    lo, hi = _number(before) or 0.0, _number(during)
+    if hi is None or hi < LOAD_MIN or hi <= lo:
         return [Finding("", "", "fail", "Tensor Core activity did not rise under load",
                         evidence=f"max DCGM_FI_PROF_PIPE_TENSOR_ACTIVE before={before} during={during}; load pod "
                                  f"phase={pod.get('phase')} {pod.get('reason', '')} {rec.get('error', '')}".strip(),

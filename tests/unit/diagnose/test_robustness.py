@@ -127,3 +127,25 @@ def test_unreachable_and_missing_kubeconfig_give_a_complete_report(tmp_path: Pat
     _assert_complete(sc.collect_kube(api, None))
     (tmp_path / "broken").write_text("{not yaml: [")
     _assert_complete(sc.collect_kube(api, tmp_path / "broken"))
+
+
+VERIFY_ONLY = ("K09-pod-network-probe", "M10-cuda-test-pod", "M11-load-metrics-move")
+WORKLOAD_KEYS = ["pod", "namespace", "image", "node", "phase", "reason", "message", "logs", "elapsed", "timed_out",
+                 "stuck", "deleted", "error", "before", "during"]  # fmt: skip
+RECORD = st.dictionaries(st.sampled_from(WORKLOAD_KEYS), SCALARS | st.floats(allow_nan=True) | JSON, max_size=8)
+
+
+@settings(max_examples=300, deadline=None)
+@given(workload=st.dictionaries(st.sampled_from(["net", "cuda", "load", "skipped", "net_skipped"]),
+                                RECORD | JSON, max_size=4),
+       errors=st.dictionaries(st.sampled_from(["workload", "pod-network", "kubernetes", "x"]), st.text(max_size=5),
+                              max_size=2))  # fmt: skip
+def test_random_test_pod_records_never_crash_verify_checks(workload: Any, errors: Any) -> None:
+    """verify's own pods (probe, CUDA, load) recorded oddly, e.g. from a hand-edited snapshot."""
+    from gpustack.diagnose import registry
+
+    specs = [registry.load_all()[i] for i in VERIFY_ONLY]
+    findings = registry.run(specs, Snapshot(workload=workload, errors=errors))
+    assert {f.id for f in findings} == set(VERIFY_ONLY)
+    bad = [f for f in findings if "could not evaluate" in f.summary]
+    assert not bad, bad[0].summary + " at " + bad[0].evidence
