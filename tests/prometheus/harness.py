@@ -78,12 +78,12 @@ def exporter_pod(node: str) -> str:
     return f"dcgm-exporter-{node[-1]}x7k2p"
 
 
-def dcgm_target(address: str, node: str) -> dict[str, Any]:
-    """A static target labelled like endpoints discovery labels a dcgm-exporter pod."""
+def dcgm_target(address: str, node: str, namespace: str = EXPORTER_NAMESPACE) -> dict[str, Any]:
+    """A static target labelled like endpoints discovery labels a dcgm-exporter pod in ``namespace``."""
     return {
         "targets": [address],
         "labels": {
-            "__meta_kubernetes_namespace": EXPORTER_NAMESPACE,
+            "__meta_kubernetes_namespace": namespace,
             "__meta_kubernetes_service_name": EXPORTER_JOB,
             "__meta_kubernetes_pod_name": exporter_pod(node),
             "__meta_kubernetes_pod_container_name": "exporter",
@@ -110,7 +110,9 @@ def servicemonitor_relabelings() -> list[dict[str, Any]]:
     ]
 
 
-def prometheus_config(dcgm: Mapping[str, str], ksm: str, rule_file: Path) -> dict[str, Any]:
+def prometheus_config(
+    dcgm: Mapping[str, str], ksm: str, rule_file: Path, exporter_namespace: str = EXPORTER_NAMESPACE
+) -> dict[str, Any]:
     """prometheus.yml for node name -> exporter address, the kube-state-metrics address and the rules."""
     return {
         "global": {"scrape_interval": SCRAPE_INTERVAL, "evaluation_interval": SCRAPE_INTERVAL},
@@ -119,7 +121,7 @@ def prometheus_config(dcgm: Mapping[str, str], ksm: str, rule_file: Path) -> dic
             {
                 "job_name": EXPORTER_JOB,
                 "honor_labels": False,
-                "static_configs": [dcgm_target(address, node) for node, address in dcgm.items()],
+                "static_configs": [dcgm_target(address, node, exporter_namespace) for node, address in dcgm.items()],
                 "relabel_configs": servicemonitor_relabelings(),
             },
             {
@@ -260,21 +262,28 @@ class Stack:
         return bool(rules) and all(r.get("lastEvaluation", "").startswith("20") for r in rules)
 
 
-def write_prometheus_config(path: Path, stack_exporters: Mapping[str, DcgmReplay], ksm: KsmReplay) -> Path:
+def write_prometheus_config(
+    path: Path, stack_exporters: Mapping[str, DcgmReplay], ksm: KsmReplay, exporter_namespace: str = EXPORTER_NAMESPACE
+) -> Path:
     """Write prometheus.yml for the replay endpoints and gpustack's rule file."""
-    config = prometheus_config({n: e.address for n, e in stack_exporters.items()}, ksm.address, rules_path())
+    exporters = {n: e.address for n, e in stack_exporters.items()}
+    config = prometheus_config(exporters, ksm.address, rules_path(), exporter_namespace)
     path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     return path
 
 
 @contextlib.contextmanager
-def running_stack(workdir: Path, nodes: list[NodeSpec] | None = None) -> Iterator[Stack]:
-    """Start replays and Prometheus under ``workdir``; stop everything on exit, whatever happened."""
+def running_stack(
+    workdir: Path, nodes: list[NodeSpec] | None = None, *, exporter_namespace: str = EXPORTER_NAMESPACE
+) -> Iterator[Stack]:
+    """Start replays and Prometheus under ``workdir``; stop everything on exit, whatever happened.
+    ``exporter_namespace``: the namespace endpoints discovery reports for the exporter pods (gpustack
+    installs the exporter in ``gpu-operator``; the default is what test_queries.py and rules_tests/ expect)."""
     specs = nodes or default_nodes()
     exporters = {spec.node: DcgmReplay(spec).start() for spec in specs}
     ksm = KsmReplay(specs).start()
     server = PrometheusServer(
-        config=write_prometheus_config(workdir / "prometheus.yml", exporters, ksm),
+        config=write_prometheus_config(workdir / "prometheus.yml", exporters, ksm, exporter_namespace),
         data_dir=workdir / "tsdb",
         log=workdir / "prometheus.log",
     )
