@@ -5,6 +5,7 @@ tolerant object helpers they share)."""
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from gpustack.checks.model import Finding
@@ -445,3 +446,33 @@ def nvml_unknown_error(snap: Snapshot) -> list[Finding]:
                         "(/lib/udev/rules.d/71-nvidia-dev-char.rules)\n"
                         f"kubectl -n {first.split('/')[0]} delete pod {first.split('/')[-1]}   # restart the affected pod",
                     host=nodes[0] if len(nodes) == 1 else None, layer=LAYER)]  # fmt: skip
+
+
+# --- G10 ------------------------------------------------------------------------------------------
+
+
+@register("G10-cuda-test-pod", LAYER, title="a CUDA test pod requesting one GPU completes",
+          reads="verify's test pod", commands=("verify",))  # fmt: skip
+def cuda_test_pod(snap: Snapshot) -> list[Finding]:
+    if "workload" in snap.errors:
+        return [Finding("", "", "fail", "the CUDA test pod could not be run", evidence=snap.errors["workload"])]
+    rec = snap.workload.get("cuda")
+    if not isinstance(rec, Mapping):
+        why = snap.workload.get("skipped", "not run")
+        return [Finding("", "", "skip", f"CUDA test pod not run ({why})")]
+    out = []
+    if rec.get("phase") != "Succeeded":
+        how = "timed out" if rec.get("timed_out") else "stuck" if rec.get("stuck") else "did not complete"
+        reason = f"{rec.get('reason', '')} {rec.get('message', '')}".strip()
+        fix = ("kubectl describe node | grep -A5 Allocatable; gpustack doctor --layer gpu-operator"
+               if "nvidia.com/gpu" in reason or rec.get("reason") == "Unschedulable"
+               else "gpustack doctor --layer gpu-operator --layer runtime")  # fmt: skip
+        out.append(Finding("", "", "fail", f"CUDA test pod {how}: phase {rec.get('phase') or '?'}",
+                           evidence="; ".join(x for x in (reason, str(rec.get("error") or ""),
+                                                          str(rec.get("logs") or "")[-300:]) if x),
+                           fix=fix, host=str(rec.get("node") or "") or None))  # fmt: skip
+    if rec.get("pod") and not rec.get("deleted"):
+        out.append(Finding("", "", "warn", f"the test pod {rec.get('pod')} was not deleted",
+                           evidence=str(rec.get("error") or ""),
+                           fix=f"kubectl -n {rec.get('namespace')} delete pod {rec.get('pod')}"))  # fmt: skip
+    return out

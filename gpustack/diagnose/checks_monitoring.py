@@ -204,13 +204,20 @@ def gpus_reporting(snap: Snapshot) -> list[Finding]:
                         evidence=f"query {QUERIES['gpu_util_by_node']!r} is empty; allocatable GPUs: "
                                  f"{int(sum(allocatable.values()))}",
                         fix="gpustack doctor --check M01,M02,M03,M06,M07  # follow the path exporter -> target")]  # fmt: skip
+    down = {str((t.get("labels") or {}).get("node") or "") for t in _exporter_targets(snap) if t.get("health") != "up"}
     out = []
     for node in sorted(set(reporting) | set(allocatable)):
         got, want = int(reporting.get(node, 0)), int(allocatable.get(node, 0))
         if want and got != want:
+            evidence = f"count by (node) (DCGM_FI_DEV_GPU_UTIL)={got}, kube_node_status_allocatable nvidia_com_gpu={want}"
+            if node in down:  # nothing is scraped from that node: the target, not the GPUs
+                out.append(Finding("", "", "fail", f"{node}: {got} of {want} allocatable GPUs report metrics",
+                                   evidence=evidence + f"; the dcgm-exporter target on {node} is down",
+                                   fix="see M03-exporter-target-up: Prometheus cannot scrape the exporter on "
+                                       f"{node}", host=node))  # fmt: skip
+                continue
             out.append(Finding("", "", "fail", f"{node}: {got} of {want} allocatable GPUs report metrics",
-                               evidence=f"count by (node) (DCGM_FI_DEV_GPU_UTIL)={got}, "
-                                        f"kube_node_status_allocatable nvidia_com_gpu={want}",
+                               evidence=evidence,
                                fix=f"kubectl debug node/{node} -it --image=busybox -- chroot /host nvidia-smi -L; "
                                    "check the exporter log on that node (a GPU fell off the bus, XID 79, or "
                                    "the exporter pod is restarting)", host=node))  # fmt: skip
@@ -433,33 +440,6 @@ def node_exporter_port(snap: Snapshot) -> list[Finding]:
             node = str((pod.get("spec") or {}).get("nodeName") or "")
             out.append(Finding("", "", "fail", f"node-exporter {_ref(pod)} cannot use its port (host node_exporter on 9100?)",
                                evidence=" ".join(hit.split())[:300], fix=NODE_EXPORTER_FIX, host=node or None))  # fmt: skip
-    return out
-
-
-@register("M10-cuda-test-pod", "gpu-operator", title="a CUDA test pod requesting one GPU completes",
-          reads="verify's test pod", commands=("verify",))  # fmt: skip
-def cuda_test_pod(snap: Snapshot) -> list[Finding]:
-    if "workload" in snap.errors:
-        return [Finding("", "", "fail", "the CUDA test pod could not be run", evidence=snap.errors["workload"])]
-    rec = snap.workload.get("cuda")
-    if not isinstance(rec, Mapping):
-        why = snap.workload.get("skipped", "not run")
-        return [Finding("", "", "skip", f"CUDA test pod not run ({why})")]
-    out = []
-    if rec.get("phase") != "Succeeded":
-        how = "timed out" if rec.get("timed_out") else "stuck" if rec.get("stuck") else "did not complete"
-        reason = f"{rec.get('reason', '')} {rec.get('message', '')}".strip()
-        fix = ("kubectl describe node | grep -A5 Allocatable; gpustack doctor --layer gpu-operator"
-               if "nvidia.com/gpu" in reason or rec.get("reason") == "Unschedulable"
-               else "gpustack doctor --layer gpu-operator --layer runtime")  # fmt: skip
-        out.append(Finding("", "", "fail", f"CUDA test pod {how}: phase {rec.get('phase') or '?'}",
-                           evidence="; ".join(x for x in (reason, str(rec.get("error") or ""),
-                                                          str(rec.get("logs") or "")[-300:]) if x),
-                           fix=fix, host=str(rec.get("node") or "") or None))  # fmt: skip
-    if rec.get("pod") and not rec.get("deleted"):
-        out.append(Finding("", "", "warn", f"the test pod {rec.get('pod')} was not deleted",
-                           evidence=str(rec.get("error") or ""),
-                           fix=f"kubectl -n {rec.get('namespace')} delete pod {rec.get('pod')}"))  # fmt: skip
     return out
 
 

@@ -58,7 +58,7 @@ COLUMNS = 110
 #: every check `verify` runs in those layers (the registry's ids, as the user reads them in the report)
 EXPECTED = {
     "kubernetes": {"K00", "K01", "K03", "K05", "K06", "K09"},
-    "gpu-operator": {"G01", "G02", "G06", "M10"},
+    "gpu-operator": {"G01", "G02", "G06", "G10"},
     "monitoring": {"M01", "M02", "M03", "M04", "M05", "M06", "M07", "M08", "M09", "M11"},
     "grafana": {"R01", "R02", "R03", "R04"},
 }
@@ -272,6 +272,7 @@ def test_exporter_target_down_fails_m03_with_a_fix(broken_stack: Stack, tmp_path
     assert "port 9400" in target["fix"], target
     gpus = failed["M04"]
     assert gpus.get("host") == "node-b" and gpus["summary"] == "node-b: 0 of 8 allocatable GPUs report metrics", gpus
-    assert gpus["fix"], gpus
+    assert gpus["fix"].startswith("see M03-exporter-target-up"), "the cause is the scrape, not the GPUs: " + gpus["fix"]
+    assert "target on node-b is down" in gpus["evidence"], gpus
     assert_load_only_skip(report)
     assert report["summary"]["warn"] == 0, not_passing(report)

@@ -100,7 +100,7 @@ class Kubelet:
 
 def verify_load(stack: Stack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *,
                 tensor_rises: bool) -> tuple[int, dict[str, Any], Snapshot, FakeKubeAPI, Kubelet]:  # fmt: skip
-    """``verify --load --check M10,M11`` with the admin kubeconfig pointing at a fake API server whose
+    """``verify --load --check G10,M11`` with the admin kubeconfig pointing at a fake API server whose
     service proxy leads to the real Prometheus. Returns (exit code, findings by id, snapshot, api, kubelet)."""
     monkeypatch.setenv("GPUSTACK_STATE_DIR", str(tmp_path / "state"))
     nodes = [sc._node(i, 2) for i in range(2)]
@@ -117,7 +117,7 @@ def verify_load(stack: Stack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *
         kc.parent.mkdir(parents=True)
         api.write_kubeconfig(kc)
         try:
-            opts = DiagnoseOptions(command="verify", checks=("M10", "M11"), load=True, extra=dict(KNOBS))
+            opts = DiagnoseOptions(command="verify", checks=("G10", "M11"), load=True, extra=dict(KNOBS))
             code, findings, snap = diagnose(Config(), opts, Console(stream=io.StringIO(), color=False))
         finally:
             kubelet.stop()
@@ -134,7 +134,7 @@ def test_tensor_activity_rises_under_load_and_m11_passes(
     code, by_id, snap, api, kubelet = verify_load(load_stack, tmp_path, monkeypatch, tensor_rises=True)
 
     assert code == 0, by_id
-    assert by_id["M10"].status == "pass" and by_id["M11"].status == "pass", by_id
+    assert by_id["G10"].status == "pass" and by_id["M11"].status == "pass", by_id
     load = snap.workload["load"]
     assert load["error"] == "" and load["before"] == 0.0, load
     assert load["during"] == pytest.approx(TENSOR_UNDER_LOAD), load
@@ -154,7 +154,7 @@ def test_flat_tensor_activity_fails_m11_with_a_fix(
     code, by_id, snap, _, _ = verify_load(load_stack, tmp_path, monkeypatch, tensor_rises=False)
 
     assert code == 1
-    assert by_id["M10"].status == "pass"
+    assert by_id["G10"].status == "pass"
     finding = by_id["M11"]
     assert finding.status == "fail", snap.workload["load"]
     assert finding.summary == "Tensor Core activity did not rise under load"

@@ -129,7 +129,7 @@ def test_unreachable_and_missing_kubeconfig_give_a_complete_report(tmp_path: Pat
     _assert_complete(sc.collect_kube(api, tmp_path / "broken"))
 
 
-VERIFY_ONLY = ("K09-pod-network-probe", "M10-cuda-test-pod", "M11-load-metrics-move")
+VERIFY_ONLY = ("K09-pod-network-probe", "G10-cuda-test-pod", "M11-load-metrics-move")
 WORKLOAD_KEYS = ["pod", "namespace", "image", "node", "phase", "reason", "message", "logs", "elapsed", "timed_out",
                  "stuck", "deleted", "error", "before", "during"]  # fmt: skip
 RECORD = st.dictionaries(st.sampled_from(WORKLOAD_KEYS), SCALARS | st.floats(allow_nan=True) | JSON, max_size=8)

@@ -1,5 +1,5 @@
 """verify's CUDA test pod against the fake API server: success, unschedulable, image pull failure and
-timeout -- the pod is deleted every time -- and the M10 finding each produces."""
+timeout -- the pod is deleted every time -- and the G10 finding each produces."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from gpustack.checks.model import Finding
 from gpustack.config.model import Config
-from gpustack.diagnose import checks_monitoring, registry
+from gpustack.diagnose import registry
 from gpustack.diagnose.collect import CollectContext
 from gpustack.diagnose.collect_workload import CUDA_IMAGE, VERIFY_NAMESPACE, collect_workload, cuda_pod, run_pod
 from gpustack.diagnose.snapshot import Snapshot
@@ -57,9 +57,8 @@ def pods_left(api: FakeKubeAPI) -> list[str]:
     return [k[4] for k in api.objects if k[2] == "pods" and k[3] == VERIFY_NAMESPACE]
 
 
-def m10(snap: Snapshot) -> list[Finding]:
-    assert checks_monitoring.BOTH
-    return registry.run([registry.REGISTRY["M10-cuda-test-pod"]], snap)
+def g10(snap: Snapshot) -> list[Finding]:
+    return registry.run([registry.load_all()["G10-cuda-test-pod"]], snap)
 
 
 def verify(kube: Kube, **extra: object) -> Snapshot:
@@ -78,7 +77,7 @@ def test_success_records_logs_and_deletes(api: FakeKubeAPI, kube: Kube) -> None:
     assert rec["phase"] == "Succeeded" and rec["deleted"] and not rec["error"], rec
     assert "NVIDIA-SMI" in rec["logs"] and rec["image"] == CUDA_IMAGE and rec["node"] == "gpu-1"
     assert created and created[0].startswith("gpustack-cuda-") and not pods_left(api)
-    [f] = m10(snap)
+    [f] = g10(snap)
     assert f.status == "pass"
     posted = [r for r in api.requests if r[0] == "POST" and r[1].endswith(f"/namespaces/{VERIFY_NAMESPACE}/pods")]
     assert len(posted) == 1
@@ -92,7 +91,7 @@ def test_insufficient_gpu_fails_fast_and_deletes(api: FakeKubeAPI, kube: Kube) -
     assert time.monotonic() - start < 10  # stuck_grace, not the deadline
     rec = snap.workload["cuda"]
     assert rec["stuck"] and rec["deleted"] and not pods_left(api)
-    [f] = m10(snap)
+    [f] = g10(snap)
     assert f.status == "fail" and "Insufficient nvidia.com/gpu" in f.evidence and "Allocatable" in f.fix
 
 
@@ -101,7 +100,7 @@ def test_image_pull_failure(api: FakeKubeAPI, kube: Kube) -> None:
         "reason": "ImagePullBackOff", "message": f'Back-off pulling image "{CUDA_IMAGE}"'}}}]})  # fmt: skip
     snap = verify(kube)
     assert snap.workload["cuda"]["reason"] == "ImagePullBackOff" and not pods_left(api)
-    assert m10(snap)[0].status == "fail"
+    assert g10(snap)[0].status == "fail"
 
 
 def test_timeout_deletes(api: FakeKubeAPI, kube: Kube) -> None:
@@ -109,7 +108,7 @@ def test_timeout_deletes(api: FakeKubeAPI, kube: Kube) -> None:
     snap = verify(kube, workload_deadline=0.5)
     rec = snap.workload["cuda"]
     assert rec["timed_out"] and rec["deleted"] and not pods_left(api)
-    [f] = m10(snap)
+    [f] = g10(snap)
     assert f.status == "fail" and "timed out" in f.summary
 
 
@@ -120,14 +119,14 @@ def test_api_failure_still_deletes(api: FakeKubeAPI, kube: Kube) -> None:
     api.clear_faults()
     rec = snap.workload["cuda"]
     assert rec["error"] and rec["pod"] and rec["deleted"] and not pods_left(api)
-    assert m10(snap)[0].status == "fail"
+    assert g10(snap)[0].status == "fail"
 
 
 def test_skipped_for_doctor_and_no_workload(kube: Kube) -> None:
     snap = Snapshot()
     collect_workload(CollectContext(cfg=Config(), command="doctor", kubeconfig=None, extra={"kube": kube}), snap)
     assert snap.workload == {"skipped": "doctor"}
-    [f] = m10(snap)
+    [f] = g10(snap)
     assert f.status == "skip"
 
 
