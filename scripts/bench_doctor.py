@@ -93,7 +93,9 @@ def run_cli(server: Server, command: str, kubeconfig: Path, home: Path) -> tuple
     try:
         report = json.loads(proc.stdout)
     except ValueError:
-        raise SystemExit(f"{' '.join(argv)}: no JSON report on stdout\n{proc.stdout[:2000]}{proc.stderr[-2000:]}") from None
+        raise SystemExit(
+            f"{' '.join(argv)}: no JSON report on stdout\n{proc.stdout[:2000]}{proc.stderr[-2000:]}"
+        ) from None
     fails = [c["id"] for c in report["checks"] if c["status"] == "fail"]
     if fails:
         print(f"  warning: healthy cluster reported failures: {fails}", file=sys.stderr)

@@ -17,7 +17,8 @@ if systemctl is-active --quiet prometheus 2>/dev/null; then systemctl stop prome
 
 python3 -m pip install -q --disable-pip-version-check -e '.[test]'
 
-echo "== ruff"; ruff check gpustack tests scripts
+echo "== ruff"; ruff check gpustack tests scripts playbooks
+ruff format --check -q gpustack tests scripts playbooks
 echo "== mypy"; mypy
 echo "== ansible-lint"; ansible-lint --offline -q playbooks/
 echo "== pytest"

@@ -88,7 +88,9 @@ def up(
             console.print("[stage]▶ verify[/stage]")
             code, _, _ = diagnose(cfg, DiagnoseOptions(command="verify"), console)
             if code:
-                console.error("the stack is up, but verify found problems", "run `gpustack doctor` for causes and fixes")
+                console.error(
+                    "the stack is up, but verify found problems", "run `gpustack doctor` for causes and fixes"
+                )
                 raise typer.Exit(code)
 
 
@@ -200,7 +202,9 @@ IgnoreOpt = Annotated[list[str] | None, typer.Option("--ignore", help="check ids
 OutputOpt = Annotated[str, typer.Option("--output", "-o", help="table, json or junit")]
 SaveOpt = Annotated[Path | None, typer.Option("--save", help="also write the report to FILE (.xml: JUnit, else JSON)")]
 ListOpt = Annotated[bool, typer.Option("--list", help="list the checks (id, layer, what they read) and exit")]
-SnapInOpt = Annotated[Path | None, typer.Option("--from-snapshot", help="analyse a saved snapshot instead of the cluster")]
+SnapInOpt = Annotated[
+    Path | None, typer.Option("--from-snapshot", help="analyse a saved snapshot instead of the cluster")
+]
 SnapOutOpt = Annotated[Path | None, typer.Option("--save-snapshot", help="write what was collected to FILE (JSON)")]
 KubeconfigOpt = Annotated[
     Path | None,
@@ -234,8 +238,12 @@ def verify(
     ignore: IgnoreOpt = None,
     output: OutputOpt = "table",
     save: SaveOpt = None,
-    load: Annotated[bool, typer.Option("--load", help="also run dcgmproftester on one GPU and check the metrics move")] = False,
-    no_workload: Annotated[bool, typer.Option("--no-workload", help="start no test pod (pod-network probe, CUDA pod)")] = False,
+    load: Annotated[
+        bool, typer.Option("--load", help="also run dcgmproftester on one GPU and check the metrics move")
+    ] = False,
+    no_workload: Annotated[
+        bool, typer.Option("--no-workload", help="start no test pod (pod-network probe, CUDA pod)")
+    ] = False,
     list_: ListOpt = False,
     from_snapshot: SnapInOpt = None,
     save_snapshot: SnapOutOpt = None,

@@ -229,9 +229,7 @@ class EmailReceiver(_Receiver):
         return self
 
 
-Receiver = Annotated[
-    WebhookReceiver | SlackReceiver | PagerDutyReceiver | EmailReceiver, Field(discriminator="type")
-]
+Receiver = Annotated[WebhookReceiver | SlackReceiver | PagerDutyReceiver | EmailReceiver, Field(discriminator="type")]
 
 
 class AlertRoutes(_Model):

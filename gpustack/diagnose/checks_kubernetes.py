@@ -750,13 +750,20 @@ def pod_network_probe(snap: Snapshot) -> list[Finding]:
     rec = as_dict(as_dict(snap.workload).get("net"))
     if not rec:
         wl = as_dict(snap.workload)
-        why = wl.get("skipped") or wl.get("net_skipped") or ("API unreadable" if snap.errors.get("kubernetes") else "not run")
+        why = (
+            wl.get("skipped")
+            or wl.get("net_skipped")
+            or ("API unreadable" if snap.errors.get("kubernetes") else "not run")
+        )
         return [finding("K09-pod-network-probe", "skip", f"pod-network probe not run ({why})")]
     node = str(rec.get("node") or "") or None
     logs_text = str(rec.get("logs") or "")
     out = []
     if rec.get("phase") != "Succeeded":
-        what, fix = "the pod-network probe did not complete", "kubectl -n gpustack-verify get events; gpustack doctor --layer kubernetes"
+        what, fix = (
+            "the pod-network probe did not complete",
+            "kubectl -n gpustack-verify get events; gpustack doctor --layer kubernetes",
+        )
         for marker, summary, marker_fix in NET_ERRORS:
             if marker in logs_text:
                 what, fix = summary, marker_fix

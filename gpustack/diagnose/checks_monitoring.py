@@ -209,7 +209,9 @@ def gpus_reporting(snap: Snapshot) -> list[Finding]:
     for node in sorted(set(reporting) | set(allocatable)):
         got, want = int(reporting.get(node, 0)), int(allocatable.get(node, 0))
         if want and got != want:
-            evidence = f"count by (node) (DCGM_FI_DEV_GPU_UTIL)={got}, kube_node_status_allocatable nvidia_com_gpu={want}"
+            evidence = (
+                f"count by (node) (DCGM_FI_DEV_GPU_UTIL)={got}, kube_node_status_allocatable nvidia_com_gpu={want}"
+            )
             if node in down:  # nothing is scraped from that node: the target, not the GPUs
                 out.append(Finding("", "", "fail", f"{node}: {got} of {want} allocatable GPUs report metrics",
                                    evidence=evidence + f"; the dcgm-exporter target on {node} is down",

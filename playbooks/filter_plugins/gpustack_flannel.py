@@ -54,8 +54,7 @@ def _find(docs: list[Any], kind: str, name: str) -> dict[str, Any]:
         ):
             return doc
     raise AnsibleFilterError(
-        f"flannel manifest has no {kind} {name!r}: is the URL right and the file a "
-        "kube-flannel.yml release manifest?"
+        f"flannel manifest has no {kind} {name!r}: is the URL right and the file a kube-flannel.yml release manifest?"
     )
 
 

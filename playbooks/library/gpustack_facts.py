@@ -168,9 +168,7 @@ def decode_proc_net_address(value: str, byteorder: str = sys.byteorder) -> tuple
     return socket.inet_ntop(family, packed), int(port_hex, 16)
 
 
-def parse_proc_net(
-    text: str, proto: str, byteorder: str = sys.byteorder
-) -> list[dict[str, object]]:
+def parse_proc_net(text: str, proto: str, byteorder: str = sys.byteorder) -> list[dict[str, object]]:
     """Listening sockets of one /proc/net/{tcp,tcp6,udp,udp6} file.
 
     TCP: state 0A (LISTEN). UDP: bound, unconnected sockets (state 07, remote port 0).
@@ -209,9 +207,7 @@ def socket_inode(link: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def merge_listening(
-    sockets: list[dict[str, object]], owners: dict[int, dict[str, object]]
-) -> list[dict[str, object]]:
+def merge_listening(sockets: list[dict[str, object]], owners: dict[int, dict[str, object]]) -> list[dict[str, object]]:
     """Attach process names, drop duplicates, sort; keeps pid/cgroup for derive_*()."""
     seen: dict[tuple[object, object, object], dict[str, object]] = {}
     for s in sockets:
@@ -240,9 +236,7 @@ def derive_node_exporter_on_9100(listening: list[dict[str, object]]) -> bool:
     warning too many than a node-exporter pod crash-looping on "address already in use".
     """
     return any(
-        entry["proto"] == "tcp"
-        and entry["port"] == 9100
-        and not is_kubernetes_cgroup(entry.get("_cgroup"))  # type: ignore[arg-type]
+        entry["proto"] == "tcp" and entry["port"] == 9100 and not is_kubernetes_cgroup(entry.get("_cgroup"))  # type: ignore[arg-type]
         for entry in listening
     )
 
@@ -317,11 +311,7 @@ def parse_containerd_systemd_cgroup(text: str) -> bool | None:
                 version = int(vm.group(1))
             continue
         km = re.match(r"^SystemdCgroup\s*=\s*(\w+)", line)
-        if (
-            km
-            and version in CONTAINERD_RUNC_OPTIONS
-            and section == CONTAINERD_RUNC_OPTIONS[version]
-        ):
+        if km and version in CONTAINERD_RUNC_OPTIONS and section == CONTAINERD_RUNC_OPTIONS[version]:
             value = km.group(1) == "true"
     if version not in CONTAINERD_RUNC_OPTIONS:
         return None
@@ -495,9 +485,7 @@ def _read_text(path: str) -> str | None:
 
 
 def _run(argv: list[str], timeout: float = 10) -> tuple[int | None, str]:
-    env = dict(
-        os.environ, LC_ALL="C", LANG="C", PATH=SEARCH_PATH + ":" + os.environ.get("PATH", "")
-    )
+    env = dict(os.environ, LC_ALL="C", LANG="C", PATH=SEARCH_PATH + ":" + os.environ.get("PATH", ""))
     try:
         proc = subprocess.run(
             argv,
@@ -630,9 +618,7 @@ def collect_peers(peers: list[str], port: int, timeout: float) -> dict[str, bool
 
 def collect(probe_sudo: bool, peers: list[str], peer_port: int, peer_timeout: float) -> dict:
     uname = os.uname()
-    os_release = parse_os_release(
-        _read_text("/etc/os-release") or _read_text("/usr/lib/os-release") or ""
-    )
+    os_release = parse_os_release(_read_text("/etc/os-release") or _read_text("/usr/lib/os-release") or "")
     is_root = os.geteuid() == 0
     if is_root:
         sudo_nopasswd = True
@@ -657,19 +643,13 @@ def collect(probe_sudo: bool, peers: list[str], peer_port: int, peer_timeout: fl
         marker = None
 
     systemctl = _which("systemctl")
-    kubelet_active = (
-        parse_systemctl_is_active(*_run([systemctl, "is-active", "kubelet"])) if systemctl else None
-    )
+    kubelet_active = parse_systemctl_is_active(*_run([systemctl, "is-active", "kubelet"])) if systemctl else None
     timedatectl = _which("timedatectl")
     time_synced = (
-        parse_timedatectl(*_run([timedatectl, "show", "-p", "NTPSynchronized", "--value"]))
-        if timedatectl
-        else None
+        parse_timedatectl(*_run([timedatectl, "show", "-p", "NTPSynchronized", "--value"])) if timedatectl else None
     )
     ip_forward = _read_text("/proc/sys/net/ipv4/ip_forward")
-    containerd_active = (
-        parse_systemctl_is_active(*_run([systemctl, "is-active", "containerd"])) if systemctl else None
-    )
+    containerd_active = parse_systemctl_is_active(*_run([systemctl, "is-active", "containerd"])) if systemctl else None
     driver_loaded = nvidia_version_text is not None or os.path.isdir("/sys/module/nvidia")
 
     facts = {
@@ -691,8 +671,7 @@ def collect(probe_sudo: bool, peers: list[str], peer_port: int, peer_timeout: fl
         else (_read_text("/sys/module/nvidia/version") or "").strip() or None,
         "nvidia_smi": _which("nvidia-smi") is not None,
         "nvidia_container_toolkit": toolkit_preinstalled(_which("nvidia-ctk"), containerd_conf),
-        "nouveau_loaded": parse_modules_nouveau(modules_text)
-        or os.path.isdir("/sys/module/nouveau"),
+        "nouveau_loaded": parse_modules_nouveau(modules_text) or os.path.isdir("/sys/module/nouveau"),
         "secure_boot": parse_secure_boot(efi, secure_boot_data),  # type: ignore[arg-type]
         "kernel_headers": os.path.exists(f"/lib/modules/{uname.release}/build"),
         "br_netfilter": os.path.exists("/proc/sys/net/bridge/bridge-nf-call-iptables"),
@@ -708,9 +687,7 @@ def collect(probe_sudo: bool, peers: list[str], peer_port: int, peer_timeout: fl
         },
         "containerd": {
             "path": _which("containerd"),
-            "systemd_cgroup": parse_containerd_systemd_cgroup(containerd_conf)
-            if containerd_conf is not None
-            else None,
+            "systemd_cgroup": parse_containerd_systemd_cgroup(containerd_conf) if containerd_conf is not None else None,
         },
         "sudo_nopasswd": sudo_nopasswd,
         "is_root": is_root,
@@ -718,12 +695,8 @@ def collect(probe_sudo: bool, peers: list[str], peer_port: int, peer_timeout: fl
         "peers": collect_peers(peers, peer_port, peer_timeout),
         "node_exporter_on_9100": derive_node_exporter_on_9100(listening),
         "python": platform.python_version(),
-        "bridge_nf_call_iptables": parse_sysctl_value(
-            _read_text("/proc/sys/net/bridge/bridge-nf-call-iptables")
-        ),
-        "kubelet_cgroup_driver": parse_kubelet_cgroup_driver(
-            _read_text("/var/lib/kubelet/config.yaml")
-        ),
+        "bridge_nf_call_iptables": parse_sysctl_value(_read_text("/proc/sys/net/bridge/bridge-nf-call-iptables")),
+        "kubelet_cgroup_driver": parse_kubelet_cgroup_driver(_read_text("/var/lib/kubelet/config.yaml")),
         "cri_socket": _is_socket("/run/containerd/containerd.sock"),
         "containerd_active": containerd_active,
         "firewall": collect_firewall(),

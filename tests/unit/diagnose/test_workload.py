@@ -171,5 +171,10 @@ def test_no_allocatable_gpu_means_no_pod_is_started() -> None:
     from gpustack.diagnose.collect_workload import allocatable_gpus
 
     assert allocatable_gpus([{"status": {"allocatable": {"nvidia.com/gpu": "8"}}}, {"status": {}}]) == 8
-    assert allocatable_gpus([{"status": {"allocatable": {"cpu": "4"}}}, {"status": {"allocatable": {"nvidia.com/gpu": "x"}}}]) == 0
+    assert (
+        allocatable_gpus(
+            [{"status": {"allocatable": {"cpu": "4"}}}, {"status": {"allocatable": {"nvidia.com/gpu": "x"}}}]
+        )
+        == 0
+    )
     assert allocatable_gpus([]) == 0

@@ -179,9 +179,7 @@ class Sandbox:
             "sh", "-c", playbook, "playbook",
             str(inv_path), str(ev_path), str(PLAYBOOKS / "site.yml"), tags,
         ]  # fmt: skip
-        proc = subprocess.run(
-            cmd, env=env, capture_output=True, text=True, timeout=900, check=False
-        )
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, check=False)
         return Run(proc.returncode, proc.stdout + proc.stderr)
 
     # ------------------------------------------------------------------ results

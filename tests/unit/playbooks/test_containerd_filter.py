@@ -43,9 +43,7 @@ def test_v3_key_added_under_the_runc_options_table(containerd_filter: ModuleType
     assert containerd_filter.systemd_cgroup_enabled(V3) is False
     out = containerd_filter.containerd_systemd_cgroup(V3)
     lines = out.splitlines()
-    header = lines.index(
-        "          [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]"
-    )
+    header = lines.index("          [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]")
     assert lines[header + 1] == "            SystemdCgroup = true"
     assert len(changed_lines(V3, out)) == 1
     assert containerd_filter.containerd_systemd_cgroup(out) == out
@@ -56,8 +54,7 @@ def test_other_runtimes_are_not_touched(containerd_filter: ModuleType) -> None:
     # "last match" edit would touch the wrong table
     text = V2.replace(
         '      [plugins."io.containerd.grpc.v1.cri".containerd.untrusted_workload_runtime]',
-        NVIDIA_V2.strip("\n")
-        + '\n\n      [plugins."io.containerd.grpc.v1.cri".containerd.untrusted_workload_runtime]',
+        NVIDIA_V2.strip("\n") + '\n\n      [plugins."io.containerd.grpc.v1.cri".containerd.untrusted_workload_runtime]',
     )
     assert containerd_filter.systemd_cgroup_enabled(text) is False
     out = containerd_filter.containerd_systemd_cgroup(text)
@@ -69,31 +66,22 @@ def test_other_runtimes_are_not_touched(containerd_filter: ModuleType) -> None:
 
 
 def test_options_table_missing(containerd_filter: ModuleType) -> None:
-    start = V2.index(
-        '          [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]'
-    )
-    end = V2.index(
-        '      [plugins."io.containerd.grpc.v1.cri".containerd.untrusted_workload_runtime]'
-    )
+    start = V2.index('          [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]')
+    end = V2.index('      [plugins."io.containerd.grpc.v1.cri".containerd.untrusted_workload_runtime]')
     text = V2[:start] + V2[end:]
     assert "runc.options" not in text
     out = containerd_filter.containerd_systemd_cgroup(text)
     assert containerd_filter.systemd_cgroup_enabled(out) is True
     # the table lands right after the runc table, before the next table
     lines = out.splitlines()
-    i = lines.index(
-        '          [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]'
-    )
+    i = lines.index('          [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]')
     assert lines[i + 1] == "            SystemdCgroup = true"
     assert "untrusted_workload_runtime" in "\n".join(lines[i + 2 :])
     assert containerd_filter.containerd_systemd_cgroup(out) == out
 
 
 def test_runc_table_missing(containerd_filter: ModuleType) -> None:
-    text = (
-        'version = 2\n\n[plugins]\n  [plugins."io.containerd.grpc.v1.cri"]\n'
-        '    sandbox_image = "x"\n'
-    )
+    text = 'version = 2\n\n[plugins]\n  [plugins."io.containerd.grpc.v1.cri"]\n    sandbox_image = "x"\n'
     out = containerd_filter.containerd_systemd_cgroup(text)
     assert out.startswith(text)
     assert '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]' in out
@@ -123,18 +111,14 @@ def test_split_key(containerd_filter: ModuleType) -> None:
     assert containerd_filter.split_key(" plugins . 'a.b' ") == ("plugins", "a.b")
 
 
-def test_agrees_with_the_facts_module(
-    containerd_filter: ModuleType, facts_module: ModuleType
-) -> None:
+def test_agrees_with_the_facts_module(containerd_filter: ModuleType, facts_module: ModuleType) -> None:
     for text in (
         V2,
         V3,
         containerd_filter.containerd_systemd_cgroup(V2),
         containerd_filter.containerd_systemd_cgroup(V3),
     ):
-        assert facts_module.parse_containerd_systemd_cgroup(
-            text
-        ) == containerd_filter.systemd_cgroup_enabled(text)
+        assert facts_module.parse_containerd_systemd_cgroup(text) == containerd_filter.systemd_cgroup_enabled(text)
 
 
 def test_needs_default(containerd_filter: ModuleType) -> None:

@@ -34,29 +34,18 @@ EXPECTED_RULES = 1 + 2 + 1 + 2 * 6 + 2 + 1
 
 def render(**overrides: object) -> str:
     # Ansible's template module uses trim_blocks=True
-    env = jinja2.Environment(
-        trim_blocks=True, keep_trailing_newline=True, undefined=jinja2.StrictUndefined
-    )
+    env = jinja2.Environment(trim_blocks=True, keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
     return env.from_string(TEMPLATE.read_text()).render({**VARS, **overrides})
 
 
 def _can_unshare() -> bool:
     if os.geteuid() != 0 or not shutil.which("unshare"):
         return False
-    return (
-        subprocess.run(["unshare", "--net", "true"], capture_output=True, check=False).returncode
-        == 0
-    )
+    return subprocess.run(["unshare", "--net", "true"], capture_output=True, check=False).returncode == 0
 
 
-BACKENDS = [
-    b
-    for b in ("nft", "legacy")
-    if shutil.which(f"iptables-{b}") and shutil.which(f"iptables-{b}-restore")
-]
-needs_netns = pytest.mark.skipif(
-    not _can_unshare() or not BACKENDS, reason="needs root, unshare and iptables"
-)
+BACKENDS = [b for b in ("nft", "legacy") if shutil.which(f"iptables-{b}") and shutil.which(f"iptables-{b}-restore")]
+needs_netns = pytest.mark.skipif(not _can_unshare() or not BACKENDS, reason="needs root, unshare and iptables")
 
 
 def in_netns(script: Path, backend: str, body: str) -> subprocess.CompletedProcess[str]:

@@ -27,9 +27,7 @@ def net_conf(text: str) -> dict[str, Any]:
 
 def flannel_args(text: str) -> list[str]:
     ds = find(text, "DaemonSet", "kube-flannel-ds")
-    container = next(
-        c for c in ds["spec"]["template"]["spec"]["containers"] if c["name"] == "kube-flannel"
-    )
+    container = next(c for c in ds["spec"]["template"]["spec"]["containers"] if c["name"] == "kube-flannel")
     return container["args"]
 
 
@@ -78,9 +76,7 @@ def test_replaces_an_existing_iface(flannel_filter: ModuleType) -> None:
     first = flannel_filter.flannel_customize(MANIFEST, "10.244.0.0/16", "eth0")
     second = flannel_filter.flannel_customize(first, "10.244.0.0/16", "eth1")
     assert flannel_args(second) == ["--ip-masq", "--kube-subnet-mgr", "--iface=eth1"]
-    two_arg_form = MANIFEST.replace(
-        "- --kube-subnet-mgr", "- --kube-subnet-mgr\n        - --iface\n        - eth9"
-    )
+    two_arg_form = MANIFEST.replace("- --kube-subnet-mgr", "- --kube-subnet-mgr\n        - --iface\n        - eth9")
     assert flannel_args(two_arg_form)[-2:] == ["--iface", "eth9"]
     out = flannel_filter.flannel_customize(two_arg_form, "10.244.0.0/16", "eth1")
     assert flannel_args(out) == ["--ip-masq", "--kube-subnet-mgr", "--iface=eth1"]
@@ -139,7 +135,4 @@ def test_bad_iface_fails(flannel_filter: ModuleType) -> None:
 
 
 def test_registered_as_filter(flannel_filter: ModuleType) -> None:
-    assert (
-        flannel_filter.FilterModule().filters()["flannel_customize"]
-        is flannel_filter.flannel_customize
-    )
+    assert flannel_filter.FilterModule().filters()["flannel_customize"] is flannel_filter.flannel_customize

@@ -151,9 +151,7 @@ def test_socket_inode(facts_module: ModuleType) -> None:
 
 
 def test_merge_listening_and_node_exporter(facts_module: ModuleType) -> None:
-    sockets = facts_module.parse_proc_net(TCP, "tcp", "little") + facts_module.parse_proc_net(
-        TCP6, "tcp", "little"
-    )
+    sockets = facts_module.parse_proc_net(TCP, "tcp", "little") + facts_module.parse_proc_net(TCP6, "tcp", "little")
     host_owner = {
         40000: {
             "pid": 10,
@@ -179,18 +177,10 @@ def test_merge_listening_and_node_exporter(facts_module: ModuleType) -> None:
             "cgroup": "0::/kubepods.slice/kubepods-burstable.slice/cri-containerd-1.scope\n",
         }
     }
-    assert (
-        facts_module.derive_node_exporter_on_9100(facts_module.merge_listening(sockets, pod_owner))
-        is False
-    )
+    assert facts_module.derive_node_exporter_on_9100(facts_module.merge_listening(sockets, pod_owner)) is False
     # owner unknown (no root): counted as a host listener
-    assert (
-        facts_module.derive_node_exporter_on_9100(facts_module.merge_listening(sockets, {})) is True
-    )
-    assert (
-        facts_module.derive_node_exporter_on_9100(facts_module.merge_listening(sockets[:2], {}))
-        is False
-    )
+    assert facts_module.derive_node_exporter_on_9100(facts_module.merge_listening(sockets, {})) is True
+    assert facts_module.derive_node_exporter_on_9100(facts_module.merge_listening(sockets[:2], {})) is False
 
 
 def test_merge_listening_dedupes(facts_module: ModuleType) -> None:
@@ -238,10 +228,7 @@ def test_filesystems(facts_module: ModuleType) -> None:
 
 
 def test_meminfo(facts_module: ModuleType) -> None:
-    assert (
-        facts_module.parse_meminfo_total("MemTotal:       16318480 kB\nMemFree: 1 kB\n")
-        == 16318480 * 1024
-    )
+    assert facts_module.parse_meminfo_total("MemTotal:       16318480 kB\nMemFree: 1 kB\n") == 16318480 * 1024
     assert facts_module.parse_meminfo_total("nothing\n") is None
 
 
@@ -256,9 +243,7 @@ def test_meminfo(facts_module: ModuleType) -> None:
         (True, b"\x06\x00\x00\x00\x07", "unknown"),
     ],
 )
-def test_secure_boot(
-    facts_module: ModuleType, efi: bool, data: bytes | None, expected: str
-) -> None:
+def test_secure_boot(facts_module: ModuleType, efi: bool, data: bytes | None, expected: str) -> None:
     assert facts_module.parse_secure_boot(efi, data) == expected
 
 
@@ -268,9 +253,7 @@ def test_nvidia_version(facts_module: ModuleType) -> None:
         "GCC version:  gcc version 12.3.0 (Ubuntu 12.3.0-1ubuntu1~22.04)\n"
     )
     assert facts_module.parse_nvidia_version(text) == "550.54.14"
-    open_text = (
-        "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.86.15  Release Build\n"
-    )
+    open_text = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.86.15  Release Build\n"
     assert facts_module.parse_nvidia_version(open_text) == "570.86.15"
     assert facts_module.parse_nvidia_version("garbage") is None
 
@@ -303,28 +286,18 @@ def test_containerd_config(facts_module: ModuleType) -> None:
     v3 = (FIXTURES / "containerd-config-v3.toml").read_text()
     assert facts_module.parse_containerd_systemd_cgroup(v2) is False
     assert (
-        facts_module.parse_containerd_systemd_cgroup(
-            v2.replace("SystemdCgroup = false", "SystemdCgroup = true")
-        )
+        facts_module.parse_containerd_systemd_cgroup(v2.replace("SystemdCgroup = false", "SystemdCgroup = true"))
         is True
     )
     assert facts_module.parse_containerd_systemd_cgroup(v3) is False
     assert facts_module.parse_containerd_systemd_cgroup("") is None
-    assert (
-        facts_module.parse_containerd_systemd_cgroup(
-            "root = '/x'\n[plugins.cri]\n  SystemdCgroup = true\n"
-        )
-        is None
-    )
+    assert facts_module.parse_containerd_systemd_cgroup("root = '/x'\n[plugins.cri]\n  SystemdCgroup = true\n") is None
 
 
 def test_systemctl_and_timedatectl(facts_module: ModuleType) -> None:
     assert facts_module.parse_systemctl_is_active(0, "active\n") is True
     assert facts_module.parse_systemctl_is_active(3, "inactive\n") is False
-    assert (
-        facts_module.parse_systemctl_is_active(1, "System has not been booted with systemd\n")
-        is None
-    )
+    assert facts_module.parse_systemctl_is_active(1, "System has not been booted with systemd\n") is None
     assert facts_module.parse_timedatectl(0, "yes\n") is True
     assert facts_module.parse_timedatectl(0, "no\n") is False
     assert facts_module.parse_timedatectl(1, "") is None
@@ -337,9 +310,7 @@ def test_nearest_existing(facts_module: ModuleType) -> None:
 
 
 def test_collect_on_this_machine(facts_module: ModuleType) -> None:
-    facts = facts_module.collect(
-        probe_sudo=False, peers=["127.0.0.1", "192.0.2.254"], peer_port=9, peer_timeout=0.5
-    )
+    facts = facts_module.collect(probe_sudo=False, peers=["127.0.0.1", "192.0.2.254"], peer_port=9, peer_timeout=0.5)
     assert set(facts) == SCHEMA_KEYS
     json.dumps(facts)  # serialisable
     assert set(facts["disk_free_bytes"]) == {"/", "/var/lib"}
@@ -406,7 +377,10 @@ def test_iptables_firewall_drop_before_jump(facts_module: ModuleType) -> None:
     fw = facts_module.parse_iptables_firewall(text)
     assert fw["drops_before_jump"] is True
     # one host, UDP only and unrelated ports do not block pods -> API
-    assert fw["drop_rules"] == ["-A INPUT -s 10.244.0.0/16 -j DROP", "-A INPUT -p tcp -m tcp --dport 6000:7000 -j REJECT"]
+    assert fw["drop_rules"] == [
+        "-A INPUT -s 10.244.0.0/16 -j DROP",
+        "-A INPUT -p tcp -m tcp --dport 6000:7000 -j REJECT",
+    ]
 
 
 def test_iptables_firewall_no_chain_policy_drop(facts_module: ModuleType) -> None:

@@ -96,15 +96,10 @@ def test_every_gpustack_variable_comes_from_python() -> None:
 def test_facts_dir_extravar_is_optional() -> None:
     cfg = sample_config()
     assert "gpustack_facts_dir" not in extravars(cfg, kubeconfig_dest=Path("/k"))
-    assert (
-        extravars(cfg, kubeconfig_dest=Path("/k"), facts_dir=Path("/f"))["gpustack_facts_dir"]
-        == "/f"
-    )
+    assert extravars(cfg, kubeconfig_dest=Path("/k"), facts_dir=Path("/f"))["gpustack_facts_dir"] == "/f"
 
 
-needs_ansible = pytest.mark.skipif(
-    not shutil.which("ansible-playbook"), reason="needs ansible-playbook"
-)
+needs_ansible = pytest.mark.skipif(not shutil.which("ansible-playbook"), reason="needs ansible-playbook")
 
 
 @needs_ansible

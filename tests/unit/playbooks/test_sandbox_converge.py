@@ -50,8 +50,7 @@ def test_single_node(tmp_path: Path) -> None:
     kubeadm_cfg = box.cp_file("/etc/gpustack/kubeadm-config.yaml")
     assert mode(kubeadm_cfg) == 0o600
     assert (
-        kubeadm_cfg.read_text()
-        == yaml.safe_load((box.base / "extravars.json").read_text())["gpustack_kubeadm_config"]
+        kubeadm_cfg.read_text() == yaml.safe_load((box.base / "extravars.json").read_text())["gpustack_kubeadm_config"]
     )
     marker = json.loads(box.cp_file("/etc/gpustack/installed.json").read_text())
     assert marker == {
@@ -67,9 +66,7 @@ def test_single_node(tmp_path: Path) -> None:
     assert user_kubeconfig.read_text() == admin and mode(user_kubeconfig) == 0o600
     assert box.kubeconfig_dest.read_text() == admin and mode(box.kubeconfig_dest) == 0o600
     inits = [a for a in box.doubles_log("kubeadm") if a[:1] == ["init"]]
-    assert inits == [
-        ["init", "--config", "/etc/gpustack/kubeadm-config.yaml", "--skip-token-print"]
-    ]
+    assert inits == [["init", "--config", "/etc/gpustack/kubeadm-config.yaml", "--skip-token-print"]]
     # single node: no control-plane taint (kubeadm skipped it: taints: [])
     node = json.loads(box.cp_file("/var/lib/gpustack-doubles/nodes/cp1.json").read_text())
     assert node["taints"] == []
@@ -77,9 +74,7 @@ def test_single_node(tmp_path: Path) -> None:
     # network
     manifest = box.cp_file("/etc/gpustack/flannel/kube-flannel.yml").read_text()
     assert "--iface=eth9" in manifest
-    assert box.cp_file(
-        f"/etc/gpustack/flannel/upstream-kube-flannel-v{cfg.versions.flannel}.yml"
-    ).exists()
+    assert box.cp_file(f"/etc/gpustack/flannel/upstream-kube-flannel-v{cfg.versions.flannel}.yml").exists()
     applies = [a for a in box.doubles_log("kubectl") if "apply" in a]
     assert len(applies) == 1
 
@@ -125,9 +120,7 @@ def test_control_plane_and_two_workers(tmp_path: Path) -> None:
 
     # multi-node: the control plane keeps its taint
     node = json.loads(box.cp_file("/var/lib/gpustack-doubles/nodes/cp1.json").read_text())
-    assert node["taints"] == [
-        {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}
-    ]
+    assert node["taints"] == [{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]
     assert not any(a[:1] == ["taint"] for a in box.doubles_log("kubectl"))
 
     # one token for both workers, made on the control plane
@@ -144,12 +137,7 @@ def test_control_plane_and_two_workers(tmp_path: Path) -> None:
             "unix:///run/containerd/containerd.sock",
         ]
         assert box.worker_file(w, "/etc/kubernetes/kubelet.conf").exists()
-        assert (
-            json.loads(box.worker_file(w, "/var/lib/gpustack-doubles/join.json").read_text())[
-                "node_name"
-            ]
-            == w
-        )
+        assert json.loads(box.worker_file(w, "/var/lib/gpustack-doubles/join.json").read_text())["node_name"] == w
     # the token never shows in Ansible's output
     assert not TOKEN_RE.search(first.output), first.output
 
@@ -177,9 +165,7 @@ def test_firewall_disabled_removes_only_our_chain(tmp_path: Path) -> None:
         mkdir -p /usr/local/sbin && echo '#!/bin/sh' > /usr/local/sbin/gpustack-firewall
     """
     after = 'echo "== RULES"; iptables -w -S; echo "== END"'
-    run = box.converge(
-        "firewall", extra={"gpustack_firewall_enabled": False}, before=before, after=after
-    )
+    run = box.converge("firewall", extra={"gpustack_firewall_enabled": False}, before=before, after=after)
     assert run.rc == 0, run.output
     rules = run.output.split("== RULES\n")[1].split("== END")[0].splitlines()
     assert rules == [

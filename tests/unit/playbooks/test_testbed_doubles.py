@@ -20,9 +20,7 @@ from gpustack.config.model import Config, Node
 from gpustack.render.kubeadm import render_init_config
 
 
-def run(
-    root: Path, name: str, *args: str, stdin: str | None = None
-) -> subprocess.CompletedProcess[str]:
+def run(root: Path, name: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, GPUSTACK_DOUBLES_ROOT=str(root))
     return subprocess.run(
         [sys.executable, str(DOUBLES / name), *args],
@@ -54,10 +52,7 @@ def root(tmp_path: Path) -> Path:
 
 
 def log(root: Path, name: str) -> list[list[str]]:
-    return [
-        json.loads(line)
-        for line in (root / f"var/log/gpustack-doubles/{name}.log").read_text().splitlines()
-    ]
+    return [json.loads(line) for line in (root / f"var/log/gpustack-doubles/{name}.log").read_text().splitlines()]
 
 
 def test_all_doubles_are_labelled() -> None:
@@ -82,9 +77,7 @@ def test_init_single_node(root: Path, tmp_path: Path) -> None:
     admin = (root / "etc/kubernetes/admin.conf").read_text()
     assert "server: https://10.10.0.2:6443" in admin
     assert "current-context: kubernetes-admin@gpustack" in admin
-    assert (
-        (root / "etc/kubernetes/pki/ca.crt").read_text().startswith("-----BEGIN CERTIFICATE-----")
-    )
+    assert (root / "etc/kubernetes/pki/ca.crt").read_text().startswith("-----BEGIN CERTIFICATE-----")
     assert sorted(p.name for p in (root / "etc/kubernetes/manifests").iterdir()) == [
         "etcd.yaml",
         "kube-apiserver.yaml",
@@ -107,9 +100,7 @@ def test_init_multi_node_keeps_taint_and_join(root: Path, tmp_path: Path) -> Non
     cfg = kubeadm_config(tmp_path, nodes=2)
     assert run(root, "kubeadm", "init", "--config", str(cfg)).returncode == 0
     node = json.loads((root / "var/lib/gpustack-doubles/nodes/cp1.json").read_text())
-    assert node["taints"] == [
-        {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}
-    ]
+    assert node["taints"] == [{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]
 
     r = run(root, "kubeadm", "token", "create", "--print-join-command", "--ttl", "30m")
     assert r.returncode == 0
@@ -159,16 +150,11 @@ def test_join_rejects_a_malformed_token(root: Path) -> None:
 
 
 def test_kubectl_taints(root: Path, tmp_path: Path) -> None:
-    assert (
-        run(root, "kubeadm", "init", "--config", str(kubeadm_config(tmp_path, nodes=2))).returncode
-        == 0
-    )
+    assert run(root, "kubeadm", "init", "--config", str(kubeadm_config(tmp_path, nodes=2))).returncode == 0
     kc = ["--kubeconfig", str(root / "etc/kubernetes/admin.conf")]
     get = [*kc, "get", "node", "cp1", "-o", "jsonpath={.spec.taints}"]
     r = run(root, "kubectl", *get)
-    assert json.loads(r.stdout) == [
-        {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}
-    ]
+    assert json.loads(r.stdout) == [{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]
 
     spec = "node-role.kubernetes.io/control-plane:NoSchedule-"
     r = run(root, "kubectl", *kc, "taint", "nodes", "cp1", spec)
@@ -214,9 +200,7 @@ def test_kubectl_apply(root: Path, tmp_path: Path) -> None:
     ]
     second = run(root, "kubectl", *apply).stdout.splitlines()
     assert all(line.endswith(" unchanged") for line in second)
-    manifest.write_text(
-        text.replace("--kube-subnet-mgr", "--kube-subnet-mgr\n        - --iface=eth1")
-    )
+    manifest.write_text(text.replace("--kube-subnet-mgr", "--kube-subnet-mgr\n        - --iface=eth1"))
     third = run(root, "kubectl", *apply).stdout.splitlines()
     assert "daemonset.apps/kube-flannel-ds configured" in third
     assert "configmap/kube-flannel-cfg unchanged" in third
@@ -277,9 +261,7 @@ def test_helm_version(root: Path) -> None:
 def test_kubelet_version_and_sleep(root: Path) -> None:
     assert run(root, "kubelet", "--version").stdout == "Kubernetes v1.36.4\n"
     env = dict(os.environ, GPUSTACK_DOUBLES_ROOT=str(root))
-    proc = subprocess.Popen(
-        [sys.executable, str(DOUBLES / "kubelet"), "--config", "/nonexistent"], env=env
-    )
+    proc = subprocess.Popen([sys.executable, str(DOUBLES / "kubelet"), "--config", "/nonexistent"], env=env)
     try:
         with pytest.raises(subprocess.TimeoutExpired):
             proc.wait(timeout=1)

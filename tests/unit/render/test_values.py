@@ -238,7 +238,9 @@ def test_helpers() -> None:
 def test_config_problems() -> None:
     assert config_problems(Config.model_validate({"monitoring": STORAGE})) == []
     assert config_problems(Config()) == []  # default: gpustack's local volume
-    (p,) = config_problems(Config.model_validate({"monitoring": {"prometheus_storage": {"storage_class": "x", "ephemeral": True}}}))
+    (p,) = config_problems(
+        Config.model_validate({"monitoring": {"prometheus_storage": {"storage_class": "x", "ephemeral": True}}})
+    )
     assert p.path == ("monitoring", "prometheus_storage", "ephemeral")
     bad = Config.model_validate(
         {
@@ -274,10 +276,15 @@ def test_default_storage_is_a_local_volume_on_the_control_plane() -> None:
     prom = render_values(cfg, FactsSummary())["kube-prometheus-stack"]["prometheus"]["prometheusSpec"]
     claim = prom["storageSpec"]["volumeClaimTemplate"]["spec"]
     assert claim["storageClassName"] == "gpustack-local" and claim["resources"]["requests"]["storage"] == "50Gi"
-    assert {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"} in prom["tolerations"]
+    assert {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"} in prom[
+        "tolerations"
+    ]
     sc, pv = render_manifests(cfg)["storage.yaml"]
     assert sc["kind"] == "StorageClass" and sc["volumeBindingMode"] == "WaitForFirstConsumer"
-    assert pv["spec"]["storageClassName"] == "gpustack-local" and pv["spec"]["local"]["path"] == "/var/lib/gpustack/prometheus"
+    assert (
+        pv["spec"]["storageClassName"] == "gpustack-local"
+        and pv["spec"]["local"]["path"] == "/var/lib/gpustack/prometheus"
+    )
     terms = pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][0]["matchExpressions"][0]
     assert terms["values"] == ["cp"]
 
