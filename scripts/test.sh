@@ -22,4 +22,5 @@ ruff format --check -q gpustack tests scripts playbooks
 echo "== mypy"; mypy
 echo "== ansible-lint"; ansible-lint --offline -q playbooks/
 echo "== pytest"
-python3 -m pytest "$@"
+# a skipped test fails the run here (tests/conftest.py): CI cannot pass by not running a test
+GPUSTACK_NO_SKIPS=1 python3 -m pytest "$@"
