@@ -19,7 +19,6 @@ from typing import Any
 
 from kubernetes import client as k8s_client
 from kubernetes.client.exceptions import ApiException
-from urllib3.exceptions import HTTPError as Urllib3Error
 from urllib3.util.retry import Retry
 
 from gpustack.diagnose.checks_kubernetes import (
@@ -48,7 +47,7 @@ NO_KUBECONFIG = "no kubeconfig for this cluster: run `gpustack up` first (or pas
 
 
 class CountingKube(Kube):
-    """A :class:`Kube` that counts its requests and can read plain-text answers (pod logs)."""
+    """A :class:`Kube` that counts its requests."""
 
     def __init__(self, base: Kube, *, request_timeout: float) -> None:
         # Own client without read retries: urllib3 would otherwise retry a timed-out read 3 times,
@@ -58,34 +57,9 @@ class CountingKube(Kube):
         super().__init__(k8s_client.ApiClient(configuration=cfg), request_timeout=request_timeout)
         self.count = 0
 
-    def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        body: Any = None,
-        query: Mapping[str, str] | None = None,
-        content_type: str = "application/json",
-    ) -> Obj:
+    def _call(self, method: str, path: str, **kw: Any) -> Any:
         self.count += 1
-        return super().request(method, path, body=body, query=query, content_type=content_type)
-
-    def text(self, path: str, query: Mapping[str, str]) -> str:
-        """GET a text/plain resource (``pods/<name>/log``)."""
-        self.count += 1
-        try:
-            serialized = self.api.param_serialize(
-                "GET", path, query_params=list(query.items()), header_params={"Accept": "*/*"},
-                auth_settings=["BearerToken"],
-            )  # fmt: skip
-            response = self.api.call_api(*serialized, _request_timeout=self.request_timeout)
-            response.read()  # type: ignore[no-untyped-call]
-        except Urllib3Error as exc:
-            raise ClusterUnreachableError(f"the Kubernetes API is unreachable: {exc}") from None
-        if not 200 <= response.status <= 299:
-            raise ApiException(status=response.status, reason=response.reason)
-        data = response.data or b""
-        return data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data)
+        return super()._call(method, path, **kw)
 
 
 def _kube_for(ctx: CollectContext) -> Kube | None:

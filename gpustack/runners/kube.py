@@ -137,13 +137,28 @@ class Kube:
         content_type: str = "application/json",
     ) -> Obj:
         """One REST call; JSON in, JSON out. Connection failures -> :class:`ClusterUnreachableError`."""
-        headers = {"Accept": "application/json", "Content-Type": content_type}
+        response = self._call(method, path, body=body, query=query,
+                              headers={"Accept": "application/json", "Content-Type": content_type})  # fmt: skip
+        data = json.loads(response.data or b"{}")
+        return cast(Obj, data) if isinstance(data, dict) else {}
+
+    def text(self, path: str, query: Mapping[str, str] | None = None) -> str:
+        """GET a text/plain resource (``pods/<name>/log``)."""
+        data = self._call("GET", path, query=query, headers={"Accept": "*/*"}).data or b""
+        return data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data)
+
+    def _call(
+        self, method: str, path: str, *, headers: Mapping[str, str], body: Any = None,
+        query: Mapping[str, str] | None = None,
+    ) -> Any:  # fmt: skip
+        """The one place requests go out: non-2xx -> ApiException (with the server's Status),
+        connection failures -> :class:`ClusterUnreachableError`."""
         try:
             serialized = self.api.param_serialize(
                 method,
                 path,
                 query_params=list((query or {}).items()),
-                header_params=headers,
+                header_params=dict(headers),
                 body=body,
                 auth_settings=["BearerToken"],
             )
@@ -158,8 +173,7 @@ class Kube:
                 f"the Kubernetes API at {host} is unreachable: {exc}",
                 hint="check that the control plane is up (kubectl get --raw /readyz) and the kubeconfig",
             ) from None
-        data = json.loads(response.data or b"{}")
-        return cast(Obj, data) if isinstance(data, dict) else {}
+        return response
 
     # -- discovery ------------------------------------------------------------------------------------
 
