@@ -31,7 +31,6 @@ from gpustack.diagnose.checks_kubernetes import (
     owner_name,
     pod_problem,
     ref,
-    unavailable,
 )
 from gpustack.diagnose.registry import register
 from gpustack.diagnose.snapshot import Snapshot
@@ -101,12 +100,9 @@ def gpu_nodes(snap: Snapshot) -> dict[str, int]:
 
 
 @register("G01-clusterpolicy-ready", LAYER, title="GPU Operator ClusterPolicy state ready",
-          reads="clusterpolicies", commands=("doctor", "verify"))  # fmt: skip
+          reads="clusterpolicies", commands=("doctor", "verify"), needs=("ClusterPolicy",))  # fmt: skip
 def clusterpolicy_ready(snap: Snapshot) -> list[Finding]:
     """The ClusterPolicy exists and reports ``status.state: ready``."""
-    skip = unavailable(snap, "G01-clusterpolicy-ready", "ClusterPolicy", layer=LAYER)
-    if skip:
-        return skip
     policies = _cluster_policies(snap)
     if not policies:
         return [finding("G01-clusterpolicy-ready", "fail", "the GPU Operator is not installed (no ClusterPolicy)",
@@ -131,12 +127,9 @@ def clusterpolicy_ready(snap: Snapshot) -> list[Finding]:
 
 
 @register("G02-operands-ready", LAYER, title="every GPU Operator operand DaemonSet fully ready",
-          reads="daemonsets, pods, events (gpu-operator)", commands=("doctor", "verify"))  # fmt: skip
+          reads="daemonsets, pods, events (gpu-operator)", commands=("doctor", "verify"), needs=("DaemonSet", "Pod"))  # fmt: skip
 def operands_ready(snap: Snapshot) -> list[Finding]:
     """Each DaemonSet in the operator namespace has desired == ready == available."""
-    skip = unavailable(snap, "G02-operands-ready", "DaemonSet", "Pod", layer=LAYER)
-    if skip:
-        return skip
     dss = [d for d in items(snap, "DaemonSet") if ns_of(d) == GPU_NAMESPACE]
     if not dss:
         if _cluster_policies(snap):
@@ -190,12 +183,9 @@ def stuck_stage(pod: dict[str, Any]) -> str | None:
 
 
 @register("G03-validator-stage", LAYER, title="nvidia-operator-validator passed every stage (driver, toolkit, cuda, plugin)",
-          reads="pods (gpu-operator), logs", commands=("doctor",))  # fmt: skip
+          reads="pods (gpu-operator), logs", commands=("doctor",), needs=("Pod",))  # fmt: skip
 def validator_stage(snap: Snapshot) -> list[Finding]:
     """Which validation init container (driver/toolkit/cuda/plugin) each validator pod is stuck in."""
-    skip = unavailable(snap, "G03-validator-stage", "Pod", layer=LAYER)
-    if skip:
-        return skip
     stuck: dict[str, list[dict[str, Any]]] = {}
     for p in items(snap, "Pod"):
         if labels_of(p).get("app") == VALIDATOR_APP and (stage := stuck_stage(p)):
@@ -227,12 +217,9 @@ def validator_stage(snap: Snapshot) -> list[Finding]:
 
 
 @register("G04-nvidia-runtime", LAYER, title='containerd has the "nvidia" runtime handler',
-          reads="events, logs", commands=("doctor",))  # fmt: skip
+          reads="events, logs", commands=("doctor",), needs=("Pod",))  # fmt: skip
 def nvidia_runtime(snap: Snapshot) -> list[Finding]:
     """Events ``no runtime for "nvidia" is configured``: pods with runtimeClassName nvidia cannot start."""
-    skip = unavailable(snap, "G04-nvidia-runtime", "Pod", layer=LAYER)
-    if skip:
-        return skip
     hits = [(f"{kind} {ns}/{name}".replace(" /", " "), m) for (kind, ns, name), m in event_messages(snap)
             if NO_RUNTIME.search(m)]  # fmt: skip
     hits += [(k, line) for k, t in logs(snap) if (line := last_line_matching(t, NO_RUNTIME))]
@@ -256,12 +243,9 @@ def nvidia_runtime(snap: Snapshot) -> list[Finding]:
 
 
 @register("G05-driver-preinstalled", LAYER, title="driver.enabled=false when the hosts already have a driver",
-          reads="clusterpolicies, host facts", commands=("doctor",))  # fmt: skip
+          reads="clusterpolicies, host facts", commands=("doctor",), needs=("ClusterPolicy",))  # fmt: skip
 def driver_preinstalled(snap: Snapshot) -> list[Finding]:
     """ClusterPolicy ``spec.driver.enabled`` true while a GPU host reports ``nvidia_driver_version``."""
-    skip = unavailable(snap, "G05-driver-preinstalled", "ClusterPolicy", layer=LAYER)
-    if skip:
-        return skip
     hosts = as_dict(snap.hosts)
     if not hosts:
         return [finding("G05-driver-preinstalled", "skip", "host facts not collected", layer=LAYER)]
@@ -283,12 +267,9 @@ def driver_preinstalled(snap: Snapshot) -> list[Finding]:
 
 
 @register("G06-gpu-allocatable", LAYER, title="nvidia.com/gpu allocatable on every GPU node",
-          reads="nodes, host facts", commands=("doctor", "verify"))  # fmt: skip
+          reads="nodes, host facts", commands=("doctor", "verify"), needs=("Node",))  # fmt: skip
 def gpu_allocatable(snap: Snapshot) -> list[Finding]:
     """Every GPU node advertises ``nvidia.com/gpu`` (as many as the host has NVIDIA PCI devices)."""
-    skip = unavailable(snap, "G06-gpu-allocatable", "Node", layer=LAYER)
-    if skip:
-        return skip
     nodes = {name_of(n): n for n in items(snap, "Node")}
     gpus = gpu_nodes(snap)
     if not gpus:
@@ -335,12 +316,9 @@ def exporter_kind(pod: dict[str, Any]) -> str | None:
 
 
 @register("G07-duplicate-exporters", LAYER, title="one dcgm-exporter per GPU node",
-          reads="pods", commands=("doctor",))  # fmt: skip
+          reads="pods", commands=("doctor",), needs=("Pod",))  # fmt: skip
 def duplicate_exporters(snap: Snapshot) -> list[Finding]:
     """The standalone exporter and the operator's on the same node (each embeds a DCGM host engine)."""
-    skip = unavailable(snap, "G07-duplicate-exporters", "Pod", layer=LAYER)
-    if skip:
-        return skip
     per_node: dict[str, dict[str, str]] = {}
     for p in items(snap, "Pod"):
         kind = exporter_kind(p)
@@ -362,12 +340,9 @@ def duplicate_exporters(snap: Snapshot) -> list[Finding]:
 
 
 @register("G08-exporter-health", LAYER, title="dcgm-exporter not OOMKilled or crash-looping",
-          reads="pods, logs", commands=("doctor",))  # fmt: skip
+          reads="pods, logs", commands=("doctor",), needs=("Pod",))  # fmt: skip
 def exporter_health(snap: Snapshot) -> list[Finding]:
     """Exporter containers whose last termination was OOMKilled, or that crash-loop."""
-    skip = unavailable(snap, "G08-exporter-health", "Pod", layer=LAYER)
-    if skip:
-        return skip
     gpu = gpu_nodes(snap)
     oom, crash = [], []
     for p in items(snap, "Pod"):
@@ -422,12 +397,9 @@ def exporter_health(snap: Snapshot) -> list[Finding]:
 
 
 @register("G09-nvml-unknown-error", LAYER, title='no "Failed to initialize NVML: Unknown Error" in GPU pods',
-          reads="logs, events", commands=("doctor",))  # fmt: skip
+          reads="logs, events", commands=("doctor",), needs=("Pod",))  # fmt: skip
 def nvml_unknown_error(snap: Snapshot) -> list[Finding]:
     """Long-running GPU pods losing device access (missing /dev/char symlinks under systemd cgroups)."""
-    skip = unavailable(snap, "G09-nvml-unknown-error", "Pod", layer=LAYER)
-    if skip:
-        return skip
     hits = [(k, line) for k, t in logs(snap) if (line := last_line_matching(t, NVML_UNKNOWN))]
     hits += [(f"{kind} {ns}/{name}", m[:300]) for (kind, ns, name), m in event_messages(snap) if NVML_UNKNOWN.search(m)]
     if not hits:

@@ -29,12 +29,6 @@ def problem_panels() -> set[str]:
     return {t for t, exprs in by_title.items() if all(_FILTERED.search(e.strip()) for e in exprs)}
 
 
-def _unreachable(snap: Snapshot) -> Finding | None:
-    if not snap.grafana.reachable or "grafana" in snap.errors:
-        return Finding("", "", "skip", f"Grafana data unavailable: {snap.errors.get('grafana', 'not queried')}")
-    return None
-
-
 @register("R01-grafana-healthy", "grafana", title="Grafana answers and its database is ok",
           reads="Grafana /api/health", commands=BOTH)  # fmt: skip
 def grafana_healthy(snap: Snapshot) -> list[Finding]:
@@ -58,11 +52,8 @@ def grafana_healthy(snap: Snapshot) -> list[Finding]:
 
 
 @register("R02-prometheus-datasource", "grafana", title="the Prometheus datasource exists and answers queries",
-          reads="Grafana /api/datasources, /api/ds/query", commands=BOTH)  # fmt: skip
+          reads="Grafana /api/datasources, /api/ds/query", commands=BOTH, needs=("grafana",))  # fmt: skip
 def prometheus_datasource_works(snap: Snapshot) -> list[Finding]:
-    skip = _unreachable(snap)
-    if skip:
-        return [skip]
     ds = prometheus_datasource(snap.grafana.datasources)
     fix = ("kube-prometheus-stack provisions it (grafana.sidecar.datasources.defaultDatasourceEnabled, uid "
            "prometheus): gpustack up --only cluster; then kubectl -n monitoring rollout restart "
@@ -81,11 +72,8 @@ def prometheus_datasource_works(snap: Snapshot) -> list[Finding]:
 
 
 @register("R03-dcgm-dashboard", "grafana", title="gpustack's DCGM dashboard is loaded",
-          reads="Grafana /api/search", commands=BOTH)  # fmt: skip
+          reads="Grafana /api/search", commands=BOTH, needs=("grafana",))  # fmt: skip
 def dcgm_dashboard(snap: Snapshot) -> list[Finding]:
-    skip = _unreachable(snap)
-    if skip:
-        return [skip]
     uid = dashboard_uid()
     if not any(d.get("uid") == uid for d in snap.grafana.dashboards):
         titles = ", ".join(str(d.get("title")) for d in snap.grafana.dashboards[:8]) or "none"
@@ -98,11 +86,8 @@ def dcgm_dashboard(snap: Snapshot) -> list[Finding]:
 
 
 @register("R04-panels-have-data", "grafana", title="the DCGM dashboard's panels return data",
-          reads="Grafana /api/ds/query for every panel", commands=BOTH)  # fmt: skip
+          reads="Grafana /api/ds/query for every panel", commands=BOTH, needs=("grafana",))  # fmt: skip
 def panels_have_data(snap: Snapshot) -> list[Finding]:
-    skip = _unreachable(snap)
-    if skip:
-        return [skip]
     uid = dashboard_uid() or DASHBOARD_UID
     hit = next((d for d in snap.grafana.dashboards if d.get("uid") == uid), None)
     if hit is None:

@@ -309,19 +309,6 @@ def finding(
     return Finding(id, layer, status, summary, host=host, evidence=evidence, fix=fix)
 
 
-def unavailable(snap: Snapshot, id: str, *kinds: str, layer: str = LAYER) -> list[Finding] | None:
-    """One ``skip`` when the data a check needs was not collected, else None."""
-    if "kubernetes" in snap.errors:
-        return [finding(id, "skip", "Kubernetes API not readable (see K00-api-unreachable)", layer=layer)]
-    for kind in kinds:
-        err = snap.errors.get(f"kubernetes:{kind}")
-        if err:
-            return [finding(id, "skip", f"could not read {kind} objects", evidence=err, layer=layer)]
-        if kind not in snap.kube:
-            return [finding(id, "skip", f"{kind} objects were not collected", layer=layer)]
-    return None
-
-
 def items(snap: Snapshot, kind: str) -> list[dict[str, Any]]:
     """The dict items of a kind (anything else in the list is ignored)."""
     return [o for o in as_list(snap.kube.get(kind)) if isinstance(o, dict)]
@@ -388,12 +375,9 @@ def api_reachable(snap: Snapshot) -> list[Finding]:
 
 
 @register("K01-nodes-ready", LAYER, title="every node Ready, no memory/disk/PID pressure",
-          reads="nodes, events", commands=("doctor", "verify"))  # fmt: skip
+          reads="nodes, events", commands=("doctor", "verify"), needs=("Node",))  # fmt: skip
 def nodes_ready(snap: Snapshot) -> list[Finding]:
     """Nodes not Ready, or with MemoryPressure/DiskPressure/PIDPressure/NetworkUnavailable."""
-    skip = unavailable(snap, "K01-nodes-ready", "Node")
-    if skip:
-        return skip
     nodes = items(snap, "Node")
     if not nodes:
         return [finding("K01-nodes-ready", "fail", "the cluster has no nodes",
@@ -434,12 +418,9 @@ def nodes_ready(snap: Snapshot) -> list[Finding]:
 
 
 @register("K02-control-plane-taint", LAYER, title="no control-plane NoSchedule taint on a single-node cluster",
-          reads="nodes, events", commands=("doctor",), fixable=True)  # fmt: skip
+          reads="nodes, events", commands=("doctor",), fixable=True, needs=("Node",))  # fmt: skip
 def control_plane_taint(snap: Snapshot) -> list[Finding]:
     """A single-node cluster (or one where every node is a tainted control plane) cannot run pods."""
-    skip = unavailable(snap, "K02-control-plane-taint", "Node")
-    if skip:
-        return skip
     nodes = items(snap, "Node")
     tainted = [(name_of(n), key) for n in nodes if (key := has_taint(n, CONTROL_PLANE_TAINTS))]
     if not nodes or len(tainted) < len(nodes):
@@ -458,12 +439,9 @@ def control_plane_taint(snap: Snapshot) -> list[Finding]:
 
 
 @register("K03-control-plane", LAYER, title="kube-apiserver, etcd, controller-manager, scheduler Running and Ready",
-          reads="pods (kube-system)", commands=("doctor", "verify"))  # fmt: skip
+          reads="pods (kube-system)", commands=("doctor", "verify"), needs=("Pod",))  # fmt: skip
 def control_plane(snap: Snapshot) -> list[Finding]:
     """kubeadm's static pods in kube-system: present, Running, Ready, not restarting."""
-    skip = unavailable(snap, "K03-control-plane", "Pod")
-    if skip:
-        return skip
     system = [p for p in items(snap, "Pod") if ns_of(p) == "kube-system"]
     if not system:
         return [finding("K03-control-plane", "fail", "no pods in kube-system: the control plane is not running",
@@ -498,12 +476,9 @@ def control_plane(snap: Snapshot) -> list[Finding]:
 
 
 @register("K04-pod-network", LAYER, title="Flannel DaemonSet ready and every node has a pod CIDR",
-          reads="daemonsets, nodes, pods, logs", commands=("doctor",))  # fmt: skip
+          reads="daemonsets, nodes, pods, logs", commands=("doctor",), needs=("DaemonSet", "Node"))  # fmt: skip
 def pod_network(snap: Snapshot) -> list[Finding]:
     """Flannel installed and fully ready; ``spec.podCIDR`` set on every node (Flannel needs it)."""
-    skip = unavailable(snap, "K04-pod-network", "DaemonSet", "Node")
-    if skip:
-        return skip
     out = []
     nodes = items(snap, "Node")
     no_cidr = [name_of(n) for n in nodes if not as_dict(n.get("spec")).get("podCIDR")]
@@ -555,12 +530,9 @@ COREDNS_LOOP_FIX = (
 
 
 @register("K05-coredns", LAYER, title="CoreDNS ready and not looping",
-          reads="deployments, pods, logs (kube-system)", commands=("doctor", "verify"), fixable=True)  # fmt: skip
+          reads="deployments, pods, logs (kube-system)", commands=("doctor", "verify"), fixable=True, needs=("Deployment", "Pod"))  # fmt: skip
 def coredns(snap: Snapshot) -> list[Finding]:
     """CoreDNS Deployment fully ready; no "Loop ... detected" in its logs."""
-    skip = unavailable(snap, "K05-coredns", "Deployment", "Pod")
-    if skip:
-        return skip
     out = []
     for key, text in logs(snap):
         if key.startswith("kube-system/coredns"):
@@ -602,12 +574,9 @@ def coredns(snap: Snapshot) -> list[Finding]:
 
 
 @register("K06-pod-to-api", LAYER, title="pods reach the API service (no 10.96.0.1:443 timeouts)",
-          reads="pod logs, events, endpoints", commands=("doctor", "verify"), fixable=True)  # fmt: skip
+          reads="pod logs, events, endpoints", commands=("doctor", "verify"), fixable=True, needs=("Endpoints",))  # fmt: skip
 def pod_to_api(snap: Snapshot) -> list[Finding]:
     """Pod logs/events timing out on the API service IP: the host firewall drops pod->host traffic."""
-    skip = unavailable(snap, "K06-pod-to-api", "Endpoints")
-    if skip:
-        return skip
     out = []
     hits = [(k, line) for k, t in logs(snap) if (line := last_line_matching(t, API_TIMEOUT))]
     hits += [(f"{kind} {ns}/{name}", m[:300]) for (kind, ns, name), m in event_messages(snap) if API_TIMEOUT.search(m)]
@@ -655,12 +624,9 @@ def pod_fix(pod: dict[str, Any], problem: str, last: str) -> str:
 
 
 @register("K07-pod-failures", LAYER, title="no pod CrashLoopBackOff, ImagePullBackOff, ErrImagePull or Pending",
-          reads="pods, events, logs", commands=("doctor",))  # fmt: skip
+          reads="pods, events, logs", commands=("doctor",), needs=("Pod",))  # fmt: skip
 def pod_failures(snap: Snapshot) -> list[Finding]:
     """Every failing pod with its reason, last event and last log line."""
-    skip = unavailable(snap, "K07-pod-failures", "Pod")
-    if skip:
-        return skip
     evidx = event_index(snap)
     log_by_pod: dict[str, str] = {}
     for key, text in logs(snap):
@@ -691,12 +657,9 @@ def pod_failures(snap: Snapshot) -> list[Finding]:
 
 
 @register("K08-node-exporter-port", LAYER, title="node-exporter not blocked by a host process on its port (9100)",
-          reads="pods, events, logs (monitoring)", commands=("doctor",), fixable=True)  # fmt: skip
+          reads="pods, events, logs (monitoring)", commands=("doctor",), fixable=True, needs=("Pod",))  # fmt: skip
 def node_exporter_port(snap: Snapshot) -> list[Finding]:
     """prometheus-node-exporter Pending with "didn't have free ports" or logging "address already in use"."""
-    skip = unavailable(snap, "K08-node-exporter-port", "Pod")
-    if skip:
-        return skip
     evidx = event_index(snap)
     hits = []
     for p in items(snap, "Pod"):

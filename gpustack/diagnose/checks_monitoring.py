@@ -39,21 +39,6 @@ def _ref(obj: Mapping[str, Any]) -> str:
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
-def _kube_missing(snap: Snapshot, *kinds: str) -> Finding | None:
-    missing = [k for k in kinds if k not in snap.kube]
-    if missing:
-        why = snap.errors.get("kubernetes", "not collected (kind not served or source not run)")
-        return Finding("", "", "skip", f"{', '.join(missing)} unavailable: {why}")
-    return None
-
-
-def _prom_missing(snap: Snapshot) -> Finding | None:
-    if not snap.prometheus.reachable:
-        why = snap.errors.get("prometheus", "Prometheus was not queried")
-        return Finding("", "", "skip", f"Prometheus data unavailable: {why}")
-    return None
-
-
 def selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
     """A Kubernetes LabelSelector (matchLabels + matchExpressions) against labels. ``{}`` matches all;
     None matches nothing (as prometheus-operator treats a nil selector)."""
@@ -99,11 +84,8 @@ def _ready_addresses(snap: Snapshot, svc: Obj) -> tuple[int, int]:
 
 
 @register("M01-exporter-endpoints", "monitoring", title="dcgm-exporter Service has ready endpoints",
-          reads="Services, Endpoints", commands=BOTH)  # fmt: skip
+          reads="Services, Endpoints", commands=BOTH, needs=("Service", "Endpoints"))  # fmt: skip
 def exporter_endpoints(snap: Snapshot) -> list[Finding]:
-    skip = _kube_missing(snap, "Service", "Endpoints")
-    if skip:
-        return [skip]
     services = exporter_services(snap)
     if not services:
         return [Finding("", "", "fail", "no dcgm-exporter Service found",
@@ -188,11 +170,8 @@ def _by_node(rows: list[Obj], label: str = "node") -> dict[str, float]:
 
 
 @register("M04-gpus-reporting", "monitoring", title="DCGM_FI_DEV_GPU_UTIL queryable for every allocatable GPU",
-          reads="Prometheus queries", commands=BOTH)  # fmt: skip
+          reads="Prometheus queries", commands=BOTH, needs=("prometheus",))  # fmt: skip
 def gpus_reporting(snap: Snapshot) -> list[Finding]:
-    skip = _prom_missing(snap)
-    if skip:
-        return [skip]
     errors = {k: v for k, v in snap.prometheus.query_errors.items() if k in ("gpu_util_by_node", "gpu_allocatable")}
     if errors:
         return [Finding("", "", "fail", "GPU queries failed in Prometheus", evidence="; ".join(errors.values()),
@@ -232,11 +211,8 @@ def gpus_reporting(snap: Snapshot) -> list[Finding]:
 
 
 @register("M05-alert-rules-loaded", "monitoring", title="gpustack's GPU alert rules are loaded",
-          reads="Prometheus /api/v1/rules, PrometheusRules", commands=BOTH)  # fmt: skip
+          reads="Prometheus /api/v1/rules, PrometheusRules", commands=BOTH, needs=("prometheus",))  # fmt: skip
 def alert_rules_loaded(snap: Snapshot) -> list[Finding]:
-    skip = _prom_missing(snap)
-    if skip:
-        return [skip]
     if "rules" in snap.prometheus.query_errors:
         return [Finding("", "", "fail", "Prometheus rules could not be read",
                         evidence=snap.prometheus.query_errors["rules"])]  # fmt: skip
@@ -277,11 +253,8 @@ def _candidate_monitors(snap: Snapshot) -> list[Obj]:
 
 @register("M06-servicemonitor-matches", "monitoring",
           title="a ServiceMonitor matches the exporter Service (namespace, labels, port name)",
-          reads="ServiceMonitors, Services", commands=BOTH)  # fmt: skip
+          reads="ServiceMonitors, Services", commands=BOTH, needs=("Service", "ServiceMonitor"))  # fmt: skip
 def servicemonitor_matches(snap: Snapshot) -> list[Finding]:
-    skip = _kube_missing(snap, "Service", "ServiceMonitor")
-    if skip:
-        return [skip]
     services = exporter_services(snap)
     if not services:
         return [Finding("", "", "skip", "no dcgm-exporter Service (see M01)")]
@@ -322,11 +295,8 @@ def servicemonitor_matches(snap: Snapshot) -> list[Finding]:
 
 @register("M07-servicemonitor-selected", "monitoring",
           title="Prometheus selects the exporter's ServiceMonitor (release label vs NilUsesHelmValues)",
-          reads="Prometheus CRs, ServiceMonitors, Namespaces", commands=BOTH, fixable=True)  # fmt: skip
+          reads="Prometheus CRs, ServiceMonitors, Namespaces", commands=BOTH, fixable=True, needs=("Prometheus", "ServiceMonitor"))  # fmt: skip
 def servicemonitor_selected(snap: Snapshot) -> list[Finding]:
-    skip = _kube_missing(snap, "Prometheus", "ServiceMonitor")
-    if skip:
-        return [skip]
     proms = snap.items("Prometheus")
     if not proms:
         return [Finding("", "", "fail", "no Prometheus object (kube-prometheus-stack not installed?)",
@@ -373,11 +343,8 @@ def servicemonitor_selected(snap: Snapshot) -> list[Finding]:
 
 
 @register("M08-profiling-metrics", "monitoring", title="DCGM profiling metrics (DCGM_FI_PROF_*) are collected",
-          reads="Prometheus queries", commands=BOTH)  # fmt: skip
+          reads="Prometheus queries", commands=BOTH, needs=("prometheus",))  # fmt: skip
 def profiling_metrics(snap: Snapshot) -> list[Finding]:
-    skip = _prom_missing(snap)
-    if skip:
-        return [skip]
     dev = _by_node(snap.prometheus.queries.get("gpu_util_by_node", []))
     prof = _by_node(snap.prometheus.queries.get("gr_engine_by_node", []))
     tensor = _by_node(snap.prometheus.queries.get("tensor_by_node", []))
@@ -424,11 +391,8 @@ def _pod_messages(snap: Snapshot, pod: Obj) -> list[str]:
 
 
 @register("M09-node-exporter-port", "monitoring", title="node-exporter is not blocked by a port conflict",
-          reads="Pods, Events, failing pods' logs", commands=BOTH, fixable=True)  # fmt: skip
+          reads="Pods, Events, failing pods' logs", commands=BOTH, fixable=True, needs=("Pod",))  # fmt: skip
 def node_exporter_port(snap: Snapshot) -> list[Finding]:
-    skip = _kube_missing(snap, "Pod")
-    if skip:
-        return [skip]
     out = []
     key, value = NODE_EXPORTER_LABEL
     for pod in snap.items("Pod"):

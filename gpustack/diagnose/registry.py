@@ -1,7 +1,7 @@
 """The check registry: every check has a stable id, a layer, the commands that run it, what it
 reads, and is a pure function Snapshot -> list[Finding].
 
-    @register("K02-control-plane-taint", "kubernetes", reads="nodes", commands=("doctor", "verify"))
+    @register("K02-control-plane-taint", "kubernetes", reads="nodes", commands=("doctor", "verify"), needs=("Node",))
     def control_plane_taint(snap: Snapshot) -> list[Finding]: ...
 
 ``reference_table()`` generates the README's check reference from this registry.
@@ -29,21 +29,23 @@ class CheckSpec:
     commands: tuple[str, ...]
     fn: CheckFn
     fixable: bool = False  # `doctor --fix` can apply its fix
+    needs: tuple[str, ...] = ()  # data it reads (Snapshot.missing): without it the check is a `skip`
 
 
 REGISTRY: dict[str, CheckSpec] = {}
 
 
 def register(
-    id: str, layer: str, *, title: str, reads: str, commands: Sequence[str] = ("doctor",), fixable: bool = False
-) -> Callable[[CheckFn], CheckFn]:
+    id: str, layer: str, *, title: str, reads: str, commands: Sequence[str] = ("doctor",), fixable: bool = False,
+    needs: Sequence[str] = (),
+) -> Callable[[CheckFn], CheckFn]:  # fmt: skip
     if layer not in LAYERS:
         raise ValueError(f"unknown layer {layer!r}")
 
     def deco(fn: CheckFn) -> CheckFn:
         if id in REGISTRY:
             raise ValueError(f"duplicate check id {id}")
-        REGISTRY[id] = CheckSpec(id, layer, title, reads, tuple(commands), fn, fixable)
+        REGISTRY[id] = CheckSpec(id, layer, title, reads, tuple(commands), fn, fixable, tuple(needs))
         return fn
 
     return deco
@@ -85,6 +87,10 @@ def run(specs: Sequence[CheckSpec], snap: Snapshot) -> list[Finding]:
     """Run checks; a check that raises on odd data becomes a `fail` finding, never a crash."""
     findings: list[Finding] = []
     for spec in specs:
+        gap = snap.missing(spec.needs)
+        if gap is not None:  # the data it reads was not collected: the source's own check says why
+            findings.append(Finding(spec.id, spec.layer, "skip", gap[0], evidence=gap[1]))
+            continue
         try:
             out = spec.fn(snap)
         except Exception as exc:  # a bug or malformed data must not lose the whole report

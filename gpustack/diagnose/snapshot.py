@@ -7,6 +7,7 @@ checks turn it into a finding.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -86,6 +87,28 @@ class Snapshot:
 
     def items(self, kind: str) -> list[Obj]:
         return self.kube.get(kind, [])
+
+    def missing(self, needs: Iterable[str]) -> tuple[str, str] | None:
+        """Why data a check needs was not collected, as (summary, evidence), or None when all was.
+
+        ``needs``: ``"prometheus"``, ``"grafana"`` or Kubernetes kinds (``"Pod"``, ``"Node"`` ...)."""
+        for need in needs:
+            if need == "prometheus":
+                if not self.prometheus.reachable:
+                    return (
+                        f"Prometheus data unavailable: {self.errors.get('prometheus', 'Prometheus was not queried')}",
+                        "",
+                    )
+            elif need == "grafana":
+                if not self.grafana.reachable or "grafana" in self.errors:
+                    return f"Grafana data unavailable: {self.errors.get('grafana', 'not queried')}", ""
+            elif "kubernetes" in self.errors:
+                return f"Kubernetes API not readable: {self.errors['kubernetes']} (see K00-api-unreachable)", ""
+            elif f"kubernetes:{need}" in self.errors:
+                return f"could not read {need} objects", self.errors[f"kubernetes:{need}"]
+            elif need not in self.kube:
+                return f"{need} objects were not collected", ""
+        return None
 
     def to_json(self) -> Obj:
         return asdict(self)

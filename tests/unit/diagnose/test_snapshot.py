@@ -112,3 +112,47 @@ def test_exporter_scrape_absent_or_empty() -> None:
     assert snap.prometheus.exporter_scrape is None and "exporter:/metrics" not in snap.prometheus.queries
     assert by_prefix(findings(snap))["M02"][0].status == "skip"
     assert by_prefix(findings(Snapshot()))["M02"][0].status == "skip"
+
+
+# --- what a check needs (registry `needs=`, Snapshot.missing) --------------------------------------
+
+
+def test_missing_names_the_first_gap() -> None:
+    from gpustack.diagnose.snapshot import GrafanaData, PrometheusData
+
+    snap = Snapshot(kube={"Pod": []}, errors={"kubernetes:Node": "LIST Node: HTTP 403 Forbidden"},
+                    prometheus=PrometheusData(reachable=True), grafana=GrafanaData(reachable=False))  # fmt: skip
+    assert snap.missing(()) is None
+    assert snap.missing(("Pod", "prometheus")) is None
+    assert snap.missing(("Pod", "Node")) == ("could not read Node objects", "LIST Node: HTTP 403 Forbidden")
+    assert snap.missing(("Service",)) == ("Service objects were not collected", "")
+    assert snap.missing(("grafana",)) == ("Grafana data unavailable: not queried", "")
+    down = Snapshot(kube={"Pod": []}, errors={"kubernetes": "unreachable", "prometheus": "connection refused"})
+    assert down.missing(("Pod",)) == ("Kubernetes API not readable: unreachable (see K00-api-unreachable)", "")
+    assert down.missing(("prometheus",)) == ("Prometheus data unavailable: connection refused", "")
+
+
+def test_a_check_without_its_data_is_skipped_and_not_called() -> None:
+    from gpustack.diagnose import registry
+
+    calls: list[Snapshot] = []
+    spec = registry.CheckSpec("Z01-test", "monitoring", "t", "r", ("doctor",), lambda s: calls.append(s) or [],
+                              needs=("prometheus", "ServiceMonitor"))  # fmt: skip
+    [f] = registry.run([spec], Snapshot(errors={"prometheus": "connection refused"}))
+    assert (f.id, f.layer, f.status, f.summary) == ("Z01-test", "monitoring", "skip",
+                                                    "Prometheus data unavailable: connection refused")  # fmt: skip
+    assert not calls
+    from gpustack.diagnose.snapshot import PrometheusData
+
+    [f] = registry.run([spec], Snapshot(kube={"ServiceMonitor": []}, prometheus=PrometheusData(reachable=True)))
+    assert f.status == "pass" and len(calls) == 1
+
+
+def test_every_needed_kind_is_collected() -> None:
+    """A check cannot need a kind the kubernetes source never lists (it would always skip)."""
+    from gpustack.diagnose import registry
+    from gpustack.diagnose.snapshot import KUBE_KINDS
+
+    kinds = {k for _, k in KUBE_KINDS} | {"prometheus", "grafana"}
+    needs = {n for spec in registry.load_all().values() for n in spec.needs}
+    assert needs and needs <= kinds, needs - kinds
