@@ -4,11 +4,8 @@ timeout -- the pod is deleted every time -- and the G10 finding each produces.""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
-
-import pytest
 
 from gpustack.checks.model import Finding
 from gpustack.config.model import Config
@@ -23,18 +20,7 @@ Obj = dict[str, Any]
 FAST = {"workload_deadline": 3.0, "poll_interval": 0.05, "stuck_grace": 0.3}
 
 
-@pytest.fixture
-def api() -> Iterator[FakeKubeAPI]:
-    with FakeKubeAPI.running() as server:
-        yield server
-
-
-@pytest.fixture
-def kube(api: FakeKubeAPI, tmp_path: Path) -> Kube:
-    return Kube.from_kubeconfig(api.write_kubeconfig(tmp_path / "kubeconfig"), request_timeout=5)
-
-
-def on_pod(api: FakeKubeAPI, status: Obj, log: str = "", node: str = "gpu-1") -> list[str]:
+def on_pod(fake_api: FakeKubeAPI, status: Obj, log: str = "", node: str = "gpu-1") -> list[str]:
     """Give every created test pod ``status`` (the kubelet's verdict); return the names created."""
     created: list[str] = []
 
@@ -47,14 +33,14 @@ def on_pod(api: FakeKubeAPI, status: Obj, log: str = "", node: str = "gpu-1") ->
         if status.get("phase") != "Pending":
             obj["spec"]["nodeName"] = node
         if log:
-            api.set_log(meta["namespace"], meta["name"], "main", log)
+            fake_api.set_log(meta["namespace"], meta["name"], "main", log)
 
-    api.on_create.append(hook)
+    fake_api.on_create.append(hook)
     return created
 
 
-def pods_left(api: FakeKubeAPI) -> list[str]:
-    return [k[4] for k in api.objects if k[2] == "pods" and k[3] == VERIFY_NAMESPACE]
+def pods_left(fake_api: FakeKubeAPI) -> list[str]:
+    return [k[4] for k in fake_api.objects if k[2] == "pods" and k[3] == VERIFY_NAMESPACE]
 
 
 def g10(snap: Snapshot) -> list[Finding]:
@@ -68,57 +54,57 @@ def verify(kube: Kube, **extra: object) -> Snapshot:
     return snap
 
 
-def test_success_records_logs_and_deletes(api: FakeKubeAPI, kube: Kube) -> None:
-    created = on_pod(api, {"phase": "Succeeded", "containerStatuses": [
+def test_success_records_logs_and_deletes(fake_api: FakeKubeAPI, kube: Kube) -> None:
+    created = on_pod(fake_api, {"phase": "Succeeded", "containerStatuses": [
         {"name": "main", "state": {"terminated": {"reason": "Completed", "exitCode": 0}}}]},
         log="| NVIDIA-SMI 595.91.07  Driver Version: 595.91.07  CUDA Version: 13.1 |\n")  # fmt: skip
     snap = verify(kube)
     rec = snap.workload["cuda"]
     assert rec["phase"] == "Succeeded" and rec["deleted"] and not rec["error"], rec
     assert "NVIDIA-SMI" in rec["logs"] and rec["image"] == CUDA_IMAGE and rec["node"] == "gpu-1"
-    assert created and created[0].startswith("gpustack-cuda-") and not pods_left(api)
+    assert created and created[0].startswith("gpustack-cuda-") and not pods_left(fake_api)
     [f] = g10(snap)
     assert f.status == "pass"
-    posted = [r for r in api.requests if r[0] == "POST" and r[1].endswith(f"/namespaces/{VERIFY_NAMESPACE}/pods")]
+    posted = [r for r in fake_api.requests if r[0] == "POST" and r[1].endswith(f"/namespaces/{VERIFY_NAMESPACE}/pods")]
     assert len(posted) == 1
 
 
-def test_insufficient_gpu_fails_fast_and_deletes(api: FakeKubeAPI, kube: Kube) -> None:
-    on_pod(api, {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
+def test_insufficient_gpu_fails_fast_and_deletes(fake_api: FakeKubeAPI, kube: Kube) -> None:
+    on_pod(fake_api, {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
         "reason": "Unschedulable", "message": "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."}]})  # fmt: skip
     start = time.monotonic()
     snap = verify(kube, workload_deadline=30.0)
     assert time.monotonic() - start < 10  # stuck_grace, not the deadline
     rec = snap.workload["cuda"]
-    assert rec["stuck"] and rec["deleted"] and not pods_left(api)
+    assert rec["stuck"] and rec["deleted"] and not pods_left(fake_api)
     [f] = g10(snap)
     assert f.status == "fail" and "Insufficient nvidia.com/gpu" in f.evidence and "Allocatable" in f.fix
 
 
-def test_image_pull_failure(api: FakeKubeAPI, kube: Kube) -> None:
-    on_pod(api, {"phase": "Pending", "containerStatuses": [{"name": "main", "state": {"waiting": {
+def test_image_pull_failure(fake_api: FakeKubeAPI, kube: Kube) -> None:
+    on_pod(fake_api, {"phase": "Pending", "containerStatuses": [{"name": "main", "state": {"waiting": {
         "reason": "ImagePullBackOff", "message": f'Back-off pulling image "{CUDA_IMAGE}"'}}}]})  # fmt: skip
     snap = verify(kube)
-    assert snap.workload["cuda"]["reason"] == "ImagePullBackOff" and not pods_left(api)
+    assert snap.workload["cuda"]["reason"] == "ImagePullBackOff" and not pods_left(fake_api)
     assert g10(snap)[0].status == "fail"
 
 
-def test_timeout_deletes(api: FakeKubeAPI, kube: Kube) -> None:
-    on_pod(api, {"phase": "Running"})
+def test_timeout_deletes(fake_api: FakeKubeAPI, kube: Kube) -> None:
+    on_pod(fake_api, {"phase": "Running"})
     snap = verify(kube, workload_deadline=0.5)
     rec = snap.workload["cuda"]
-    assert rec["timed_out"] and rec["deleted"] and not pods_left(api)
+    assert rec["timed_out"] and rec["deleted"] and not pods_left(fake_api)
     [f] = g10(snap)
     assert f.status == "fail" and "timed out" in f.summary
 
 
-def test_api_failure_still_deletes(api: FakeKubeAPI, kube: Kube) -> None:
-    on_pod(api, {"phase": "Pending"})
-    api.fail(r"/namespaces/gpustack-verify/pods/gpustack-cuda-", 500, method="GET")  # polling the pod fails
+def test_api_failure_still_deletes(fake_api: FakeKubeAPI, kube: Kube) -> None:
+    on_pod(fake_api, {"phase": "Pending"})
+    fake_api.fail(r"/namespaces/gpustack-verify/pods/gpustack-cuda-", 500, method="GET")  # polling the pod fails
     snap = verify(kube)
-    api.clear_faults()
+    fake_api.clear_faults()
     rec = snap.workload["cuda"]
-    assert rec["error"] and rec["pod"] and rec["deleted"] and not pods_left(api)
+    assert rec["error"] and rec["pod"] and rec["deleted"] and not pods_left(fake_api)
     assert g10(snap)[0].status == "fail"
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -37,33 +36,22 @@ CRD = {
 }
 
 
-@pytest.fixture
-def api() -> Iterator[FakeKubeAPI]:
-    with FakeKubeAPI.running() as server:
-        yield server
-
-
-@pytest.fixture
-def kube(api: FakeKubeAPI, tmp_path: Path) -> Kube:
-    return Kube.from_kubeconfig(api.write_kubeconfig(tmp_path / "kubeconfig"), request_timeout=5)
-
-
-def test_apply_is_server_side_and_idempotent(api: FakeKubeAPI, kube: Kube) -> None:
+def test_apply_is_server_side_and_idempotent(fake_api: FakeKubeAPI, kube: Kube) -> None:
     ns, obj = kube.apply([NS, cm({"a": "1"})])
     assert ns["status"]["phase"] == "Active"
     assert obj["data"] == {"a": "1"} and obj["metadata"]["uid"]
-    patches = [r for r in api.requests if r[0] == "PATCH"]
+    patches = [r for r in fake_api.requests if r[0] == "PATCH"]
     assert patches and all(r[2] == "application/apply-patch+yaml" for r in patches)
     assert all(f"fieldManager={FIELD_MANAGER}" in r[1] and "force=true" in r[1] for r in patches)
     again = kube.apply_one(cm({"a": "1"}))
     assert again["metadata"]["resourceVersion"] == obj["metadata"]["resourceVersion"]
-    assert api.get("v1", "ConfigMap", "x", "monitoring") == again
+    assert fake_api.get("v1", "ConfigMap", "x", "monitoring") == again
 
 
-def test_apply_merges_and_drops_fields_it_no_longer_sets(api: FakeKubeAPI, kube: Kube) -> None:
+def test_apply_merges_and_drops_fields_it_no_longer_sets(fake_api: FakeKubeAPI, kube: Kube) -> None:
     kube.apply([NS, cm({"a": "1", "b": "2"})])
     # Another manager adds a key; gpustack's next apply keeps it and removes what gpustack dropped.
-    api.handle(
+    fake_api.handle(
         "PATCH",
         "/api/v1/namespaces/monitoring/configmaps/x?fieldManager=kubectl",
         "application/apply-patch+yaml",
@@ -73,9 +61,9 @@ def test_apply_merges_and_drops_fields_it_no_longer_sets(api: FakeKubeAPI, kube:
     assert out["data"] == {"a": "10", "c": "3"}
 
 
-def test_apply_forces_conflicts(api: FakeKubeAPI, kube: Kube) -> None:
+def test_apply_forces_conflicts(fake_api: FakeKubeAPI, kube: Kube) -> None:
     kube.apply([NS])
-    api.handle(
+    fake_api.handle(
         "PATCH",
         "/api/v1/namespaces/monitoring/configmaps/x?fieldManager=someone",
         "application/apply-patch+yaml",
@@ -90,7 +78,7 @@ def test_missing_namespace_is_a_clear_error(kube: Kube) -> None:
     assert info.value.status == 404
 
 
-def test_custom_kind_needs_its_crd_then_is_discovered(kube: Kube, api: FakeKubeAPI) -> None:
+def test_custom_kind_needs_its_crd_then_is_discovered(kube: Kube, fake_api: FakeKubeAPI) -> None:
     kube.apply([NS])
     with pytest.raises(KubeError, match="does not serve ServiceMonitor"):
         kube.apply_one(SM)
@@ -99,7 +87,7 @@ def test_custom_kind_needs_its_crd_then_is_discovered(kube: Kube, api: FakeKubeA
     assert kube.crd_established("servicemonitors.monitoring.coreos.com")
     stored = kube.apply_one(SM)
     assert stored["spec"]["endpoints"] == [{"port": "metrics"}]
-    assert ("GET", "/apis/monitoring.coreos.com/v1", "application/json") in api.requests
+    assert ("GET", "/apis/monitoring.coreos.com/v1", "application/json") in fake_api.requests
     assert (
         kube.list_objects("monitoring.coreos.com/v1", "ServiceMonitor", "monitoring")[0]["metadata"]["name"]
         == "dcgm-exporter"
@@ -112,8 +100,8 @@ def test_custom_kind_needs_its_crd_then_is_discovered(kube: Kube, api: FakeKubeA
 def test_wait_for_crds_until_established(tmp_path: Path) -> None:
     import time
 
-    with FakeKubeAPI.running(crd_establish_delay=0.6) as api:
-        kube = Kube.from_kubeconfig(api.write_kubeconfig(tmp_path / "kc"))
+    with FakeKubeAPI.running(crd_establish_delay=0.6) as fake_api:
+        kube = Kube.from_kubeconfig(fake_api.write_kubeconfig(tmp_path / "kc"))
         kube.apply_one(CRD)
         assert not kube.crd_established("servicemonitors.monitoring.coreos.com")
         start = time.monotonic()
@@ -140,8 +128,8 @@ def test_wait_until_deadline_with_fake_clock() -> None:
 
 
 def test_unreachable_api(tmp_path: Path) -> None:
-    with FakeKubeAPI.running() as api:
-        kc = api.write_kubeconfig(tmp_path / "kc")
+    with FakeKubeAPI.running() as fake_api:
+        kc = fake_api.write_kubeconfig(tmp_path / "kc")
     kube = Kube.from_kubeconfig(kc, request_timeout=1)
     kube.api.configuration.retries = 0
     with pytest.raises(ClusterUnreachableError, match="unreachable"):

@@ -1,4 +1,5 @@
-"""Fixtures for the diagnose tests: a running FakeKubeAPI, a kubeconfig pointing at it, a client."""
+"""Fixtures for unit tests that talk to Kubernetes: a running FakeKubeAPI (TEST DOUBLE), a kubeconfig
+pointing at it, and a client."""
 
 from __future__ import annotations
 
