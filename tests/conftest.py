@@ -1,4 +1,4 @@
-"""Suite-wide rule: under the project's test command (scripts/test.sh sets GPUSTACK_NO_SKIPS=1) a
+"""Suite-wide rule: under the project's test command (scripts/test.sh sets PYTEST_NO_SKIPS=1) a
 skipped test fails the run. The environment guards in tests/testbed, tests/prometheus and
 tests/unit/playbooks (root, unshare, overlay, Debian's prometheus) exist for developer machines; in
 CI everything they need is installed, so a skip there means a test silently did not run."""
@@ -11,12 +11,12 @@ import pytest
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    if os.environ.get("GPUSTACK_NO_SKIPS") != "1":
+    if os.environ.get("PYTEST_NO_SKIPS") != "1":
         return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     skipped = reporter.stats.get("skipped", []) if reporter is not None else []
     if skipped and exitstatus == 0:
         for rep in skipped:
             reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
-            print(f"\nnot allowed under GPUSTACK_NO_SKIPS=1: {rep.nodeid} skipped: {reason}")
+            print(f"\nnot allowed under PYTEST_NO_SKIPS=1: {rep.nodeid} skipped: {reason}")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
