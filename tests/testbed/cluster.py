@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from .hosts import Testbed
-from .services import ForwardProxy, HelmTarball, local_sources
+from .services import Sources, local_sources
 
 
 @dataclass
@@ -43,17 +43,16 @@ class UpRun:
 def write_config(
     bed: Testbed,
     path: Path,
+    sources: Sources,
     *,
-    base_url: str,
-    helm: HelmTarball,
-    proxy: ForwardProxy | None = None,
+    via_proxy: bool = True,
     roles: Mapping[str, str] | None = None,
     extra: Mapping[str, Any] | None = None,
 ) -> Path:
     """A gpustack.yaml for the bed: first host is the control plane unless `roles` says otherwise.
 
     Package sources point at the bed's HTTP server; Helm's checksum is the double's (the pinned
-    one is the real release's).
+    one is the real release's); with ``via_proxy`` downloads go through the bed's forward proxy.
     """
     roles = roles or {}
     nodes = [
@@ -68,14 +67,14 @@ def write_config(
     ]
     cfg: dict[str, Any] = {
         "nodes": nodes,
-        "sources": local_sources(base_url),
-        "versions": {"helm_sha256": {"amd64": helm.sha256}},
+        "sources": local_sources(sources.http.url),
+        "versions": {"helm_sha256": {"amd64": sources.helm.sha256}},
         "ssh": {"known_hosts": str(bed.known_hosts), "connect_timeout": 10},
         # the bed's hosts share the outer machine's disk; keep the check but at a size they pass
         "preflight": {"min_disk_gib": 1},
     }
-    if proxy is not None:
-        cfg["proxy"] = {"http": proxy.url, "https": proxy.url}
+    if via_proxy:
+        cfg["proxy"] = {"http": sources.proxy.url, "https": sources.proxy.url}
     for key, value in (extra or {}).items():
         if isinstance(value, dict) and isinstance(cfg.get(key), dict):
             cfg[key] = {**cfg[key], **value}

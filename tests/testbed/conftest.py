@@ -18,6 +18,7 @@ from .pytest_plugin import (  # noqa: F401 - re-exported fixtures
     proxy,
     rootfs,
     services_dir,
+    sources,
     testbed_doubles,
     testbed_factory,
     testbed_network,

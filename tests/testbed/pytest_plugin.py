@@ -27,6 +27,7 @@ from .services import (
     HelmTarball,
     HttpServer,
     K8sRepo,
+    Sources,
     build_helm_tarball,
     build_k8s_repo,
     doubles_with_fallback,
@@ -127,6 +128,14 @@ def proxy(testbed_network: str, services_dir: Path) -> Iterator[ForwardProxy]:
         yield server
     finally:
         server.close()
+
+
+@pytest.fixture(scope="session")
+def sources(
+    http_server: HttpServer, k8s_repo: K8sRepo, helm_tarball: HelmTarball, flannel_manifest: str, proxy: ForwardProxy
+) -> Sources:
+    """Every service `up` needs from the bed, published and running."""
+    return Sources(http_server, k8s_repo, helm_tarball, flannel_manifest, proxy)
 
 
 @pytest.fixture

@@ -607,3 +607,15 @@ def _pump(a: socket.socket, b: socket.socket, idle_timeout: float) -> None:
                 dst.sendall(data)
             except OSError:
                 return
+
+
+@dataclass(frozen=True)
+class Sources:
+    """What `gpustack up` downloads, served on the bed's network: the file server with the signed
+    Kubernetes apt repo, the Helm tarball and Flannel's manifest; and the forward proxy."""
+
+    http: HttpServer
+    k8s_repo: K8sRepo
+    helm: HelmTarball
+    flannel_manifest: str
+    proxy: ForwardProxy

@@ -13,7 +13,7 @@ import pytest
 from .cluster import run_gpustack, up, write_config
 from .hosts import Testbed
 from .pytest_plugin import TestbedFactory
-from .services import ForwardProxy, HelmTarball, HttpServer, K8sRepo
+from .services import Sources
 
 POD_DROP = "-s 10.244.0.0/16 -j DROP"
 
@@ -39,12 +39,9 @@ def by_id(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def test_doctor_finds_real_host_breakage_and_fixes_the_firewall(
     bed: Testbed,
     tmp_path: Path,
-    k8s_repo: K8sRepo,
-    http_server: HttpServer,
-    helm_tarball: HelmTarball,
-    proxy: ForwardProxy,
+    sources: Sources,
 ) -> None:
-    cfg = write_config(bed, tmp_path / "gpustack.yaml", base_url=http_server.url, helm=helm_tarball, proxy=proxy)
+    cfg = write_config(bed, tmp_path / "gpustack.yaml", sources)
     state = tmp_path / "state"
     host = bed.hosts[0]
 

@@ -18,7 +18,7 @@ from .cluster import HOST_LAYER_ONLY, UpRun, doubles_log, up, write_config
 from .hosts import Host, Testbed
 from .prepare import boot_iptables_rule, compose, fake_loaded_modules, fstab_swap
 from .pytest_plugin import TestbedFactory
-from .services import HelmTarball, HttpServer, K8sRepo
+from .services import Sources
 
 FOREIGN_RULE = (
     "-A",
@@ -106,16 +106,13 @@ def untouched(bed: Testbed) -> None:
 def test_three_nodes_through_failures_to_convergence(
     bed: Testbed,
     tmp_path: Path,
-    k8s_repo: K8sRepo,
-    http_server: HttpServer,
-    helm_tarball: HelmTarball,
-    flannel_manifest: str,
+    sources: Sources,
 ) -> None:
     cp, w1, w2 = bed.hosts
     state = tmp_path / "state"
     known_hosts = tmp_path / "known_hosts"
     known_hosts.touch()
-    cfg = write_config(bed, tmp_path / "gpustack.yaml", base_url=http_server.url, helm=helm_tarball)
+    cfg = write_config(bed, tmp_path / "gpustack.yaml", sources, via_proxy=False)
     data = yaml.safe_load(cfg.read_text())
     data["ssh"]["known_hosts"] = str(known_hosts)
     cfg.write_text(yaml.safe_dump(data))
@@ -143,7 +140,7 @@ def test_three_nodes_through_failures_to_convergence(
     # 3. a failing apt source (wrong repository path): the run stops at the kubernetes stage,
     #    naming the stage and every host
     broken = yaml.safe_load(cfg.read_text())
-    broken["sources"]["kubernetes_apt_url"] = http_server.url.rstrip("/") + "/nowhere/v{minor}/deb/"
+    broken["sources"]["kubernetes_apt_url"] = sources.http.url.rstrip("/") + "/nowhere/v{minor}/deb/"
     broken_cfg = tmp_path / "broken.yaml"
     broken_cfg.write_text(yaml.safe_dump(broken))
     r = up(broken_cfg, state, "--ignore-preflight", "nouveau")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from .cluster import up, write_config
 from .pytest_plugin import TestbedFactory
-from .services import ForwardProxy, HelmTarball, HttpServer, K8sRepo
+from .services import Sources
 
 # The Ansible stages (site.yml plays): what --dry-run runs in check mode.
 HOST_STAGES = ["os", "firewall", "containerd", "kubernetes", "control-plane", "workers", "network", "helm"]
@@ -16,14 +16,11 @@ HOST_STAGES = ["os", "firewall", "containerd", "kubernetes", "control-plane", "w
 def test_dry_run_changes_nothing(
     testbed_factory: TestbedFactory,
     tmp_path: Path,
-    k8s_repo: K8sRepo,
-    http_server: HttpServer,
-    helm_tarball: HelmTarball,
-    flannel_manifest: str,
+    sources: Sources,
 ) -> None:
     bed = testbed_factory(["dry"])
     host = bed.hosts[0]
-    cfg = write_config(bed, tmp_path / "gpustack.yaml", base_url=http_server.url, helm=helm_tarball)
+    cfg = write_config(bed, tmp_path / "gpustack.yaml", sources, via_proxy=False)
     before = host.sudo(
         "iptables -S; ls /etc/modules-load.d /etc/sysctl.d /etc/apt/sources.list.d; cat /etc/fstab", check=True
     ).stdout
@@ -52,16 +49,12 @@ def test_dry_run_changes_nothing(
 def test_dry_run_on_a_converged_host_reports_no_change(
     testbed_factory: TestbedFactory,
     tmp_path: Path,
-    k8s_repo: K8sRepo,
-    http_server: HttpServer,
-    helm_tarball: HelmTarball,
-    flannel_manifest: str,
-    proxy: ForwardProxy,
+    sources: Sources,
 ) -> None:
     bed = testbed_factory(["conv"])
     host = bed.hosts[0]
     # with a proxy, so the containerd and kubelet drop-ins are part of what is checked
-    cfg = write_config(bed, tmp_path / "gpustack.yaml", base_url=http_server.url, helm=helm_tarball, proxy=proxy)
+    cfg = write_config(bed, tmp_path / "gpustack.yaml", sources)
     state = tmp_path / "state"
     first = up(cfg, state)  # (the bed's `up` runs the host layer only, see cluster.HOST_LAYER_ONLY)
     assert first.rc == 0, first.output

@@ -18,15 +18,15 @@ from .cluster import UpRun, up, write_config
 from .hosts import Host, Testbed
 from .prepare import enable_firewalld, enable_ufw
 from .pytest_plugin import TestbedFactory
-from .services import ForwardProxy, HelmTarball, HttpServer, K8sRepo
+from .services import Sources
 
 POD_CIDR = "10.244.0.0/16"
 API_SERVICE_IP = "10.96.0.1"
 JUMP = "-A INPUT -j GPUSTACK-INPUT"
 
 
-def _run_up(bed: Testbed, tmp_path: Path, http_server: HttpServer, helm: HelmTarball, proxy: ForwardProxy) -> UpRun:
-    cfg = write_config(bed, tmp_path / "gpustack.yaml", base_url=http_server.url, helm=helm, proxy=proxy)
+def _run_up(bed: Testbed, tmp_path: Path, sources: Sources) -> UpRun:
+    cfg = write_config(bed, tmp_path / "gpustack.yaml", sources)
     first = up(cfg, tmp_path / "state")
     assert first.rc == 0, first.output
     summary = first.summary()
@@ -61,11 +61,7 @@ def _assert_our_chain(host: Host) -> list[str]:
 def test_up_with_ufw_active(
     testbed_factory: TestbedFactory,
     tmp_path: Path,
-    k8s_repo: K8sRepo,
-    http_server: HttpServer,
-    helm_tarball: HelmTarball,
-    flannel_manifest: str,
-    proxy: ForwardProxy,
+    sources: Sources,
 ) -> None:
     bed = testbed_factory(["ufwhost"], prepare=enable_ufw("default deny incoming", "allow 22/tcp"))
     host = bed.hosts[0]
@@ -74,7 +70,7 @@ def test_up_with_ufw_active(
     ufw_jumps_before = [r for r in host.sudo("iptables -w -S INPUT", check=True).stdout.splitlines() if "-j ufw-" in r]
     assert ufw_jumps_before, "ufw hooked its chains into INPUT"
 
-    _run_up(bed, tmp_path, http_server, helm_tarball, proxy)
+    _run_up(bed, tmp_path, sources)
 
     input_rules = _assert_our_chain(host)
     # INPUT: policy, our jump, then ufw's jumps unchanged and in their order
@@ -107,11 +103,7 @@ def _firewalld_zone(host: Host, *, permanent: bool) -> dict[str, list[str]]:
 def test_up_with_firewalld_running(
     testbed_factory: TestbedFactory,
     tmp_path: Path,
-    k8s_repo: K8sRepo,
-    http_server: HttpServer,
-    helm_tarball: HelmTarball,
-    flannel_manifest: str,
-    proxy: ForwardProxy,
+    sources: Sources,
 ) -> None:
     bed = testbed_factory(["fwdhost"], prepare=enable_firewalld())
     host = bed.hosts[0]
@@ -124,7 +116,7 @@ def test_up_with_firewalld_running(
     default_zone = host.sudo("firewall-cmd --get-default-zone", check=True).stdout.strip()
     default_before = host.sudo(f"firewall-cmd --zone={default_zone} --list-all", check=True).stdout
 
-    _run_up(bed, tmp_path, http_server, helm_tarball, proxy)
+    _run_up(bed, tmp_path, sources)
 
     assert host.sudo("firewall-cmd --state", check=True).stdout.strip() == "running"
     for permanent in (True, False):

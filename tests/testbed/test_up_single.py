@@ -12,7 +12,7 @@ from .cluster import doubles_log, up, write_config
 from .hosts import Testbed
 from .prepare import compose, fake_node_exporter, fstab_swap
 from .pytest_plugin import TestbedFactory
-from .services import ForwardProxy, HelmTarball, HttpServer, K8sRepo
+from .services import Sources
 
 
 @pytest.fixture
@@ -24,16 +24,12 @@ def bed(testbed_factory: TestbedFactory) -> Testbed:
 def test_single_node_up_with_doubles_converges(
     bed: Testbed,
     tmp_path: Path,
-    k8s_repo: K8sRepo,
-    http_server: HttpServer,
-    helm_tarball: HelmTarball,
-    flannel_manifest: str,
-    proxy: ForwardProxy,
+    sources: Sources,
 ) -> None:
-    cfg = write_config(bed, tmp_path / "gpustack.yaml", base_url=http_server.url, helm=helm_tarball, proxy=proxy)
+    cfg = write_config(bed, tmp_path / "gpustack.yaml", sources)
     state = tmp_path / "state"
     host = bed.hosts[0]
-    before_proxy = proxy.count()
+    before_proxy = sources.proxy.count()
 
     first = up(cfg, state)
     assert first.rc == 0, first.output
@@ -74,7 +70,10 @@ def test_single_node_up_with_doubles_converges(
     assert "SystemdCgroup = true" in containerd
     assert host.run("systemctl is-active containerd", check=True).stdout.strip() == "active"
     assert "http-proxy.conf" in host.sudo("ls /etc/systemd/system/containerd.service.d/", check=True).stdout
-    assert proxy.url in host.sudo("cat /etc/systemd/system/containerd.service.d/http-proxy.conf", check=True).stdout
+    assert (
+        sources.proxy.url
+        in host.sudo("cat /etc/systemd/system/containerd.service.d/http-proxy.conf", check=True).stdout
+    )
     # apt repository with signed-by keyring, pinned and held packages
     sources = host.sudo(
         "cat /etc/apt/sources.list.d/kubernetes.list /etc/apt/sources.list.d/kubernetes.sources 2>/dev/null",
@@ -82,7 +81,7 @@ def test_single_node_up_with_doubles_converges(
     ).stdout
     assert (
         "signed-by=" in sources.lower().replace("signed-by: ", "signed-by=")
-        and k8s_repo.url(http_server.url) in sources
+        and sources.k8s_repo.url(sources.http.url) in sources
     )
     assert not host.sudo("apt-key list 2>/dev/null | grep -i kubernetes", check=False).stdout.strip()
     versions = host.run(
@@ -91,7 +90,7 @@ def test_single_node_up_with_doubles_converges(
     assert sorted(versions) == ["kubeadm=1.36.4-1.1", "kubectl=1.36.4-1.1", "kubelet=1.36.4-1.1"]
     held = host.run("apt-mark showhold", check=True).stdout.split()
     assert {"kubeadm", "kubelet", "kubectl"} <= set(held)
-    assert proxy.count() > before_proxy, "apt and downloads went through the configured proxy"
+    assert sources.proxy.count() > before_proxy, "apt and downloads went through the configured proxy"
     # kubeadm: initialised once from our config file
     calls = doubles_log(host.sudo("cat /var/log/gpustack-doubles/kubeadm.log", check=True).stdout)
     inits = [c for c in calls if c[:1] == ["init"]]
