@@ -8,8 +8,6 @@ A source is ``fn(ctx, snap) -> None`` filling its part of the snapshot. Sources 
 from __future__ import annotations
 
 import concurrent.futures as cf
-import importlib
-import pkgutil
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,11 +55,9 @@ def source(
 
 
 def load_sources() -> dict[str, Source]:
-    import gpustack.diagnose as pkg
+    from gpustack.diagnose import import_all
 
-    for mod in pkgutil.iter_modules(pkg.__path__):
-        if mod.name.startswith("collect_"):
-            importlib.import_module(f"gpustack.diagnose.{mod.name}")
+    import_all("collect_")
     return SOURCES
 
 

@@ -53,14 +53,9 @@ def register(
 
 def load_all() -> dict[str, CheckSpec]:
     """Import every checks_* module so they register (idempotent)."""
-    import importlib
-    import pkgutil
+    from gpustack.diagnose import import_all
 
-    import gpustack.diagnose as pkg
-
-    for mod in pkgutil.iter_modules(pkg.__path__):
-        if mod.name.startswith("checks_"):
-            importlib.import_module(f"gpustack.diagnose.{mod.name}")
+    import_all("checks_")
     return REGISTRY
 
 
