@@ -75,13 +75,13 @@ def test_single_node_up_with_doubles_converges(
         in host.sudo("cat /etc/systemd/system/containerd.service.d/http-proxy.conf", check=True).stdout
     )
     # apt repository with signed-by keyring, pinned and held packages
-    sources = host.sudo(
+    apt_sources = host.sudo(
         "cat /etc/apt/sources.list.d/kubernetes.list /etc/apt/sources.list.d/kubernetes.sources 2>/dev/null",
         check=False,
     ).stdout
     assert (
-        "signed-by=" in sources.lower().replace("signed-by: ", "signed-by=")
-        and sources.k8s_repo.url(sources.http.url) in sources
+        "signed-by=" in apt_sources.lower().replace("signed-by: ", "signed-by=")
+        and sources.k8s_repo.url(sources.http.url) in apt_sources
     )
     assert not host.sudo("apt-key list 2>/dev/null | grep -i kubernetes", check=False).stdout.strip()
     versions = host.run(
