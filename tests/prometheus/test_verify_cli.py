@@ -236,7 +236,13 @@ def broken_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     with running_stack(workdir, exporter_namespace=EXPORTER_TARGETS["standalone"].namespace) as running:
         running.wait_until_scraped(samples=2)
         running.exporters["node-b"].stop()
-        wait_for("node-b's target down", lambda: target_health(running, "node-b") == "down", timeout=20)
+        # the first failed scrape may end on a reset keep-alive connection; wait for the steady state
+        # (a closed port: "connection refused"), which is what a user's next verify sees
+        wait_for(
+            "node-b's target down with connection refused",
+            lambda: target_health(running, "node-b") == "down" and "refused" in target_error(running, "node-b"),
+            timeout=30,
+        )
         wait_for("node-b's GPU series stale", lambda: "node-b" not in reporting_nodes(running), timeout=20)
         yield running
 
@@ -244,6 +250,11 @@ def broken_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 def target_health(stack: Stack, node: str) -> str | None:
     targets = stack.prometheus.api("targets", {"state": "active"})["activeTargets"]
     return next((str(t["health"]) for t in targets if t["labels"].get("node") == node), None)
+
+
+def target_error(stack: Stack, node: str) -> str:
+    targets = stack.prometheus.api("targets", {"state": "active"})["activeTargets"]
+    return next((str(t.get("lastError") or "") for t in targets if t["labels"].get("node") == node), "")
 
 
 def reporting_nodes(stack: Stack) -> set[str]:
