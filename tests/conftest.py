@@ -9,6 +9,9 @@ import os
 
 import pytest
 
+from tests import realbin
+from tests.realbin import RealBins
+
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if os.environ.get("PYTEST_NO_SKIPS") != "1":
@@ -20,3 +23,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
             print(f"\nnot allowed under PYTEST_NO_SKIPS=1: {rep.nodeid} skipped: {reason}")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture(scope="session")
+def real_bins() -> RealBins:
+    """The real helm (v4.2) and kubectl (v1.36) binaries (tests/realbin)."""
+    return realbin.real_bins()
