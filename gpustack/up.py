@@ -13,13 +13,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
+
 from gpustack.checks import preflight as pf
 from gpustack.checks.model import Finding
-from gpustack.config.model import Config
+from gpustack.config.model import Config, Node
 from gpustack.console import Console
 from gpustack.errors import GpustackError, PreflightError, StageError
 from gpustack.paths import ensure_private_dir, kubeconfig_path, new_run_dir, resource_dir, state_dir
 from gpustack.plan import Stage
+from gpustack.render import converge
 from gpustack.render.ansible import extravars, inventory
 from gpustack.runners import ansible as ar
 from gpustack.runners import ssh
@@ -33,6 +36,8 @@ class UpOptions:
     assume_yes: bool = False
     accept_new_host_keys: bool = False
     ignore_preflight: Sequence[str] = ()
+    #: visit every host in every stage, even where the preflight found the stage converged
+    full: bool = False
 
 
 @dataclass
@@ -90,10 +95,15 @@ def _write_json(path: Path, data: Any) -> None:
 
 
 def _host_key_gate(cfg: Config, opts: UpOptions, console: Console) -> None:
-    targets = [(n.address, n.port) for n in cfg.nodes if n.connection == "ssh"]
+    host_key_gate(cfg, cfg.nodes, opts.accept_new_host_keys, console)
+
+
+def host_key_gate(cfg: Config, nodes: Sequence[Node], accept_new: bool, console: Console) -> None:
+    """Check (or, when asked, record) every SSH node's host key before Ansible connects."""
+    targets = [(n.address, n.port) for n in nodes if n.connection == "ssh"]
     if not targets:
         return
-    accept = opts.accept_new_host_keys or cfg.ssh.accept_new_host_keys
+    accept = accept_new or cfg.ssh.accept_new_host_keys
     results = ssh.check_host_keys(targets, cfg.ssh.known_hosts, accept_new=accept, timeout=cfg.ssh.connect_timeout)
     for r in results:
         if r.status == "recorded":
@@ -102,10 +112,14 @@ def _host_key_gate(cfg: Config, opts: UpOptions, console: Console) -> None:
 
 
 def _settings(cfg: Config, opts: UpOptions, *, check: bool) -> ar.AnsibleSettings:
+    return ansible_settings(cfg, opts.verbosity, check=check)
+
+
+def ansible_settings(cfg: Config, verbosity: int, *, check: bool) -> ar.AnsibleSettings:
     return ar.AnsibleSettings(
         known_hosts=cfg.ssh.known_hosts.expanduser(),
         connect_timeout=cfg.ssh.connect_timeout,
-        verbosity=opts.verbosity,
+        verbosity=verbosity,
         check=check,
     )
 
@@ -120,7 +134,7 @@ def run_preflight(
         private_data_dir=run_dir / "ansible-preflight",
         project_dir=resource_dir("playbooks"),
         playbook="preflight.yml",
-        inventory=inventory(cfg),
+        inventory=_stage_inventory(cfg, ev),
         extravars=ev,
         tags=(),
         settings=_settings(cfg, opts, check=False),
@@ -182,18 +196,44 @@ def report_preflight(findings: list[Finding], console: Console) -> None:
     )
 
 
+def _stage_inventory(cfg: Config, ev: dict[str, Any]) -> dict[str, Any]:
+    """The inventory with each host's per-stage input digests (see gpustack/render/converge.py)."""
+    return converge.with_stage_digests(inventory(cfg), ev, converge.tree_digest(resource_dir("playbooks")))
+
+
+def stage_hosts(
+    cfg: Config, opts: UpOptions, stage_ids: list[str], facts: dict[str, Any]
+) -> tuple[dict[str, str], dict[str, list[str]]]:
+    """Which hosts each stage visits: all of them with --full or without preflight facts; else
+    only those where the preflight did not find the stage converged. The control-plane stage
+    always runs while this machine has no copy of the cluster's kubeconfig (it delivers one)."""
+    if opts.full or not facts:
+        return {}, {}
+    must = [] if kubeconfig_path(cfg.cluster.name).exists() else ["control-plane"]
+    return converge.stage_hosts(stage_ids, inventory(cfg), facts, must_run=must)
+
+
 def run_host_layer(
-    cfg: Config, opts: UpOptions, stage_ids: list[str], run_dir: Path, console: Console
+    cfg: Config,
+    opts: UpOptions,
+    stage_ids: list[str],
+    run_dir: Path,
+    console: Console,
+    patterns: dict[str, str] | None = None,
 ) -> ar.PlaybookResult:
     kubeconfig = kubeconfig_path(cfg.cluster.name)
     ensure_private_dir(kubeconfig.parent)
     ensure_private_dir(state_dir() / "bin")  # the helm stage installs this machine's Helm here
+    ev = extravars(cfg, kubeconfig_dest=kubeconfig)
+    inv = _stage_inventory(cfg, ev)
+    if patterns:
+        ev["gpustack_stage_hosts"] = patterns
     kwargs = ar.build_runner_kwargs(
         private_data_dir=run_dir / "ansible",
         project_dir=resource_dir("playbooks"),
         playbook="site.yml",
-        inventory=inventory(cfg),
-        extravars=extravars(cfg, kubeconfig_dest=kubeconfig),
+        inventory=inv,
+        extravars=ev,
         tags=stage_ids,
         settings=_settings(cfg, opts, check=opts.dry_run),
         ident="site",
@@ -228,13 +268,20 @@ def up(cfg: Config, opts: UpOptions, console: Console) -> UpResult:
     ansible_ids = [s.id for s in opts.stages if s.runner == "ansible"]
     result: ar.PlaybookResult | None = None
     if ansible_ids:
-        result = run_host_layer(cfg, opts, ansible_ids, run_dir, console)
+        patterns, converged = stage_hosts(cfg, opts, ansible_ids, facts)
+        done = sorted(s for s, p in patterns.items() if p == converge.NO_HOSTS)
+        if done:
+            console.print(
+                f"converged, nothing to do: {', '.join(done)} [dim](gpustack up --full visits them anyway)[/dim]"
+            )
+        result = run_host_layer(cfg, opts, ansible_ids, run_dir, console, patterns)
         for sid in ansible_ids:
             st = result.stages.get(sid)
+            note = f"converged on {', '.join(converged[sid])}" if converged.get(sid) else ""
             if st is None:
-                summaries.append(StageSummary(sid, "not run" if result.failures else "ok", 0.0))
+                summaries.append(StageSummary(sid, "not run" if result.failures else "ok", 0.0, note=note))
                 continue
-            summaries.append(StageSummary(sid, st.status, st.elapsed, st.changed_total, sorted(st.hosts)))
+            summaries.append(StageSummary(sid, st.status, st.elapsed, st.changed_total, sorted(st.hosts), note))
     if result is not None and (result.failures or result.rc != 0):
         _finish(run_dir, summaries, console, opts)
         result.raise_for_failures()
@@ -321,7 +368,7 @@ def print_summary(summaries: list[StageSummary], console: Console, *, dry_run: b
             f"[{style.get(s.status, 'skip')}]{s.status}[/]",
             str(s.changed),
             f"{s.elapsed:.1f}s",
-            ", ".join(s.hosts),
+            ", ".join(s.hosts) + (f"{' ' if s.hosts else ''}[dim]({escape(s.note)})[/dim]" if s.note else ""),
         ]
         for s in summaries
     ]

@@ -44,6 +44,9 @@ def up(
     no_verify: Annotated[
         bool, typer.Option("--no-verify", help="do not run `gpustack verify` after the cluster stage")
     ] = False,
+    full: Annotated[
+        bool, typer.Option("--full", help="run every task on every host, even where a stage is recorded as converged")
+    ] = False,
     verbose: VerboseOpt = 0,
 ) -> None:
     """Build (or converge) the cluster (preflight, host layer, Kubernetes, network, Helm, GPU and monitoring
@@ -74,6 +77,7 @@ def up(
             assume_yes=yes,
             accept_new_host_keys=accept_new_host_keys,
             ignore_preflight=split_csv(ignore_preflight),
+            full=full,
         ),
         console,
     )

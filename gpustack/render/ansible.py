@@ -6,6 +6,7 @@ roles read that is not a role default comes from :func:`extravars`.
 
 from __future__ import annotations
 
+import getpass
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,8 @@ def _host_vars(node: Node, cfg: Config) -> dict[str, Any]:
         "gpustack_node_name": node.name,
         "gpustack_node_address": node.address,
         "gpustack_role": node.role,
+        # whose ~/.kube/config the control-plane stage writes (and its stamp probes)
+        "gpustack_login_user": node.user or getpass.getuser(),
     }
     if node.connection == "local":
         hv["ansible_connection"] = "local"

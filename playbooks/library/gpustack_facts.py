@@ -21,6 +21,7 @@ import struct
 import subprocess
 import sys
 
+from ansible.module_utils.gpustack_stage import check_stages
 from ansible.module_utils.gpustack_toml import split_key
 
 DOCUMENTATION = r"""
@@ -52,6 +53,17 @@ options:
     description: Seconds to wait for each peer connection.
     type: float
     default: 3
+  stage_digests:
+    description:
+      - Stage id -> the stage's input digest for this host. For each, the stage's stamp
+        (module_utils/gpustack_stage.py) is compared with its probes (O(stage_probes)) read now;
+        the verdicts are returned under C(facts.stages). Read-only, like everything else here.
+    type: dict
+    default: {}
+  stage_probes:
+    description: Stage id -> probe spec (files, services, sysctl, packages, commands).
+    type: dict
+    default: {}
 author: gpustack
 """
 
@@ -715,12 +727,20 @@ def main() -> None:
             "probe_sudo": {"type": "bool", "default": False},
             "peers": {"type": "list", "elements": "str", "default": []},
             "peer_port": {"type": "int", "default": 22},
+            "stage_digests": {"type": "dict", "default": {}},
+            "stage_probes": {"type": "dict", "default": {}},
             "peer_timeout": {"type": "float", "default": 3.0},
         },
         supports_check_mode=True,
     )
     p = module.params
     facts = collect(p["probe_sudo"], p["peers"], p["peer_port"], p["peer_timeout"])
+    if p["stage_digests"]:
+        stages = {
+            stage: {"digest": digest, "probes": p["stage_probes"].get(stage) or {}}
+            for stage, digest in p["stage_digests"].items()
+        }
+        facts["stages"] = check_stages(stages)
     module.exit_json(changed=False, facts=facts)
 
 

@@ -43,5 +43,11 @@ def toml_utils() -> ModuleType:
 
 
 @pytest.fixture(scope="session")
-def facts_module(toml_utils: ModuleType) -> ModuleType:
+def stage_utils() -> ModuleType:
+    """playbooks/module_utils/gpustack_stage.py under the name modules import it by."""
+    return load_path("ansible.module_utils.gpustack_stage", PLAYBOOKS / "module_utils" / "gpustack_stage.py")
+
+
+@pytest.fixture(scope="session")
+def facts_module(toml_utils: ModuleType, stage_utils: ModuleType) -> ModuleType:
     return load_path("gpustack_facts_module", PLAYBOOKS / "library" / "gpustack_facts.py")

@@ -14,6 +14,7 @@ from conftest import PLAYBOOKS, REPO
 from test_gpustack_facts import SCHEMA_KEYS
 
 from gpustack.config.model import Config, Node
+from gpustack.render import converge
 from gpustack.render.ansible import extravars, inventory
 
 STAGES = [
@@ -29,7 +30,8 @@ STAGES = [
     ("helm", "localhost", "helm"),
 ]
 # names in playbooks/ that look like variables but are not (the preflight module)
-NOT_VARIABLES = {"gpustack_facts"}
+#: module names, not variables
+NOT_VARIABLES = {"gpustack_facts", "gpustack_stage_stamp", "gpustack_stage"}
 
 
 def sample_config() -> Config:
@@ -53,7 +55,13 @@ def sample_inputs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path,
 
 def test_site_has_one_play_per_stage_in_order() -> None:
     plays = yaml.safe_load((PLAYBOOKS / "site.yml").read_text())
-    assert [(p["name"], p["hosts"], p["roles"][0]["role"]) for p in plays] == STAGES
+
+    def group(play: dict[str, str]) -> str:
+        # "{{ gpustack_stage_hosts['os'] | default('all') }}" -> all (converged hosts left out)
+        m = re.fullmatch(r"\{\{ gpustack_stage_hosts\['[\w-]+'\] \| default\('(\w+)'\) \}\}", play["hosts"])
+        return m.group(1) if m else play["hosts"]
+
+    assert [(p["name"], group(p), p["roles"][0]["role"]) for p in plays] == STAGES
     for play in plays:
         assert play["tags"] == [play["name"]]
         assert play["become"] is (play["hosts"] != "localhost")
@@ -80,9 +88,15 @@ def test_role_layout(role: str) -> None:
 
 def test_every_gpustack_variable_comes_from_python() -> None:
     cfg = sample_config()
-    provided = set(extravars(cfg, kubeconfig_dest=Path("/k"), facts_dir=Path("/f")))
-    for host in inventory(cfg)["all"]["children"]["control_plane"]["hosts"].values():
+    ev = extravars(cfg, kubeconfig_dest=Path("/k"), facts_dir=Path("/f"))
+    # up.run_host_layer adds the converged-stage host patterns (gpustack/render/converge.py)
+    provided = set(ev) | {"gpustack_stage_hosts"}
+    for host in converge.with_stage_digests(inventory(cfg), ev, "tree")["all"]["children"]["control_plane"][
+        "hosts"
+    ].values():
         provided |= set(host)
+    for path in (PLAYBOOKS / "group_vars").rglob("*.yml"):
+        provided |= set(yaml.safe_load(path.read_text()))
     used: dict[str, set[str]] = {}
     for path in PLAYBOOKS.rglob("*"):
         if path.suffix in (".yml", ".yaml", ".j2") and path.is_file():
