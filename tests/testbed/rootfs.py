@@ -79,7 +79,9 @@ FIREWALL_UNITS: tuple[str, ...] = ("ufw.service", "firewalld.service")
 
 #: Units that have no business running in a throwaway container (the apt timers would grab the
 #: dpkg lock in the middle of a test run; systemd-update-utmp, which only records boot in
-#: /var/log/wtmp, failed once under CI load and left a host "degraded" for no product reason).
+#: /var/log/wtmp, and systemd-tmpfiles-setup-dev, whose static device nodes systemd-nspawn
+#: already provides, each failed once under load and left a host "degraded" for no product
+#: reason).
 MASKED_UNITS: tuple[str, ...] = (
     "apt-daily.timer",
     "apt-daily-upgrade.timer",
@@ -93,6 +95,8 @@ MASKED_UNITS: tuple[str, ...] = (
     "systemd-networkd-wait-online.service",
     "systemd-update-utmp.service",
     "systemd-update-utmp-runlevel.service",
+    "systemd-tmpfiles-setup-dev.service",
+    "systemd-tmpfiles-setup-dev-early.service",
 )
 
 SSHD_DROP_IN = textwrap.dedent(
@@ -112,7 +116,7 @@ SYSTEMD_DROP_IN = textwrap.dedent(
     # gpustack test bed: never let a hanging unit stall power-off or boot for long.
     [Manager]
     DefaultTimeoutStopSec=15s
-    DefaultTimeoutStartSec=60s
+    DefaultTimeoutStartSec=180s
     """
 )
 

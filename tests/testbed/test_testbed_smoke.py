@@ -53,7 +53,11 @@ def test_testbed_smoke(
 
 def _check_systemd_and_ssh(bed: Testbed, host: Host) -> None:
     state = host.run("systemctl is-system-running", check=False).stdout.strip()
-    assert state == "running", host.run("systemctl --failed").stdout
+    if state != "running":
+        failed = host.run("systemctl --failed --no-legend --plain", check=False).stdout
+        units = [line.split()[0] for line in failed.splitlines() if line.strip()]
+        journal = "".join(host.run(f"journalctl -b -u {unit} --no-pager -n 30", check=False).stdout for unit in units)
+        raise AssertionError(f"{host.name} is {state}:\n{failed}\n{journal}")
     assert host.run("hostname", check=True).stdout.strip() == host.name
     assert host.run("sudo -n id -u", check=True).stdout.strip() == "0"
     assert host.run("id -u", user="root", check=True).stdout.strip() == "0"
