@@ -116,7 +116,7 @@ def test_standalone_exporter_values() -> None:
     assert v["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in v["tolerations"]
     assert v["resources"]["limits"]["memory"] == "1Gi"
-    assert v["arguments"] == ["-f", "/etc/dcgm-exporter/gpustack-counters.csv", "-c", "15000"]
+    assert v["arguments"] == ["--collectors=/etc/dcgm-exporter/gpustack-counters.csv", "--collect-interval=15000"]
     assert v["serviceMonitor"]["enabled"] is False
     mount = v["extraVolumeMounts"][0]
     assert mount["mountPath"] == "/etc/dcgm-exporter/" + mount["subPath"]
