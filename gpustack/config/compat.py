@@ -240,3 +240,40 @@ def artifacts(cfg: Config, arches: tuple[str, ...] = ARCHES) -> list[Artifact]:
             )
         )
     return out
+
+
+def pin_rows(cfg: Config | None = None) -> list[list[str]]:
+    """component -> version, for the config (or the pin table's defaults)."""
+    v = cfg.versions if cfg else None
+    kube = (
+        v.kubernetes
+        if v
+        else ", ".join(pins.KUBERNETES.values()) + f" (default {pins.KUBERNETES[pins.KUBERNETES_DEFAULT]})"
+    )
+    source = v.containerd_source if v else "release"
+    rows = [
+        ["kubernetes", kube],
+        ["containerd", (v.containerd if v else pins.CONTAINERD_VERSION) + f" ({source})"],
+        ["runc", v.runc if v else pins.RUNC_VERSION],
+        ["flannel", v.flannel if v else pins.FLANNEL_VERSION],
+        ["helm", v.helm if v else pins.HELM_VERSION],
+    ]
+    charts = {
+        "gpu-operator": v.gpu_operator if v else None,
+        "kube-prometheus-stack": v.kube_prometheus_stack if v else None,
+        "dcgm-exporter": v.dcgm_exporter if v else None,
+    }
+    rows += [[c.name, charts.get(c.name) or c.version] for c in pins.CHARTS.values()]
+    return rows
+
+
+def report(cfg: Config | None = None) -> dict[str, object]:
+    """What ``gpustack version`` and ``plan`` print, as data (also the JSON output)."""
+    from gpustack.config.model import Config as _Config
+
+    full = cfg or _Config(nodes=[])
+    return {
+        "pins": [{"component": c, "version": ver} for c, ver in pin_rows(cfg)],
+        "matrix": [dict(zip(MATRIX_HEADERS, row, strict=True)) for row in matrix_rows(cfg)],
+        "artifacts": [a.__dict__ for a in artifacts(full)],
+    }

@@ -128,9 +128,15 @@ CONTAINERD_URL = (
 )
 RUNC_URL = "https://github.com/opencontainers/runc/releases/download/v{version}/runc.{arch}"
 
-HELM_VERSION = "3.18.4"
-# sha256 of https://get.helm.sh/helm-v<version>-linux-<arch>.tar.gz
+# Helm 4 (docs/decisions.md: Helm 3 gets security fixes only until Feb 2027; pyhelm3 0.5.8 already
+# builds Helm 4's flags)
+HELM_VERSION = "4.2.4"
+# sha256 of https://get.helm.sh/helm-v<version>-linux-<arch>.tar.gz (4.2.4: its release page)
 HELM_SHA256: dict[str, dict[str, str]] = {
+    "4.2.4": {
+        "amd64": "c306b46f719b0a4da32d0f78ee21bf90ce8d602f15b22ab753f0674d1670a7f3",
+        "arm64": "564de2191b881e9f71b5606b25345821ea1682f06ab90499d3ab22b530176da1",
+    },
     "3.18.4": {
         "amd64": "f8180838c23d7c7d797b208861fecb591d9ce1690d8704ed1e4cb8e2add966c1",
         "arm64": "c0a45e67eef0c7416a8a8c9e9d5d2d30d70e4f4d3f7bea5de28241fffa8f3b89",
