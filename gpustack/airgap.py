@@ -75,7 +75,14 @@ def items(cfg: Config, playbooks: Path, os_release: pins.OsRelease) -> list[Item
         for name in CONTROL_PLANE_IMAGES
     ]
     out.append(
-        Item("image", "registry.k8s.io/pause", pins.KUBERNETES_LINES[minor].pause, "registry.k8s.io", note="sandbox")
+        Item(
+            "image",
+            "registry.k8s.io/pause",
+            pins.KUBERNETES_LINES[minor].pause,
+            "registry.k8s.io",
+            pins.IMAGE_DIGESTS.get(pins.PAUSE_IMAGE.format(tag=pins.KUBERNETES_LINES[minor].pause), ""),
+            "sandbox",
+        )
     )
     out += [
         Item(
@@ -94,8 +101,10 @@ def items(cfg: Config, playbooks: Path, os_release: pins.OsRelease) -> list[Item
         ),
     ]
     for ref in (pins.VERIFY_CUDA_IMAGE, pins.VERIFY_DCGM_IMAGE, pins.VERIFY_NET_IMAGE):
+        ref, _, digest = ref.partition("@")
         name, _, tag = ref.rpartition(":")
-        out.append(Item("image", name, tag, name.split("/")[0], note="verify (pinned by tag, no verified digest)"))
+        note = "verify" if digest else "verify (pinned by tag: no verified digest)"
+        out.append(Item("image", name, tag, name.split("/")[0], digest, note))
     chart_versions = {
         "gpu-operator": v.gpu_operator,
         "kube-prometheus-stack": v.kube_prometheus_stack,

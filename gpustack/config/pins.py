@@ -159,14 +159,31 @@ CHARTS: dict[str, Chart] = {
     "dcgm-exporter": Chart("dcgm-exporter", "https://nvidia.github.io/dcgm-exporter/helm-charts", "4.8.2"),
 }
 
+# Image digests (sha256 of the multi-arch index), where one could be checked: each agrees across
+# several independent public manifests that pin it (the registries cannot be queried from the
+# build sandbox). Images not listed here are pinned by tag only (docs/decisions.md).
+IMAGE_DIGESTS: dict[str, str] = {
+    "registry.k8s.io/pause:3.10.1": "sha256:278fb9dbcca9518083ad1e11276933a2e96f23de604a3a08cc3c80002767d24c",
+    "registry.k8s.io/pause:3.10.2": "sha256:f548e0e8e3dc1896ca956272154dde3314e8cc4fde0a57577ee9fa1c63f5baf4",
+    "registry.k8s.io/e2e-test-images/agnhost:2.53": "sha256:99c6b4bb4a1e1df3f0b3752168c89358794d02258ebebc26bf21c29399011a85",
+}
+
+
+def with_digest(ref: str) -> str:
+    """``name:tag@sha256:...`` when the digest is pinned, else ``ref`` unchanged."""
+    digest = IMAGE_DIGESTS.get(ref)
+    return f"{ref}@{digest}" if digest else ref
+
+
 # verify's workload images. CUDA base runs nvidia-smi (mounted by the NVIDIA runtime); the DCGM
-# image ships /usr/bin/dcgmproftester12 for `verify --load`. Tags not checked against the registry
-# from this sandbox: verify on a host with egress before moving them.
+# image ships /usr/bin/dcgmproftester12 for `verify --load`. CUDA and DCGM: tags only (no digest
+# could be verified: public manifests disagree on the CUDA one, none records the DCGM one).
 VERIFY_CUDA_IMAGE = "nvcr.io/nvidia/cuda:12.8.1-base-ubuntu24.04"
 VERIFY_DCGM_IMAGE = "nvcr.io/nvidia/cloud-native/dcgm:4.2.3-1-ubuntu22.04"
 # verify's pod-network probe: Kubernetes' own e2e test image; `agnhost connect HOST:PORT` resolves the
 # name (CoreDNS) and opens a TCP connection, exit 0 or 1 with DNS:/TIMEOUT/REFUSED/OTHER: on stderr.
-VERIFY_NET_IMAGE = "registry.k8s.io/e2e-test-images/agnhost:2.53"
+# Pulled by digest.
+VERIFY_NET_IMAGE = with_digest("registry.k8s.io/e2e-test-images/agnhost:2.53")
 
 # Default package sources; every one can be pointed at a mirror in gpustack.yaml (sources:).
 KUBERNETES_APT_URL = "https://pkgs.k8s.io/core:/stable:/v{minor}/deb/"

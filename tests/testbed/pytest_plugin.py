@@ -71,6 +71,13 @@ def rootfs() -> Path:
 
 
 @pytest.fixture(scope="session")
+def rootfs_trixie() -> Path:
+    """The cached Debian 13 (trixie) root, for hosts beside the Debian 12 ones
+    (``testbed_factory(names, rootfs=rootfs_trixie)``)."""
+    return ensure_rootfs(suite="trixie")
+
+
+@pytest.fixture(scope="session")
 def testbed_network() -> Iterator[str]:
     """The bridge gsbr0 with the outer machine's address, held for the whole session."""
     TestbedNetwork.acquire()
@@ -155,7 +162,7 @@ def sources(
 
 @pytest.fixture
 def testbed_factory(rootfs: Path, testbed_network: str, tmp_path: Path) -> Iterator[TestbedFactory]:
-    """``make(names, prepare=None, nspawn_args=None, **kw) -> Testbed`` (booted); every
+    """``make(names, prepare=None, nspawn_args=None, rootfs=None, **kw) -> Testbed`` (booted); every
     test bed made is closed when the test ends. Logs: ``<tmp_path>/testbed-N/``."""
     made: list[Testbed] = []
 
@@ -166,7 +173,8 @@ def testbed_factory(rootfs: Path, testbed_network: str, tmp_path: Path) -> Itera
         **kwargs: object,
     ) -> Testbed:
         workdir = tmp_path / f"testbed-{len(made) + 1}"
-        bed = Testbed(names, workdir, prepare=prepare, nspawn_args=nspawn_args, rootfs=rootfs, **kwargs)  # type: ignore[arg-type]
+        root = kwargs.pop("rootfs", rootfs)  # another suite's root (e.g. rootfs_trixie)
+        bed = Testbed(names, workdir, prepare=prepare, nspawn_args=nspawn_args, rootfs=root, **kwargs)  # type: ignore[arg-type]
         made.append(bed)
         bed.start()
         return bed

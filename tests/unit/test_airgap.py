@@ -40,6 +40,10 @@ def test_files_images_and_charts_follow_the_config() -> None:
     assert files["helm (amd64)"].checksum == "sha256:" + pins.HELM_SHA256[pins.HELM_VERSION]["amd64"]
     assert images["registry.k8s.io/kube-apiserver"].version == f"v{pins.KUBERNETES['1.35']}"
     assert images["registry.k8s.io/pause"].version == "3.10.1"
+    assert images["registry.k8s.io/pause"].checksum == pins.IMAGE_DIGESTS["registry.k8s.io/pause:3.10.1"]
+    agnhost = images["registry.k8s.io/e2e-test-images/agnhost"]
+    assert agnhost.version == "2.53" and agnhost.checksum.startswith("sha256:") and len(agnhost.checksum) == 71
+    assert "no verified digest" in images["nvcr.io/nvidia/cuda"].note
     assert images["nvcr.io/nvidia/cuda"].version == pins.VERIFY_CUDA_IMAGE.rsplit(":", 1)[1]
     assert set(charts) == set(pins.CHARTS)
     assert charts["gpu-operator"].note == f"archive gpu-operator-{pins.CHARTS['gpu-operator'].version}.tgz"

@@ -146,3 +146,15 @@ def test_artifacts_carry_checksums() -> None:
     # the distribution's containerd downloads nothing
     names = {a.name for a in compat.artifacts(cfg(kubernetes="1.35", containerd_source="distribution"))}
     assert "containerd" not in names and "runc" not in names
+
+
+def test_image_digests() -> None:
+    assert (
+        "registry.k8s.io/e2e-test-images/agnhost:2.53@"
+        + pins.IMAGE_DIGESTS["registry.k8s.io/e2e-test-images/agnhost:2.53"]
+    ) == pins.VERIFY_NET_IMAGE
+    assert pins.with_digest("nvcr.io/x:1") == "nvcr.io/x:1"
+    for line in pins.KUBERNETES_LINES.values():  # every sandbox image gpustack pins has a digest recorded
+        assert pins.IMAGE_DIGESTS[pins.PAUSE_IMAGE.format(tag=line.pause)].startswith("sha256:")
+    for digest in pins.IMAGE_DIGESTS.values():
+        assert len(digest) == len("sha256:") + 64
