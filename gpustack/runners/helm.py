@@ -221,7 +221,7 @@ class Helm:
                 spec.release,
                 chart,
                 spec.values,
-                atomic=True,
+                rollback_on_failure=True,
                 wait=True,
                 timeout=spec.timeout,
                 namespace=spec.namespace,
