@@ -26,7 +26,8 @@ STAGES: tuple[Stage, ...] = (
         "Preflight checks",
         "preflight",
         "all",
-        "nothing: reads OS, CPU, memory, disk, swap, ports, GPUs, Secure Boot, existing Kubernetes, sudo, time sync, reachability",
+        "nothing: reads OS, CPU, memory, disk, swap, ports, GPUs, Secure Boot, existing Kubernetes, sudo, time sync, "
+        "reachability, cgroup v2, containerd version, GPU Operator support (driver container, kernel headers)",
     ),
     Stage(
         "os",
@@ -47,14 +48,17 @@ STAGES: tuple[Stage, ...] = (
         "containerd",
         "ansible",
         "all",
-        "containerd package, /etc/containerd/config.toml with SystemdCgroup = true (backup kept), proxy drop-in, service enabled",
+        "containerd and runc from the sha256-verified release archives into /usr/local (or the distribution's "
+        "package where the matrix allows), own unit, /etc/containerd/config.toml version 3 with SystemdCgroup = true "
+        "and the minor's sandbox image (backup kept), proxy drop-in, service enabled",
     ),
     Stage(
         "kubernetes",
         "Kubernetes packages",
         "ansible",
         "all",
-        "apt keyring /etc/apt/keyrings, pkgs.k8s.io source with signed-by, kubelet/kubeadm/kubectl pinned and held",
+        "apt key checked against its pinned gpg fingerprint, keyring /etc/apt/keyrings, pkgs.k8s.io source "
+        "with signed-by, kubelet/kubeadm/kubectl pinned and held",
     ),
     Stage(
         "control-plane",

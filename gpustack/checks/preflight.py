@@ -11,12 +11,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from gpustack.checks.model import Finding, Status
+from gpustack.config import pins
 from gpustack.config.model import Config, Node
 
 Facts = Mapping[str, Any]
 GiB = 1024**3
 
-SUPPORTED_OS = {("ubuntu", "22.04"), ("ubuntu", "24.04"), ("debian", "12")}
+SUPPORTED_OS = {(o.id, o.version) for o in pins.OS_RELEASES}
 SUPPORTED_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}
 # port, proto, who uses it
 CLUSTER_PORTS: tuple[tuple[int, str, str], ...] = (
@@ -80,7 +81,7 @@ def os_supported(ctx: Context) -> Finding:
         "fail",
         f"{pretty} is not supported",
         f"os-release: ID={os_id} VERSION_ID={ver}",
-        "use Ubuntu 22.04, Ubuntu 24.04 or Debian 12",
+        "use " + ", ".join(o.name for o in pins.OS_RELEASES),
     )
 
 
@@ -362,3 +363,6 @@ def check_names() -> list[str]:
     dummy = Node(name="x", address="192.0.2.1", role="control-plane")
     ctx = Context(dummy, _C(nodes=[dummy]), {})
     return sorted({c(ctx).id for c in CHECKS})
+
+
+from gpustack.checks import compat as _compat  # noqa: E402,F401 - registers the compatibility-matrix checks

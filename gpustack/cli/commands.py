@@ -7,7 +7,6 @@ from typing import Annotated
 
 import typer
 
-from gpustack import __version__
 from gpustack.cli.app import ConfigOpt, VerboseOpt, app, console_for, load_config, split_csv
 from gpustack.config.model import Config
 from gpustack.errors import UsageError
@@ -148,6 +147,9 @@ def plan_cmd(
     where = {"all": ", ".join(n.name for n in cfg.nodes), "control-plane": cp, "workers": workers}
     rows = [[str(i), s.id, where[s.hosts], s.changes] for i, s in enumerate(stages, 1)]
     console.table("gpustack up would run", ["#", "stage", "hosts", "changes"], rows)
+    from gpustack.cli.version import print_versions
+
+    print_versions(console, cfg)
 
 
 @app.command()
@@ -182,22 +184,6 @@ def init(
         raise UsageError(f"{path} exists; pass --force to overwrite it")
     path.write_text(example_yaml(), encoding="utf-8")
     console_for().print(f"wrote {path}: edit the nodes, then run `gpustack plan -c {path}`")
-
-
-@app.command()
-def version() -> None:
-    """Print gpustack's version and the pinned component versions."""
-    from gpustack.config import pins
-
-    console = console_for()
-    console.print(f"gpustack {__version__}")
-    rows = [
-        ["kubernetes", ", ".join(pins.KUBERNETES.values()) + f" (default {pins.KUBERNETES[pins.KUBERNETES_DEFAULT]})"],
-        ["flannel", pins.FLANNEL_VERSION],
-        ["helm", pins.HELM_VERSION],
-    ]
-    rows += [[c.name, c.version] for c in pins.CHARTS.values()]
-    console.table("pins", ["component", "version"], rows)
 
 
 LayerOpt = Annotated[list[str] | None, typer.Option("--layer", help="only these layers (comma-separated or repeated)")]

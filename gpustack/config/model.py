@@ -90,6 +90,21 @@ class Versions(_Model):
     helm_sha256: dict[str, str] | None = Field(
         default=None, description="arch -> sha256 of the Helm archive, required for an unpinned Helm version"
     )
+    flannel_sha256: str | None = Field(
+        default=None, pattern=r"^[0-9a-f]{64}$", description="sha256 of the Flannel manifest (default: the pin)"
+    )
+    containerd: str = Field(default=pins.CONTAINERD_VERSION, pattern=r"^[0-9]+\.[0-9]+\.[0-9]+$")
+    containerd_sha256: dict[str, str] | None = Field(
+        default=None, description="arch -> sha256 of the containerd release archive (for an unpinned version)"
+    )
+    runc: str = Field(default=pins.RUNC_VERSION, pattern=r"^[0-9]+\.[0-9]+\.[0-9]+$")
+    runc_sha256: dict[str, str] | None = Field(
+        default=None, description="arch -> sha256 of the runc binary (for an unpinned version)"
+    )
+    containerd_source: Literal["release", "distribution"] = Field(
+        default="release",
+        description="release: upstream archives (checksummed); distribution: the OS package, where the matrix allows it",
+    )
     gpu_operator: str = pins.CHARTS["gpu-operator"].version
     kube_prometheus_stack: str = pins.CHARTS["kube-prometheus-stack"].version
     dcgm_exporter: str = pins.CHARTS["dcgm-exporter"].version
@@ -122,6 +137,18 @@ class Sources(_Model):
     kubernetes_apt_key_url: str = pins.KUBERNETES_APT_KEY_URL
     helm_url: str = pins.HELM_URL
     flannel_manifest_url: str = pins.FLANNEL_MANIFEST_URL
+    containerd_url: str = pins.CONTAINERD_URL
+    runc_url: str = pins.RUNC_URL
+    kubernetes_apt_key_fingerprint: str = Field(
+        default=pins.KUBERNETES_APT_KEY_FINGERPRINT,
+        pattern=r"^[0-9A-F]{40}$",
+        description="fingerprint the Kubernetes apt key must have (a mirror's own key: set its fingerprint)",
+    )
+
+    @field_validator("kubernetes_apt_key_fingerprint", mode="before")
+    @classmethod
+    def _fingerprint(cls, v: object) -> object:
+        return v.replace(" ", "").upper() if isinstance(v, str) else v
 
 
 class Proxy(_Model):

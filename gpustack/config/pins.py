@@ -1,8 +1,13 @@
-"""Every version pin and download checksum gpustack uses, in one table.
+"""Every version pin, download checksum and compatibility rule gpustack uses, in one table.
 
-Sources (checked November 2026): Kubernetes patch releases and Helm archive checksums as
-published upstream (and mirrored in Kubespray's checksum table); Flannel release v0.28.4;
-chart versions from each chart's index. To move a pin, change it here and nowhere else.
+Sources (checked November 2026): Kubernetes patch releases, containerd/runc release-archive and
+Helm archive checksums as published upstream and mirrored in Kubespray's checksum table
+(roles/kubespray_defaults/vars/main/checksums.yml); the pause tag per Kubernetes minor as
+Kubespray pins it (pod_infra_supported_versions); Helm v4.2.4's checksums from its release
+page; the pkgs.k8s.io signing key fingerprint as published with the repositories; Flannel
+release v0.28.4; chart versions from each chart's index. To move a pin, change it here and
+nowhere else. What could not be verified from the build sandbox says so (``None``), it is never
+guessed.
 """
 
 from __future__ import annotations
@@ -20,10 +25,118 @@ KUBERNETES_DEFAULT = "1.36"
 KUBERNETES_PACKAGE_REVISION = "1.1"
 
 FLANNEL_VERSION = "0.28.4"
+# sha256 of the release's kube-flannel.yml. None: not verifiable from the build sandbox (GitHub
+# release assets cannot be fetched there and no trusted source records it); the download is then
+# not verified unless gpustack.yaml sets versions.flannel_sha256 (docs/decisions.md).
+FLANNEL_MANIFEST_SHA256: dict[str, str | None] = {"0.28.4": None}
 
-HELM_VERSION = "3.18.4"
-# sha256 of https://get.helm.sh/helm-v<version>-linux-<arch>.tar.gz
+# --- the compatibility matrix ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KubernetesLine:
+    """What one Kubernetes minor needs from the host and its container runtime."""
+
+    minor: str
+    # oldest containerd the kubelet of this minor supports (1.35 is the last minor with 1.x)
+    containerd_min: str
+    # from 1.35 the kubelet refuses cgroup v1 by default (failCgroupV1)
+    cgroup_v2_required: bool
+    # the sandbox (pause) image tag kubeadm of this minor expects; containerd is configured with it
+    pause: str
+
+
+KUBERNETES_LINES: dict[str, KubernetesLine] = {
+    "1.34": KubernetesLine("1.34", containerd_min="1.7.0", cgroup_v2_required=False, pause="3.10.1"),
+    "1.35": KubernetesLine("1.35", containerd_min="1.7.0", cgroup_v2_required=True, pause="3.10.1"),
+    "1.36": KubernetesLine("1.36", containerd_min="2.0.0", cgroup_v2_required=True, pause="3.10.2"),
+}
+PAUSE_IMAGE = "registry.k8s.io/pause:{tag}"
+
+
+@dataclass(frozen=True)
+class OsRelease:
+    """A supported host OS. ``distribution_containerd``: the minor the OS archive ships (the
+    distribution's containerd is only used where it satisfies the Kubernetes minor and the
+    user asks for it). ``driver_container``: the GPU Operator publishes a driver container for
+    it; elsewhere the NVIDIA driver must be preinstalled."""
+
+    id: str
+    version: str
+    codename: str
+    name: str
+    distribution_containerd: str
+    driver_container: bool
+
+
+OS_RELEASES: tuple[OsRelease, ...] = (
+    OsRelease("ubuntu", "22.04", "jammy", "Ubuntu 22.04 LTS", "1.7", driver_container=True),
+    OsRelease("ubuntu", "24.04", "noble", "Ubuntu 24.04 LTS", "1.7", driver_container=True),
+    OsRelease("debian", "12", "bookworm", "Debian 12", "1.6", driver_container=False),
+    OsRelease("debian", "13", "trixie", "Debian 13", "1.7", driver_container=False),
+)
+
+
+@dataclass(frozen=True)
+class GpuOperatorRange:
+    """Kubernetes minors a GPU Operator release is validated on (both ends included)."""
+
+    kubernetes_min: str
+    kubernetes_max: str
+    # wider ranges on some OS releases, (os id, version) -> (min, max)
+    per_os: tuple[tuple[tuple[str, str], tuple[str, str]], ...] = ()
+
+    def range_for(self, os_id: str | None = None, version: str | None = None) -> tuple[str, str]:
+        for key, rng in self.per_os:
+            if key == (os_id, version):
+                return rng
+        return self.kubernetes_min, self.kubernetes_max
+
+
+GPU_OPERATOR_VALIDATED: dict[str, GpuOperatorRange] = {
+    "v26.7.0": GpuOperatorRange("1.33", "1.36", per_os=((("ubuntu", "24.04"), ("1.32", "1.36")),)),
+}
+
+# --- container runtime -------------------------------------------------------------------
+
+# containerd 2.2 (config version 3; 2.3 writes version 4, which gpustack does not edit yet)
+CONTAINERD_VERSION = "2.2.7"
+# sha256 of https://github.com/containerd/containerd/releases/download/v<v>/containerd-<v>-linux-<arch>.tar.gz
+CONTAINERD_SHA256: dict[str, dict[str, str]] = {
+    "2.2.7": {
+        "amd64": "91cd216ea26a1b8b512219d3f205375c967e7b7de4dae571bc3dd16bfacd34b5",
+        "arm64": "84eb0a161e20ad45465202fa2d6d93b3d9b74666c363e9908706d590a86e2618",
+    },
+    "2.1.9": {
+        "amd64": "0083d2a4c2e77eeb20e55b6d955822fb957ff386c0c23959c8b27f598317586c",
+        "arm64": "2fbc3053b09812092f6bf316a509d849960eb0cb9332ec88c2f49676d648fd67",
+    },
+}
+RUNC_VERSION = "1.3.6"
+# sha256 of https://github.com/opencontainers/runc/releases/download/v<v>/runc.<arch> (a static binary)
+RUNC_SHA256: dict[str, dict[str, str]] = {
+    "1.3.6": {
+        "amd64": "3f3921dbbee7723e9868f97e88e51ffc910206e3ba55646e74d93d24ea76023c",
+        "arm64": "6be27a061ef89bb14c6cb495405bba80f46cea213b8f79378a6086b1bac6b747",
+    },
+}
+# CNI plugins are not downloaded: kubelet's package depends on kubernetes-cni (pkgs.k8s.io, signed
+# apt repository), which installs bridge/host-local/loopback/portmap into /opt/cni/bin, and
+# Flannel's init container adds its own plugin there.
+CONTAINERD_URL = (
+    "https://github.com/containerd/containerd/releases/download/v{version}/containerd-{version}-linux-{arch}.tar.gz"
+)
+RUNC_URL = "https://github.com/opencontainers/runc/releases/download/v{version}/runc.{arch}"
+
+# Helm 4 (docs/decisions.md: Helm 3 gets security fixes only until Feb 2027; pyhelm3 0.5.8 already
+# builds Helm 4's flags)
+HELM_VERSION = "4.2.4"
+# sha256 of https://get.helm.sh/helm-v<version>-linux-<arch>.tar.gz (4.2.4: its release page)
 HELM_SHA256: dict[str, dict[str, str]] = {
+    "4.2.4": {
+        "amd64": "c306b46f719b0a4da32d0f78ee21bf90ce8d602f15b22ab753f0674d1670a7f3",
+        "arm64": "564de2191b881e9f71b5606b25345821ea1682f06ab90499d3ab22b530176da1",
+    },
     "3.18.4": {
         "amd64": "f8180838c23d7c7d797b208861fecb591d9ce1690d8704ed1e4cb8e2add966c1",
         "arm64": "c0a45e67eef0c7416a8a8c9e9d5d2d30d70e4f4d3f7bea5de28241fffa8f3b89",
@@ -46,20 +159,76 @@ CHARTS: dict[str, Chart] = {
     "dcgm-exporter": Chart("dcgm-exporter", "https://nvidia.github.io/dcgm-exporter/helm-charts", "4.8.2"),
 }
 
+# Image digests (sha256 of the multi-arch index), where one could be checked: each agrees across
+# several independent public manifests that pin it (the registries cannot be queried from the
+# build sandbox). Images not listed here are pinned by tag only (docs/decisions.md).
+IMAGE_DIGESTS: dict[str, str] = {
+    "registry.k8s.io/pause:3.10.1": "sha256:278fb9dbcca9518083ad1e11276933a2e96f23de604a3a08cc3c80002767d24c",
+    "registry.k8s.io/pause:3.10.2": "sha256:f548e0e8e3dc1896ca956272154dde3314e8cc4fde0a57577ee9fa1c63f5baf4",
+    "registry.k8s.io/e2e-test-images/agnhost:2.53": "sha256:99c6b4bb4a1e1df3f0b3752168c89358794d02258ebebc26bf21c29399011a85",
+}
+
+
+def with_digest(ref: str) -> str:
+    """``name:tag@sha256:...`` when the digest is pinned, else ``ref`` unchanged."""
+    digest = IMAGE_DIGESTS.get(ref)
+    return f"{ref}@{digest}" if digest else ref
+
+
 # verify's workload images. CUDA base runs nvidia-smi (mounted by the NVIDIA runtime); the DCGM
-# image ships /usr/bin/dcgmproftester12 for `verify --load`. Tags not checked against the registry
-# from this sandbox: verify on a host with egress before moving them.
+# image ships /usr/bin/dcgmproftester12 for `verify --load`. CUDA and DCGM: tags only (no digest
+# could be verified: public manifests disagree on the CUDA one, none records the DCGM one).
 VERIFY_CUDA_IMAGE = "nvcr.io/nvidia/cuda:12.8.1-base-ubuntu24.04"
 VERIFY_DCGM_IMAGE = "nvcr.io/nvidia/cloud-native/dcgm:4.2.3-1-ubuntu22.04"
 # verify's pod-network probe: Kubernetes' own e2e test image; `agnhost connect HOST:PORT` resolves the
 # name (CoreDNS) and opens a TCP connection, exit 0 or 1 with DNS:/TIMEOUT/REFUSED/OTHER: on stderr.
-VERIFY_NET_IMAGE = "registry.k8s.io/e2e-test-images/agnhost:2.53"
+# Pulled by digest.
+VERIFY_NET_IMAGE = with_digest("registry.k8s.io/e2e-test-images/agnhost:2.53")
 
 # Default package sources; every one can be pointed at a mirror in gpustack.yaml (sources:).
 KUBERNETES_APT_URL = "https://pkgs.k8s.io/core:/stable:/v{minor}/deb/"
 KUBERNETES_APT_KEY_URL = "https://pkgs.k8s.io/core:/stable:/v{minor}/deb/Release.key"
+# Fingerprint of the pkgs.k8s.io signing key ("isv:kubernetes OBS Project"); the downloaded
+# Release.key is checked with gpg against it before apt trusts it.
+KUBERNETES_APT_KEY_FINGERPRINT = "DE15B14486CD377B9E876E1A234654DA9A296436"
 HELM_URL = "https://get.helm.sh/helm-v{version}-linux-{arch}.tar.gz"
 FLANNEL_MANIFEST_URL = "https://github.com/flannel-io/flannel/releases/download/v{version}/kube-flannel.yml"
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """'v2.1.9+ds1' -> (2, 1, 9); the numeric dotted prefix only."""
+    out: list[int] = []
+    for part in version.strip().lstrip("v").split("."):
+        digits = ""
+        for ch in part:
+            if not ch.isdigit():
+                break
+            digits += ch
+        if not digits:
+            break
+        out.append(int(digits))
+        if len(digits) != len(part):
+            break
+    return tuple(out)
+
+
+def at_least(version: str, minimum: str) -> bool:
+    return version_tuple(version) >= version_tuple(minimum)
+
+
+def os_release(os_id: str, version: str) -> OsRelease | None:
+    return next((o for o in OS_RELEASES if (o.id, o.version) == (os_id, version)), None)
+
+
+def gpu_operator_supports(
+    chart_version: str, minor: str, os_id: str | None = None, os_version: str | None = None
+) -> bool | None:
+    """True/False when the chart's validated range is known, None for an unknown chart version."""
+    rng = GPU_OPERATOR_VALIDATED.get(chart_version)
+    if rng is None:
+        return None
+    low, high = rng.range_for(os_id, os_version)
+    return version_tuple(low) <= version_tuple(minor) <= version_tuple(high)
 
 
 def kubernetes_patch(version: str) -> str:

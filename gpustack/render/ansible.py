@@ -10,7 +10,7 @@ import getpass
 from pathlib import Path
 from typing import Any
 
-from gpustack.config import pins
+from gpustack.config import compat, pins
 from gpustack.config.model import Config, Node
 from gpustack.paths import state_dir
 from gpustack.render.kubeadm import render_init_config
@@ -91,6 +91,27 @@ def helm_downloads(cfg: Config) -> dict[str, dict[str, str]]:
     }
 
 
+def _downloads(template: str, version: str, sums: dict[str, str]) -> dict[str, dict[str, str]]:
+    return {
+        arch: {"url": template.format(version=version, arch=arch), "sha256": sums[arch]}
+        for arch in ARCHES
+        if arch in sums
+    }
+
+
+def runtime_vars(cfg: Config) -> dict[str, Any]:
+    """The containerd stage's contract: where containerd and runc come from, and the sandbox image."""
+    v, s = cfg.versions, cfg.sources
+    return {
+        "gpustack_containerd_source": v.containerd_source,
+        "gpustack_containerd_version": v.containerd,
+        "gpustack_containerd_downloads": _downloads(s.containerd_url, v.containerd, compat.containerd_sha256(cfg)),
+        "gpustack_runc_version": v.runc,
+        "gpustack_runc_downloads": _downloads(s.runc_url, v.runc, compat.runc_sha256(cfg)),
+        "gpustack_sandbox_image": compat.sandbox_image(cfg),
+    }
+
+
 def extravars(
     cfg: Config, *, kubeconfig_dest: Path, facts_dir: Path | None = None, controller_bin_dir: Path | None = None
 ) -> dict[str, Any]:
@@ -106,10 +127,12 @@ def extravars(
         "gpustack_kubernetes_package_version": f"{v.kubernetes}-{pins.KUBERNETES_PACKAGE_REVISION}",
         "gpustack_kubernetes_apt_url": cfg.sources.kubernetes_apt_url.format(minor=minor),
         "gpustack_kubernetes_apt_key_url": cfg.sources.kubernetes_apt_key_url.format(minor=minor),
+        "gpustack_kubernetes_apt_key_fingerprint": cfg.sources.kubernetes_apt_key_fingerprint,
         "gpustack_helm_version": v.helm,
         "gpustack_helm_downloads": helm_downloads(cfg),
         "gpustack_flannel_version": v.flannel,
         "gpustack_flannel_manifest_url": cfg.sources.flannel_manifest_url.format(version=v.flannel),
+        "gpustack_flannel_manifest_sha256": compat.flannel_sha256(cfg) or "",
         "gpustack_flannel_iface": c.flannel_iface or "",
         "gpustack_pod_cidr": str(c.pod_cidr),
         "gpustack_service_cidr": str(c.service_cidr),
@@ -127,6 +150,7 @@ def extravars(
         # where the helm stage installs Helm for this machine (the cluster stage runs it here)
         "gpustack_controller_bin_dir": str(controller_bin_dir or state_dir() / "bin"),
     }
+    ev.update(runtime_vars(cfg))
     if facts_dir is not None:
         ev["gpustack_facts_dir"] = str(facts_dir)
     return ev

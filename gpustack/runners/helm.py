@@ -4,7 +4,7 @@
 (``helm status``), repairs a release stuck in ``pending-*``/``uninstalling`` (rollback or
 uninstall, as pyhelm3's ``get_proceedable_revision`` does), compares the deployed chart version and
 user values (``helm get values``) with the wanted ones and only then runs ``helm upgrade --install
---atomic --wait`` with a bounded timeout. The release that owns CRDs (kube-prometheus-stack) goes
+--rollback-on-failure --wait`` (Helm 4) with a bounded timeout. The release that owns CRDs (kube-prometheus-stack) goes
 first; the others run concurrently.
 
 The chart reference is built locally from the pin table (name, repo URL, version), so a converged
@@ -221,7 +221,7 @@ class Helm:
                 spec.release,
                 chart,
                 spec.values,
-                atomic=True,
+                rollback_on_failure=True,
                 wait=True,
                 timeout=spec.timeout,
                 namespace=spec.namespace,

@@ -1,4 +1,6 @@
-"""Ansible filter ``containerd_systemd_cgroup``: set ``SystemdCgroup = true`` for runc.
+"""Ansible filters for containerd's config.toml: ``containerd_systemd_cgroup`` sets
+``SystemdCgroup = true`` for runc; ``containerd_runtime_config`` also pins the sandbox (pause)
+image of the Kubernetes minor and, for runc from a release archive, runc's ``BinaryName``.
 
 kubeadm configures the kubelet with the systemd cgroup driver; containerd's runc must use the
 same driver or control-plane pods restart in a loop. The edit is section-aware (a
@@ -46,6 +48,16 @@ RUNC_TABLES: dict[int, tuple[tuple[str, ...], str]] = {
     3: (
         ("plugins", "io.containerd.cri.v1.runtime", "containerd", "runtimes", "runc"),
         "plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc",
+    ),
+}
+
+# config version -> (table key, how containerd quotes it, key) of the sandbox (pause) image
+SANDBOX_KEYS: dict[int, tuple[tuple[str, ...], str, str]] = {
+    2: (("plugins", "io.containerd.grpc.v1.cri"), 'plugins."io.containerd.grpc.v1.cri"', "sandbox_image"),
+    3: (
+        ("plugins", "io.containerd.cri.v1.images", "pinned_images"),
+        "plugins.'io.containerd.cri.v1.images'.pinned_images",
+        "sandbox",
     ),
 }
 
@@ -151,16 +163,96 @@ def containerd_systemd_cgroup(text: str) -> str:
     return "".join(lines + block)
 
 
-def needs_default(text: str) -> bool:
+def _toml_string(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _unquote(raw: str) -> str:
+    raw = raw.strip()
+    if len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "\"'":
+        return raw[1:-1]
+    return raw
+
+
+def set_string(text: str, table: tuple[str, ...], header: str, key: str, value: str) -> str:
+    """Return ``text`` with ``key = "value"`` in ``[table]``: an existing key is rewritten only
+    when its value differs, a missing key is added under the header, a missing table is
+    appended. Every other line is kept byte for byte."""
+    newline = "\r\n" if "\r\n" in text else "\n"
+    lines = text.splitlines(keepends=True)
+    if lines and not lines[-1].endswith("\n"):
+        lines[-1] += newline
+    key_re = re.compile(
+        r"^(?P<indent>[ \t]*)" + re.escape(key) + r"[ \t]*=[ \t]*(?P<value>(\"[^\"]*\"|'[^']*'|[^#\s]*))"
+    )
+    section = _section(lines, table)
+    if section is None:
+        return "".join([*lines, newline, f"[{header}]{newline}", f"  {key} = {_toml_string(value)}{newline}"])
+    start, end = section
+    key_indent = None
+    for i in range(start + 1, end):
+        m = key_re.match(lines[i])
+        if m:
+            if _unquote(m.group("value")) == value:
+                return "".join(lines)
+            lines[i] = f"{m.group('indent')}{key} = {_toml_string(value)}{newline}"
+            return "".join(lines)
+        other = _ANY_KEY_RE.match(lines[i])
+        if other and key_indent is None:
+            key_indent = other.group("indent")
+    header_indent = _TABLE_RE.match(lines[start].rstrip("\r\n")).group("indent")  # type: ignore[union-attr]
+    indent = key_indent if key_indent is not None else header_indent + "  "
+    lines.insert(start + 1, f"{indent}{key} = {_toml_string(value)}{newline}")
+    return "".join(lines)
+
+
+def runtime_config(text: str, sandbox_image: str = "", runc_binary: str = "") -> str:
+    """``SystemdCgroup = true`` for runc, the sandbox image (when given) and runc's
+    ``BinaryName`` (when given: runc from a release archive is not the one on PATH)."""
+    text = containerd_systemd_cgroup(text)
+    version = config_version(text)
+    assert version is not None  # containerd_systemd_cgroup refused anything else
+    if sandbox_image:
+        table, header, key = SANDBOX_KEYS[version]
+        text = set_string(text, table, header, key, sandbox_image)
+    if runc_binary:
+        runc_key, runc_header = RUNC_TABLES[version]
+        text = set_string(text, (*runc_key, "options"), f"{runc_header}.options", "BinaryName", runc_binary)
+    return text
+
+
+def sandbox_image(text: str) -> str | None:
+    """The sandbox image a config pins, or None (containerd's built-in default)."""
+    version = config_version(str(text))
+    if version not in SANDBOX_KEYS:
+        return None
+    table, _, key = SANDBOX_KEYS[version]
+    lines = str(text).splitlines(keepends=True)
+    section = _section(lines, table)
+    if section is None:
+        return None
+    key_re = re.compile(r"^[ \t]*" + re.escape(key) + r"[ \t]*=[ \t]*(?P<value>(\"[^\"]*\"|'[^']*'|[^#\s]*))")
+    for i in range(section[0] + 1, section[1]):
+        m = key_re.match(lines[i])
+        if m:
+            return _unquote(m.group("value"))
+    return None
+
+
+def needs_default(text: str, expected_version: int | str | None = None) -> bool:
     """True when the file should be replaced by ``containerd config default``.
 
     That is a file without a version 2/3 header (version 1 or empty), or a distribution stub
     without the CRI runc runtime table. Debian 12 ships such a stub (version 2, only the CNI
     section, ``bin_dir = "/usr/lib/cni"``): kept, containerd would look for CNI plugins where
-    neither kubernetes-cni nor Flannel put them (/opt/cni/bin).
+    neither kubernetes-cni nor Flannel put them (/opt/cni/bin). With ``expected_version``
+    (3 for containerd 2.x) a file of another version is replaced too: a version 2 file left by
+    the distribution's containerd 1.x before gpustack installed containerd 2.
     """
     version = config_version(str(text))
     if version not in RUNC_TABLES:
+        return True
+    if expected_version and version != int(expected_version):
         return True
     return _section(str(text).splitlines(keepends=True), RUNC_TABLES[version][0]) is None
 
@@ -189,4 +281,6 @@ class FilterModule:
             "containerd_systemd_cgroup": containerd_systemd_cgroup,
             "containerd_systemd_cgroup_enabled": systemd_cgroup_enabled,
             "containerd_config_needs_default": needs_default,
+            "containerd_runtime_config": runtime_config,
+            "containerd_sandbox_image": sandbox_image,
         }

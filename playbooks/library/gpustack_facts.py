@@ -297,6 +297,34 @@ def parse_modules_nouveau(text: str) -> bool:
     return any(line.startswith("nouveau ") for line in text.splitlines())
 
 
+def parse_containerd_version(rc: int | None, out: str) -> str | None:
+    """The version in ``containerd --version`` output, without a leading v or distro suffix.
+
+    Upstream: ``containerd github.com/containerd/containerd/v2 v2.2.7 <commit>``; Debian:
+    ``containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+b1``; Docker's
+    containerd.io: ``containerd containerd.io 1.7.27 <commit>``.
+    """
+    if rc != 0:
+        return None
+    words = out.split()
+    if len(words) < 3 or words[0] != "containerd":
+        return None
+    m = re.match(r"^v?(\d+\.\d+(?:\.\d+)?)", words[2])
+    return m.group(1) if m else None
+
+
+def parse_containerd_config_version(text: str | None) -> int | None:
+    """The top-level ``version = N`` of a containerd config.toml (None: absent, i.e. version 1)."""
+    for raw in (text or "").splitlines():
+        line = raw.strip()
+        if line.startswith("["):
+            return None
+        m = re.match(r"^version\s*=\s*(\d+)", line)
+        if m:
+            return int(m.group(1))
+    return None
+
+
 def parse_containerd_systemd_cgroup(text: str) -> bool | None:
     """SystemdCgroup of runc's options in a containerd config.toml (version 2 or 3).
 
@@ -663,6 +691,8 @@ def collect(probe_sudo: bool, peers: list[str], peer_port: int, peer_timeout: fl
     ip_forward = _read_text("/proc/sys/net/ipv4/ip_forward")
     containerd_active = parse_systemctl_is_active(*_run([systemctl, "is-active", "containerd"])) if systemctl else None
     driver_loaded = nvidia_version_text is not None or os.path.isdir("/sys/module/nvidia")
+    containerd_bin = _which("containerd")
+    containerd_version = parse_containerd_version(*_run([containerd_bin, "--version"])) if containerd_bin else None
 
     facts = {
         "hostname": socket.gethostname(),
@@ -698,7 +728,9 @@ def collect(probe_sudo: bool, peers: list[str], peer_port: int, peer_timeout: fl
             "kubelet_active": kubelet_active,
         },
         "containerd": {
-            "path": _which("containerd"),
+            "path": containerd_bin,
+            "version": containerd_version,
+            "config_version": parse_containerd_config_version(containerd_conf),
             "systemd_cgroup": parse_containerd_systemd_cgroup(containerd_conf) if containerd_conf is not None else None,
         },
         "sudo_nopasswd": sudo_nopasswd,

@@ -27,7 +27,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-VERSION = "v3.18.4"
+VERSION = "v4.2.4"
 MUTATING = {"upgrade", "install", "rollback", "uninstall"}
 GLOBAL_FLAGS_WITH_VALUE = {"--kubeconfig", "--kube-context", "--kube-apiserver", "--kube-token"}
 DEFAULT_FAIL = (
@@ -224,7 +224,8 @@ def cmd_upgrade(state: State, pos: list[str], opts: dict[str, str | bool], stdin
     if name in failing:
         verb, undone = ("UPGRADE", "rolled back") if revs else ("INSTALLATION", "uninstalled")
         msg = os.environ.get("FAKE_HELM_FAIL_MESSAGE") or DEFAULT_FAIL.format(verb=verb, name=name, undone=undone)
-        if revs and opts.get("--atomic"):
+        # Helm 4 spells --atomic --rollback-on-failure (pyhelm3 >= 0.5 passes the new name)
+        if revs and (opts.get("--rollback-on-failure") or opts.get("--atomic")):
             revs.append({**revs[-1], "revision": revs[-1]["revision"] + 1, "status": "failed", "updated": _now()})
             state.save(ns, name, revs)
         raise Fail(msg)

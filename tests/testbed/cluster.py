@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from .hosts import Testbed
-from .services import Sources, local_sources
+from .services import Sources, local_sources, sha256_of
 
 
 @dataclass
@@ -67,11 +67,20 @@ def write_config(
     ]
     cfg: dict[str, Any] = {
         "nodes": nodes,
-        "sources": local_sources(sources.http.url),
-        "versions": {"helm_sha256": {"amd64": sources.helm.sha256}},
+        # the bed's apt repository is signed with its own throwaway key
+        "sources": {**local_sources(sources.http.url), "kubernetes_apt_key_fingerprint": sources.k8s_repo.fingerprint},
+        "versions": {
+            "helm_sha256": {"amd64": sources.helm.sha256},
+            "flannel_sha256": sha256_of_url(sources),
+            # containerd 2 and runc from the file server (Debian forky's builds), with their own checksums
+            **(sources.runtime.config_versions() if sources.runtime is not None else {}),
+        },
         "ssh": {"known_hosts": str(bed.known_hosts), "connect_timeout": 10},
         # the bed's hosts share the outer machine's disk; keep the check but at a size they pass
-        "preflight": {"min_disk_gib": 1},
+        # The machine's kernel runs cgroup v1 (hybrid), so every bed host does: P17 rightly fails
+        # for Kubernetes 1.35+ (whose kubelet refuses v1). The bed's kubelet is a double, so the
+        # bed runs downgrade exactly that check to a warning.
+        "preflight": {"min_disk_gib": 1, "ignore": ["cgroup-v2"]},
     }
     if via_proxy:
         cfg["proxy"] = {"http": sources.proxy.url, "https": sources.proxy.url}
@@ -82,6 +91,12 @@ def write_config(
             cfg[key] = value
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     return path
+
+
+def sha256_of_url(sources: Sources) -> str:
+    """sha256 of the Flannel manifest the file server publishes."""
+    path = sources.http.root / sources.flannel_manifest.split("/", 3)[3]
+    return sha256_of(path)
 
 
 def run_gpustack(

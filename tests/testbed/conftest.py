@@ -17,6 +17,8 @@ from .pytest_plugin import (  # noqa: F401 - re-exported fixtures
     k8s_repo,
     proxy,
     rootfs,
+    rootfs_trixie,
+    runtime_archives,
     services_dir,
     sources,
     testbed_doubles,

@@ -19,9 +19,12 @@ from pathlib import Path
 
 import pytest
 
+from gpustack.config import pins
+
 from .hosts import PrepareHook, Testbed
 from .network import BRIDGE_ADDRESS, TestbedNetwork
 from .rootfs import ensure_rootfs
+from .runtime import RuntimeArchives, publish_runtime
 from .services import (
     ForwardProxy,
     HelmTarball,
@@ -41,7 +44,7 @@ K8S_MINOR = "1.36"
 #: Other versions in the same repository: an older and a newer one, so that only an explicit
 #: pin (kubeadm=1.36.4-1.1) installs K8S_VERSION.
 K8S_EXTRA_VERSIONS = ("1.35.8", "1.36.5")
-HELM_VERSION = "3.18.4"
+HELM_VERSION = pins.HELM_VERSION
 HTTP_PORT = 8081
 PROXY_PORT = 3128
 #: Without these the test bed tests are skipped; any other missing tool (gpg, apt-ftparchive,
@@ -65,6 +68,13 @@ def unavailable_reason() -> str | None:
 def rootfs() -> Path:
     """The cached Debian 12 root (built on first use, a minute or so)."""
     return ensure_rootfs()
+
+
+@pytest.fixture(scope="session")
+def rootfs_trixie() -> Path:
+    """The cached Debian 13 (trixie) root, for hosts beside the Debian 12 ones
+    (``testbed_factory(names, rootfs=rootfs_trixie)``)."""
+    return ensure_rootfs(suite="trixie")
 
 
 @pytest.fixture(scope="session")
@@ -109,7 +119,7 @@ def k8s_repo(http_server: HttpServer, testbed_doubles: Path) -> K8sRepo:
 
 @pytest.fixture(scope="session")
 def helm_tarball(http_server: HttpServer, testbed_doubles: Path) -> HelmTarball:
-    """helm-v3.18.4-linux-amd64.tar.gz on the HTTP server (``.sha256`` holds its checksum)."""
+    """helm-v<pinned version>-linux-amd64.tar.gz on the HTTP server (``.sha256`` holds its checksum)."""
     return build_helm_tarball(testbed_doubles / "helm", http_server.root, HELM_VERSION)
 
 
@@ -118,6 +128,13 @@ def flannel_manifest(http_server: HttpServer) -> str:
     """URL of tests/testbed/fixtures/kube-flannel.yml on the HTTP server, at the path that
     :func:`~.services.local_sources` uses for Flannel 0.28.4."""
     return publish_flannel_manifest(http_server, FLANNEL_MANIFEST)
+
+
+@pytest.fixture(scope="session")
+def runtime_archives(http_server: HttpServer) -> RuntimeArchives:
+    """containerd 2.1 and runc 1.3 from Debian forky, published like their upstream release
+    downloads (tests/testbed/runtime.py), with the test's own sha256."""
+    return publish_runtime(http_server)
 
 
 @pytest.fixture(scope="session")
@@ -132,15 +149,20 @@ def proxy(testbed_network: str, services_dir: Path) -> Iterator[ForwardProxy]:
 
 @pytest.fixture(scope="session")
 def sources(
-    http_server: HttpServer, k8s_repo: K8sRepo, helm_tarball: HelmTarball, flannel_manifest: str, proxy: ForwardProxy
+    http_server: HttpServer,
+    k8s_repo: K8sRepo,
+    helm_tarball: HelmTarball,
+    flannel_manifest: str,
+    proxy: ForwardProxy,
+    runtime_archives: RuntimeArchives,
 ) -> Sources:
     """Every service `up` needs from the bed, published and running."""
-    return Sources(http_server, k8s_repo, helm_tarball, flannel_manifest, proxy)
+    return Sources(http_server, k8s_repo, helm_tarball, flannel_manifest, proxy, runtime_archives)
 
 
 @pytest.fixture
 def testbed_factory(rootfs: Path, testbed_network: str, tmp_path: Path) -> Iterator[TestbedFactory]:
-    """``make(names, prepare=None, nspawn_args=None, **kw) -> Testbed`` (booted); every
+    """``make(names, prepare=None, nspawn_args=None, rootfs=None, **kw) -> Testbed`` (booted); every
     test bed made is closed when the test ends. Logs: ``<tmp_path>/testbed-N/``."""
     made: list[Testbed] = []
 
@@ -151,7 +173,8 @@ def testbed_factory(rootfs: Path, testbed_network: str, tmp_path: Path) -> Itera
         **kwargs: object,
     ) -> Testbed:
         workdir = tmp_path / f"testbed-{len(made) + 1}"
-        bed = Testbed(names, workdir, prepare=prepare, nspawn_args=nspawn_args, rootfs=rootfs, **kwargs)  # type: ignore[arg-type]
+        root = kwargs.pop("rootfs", rootfs)  # another suite's root (e.g. rootfs_trixie)
+        bed = Testbed(names, workdir, prepare=prepare, nspawn_args=nspawn_args, rootfs=root, **kwargs)  # type: ignore[arg-type]
         made.append(bed)
         bed.start()
         return bed

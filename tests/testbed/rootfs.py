@@ -1,4 +1,5 @@
-"""Build (once) and cache a Debian 12 root file system for the test hosts.
+"""Build (once) and cache Debian root file systems for the test hosts: Debian 12 (bookworm, the
+default) and Debian 13 (trixie), one cached root per suite.
 
 The root is made with ``debootstrap --variant=minbase`` and completed with ``chroot apt-get``
 while it is not booted. It holds nothing host-specific: SSH host keys, ``/etc/machine-id``,
@@ -29,6 +30,8 @@ from ._proc import TestbedError, file_lock, run
 DEFAULT_CACHE = Path("/var/cache/gpustack-testbed")
 ROOTFS_NAME = "rootfs-v1"
 SUITE = "bookworm"
+#: suite -> cached root name (bookworm keeps its historical name, so its cache stays valid)
+ROOTFS_NAMES = {"bookworm": ROOTFS_NAME, "trixie": "rootfs-trixie-v1"}
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 STAMP_NAME = ".gpustack-testbed-stamp"
 SCHEMA = 3
@@ -134,9 +137,9 @@ def cache_dir() -> Path:
     return Path(override).resolve() if override else DEFAULT_CACHE
 
 
-def rootfs_dir() -> Path:
-    """Where the cached root lives: ``<cache>/rootfs-v1``."""
-    return cache_dir() / ROOTFS_NAME
+def rootfs_dir(suite: str = SUITE) -> Path:
+    """Where the cached root of ``suite`` lives: ``<cache>/rootfs-v1`` for bookworm."""
+    return cache_dir() / ROOTFS_NAMES[suite]
 
 
 def mirror() -> str:
@@ -144,11 +147,11 @@ def mirror() -> str:
     return os.environ.get("GPUSTACK_TESTBED_MIRROR", DEFAULT_MIRROR)
 
 
-def stamp_value() -> str:
+def stamp_value(suite: str = SUITE) -> str:
     """Hash of every input that shapes the root; a change triggers a rebuild."""
     recipe = {
         "schema": SCHEMA,
-        "suite": SUITE,
+        "suite": suite,
         "mirror": mirror(),
         "packages": sorted(PACKAGES),
         "masked": sorted(MASKED_UNITS),
@@ -161,29 +164,29 @@ def stamp_value() -> str:
     return f"schema={SCHEMA} sha256={digest}\n"
 
 
-def is_current(root: Path) -> bool:
+def is_current(root: Path, suite: str = SUITE) -> bool:
     """True when ``root`` is a finished build of the current recipe."""
     stamp = root / STAMP_NAME
-    return stamp.is_file() and stamp.read_text() == stamp_value()
+    return stamp.is_file() and stamp.read_text() == stamp_value(suite)
 
 
-def ensure_rootfs(target: Path | None = None, *, log: Path | None = None) -> Path:
+def ensure_rootfs(target: Path | None = None, *, log: Path | None = None, suite: str = SUITE) -> Path:
     """Return a ready root file system, building it first when missing or outdated.
 
     ``log`` receives the output of debootstrap and apt (default: ``<target>.build.log``).
     A build takes a few minutes and needs deb.debian.org; later calls return at once.
     """
-    root = target or rootfs_dir()
-    if is_current(root):
+    root = target or rootfs_dir(suite)
+    if is_current(root, suite):
         return root
     with file_lock(root.with_name(root.name + ".lock"), timeout=3600):
-        if is_current(root):  # another process finished it while we waited
+        if is_current(root, suite):  # another process finished it while we waited
             return root
-        _build_and_swap(root, log or root.with_name(root.name + ".build.log"))
+        _build_and_swap(root, log or root.with_name(root.name + ".build.log"), suite)
     return root
 
 
-def _build_and_swap(root: Path, log: Path) -> None:
+def _build_and_swap(root: Path, log: Path, suite: str = SUITE) -> None:
     """Build a fresh root next to ``root`` and rename it into place atomically."""
     parent = root.parent
     parent.mkdir(parents=True, exist_ok=True)
@@ -194,12 +197,12 @@ def _build_and_swap(root: Path, log: Path) -> None:
     build = parent / f"{root.name}.build-{os.getpid()}"
     log.write_text("")
     try:
-        _debootstrap(build, log)
+        _debootstrap(build, log, suite)
         with _chroot_mounts(build):
             _install_packages(build, log)
             _configure(build, log)
         _scrub_host_specific(build)
-        (build / STAMP_NAME).write_text(stamp_value())
+        (build / STAMP_NAME).write_text(stamp_value(suite))
     except BaseException:
         _remove_tree(build)
         raise
@@ -232,9 +235,9 @@ def _chroot_env() -> dict[str, str]:
     }
 
 
-def _debootstrap(build: Path, log: Path) -> None:
+def _debootstrap(build: Path, log: Path, suite: str = SUITE) -> None:
     """Create the minimal Debian tree."""
-    cmd = ["debootstrap", "--variant=minbase", SUITE, str(build), mirror()]
+    cmd = ["debootstrap", "--variant=minbase", suite, str(build), mirror()]
     _logged(cmd, log, timeout=1800)
 
 

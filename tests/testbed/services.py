@@ -392,7 +392,7 @@ class HelmTarball:
     sha256: str
 
 
-def build_helm_tarball(helm_binary: Path, out_dir: Path, version: str = "3.18.4", arch: str = "amd64") -> HelmTarball:
+def build_helm_tarball(helm_binary: Path, out_dir: Path, version: str = "4.2.4", arch: str = "amd64") -> HelmTarball:
     """Write ``out_dir/helm/helm-v<version>-linux-<arch>.tar.gz`` holding
     ``linux-<arch>/helm`` (the double), like get.helm.sh."""
     url_path = f"/helm/helm-v{version}-linux-{arch}.tar.gz"
@@ -424,6 +424,9 @@ def local_sources(base: str) -> dict[str, str]:
         "kubernetes_apt_key_url": f"{base}/k8s/v{{minor}}/deb/Release.key",
         "helm_url": f"{base}/helm/helm-v{{version}}-linux-{{arch}}.tar.gz",
         "flannel_manifest_url": base + FLANNEL_PATH,
+        "containerd_url": base
+        + "/containerd/containerd/releases/download/v{version}/containerd-{version}-linux-{arch}.tar.gz",
+        "runc_url": base + "/opencontainers/runc/releases/download/v{version}/runc.{arch}",
     }
 
 
@@ -619,3 +622,5 @@ class Sources:
     helm: HelmTarball
     flannel_manifest: str
     proxy: ForwardProxy
+    # containerd 2 / runc release downloads (tests/testbed/runtime.py); None: not published
+    runtime: Any = None

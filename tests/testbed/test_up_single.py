@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from gpustack.config import pins
+
 from .cluster import doubles_log, up, write_config
 from .hosts import Testbed
 from .prepare import compose, fake_node_exporter, fstab_swap
@@ -124,7 +126,7 @@ def test_single_node_up_with_doubles_converges(
     # flannel applied with the pod CIDR; helm installed (double) after a checksum-verified download
     flannel = host.sudo("cat /etc/gpustack/flannel/kube-flannel.yml", check=True).stdout
     assert "10.244.0.0/16" in flannel
-    assert "v3.18.4" in host.run("/usr/local/bin/helm version --short", check=True).stdout
+    assert f"v{pins.HELM_VERSION}" in host.run("/usr/local/bin/helm version --short", check=True).stdout
     # ...and for this machine, where the cluster stage runs it (same checksummed download)
     local_helm = state / "bin" / "helm"
     assert local_helm.is_file() and local_helm.stat().st_mode & 0o111

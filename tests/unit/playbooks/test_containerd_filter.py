@@ -129,3 +129,58 @@ def test_needs_default(containerd_filter: ModuleType) -> None:
     assert containerd_filter.needs_default(V2) is False
     assert containerd_filter.needs_default(V3) is False  # runc table, key missing: edited
     assert containerd_filter.needs_default(containerd_filter.containerd_systemd_cgroup(V3)) is False
+
+
+PAUSE = "registry.k8s.io/pause:3.10.2"
+RUNC = "/usr/local/sbin/runc"
+
+
+def test_runtime_config_v3_pins_sandbox_and_runc_binary(containerd_filter: ModuleType) -> None:
+    import tomllib
+
+    out = containerd_filter.runtime_config(V3, PAUSE, RUNC)
+    parsed = tomllib.loads(out)
+    assert parsed["version"] == 3
+    assert parsed["plugins"]["io.containerd.cri.v1.images"]["pinned_images"]["sandbox"] == PAUSE
+    options = parsed["plugins"]["io.containerd.cri.v1.runtime"]["containerd"]["runtimes"]["runc"]["options"]
+    assert options["SystemdCgroup"] is True and options["BinaryName"] == RUNC
+    assert containerd_filter.sandbox_image(out) == PAUSE
+    # converged: a second pass changes nothing
+    assert containerd_filter.runtime_config(out, PAUSE, RUNC) == out
+    # a new pin rewrites exactly one line
+    moved = containerd_filter.runtime_config(out, "registry.k8s.io/pause:3.11", RUNC)
+    removed, added = changed_lines(out, moved)
+    assert removed.startswith("-") and removed.strip("- ") == f'sandbox = "{PAUSE}"'
+    assert added.startswith("+") and added.strip("+ ") == 'sandbox = "registry.k8s.io/pause:3.11"'
+
+
+def test_runtime_config_v2_sets_sandbox_image_and_leaves_runc_alone(containerd_filter: ModuleType) -> None:
+    import tomllib
+
+    out = containerd_filter.runtime_config(V2, "registry.k8s.io/pause:3.10.1", "")
+    cri = tomllib.loads(out)["plugins"]["io.containerd.grpc.v1.cri"]
+    assert cri["sandbox_image"] == "registry.k8s.io/pause:3.10.1"
+    assert cri["containerd"]["runtimes"]["runc"]["options"].get("BinaryName", "") == ""
+    assert containerd_filter.runtime_config(out, "registry.k8s.io/pause:3.10.1", "") == out
+
+
+def test_set_string_adds_a_missing_table(containerd_filter: ModuleType) -> None:
+    import tomllib
+
+    text = "version = 3\n\n[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]\n  runtime_type = 'x'\n"
+    out = containerd_filter.runtime_config(text, PAUSE, "")
+    assert tomllib.loads(out)["plugins"]["io.containerd.cri.v1.images"]["pinned_images"]["sandbox"] == PAUSE
+    assert out.startswith(text)
+
+
+def test_sandbox_image_absent(containerd_filter: ModuleType) -> None:
+    assert containerd_filter.sandbox_image("version = 3\n") is None
+    assert containerd_filter.sandbox_image("") is None
+
+
+def test_needs_default_for_another_config_version(containerd_filter: ModuleType) -> None:
+    # containerd 2.x writes version 3: a full version 2 file from containerd 1.x is regenerated
+    assert containerd_filter.needs_default(V2, 3) is True
+    assert containerd_filter.needs_default(V3, 3) is False
+    assert containerd_filter.needs_default(V2, 0) is False  # distribution's containerd: keep it
+    assert containerd_filter.needs_default(V2, "3") is True  # Jinja may hand the number over as text

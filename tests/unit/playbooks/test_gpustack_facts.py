@@ -294,6 +294,28 @@ def test_containerd_config(facts_module: ModuleType) -> None:
     assert facts_module.parse_containerd_systemd_cgroup("root = '/x'\n[plugins.cri]\n  SystemdCgroup = true\n") is None
 
 
+@pytest.mark.parametrize(
+    ("out", "expected"),
+    [
+        ("containerd github.com/containerd/containerd/v2 v2.2.7 b8ef8fd2d3c6\n", "2.2.7"),
+        ("containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+b1\n", "1.6.20"),
+        ("containerd github.com/containerd/containerd/v2 2.1.9+unknown \n", "2.1.9"),
+        ("containerd containerd.io 1.7.27 05044ec0a9a75232cad458027ca83437aae3f4da\n", "1.7.27"),
+        ("bash: containerd: command not found\n", None),
+    ],
+)
+def test_containerd_version(facts_module: ModuleType, out: str, expected: str | None) -> None:
+    assert facts_module.parse_containerd_version(0, out) == expected
+    assert facts_module.parse_containerd_version(1, out) is None
+
+
+def test_containerd_config_version(facts_module: ModuleType) -> None:
+    assert facts_module.parse_containerd_config_version((FIXTURES / "containerd-config-v3.toml").read_text()) == 3
+    assert facts_module.parse_containerd_config_version((FIXTURES / "containerd-config-v2.toml").read_text()) == 2
+    assert facts_module.parse_containerd_config_version("[plugins.cri]\nversion = 2\n") is None
+    assert facts_module.parse_containerd_config_version(None) is None
+
+
 def test_systemctl_and_timedatectl(facts_module: ModuleType) -> None:
     assert facts_module.parse_systemctl_is_active(0, "active\n") is True
     assert facts_module.parse_systemctl_is_active(3, "inactive\n") is False
@@ -321,7 +343,7 @@ def test_collect_on_this_machine(facts_module: ModuleType) -> None:
         "kubeadm_path",
         "kubelet_active",
     }
-    assert set(facts["containerd"]) == {"path", "systemd_cgroup"}
+    assert set(facts["containerd"]) == {"path", "version", "config_version", "systemd_cgroup"}
     assert set(facts["peers"]) == {"127.0.0.1", "192.0.2.254"}
     assert all(isinstance(v, bool) for v in facts["peers"].values())
     assert all(set(e) == {"proto", "address", "port", "process"} for e in facts["listening"])

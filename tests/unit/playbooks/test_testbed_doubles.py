@@ -251,9 +251,9 @@ def test_kubectl_rollout(root: Path, tmp_path: Path) -> None:
 
 
 def test_helm_version(root: Path) -> None:
-    assert run(root, "helm", "version", "--template", "{{ .Version }}").stdout == "v3.18.4"
-    assert run(root, "helm", "version", "--template={{.Version}}").stdout == "v3.18.4"
-    assert run(root, "helm", "version", "--short").stdout.startswith("v3.18.4+g")
+    assert run(root, "helm", "version", "--template", "{{ .Version }}").stdout == "v4.2.4"
+    assert run(root, "helm", "version", "--template={{.Version}}").stdout == "v4.2.4"
+    assert run(root, "helm", "version", "--short").stdout.startswith("v4.2.4+g")
     assert run(root, "helm", "repo", "add", "x", "y").returncode == 0
     assert log(root, "helm")[-1] == ["repo", "add", "x", "y"]
 

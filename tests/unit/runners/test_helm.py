@@ -52,7 +52,7 @@ def test_fresh_install_order_values_and_concurrency(fake: Path, monkeypatch: pyt
     assert gpu["start"] < dcgm["end"] and dcgm["start"] < gpu["end"]  # the rest overlap
     assert gpu["values"] == {"k": "gpu-operator"}  # values reach helm on stdin, as one dict
     argv = gpu["argv"]
-    for flag in ("--install", "--atomic", "--wait", "--create-namespace"):
+    for flag in ("--install", "--rollback-on-failure", "--wait", "--create-namespace"):
         assert flag in argv
     assert argv[argv.index("--version") + 1] == "1.0.0"
     assert argv[argv.index("--repo") + 1].rstrip("/") == "https://charts.example.com"  # pydantic adds the slash

@@ -1,0 +1,123 @@
+"""Preflight checks of the compatibility matrix, per host (registered with the preflight checks).
+
+Each reads the host's facts and the matrix line of the configured Kubernetes minor
+(gpustack/config/pins.py) and names the host and the fact that fails.
+"""
+
+from __future__ import annotations
+
+from gpustack.checks.model import Finding
+from gpustack.checks.preflight import Context, _f, check
+from gpustack.config import compat, pins
+
+
+def _os(ctx: Context) -> pins.OsRelease | None:
+    return pins.os_release(str(ctx.facts.get("os_id", "")), str(ctx.facts.get("os_version_id", "")))
+
+
+@check
+def cgroup_v2(ctx: Context) -> Finding:
+    kl = compat.line(ctx.cfg)
+    if ctx.facts.get("cgroup_v2"):
+        return _f(ctx, "P17-cgroup-v2", "pass", "cgroup v2 (unified hierarchy)")
+    fix = (
+        "boot with the unified hierarchy: add systemd.unified_cgroup_hierarchy=1 to the kernel command line and reboot"
+    )
+    if kl.cgroup_v2_required:
+        return _f(
+            ctx,
+            "P17-cgroup-v2",
+            "fail",
+            f"cgroup v1: the kubelet of Kubernetes {kl.minor} refuses to start on it (failCgroupV1)",
+            "/sys/fs/cgroup/cgroup.controllers is missing",
+            fix,
+        )
+    return _f(ctx, "P17-cgroup-v2", "warn", f"cgroup v1 is deprecated (Kubernetes {kl.minor} still runs)", fix=fix)
+
+
+@check
+def containerd_version(ctx: Context) -> Finding:
+    kl = compat.line(ctx.cfg)
+    v = ctx.cfg.versions
+    found = (ctx.facts.get("containerd") or {}).get("version")
+    if v.containerd_source == "release":
+        if found and not pins.at_least(found, kl.containerd_min):
+            return _f(
+                ctx,
+                "P18-containerd",
+                "warn",
+                f"containerd {found} is installed; the containerd stage installs {v.containerd} from the release "
+                "archive in /usr/local/bin and its unit takes over (the package stays installed, unused)",
+                f"containerd --version: {found}",
+            )
+        return _f(
+            ctx,
+            "P18-containerd",
+            "pass",
+            f"containerd {v.containerd} from the release archive" + (f" (found {found})" if found else ""),
+        )
+    # the distribution's package: the host's own containerd must be new enough
+    release = _os(ctx)
+    if found:
+        ok = pins.at_least(found, kl.containerd_min)
+        evidence = f"containerd --version: {found}"
+    elif release is not None:
+        ok = compat.distribution_ok(release.distribution_containerd, kl.containerd_min)
+        found = f"{release.distribution_containerd}.x ({release.name} package)"
+        evidence = f"{release.name} ships containerd {release.distribution_containerd}"
+    else:
+        return _f(ctx, "P18-containerd", "fail", "unknown OS: cannot tell which containerd its archive ships")
+    if ok:
+        return _f(ctx, "P18-containerd", "pass", f"distribution containerd {found} satisfies Kubernetes {kl.minor}")
+    return _f(
+        ctx,
+        "P18-containerd",
+        "fail",
+        f"containerd {found} is too old for Kubernetes {kl.minor} (needs {kl.containerd_min} or newer)",
+        evidence,
+        "set versions.containerd_source: release (upstream containerd, checksummed) or choose an older Kubernetes",
+    )
+
+
+@check
+def gpu_operator_os(ctx: Context) -> Finding:
+    """The GPU Operator's validated Kubernetes range on this OS, and who builds the driver."""
+    minor, chart = ctx.cfg.versions.kubernetes_minor, ctx.cfg.versions.gpu_operator
+    os_id, ver = str(ctx.facts.get("os_id", "")), str(ctx.facts.get("os_version_id", ""))
+    if pins.gpu_operator_supports(chart, minor, os_id, ver) is False:
+        low, high = pins.GPU_OPERATOR_VALIDATED[chart].range_for(os_id, ver)
+        return _f(
+            ctx,
+            "P19-gpu-operator",
+            "fail",
+            f"GPU Operator {chart} is validated on Kubernetes {low}-{high} on this OS, not {minor}",
+            f"os-release: ID={os_id} VERSION_ID={ver}",
+            f"set versions.kubernetes to a minor in {low}-{high}",
+        )
+    gpus = bool(ctx.facts.get("nvidia_pci_devices"))
+    preinstalled = bool(ctx.facts.get("nvidia_driver_version")) or ctx.cfg.gpu.driver == "preinstalled"
+    if not gpus or preinstalled:
+        return _f(ctx, "P19-gpu-operator", "pass", f"GPU Operator {chart} supports Kubernetes {minor} here")
+    release = _os(ctx)
+    if release is not None and not release.driver_container:
+        return _f(
+            ctx,
+            "P19-gpu-operator",
+            "fail",
+            f"the GPU Operator publishes no driver container for {release.name}: the NVIDIA driver must be preinstalled",
+            "NVIDIA GPU on the PCI bus, no driver loaded",
+            "install the NVIDIA driver from the distribution (nvidia-driver) and reboot; gpustack then sets driver.enabled=false",
+        )
+    if not ctx.facts.get("kernel_headers"):
+        kernel = ctx.facts.get("kernel") or "$(uname -r)"
+        return _f(
+            ctx,
+            "P19-gpu-operator",
+            "fail",
+            "the GPU Operator must build the NVIDIA driver here, and the running kernel has no headers",
+            f"/lib/modules/{kernel}/build is missing",
+            f"sudo apt-get install linux-headers-{kernel} (or reboot into a kernel whose headers are installed)",
+        )
+    return _f(
+        ctx, "P19-gpu-operator", "pass", "the GPU Operator builds the driver against the installed kernel headers"
+    )

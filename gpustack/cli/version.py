@@ -1,0 +1,58 @@
+"""``gpustack version``: gpustack's version, the pinned components, the compatibility matrix and
+every artifact a run downloads with its checksum (logic: gpustack/config/compat.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gpustack import __version__
+from gpustack.cli.app import app, console_for, load_config
+from gpustack.console import Console
+from gpustack.errors import UsageError
+
+
+def print_versions(console: Console, cfg: object | None) -> None:
+    """The pins, the matrix line(s) and the artifacts as tables (``plan`` prints them too)."""
+    from gpustack.config import compat
+    from gpustack.config.model import Config
+
+    config = cfg if isinstance(cfg, Config) else None
+    console.table("pins", ["component", "version"], compat.pin_rows(config))
+    console.table(
+        "compatibility matrix" + (" (the chosen Kubernetes minor)" if config else ""),
+        compat.MATRIX_HEADERS,
+        compat.matrix_rows(config),
+    )
+    arts = compat.artifacts(config or Config(nodes=[]))
+    console.table(
+        "artifacts (downloaded by a run, verified before use)",
+        ["artifact", "version", "arch", "checksum", "url"],
+        [[a.name, a.version, a.arch, a.checksum, a.url] for a in arts],
+    )
+
+
+@app.command()
+def version(
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", "-c", help="show the versions this gpustack.yaml chooses (default: the pin table)"),
+    ] = None,
+    output: Annotated[str, typer.Option("--output", "-o", help="table or json")] = "table",
+) -> None:
+    """Print gpustack's version, the pinned components, the compatibility matrix and every
+    artifact with its checksum."""
+    from gpustack.config import compat
+
+    if output not in ("table", "json"):
+        raise UsageError(f"--output {output}: use table or json")
+    cfg = load_config(config).config if config is not None else None
+    console = console_for()
+    if output == "json":
+        typer.echo(json.dumps({"gpustack": __version__, **compat.report(cfg)}, indent=2))
+        return
+    console.print(f"gpustack {__version__}")
+    print_versions(console, cfg)

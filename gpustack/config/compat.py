@@ -1,0 +1,279 @@
+"""The compatibility matrix applied to a config: pure functions over gpustack/config/pins.py.
+
+:func:`config_problems` is what config validation refuses (exit 2, naming the field);
+:func:`matrix_rows` and :func:`artifacts` are what ``gpustack version`` and ``plan`` print.
+Per-host refusals (cgroup v1, an old containerd already installed, missing kernel headers)
+need the host's facts and live in :mod:`gpustack.checks.compat`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpustack.config import pins
+from gpustack.config.model import Config
+
+ARCHES = ("amd64", "arm64")
+
+
+@dataclass(frozen=True)
+class Problem:
+    path: tuple[str | int, ...]
+    message: str
+
+
+def line(cfg: Config) -> pins.KubernetesLine:
+    return pins.KUBERNETES_LINES[cfg.versions.kubernetes_minor]
+
+
+def containerd_sha256(cfg: Config) -> dict[str, str]:
+    v = cfg.versions
+    return dict(v.containerd_sha256 or pins.CONTAINERD_SHA256.get(v.containerd, {}))
+
+
+def runc_sha256(cfg: Config) -> dict[str, str]:
+    v = cfg.versions
+    return dict(v.runc_sha256 or pins.RUNC_SHA256.get(v.runc, {}))
+
+
+def helm_sha256(cfg: Config) -> dict[str, str]:
+    v = cfg.versions
+    return dict(v.helm_sha256 or pins.HELM_SHA256.get(v.helm, {}))
+
+
+def flannel_sha256(cfg: Config) -> str | None:
+    v = cfg.versions
+    return v.flannel_sha256 or pins.FLANNEL_MANIFEST_SHA256.get(v.flannel)
+
+
+def sandbox_image(cfg: Config) -> str:
+    return pins.PAUSE_IMAGE.format(tag=line(cfg).pause)
+
+
+def distribution_allowed(minor: str) -> list[pins.OsRelease]:
+    """The OS releases whose own containerd is new enough for ``minor``."""
+    need = pins.KUBERNETES_LINES[minor].containerd_min
+    return [o for o in pins.OS_RELEASES if distribution_ok(o.distribution_containerd, need)]
+
+
+def distribution_ok(shipped_minor: str, need: str) -> bool:
+    """An OS archive's containerd line (e.g. '1.7', patched within the line) against a minimum."""
+    return pins.version_tuple(shipped_minor)[:2] >= pins.version_tuple(need)[:2]
+
+
+def config_problems(cfg: Config) -> list[Problem]:
+    """Combinations the matrix refuses before any host is contacted."""
+    v = cfg.versions
+    minor = v.kubernetes_minor
+    kl = pins.KUBERNETES_LINES.get(minor)
+    out: list[Problem] = []
+    if kl is None:  # pragma: no cover - the pin table lists a line for every pinned minor
+        return [Problem(("versions", "kubernetes"), f"Kubernetes {minor} has no line in the compatibility matrix")]
+    supported = pins.gpu_operator_supports(v.gpu_operator, minor)
+    widest = pins.GPU_OPERATOR_VALIDATED.get(v.gpu_operator)
+    if supported is False and not any(
+        pins.gpu_operator_supports(v.gpu_operator, minor, o.id, o.version) for o in pins.OS_RELEASES
+    ):
+        assert widest is not None
+        out.append(
+            Problem(
+                ("versions", "kubernetes"),
+                f"GPU Operator {v.gpu_operator} is validated on Kubernetes "
+                f"{widest.kubernetes_min}-{widest.kubernetes_max}, not {minor}",
+            )
+        )
+    if v.containerd_source == "release":
+        if not pins.at_least(v.containerd, kl.containerd_min):
+            out.append(
+                Problem(
+                    ("versions", "containerd"),
+                    f"containerd {v.containerd} is too old for Kubernetes {minor} (needs {kl.containerd_min} or newer)",
+                )
+            )
+        if pins.version_tuple(v.containerd)[:2] >= (2, 3):
+            out.append(
+                Problem(
+                    ("versions", "containerd"),
+                    f"containerd {v.containerd} writes config version 4, which gpustack does not edit yet; "
+                    "use containerd 2.0-2.2",
+                )
+            )
+        if not containerd_sha256(cfg):
+            out.append(
+                Problem(
+                    ("versions", "containerd"),
+                    f"containerd {v.containerd} has no pinned checksum: set versions.containerd_sha256 {{amd64: ..., arm64: ...}}",
+                )
+            )
+        if not runc_sha256(cfg):
+            out.append(
+                Problem(
+                    ("versions", "runc"),
+                    f"runc {v.runc} has no pinned checksum: set versions.runc_sha256 {{amd64: ..., arm64: ...}}",
+                )
+            )
+    elif not distribution_allowed(minor):
+        ships = ", ".join(f"{o.name} {o.distribution_containerd}" for o in pins.OS_RELEASES)
+        out.append(
+            Problem(
+                ("versions", "containerd_source"),
+                f"Kubernetes {minor} needs containerd {kl.containerd_min} or newer; no supported OS ships one "
+                f"({ships}): use containerd_source: release",
+            )
+        )
+    return out
+
+
+def matrix_rows(cfg: Config | None = None) -> list[list[str]]:
+    """One row per Kubernetes minor (only the chosen one with a config): minor, patch, minimum
+    containerd, cgroup v2, sandbox image, GPU Operator validated range, OS releases and their
+    containerd."""
+    chart = cfg.versions.gpu_operator if cfg else pins.CHARTS["gpu-operator"].version
+    rng = pins.GPU_OPERATOR_VALIDATED.get(chart)
+    minors = [cfg.versions.kubernetes_minor] if cfg else list(pins.KUBERNETES_LINES)
+    rows = []
+    for minor in minors:
+        kl = pins.KUBERNETES_LINES[minor]
+        patch = cfg.versions.kubernetes if cfg else pins.KUBERNETES[minor]
+        operator = (
+            "unknown chart"
+            if rng is None
+            else ("yes" if pins.gpu_operator_supports(chart, minor) else "no")
+            + f" ({rng.kubernetes_min}-{rng.kubernetes_max})"
+        )
+        allowed = {o.name for o in distribution_allowed(minor)}
+        oses = "; ".join(
+            f"{o.name} (own containerd {o.distribution_containerd}: {'allowed' if o.name in allowed else 'too old'})"
+            for o in pins.OS_RELEASES
+        )
+        rows.append(
+            [
+                minor,
+                patch,
+                f">= {kl.containerd_min}",
+                "required" if kl.cgroup_v2_required else "recommended",
+                pins.PAUSE_IMAGE.format(tag=kl.pause),
+                f"{chart}: {operator}",
+                oses,
+            ]
+        )
+    return rows
+
+
+MATRIX_HEADERS = [
+    "kubernetes",
+    "patch",
+    "containerd",
+    "cgroup v2",
+    "sandbox image",
+    "GPU Operator validated",
+    "OS releases",
+]
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """One thing a run downloads: what, which version, where from, and how it is verified."""
+
+    name: str
+    version: str
+    arch: str
+    url: str
+    checksum: str  # "sha256:<hex>", "gpg:<fingerprint>", or "not pinned: <why>"
+
+
+def artifacts(cfg: Config, arches: tuple[str, ...] = ARCHES) -> list[Artifact]:
+    """Every file a run downloads for the config, with its checksum (images and charts: see bundle)."""
+    v, s = cfg.versions, cfg.sources
+    minor = v.kubernetes_minor
+    out: list[Artifact] = []
+    if v.containerd_source == "release":
+        cd, rc = containerd_sha256(cfg), runc_sha256(cfg)
+        for arch in arches:
+            out.append(
+                Artifact(
+                    "containerd",
+                    v.containerd,
+                    arch,
+                    s.containerd_url.format(version=v.containerd, arch=arch),
+                    f"sha256:{cd[arch]}" if arch in cd else "not pinned",
+                )
+            )
+        for arch in arches:
+            out.append(
+                Artifact(
+                    "runc",
+                    v.runc,
+                    arch,
+                    s.runc_url.format(version=v.runc, arch=arch),
+                    f"sha256:{rc[arch]}" if arch in rc else "not pinned",
+                )
+            )
+    out.append(
+        Artifact(
+            "kubernetes apt key",
+            minor,
+            "all",
+            s.kubernetes_apt_key_url.format(minor=minor),
+            f"gpg:{s.kubernetes_apt_key_fingerprint}",
+        )
+    )
+    fl = flannel_sha256(cfg)
+    out.append(
+        Artifact(
+            "kube-flannel.yml",
+            v.flannel,
+            "all",
+            s.flannel_manifest_url.format(version=v.flannel),
+            f"sha256:{fl}" if fl else "not pinned: no verified checksum (set versions.flannel_sha256)",
+        )
+    )
+    hs = helm_sha256(cfg)
+    for arch in arches:
+        out.append(
+            Artifact(
+                "helm",
+                v.helm,
+                arch,
+                s.helm_url.format(version=v.helm, arch=arch),
+                f"sha256:{hs[arch]}" if arch in hs else "not pinned",
+            )
+        )
+    return out
+
+
+def pin_rows(cfg: Config | None = None) -> list[list[str]]:
+    """component -> version, for the config (or the pin table's defaults)."""
+    v = cfg.versions if cfg else None
+    kube = (
+        v.kubernetes
+        if v
+        else ", ".join(pins.KUBERNETES.values()) + f" (default {pins.KUBERNETES[pins.KUBERNETES_DEFAULT]})"
+    )
+    source = v.containerd_source if v else "release"
+    rows = [
+        ["kubernetes", kube],
+        ["containerd", (v.containerd if v else pins.CONTAINERD_VERSION) + f" ({source})"],
+        ["runc", v.runc if v else pins.RUNC_VERSION],
+        ["flannel", v.flannel if v else pins.FLANNEL_VERSION],
+        ["helm", v.helm if v else pins.HELM_VERSION],
+    ]
+    charts = {
+        "gpu-operator": v.gpu_operator if v else None,
+        "kube-prometheus-stack": v.kube_prometheus_stack if v else None,
+        "dcgm-exporter": v.dcgm_exporter if v else None,
+    }
+    rows += [[c.name, charts.get(c.name) or c.version] for c in pins.CHARTS.values()]
+    return rows
+
+
+def report(cfg: Config | None = None) -> dict[str, object]:
+    """What ``gpustack version`` and ``plan`` print, as data (also the JSON output)."""
+    from gpustack.config.model import Config as _Config
+
+    full = cfg or _Config(nodes=[])
+    return {
+        "pins": [{"component": c, "version": ver} for c, ver in pin_rows(cfg)],
+        "matrix": [dict(zip(MATRIX_HEADERS, row, strict=True)) for row in matrix_rows(cfg)],
+        "artifacts": [a.__dict__ for a in artifacts(full)],
+    }

@@ -1,0 +1,160 @@
+"""The compatibility matrix (gpustack/config/pins.py) and the config combinations it refuses (exit 2)."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from gpustack.config import compat, pins
+from gpustack.config.load import load
+from gpustack.config.model import Config, Node, Versions
+from gpustack.errors import ConfigError
+
+GOOD = """\
+nodes:
+  - name: cp1
+    address: 192.0.2.10
+    role: control-plane
+"""
+CP = Node(name="cp1", address="192.0.2.10", role="control-plane")
+
+
+def err(tmp_path: Path, text: str) -> str:
+    p = tmp_path / "gpustack.yaml"
+    p.write_text(textwrap.dedent(text), encoding="utf-8")
+    with pytest.raises(ConfigError) as ei:
+        load(p, environ={}, cwd=tmp_path)
+    assert ei.value.exit_code == 2
+    return ei.value.message
+
+
+def cfg(**versions: object) -> Config:
+    return Config(nodes=[CP], versions=Versions(**versions))  # type: ignore[arg-type]
+
+
+def test_every_pinned_minor_has_a_matrix_line_and_the_defaults_pass() -> None:
+    assert set(pins.KUBERNETES) == set(pins.KUBERNETES_LINES)
+    for minor in pins.KUBERNETES:
+        assert compat.config_problems(cfg(kubernetes=minor)) == []
+    assert pins.at_least(pins.CONTAINERD_VERSION, pins.KUBERNETES_LINES["1.36"].containerd_min)
+    # every pinned artifact has a checksum for both architectures
+    for table in (pins.CONTAINERD_SHA256, pins.RUNC_SHA256, pins.HELM_SHA256):
+        for sums in table.values():
+            assert set(sums) == {"amd64", "arm64"} and all(len(s) == 64 for s in sums.values())
+
+
+def test_matrix_facts() -> None:
+    assert pins.KUBERNETES_LINES["1.36"].containerd_min == "2.0.0"  # 1.35 was the last minor with containerd 1.x
+    assert pins.KUBERNETES_LINES["1.35"].cgroup_v2_required and not pins.KUBERNETES_LINES["1.34"].cgroup_v2_required
+    assert compat.sandbox_image(cfg(kubernetes="1.36")) == "registry.k8s.io/pause:3.10.2"
+    assert compat.sandbox_image(cfg(kubernetes="1.35")) == "registry.k8s.io/pause:3.10.1"
+    assert {(o.id, o.version) for o in pins.OS_RELEASES} == {
+        ("ubuntu", "22.04"),
+        ("ubuntu", "24.04"),
+        ("debian", "12"),
+        ("debian", "13"),
+    }
+    # no OS archive ships a containerd 2: the distribution's package is never allowed for 1.36
+    assert compat.distribution_allowed("1.36") == []
+    assert {o.name for o in compat.distribution_allowed("1.35")} == {
+        "Ubuntu 22.04 LTS",
+        "Ubuntu 24.04 LTS",
+        "Debian 13",
+    }
+
+
+@pytest.mark.parametrize(
+    ("version", "expected"),
+    [("v2.1.9+ds1", (2, 1, 9)), ("1.6.20~ds1", (1, 6, 20)), ("2.2", (2, 2)), ("", ())],
+)
+def test_version_tuple(version: str, expected: tuple[int, ...]) -> None:
+    assert pins.version_tuple(version) == expected
+
+
+def test_gpu_operator_range_per_os() -> None:
+    assert pins.gpu_operator_supports("v26.7.0", "1.36") is True
+    assert pins.gpu_operator_supports("v26.7.0", "1.32") is False
+    assert pins.gpu_operator_supports("v26.7.0", "1.32", "ubuntu", "24.04") is True
+    assert pins.gpu_operator_supports("v99.0.0", "1.36") is None
+
+
+def test_distribution_containerd_refused_for_1_36(tmp_path: Path) -> None:
+    msg = err(tmp_path, GOOD + "versions:\n  containerd_source: distribution\n")
+    assert "versions.containerd_source: Kubernetes 1.36 needs containerd 2.0.0 or newer" in msg
+    assert "Debian 12 1.6" in msg
+
+
+def test_distribution_containerd_allowed_for_1_35(tmp_path: Path) -> None:
+    p = tmp_path / "gpustack.yaml"
+    p.write_text(GOOD + "versions:\n  kubernetes: '1.35'\n  containerd_source: distribution\n", encoding="utf-8")
+    assert load(p, environ={}, cwd=tmp_path).config.versions.containerd_source == "distribution"
+
+
+def test_too_old_containerd_refused(tmp_path: Path) -> None:
+    msg = err(tmp_path, GOOD + "versions:\n  containerd: 1.7.30\n  containerd_sha256: {amd64: x}\n")
+    assert "versions.containerd: containerd 1.7.30 is too old for Kubernetes 1.36 (needs 2.0.0 or newer)" in msg
+
+
+def test_containerd_2_3_refused_config_version_4(tmp_path: Path) -> None:
+    msg = err(tmp_path, GOOD + "versions:\n  containerd: 2.3.4\n  containerd_sha256: {amd64: x}\n")
+    assert "versions.containerd: containerd 2.3.4 writes config version 4" in msg
+
+
+def test_unpinned_containerd_and_runc_need_checksums(tmp_path: Path) -> None:
+    msg = err(tmp_path, GOOD + "versions:\n  containerd: 2.2.1\n  runc: 1.3.0\n")
+    assert "versions.containerd: containerd 2.2.1 has no pinned checksum" in msg
+    assert "versions.runc: runc 1.3.0 has no pinned checksum" in msg
+
+
+def test_gpu_operator_range_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(pins.GPU_OPERATOR_VALIDATED, "v26.7.0", pins.GpuOperatorRange("1.35", "1.36"))
+    msg = err(tmp_path, GOOD + "versions:\n  kubernetes: '1.34'\n")
+    assert "versions.kubernetes: GPU Operator v26.7.0 is validated on Kubernetes 1.35-1.36, not 1.34" in msg
+
+
+def test_fingerprint_is_normalised_and_checked(tmp_path: Path) -> None:
+    p = tmp_path / "gpustack.yaml"
+    spaced = "de15 b144 86cd 377b 9e87  6e1a 2346 54da 9a29 6436"
+    p.write_text(GOOD + f"sources:\n  kubernetes_apt_key_fingerprint: '{spaced}'\n", encoding="utf-8")
+    fpr = load(p, environ={}, cwd=tmp_path).config.sources.kubernetes_apt_key_fingerprint
+    assert fpr == pins.KUBERNETES_APT_KEY_FINGERPRINT
+    assert "sources.kubernetes_apt_key_fingerprint" in err(
+        tmp_path, GOOD + "sources:\n  kubernetes_apt_key_fingerprint: '1234'\n"
+    )
+
+
+def test_matrix_rows_for_the_chosen_version() -> None:
+    rows = compat.matrix_rows(cfg(kubernetes="1.35"))
+    assert len(rows) == 1
+    minor, patch, containerd, cgroup, sandbox, operator, oses = rows[0]
+    assert (minor, patch, containerd, cgroup) == ("1.35", pins.KUBERNETES["1.35"], ">= 1.7.0", "required")
+    assert sandbox == "registry.k8s.io/pause:3.10.1" and operator.startswith("v26.7.0: yes")
+    assert "Debian 12 (own containerd 1.6: too old)" in oses and "Debian 13 (own containerd 1.7: allowed)" in oses
+    assert [r[0] for r in compat.matrix_rows()] == list(pins.KUBERNETES_LINES)
+
+
+def test_artifacts_carry_checksums() -> None:
+    arts = {(a.name, a.arch): a for a in compat.artifacts(cfg())}
+    cd = arts[("containerd", "amd64")]
+    assert cd.url.endswith(f"/v{pins.CONTAINERD_VERSION}/containerd-{pins.CONTAINERD_VERSION}-linux-amd64.tar.gz")
+    assert cd.checksum == "sha256:" + pins.CONTAINERD_SHA256[pins.CONTAINERD_VERSION]["amd64"]
+    assert arts[("runc", "arm64")].checksum == "sha256:" + pins.RUNC_SHA256[pins.RUNC_VERSION]["arm64"]
+    assert arts[("kubernetes apt key", "all")].checksum == f"gpg:{pins.KUBERNETES_APT_KEY_FINGERPRINT}"
+    assert arts[("helm", "amd64")].checksum == "sha256:" + pins.HELM_SHA256[pins.HELM_VERSION]["amd64"]
+    # the distribution's containerd downloads nothing
+    names = {a.name for a in compat.artifacts(cfg(kubernetes="1.35", containerd_source="distribution"))}
+    assert "containerd" not in names and "runc" not in names
+
+
+def test_image_digests() -> None:
+    assert (
+        "registry.k8s.io/e2e-test-images/agnhost:2.53@"
+        + pins.IMAGE_DIGESTS["registry.k8s.io/e2e-test-images/agnhost:2.53"]
+    ) == pins.VERIFY_NET_IMAGE
+    assert pins.with_digest("nvcr.io/x:1") == "nvcr.io/x:1"
+    for line in pins.KUBERNETES_LINES.values():  # every sandbox image gpustack pins has a digest recorded
+        assert pins.IMAGE_DIGESTS[pins.PAUSE_IMAGE.format(tag=line.pause)].startswith("sha256:")
+    for digest in pins.IMAGE_DIGESTS.values():
+        assert len(digest) == len("sha256:") + 64
