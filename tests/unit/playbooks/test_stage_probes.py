@@ -200,3 +200,25 @@ def test_probe_and_stamp_round_trip(stage_utils: ModuleType, tmp_path: Path) -> 
     assert stage_utils.remove_stamp("os", str(stamps)) is True
     assert stage_utils.remove_stamp("os", str(stamps)) is False
     assert stage_utils.read_stamp("os", str(stamps)) is None
+
+
+@pytest.mark.parametrize("stage", sorted(_stage_roles()))
+def test_every_unpacked_archive_is_probed(stage: str) -> None:
+    """An archive unpacked into a directory: the stage probes at least one file under it."""
+    probed = PROBES[stage].get("files") or []
+    for role in _stage_roles()[stage]:
+        role_dir = PLAYBOOKS / "roles" / role
+        defaults = yaml.safe_load((role_dir / "defaults" / "main.yml").read_text()) or {}
+        for path in sorted((role_dir / "tasks").glob("*.yml")):
+            for task in _tasks(yaml.safe_load(path.read_text())):
+                args = task.get("ansible.builtin.unarchive")
+                if not isinstance(args, dict):
+                    continue
+                dest = _resolve(str(args["dest"]), defaults)
+                if dest is None or "{{" in dest:
+                    # a registered temporary directory (helm): what is copied out of it is a
+                    # written file, checked by the test above
+                    continue
+                assert any(p.startswith(dest.rstrip("/") + "/") for p in probed), (
+                    f"{role} unpacks into {dest}: probe a file it installs there under {stage}"
+                )
