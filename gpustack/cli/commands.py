@@ -49,6 +49,7 @@ def up(
     """Build (or converge) the cluster (preflight, host layer, Kubernetes, network, Helm, GPU and monitoring
     stack), then prove it with `gpustack verify`."""
     from gpustack import plan
+    from gpustack.config import target
     from gpustack.up import UpOptions
     from gpustack.up import up as run_up
 
@@ -56,10 +57,10 @@ def up(
     stages = plan.select(only=split_csv(only), from_=from_, skip=split_csv(skip))
     loaded = load_config(config, _flags(kubernetes_version))
     cfg = loaded.config
-    console.print(f"config: {loaded.source}; {len(cfg.nodes)} node(s); Kubernetes {cfg.versions.kubernetes}")
+    console.print(target.announcement(loaded))
     changing = [s for s in stages if s.runner != "preflight"]
     if changing and not dry_run:
-        question = f"Change {len(cfg.nodes)} host(s): {', '.join(s.id for s in changing)}. Continue?"
+        question = target.confirm_question(loaded, [s.id for s in changing])
         if not yes:
             if not console.interactive:
                 raise UsageError("no terminal to confirm on: pass --yes to run non-interactively (or --dry-run)")
@@ -135,10 +136,13 @@ def plan_cmd(
 ) -> None:
     """Print the ordered stages `up` would run and what each changes; touches nothing."""
     from gpustack import plan
+    from gpustack.config import target
 
     console = console_for()
     stages = plan.select(only=split_csv(only), from_=from_, skip=split_csv(skip))
-    cfg = load_config(config).config
+    loaded = load_config(config)
+    cfg = loaded.config
+    console.print(target.announcement(loaded))
     cp = cfg.control_plane.name
     workers = ", ".join(n.name for n in cfg.workers) or "(none)"
     where = {"all": ", ".join(n.name for n in cfg.nodes), "control-plane": cp, "workers": workers}
