@@ -160,14 +160,17 @@ def render(
     ] = None,
 ) -> None:
     """Write every generated file (inventory, extravars, kubeadm config, Helm values, manifests) to DIR."""
-    from gpustack.render.files import load_facts, write_all
+    from gpustack.render.files import load_facts, render_to
 
     cfg = load_config(config).config
     console = console_for()
     if facts is not None and not facts.is_dir():
         raise UsageError(f"--facts {facts}: not a directory (use <state>/runs/<run>/facts)")
-    for path in write_all(cfg, out, facts=load_facts(facts)):
-        console.print(str(path))
+    result = render_to(cfg, out, facts=load_facts(facts))
+    for path, size in result.written:
+        console.print(f"{path}  ({size:,} bytes)")
+    for path in result.removed:
+        console.print(f"{path}  (removed: no longer generated)")
 
 
 @app.command()
@@ -176,11 +179,9 @@ def init(
     force: Annotated[bool, typer.Option(help="overwrite an existing file")] = False,
 ) -> None:
     """Write a commented example gpustack.yaml."""
-    from gpustack.config.example import example_yaml
+    from gpustack.config.example import write_example
 
-    if path.exists() and not force:
-        raise UsageError(f"{path} exists; pass --force to overwrite it")
-    path.write_text(example_yaml(), encoding="utf-8")
+    write_example(path, force=force)
     console_for().print(f"wrote {path}: edit the nodes, then run `gpustack plan -c {path}`")
 
 

@@ -246,6 +246,34 @@ CASES: list[Case] = [
         ("monitoring.prometheus_retention: '15 days' is not a duration", "e.g. 15d"),
     ),
     Case("scrape-interval", GOOD + "monitoring: {scrape_interval: 15}\n", ("monitoring.scrape_interval",)),
+    # ---- render --out and init: the path itself
+    Case(
+        "render-out-is-file",
+        GOOD + "# x\n",
+        ("--out gpustack.yaml: exists and is not a directory",),
+        argv=("render", "--out", "gpustack.yaml"),
+    ),
+    Case(
+        "render-out-under-file",
+        GOOD,
+        ("--out gpustack.yaml/sub: gpustack.yaml is not a directory",),
+        argv=("render", "--out", "gpustack.yaml/sub"),
+    ),
+    Case(
+        "render-out-unwritable",
+        GOOD,
+        ("--out /proc/gpustack-render", "cannot write"),
+        argv=("render", "--out", "/proc/gpustack-render"),
+    ),
+    Case(
+        "init-missing-dir",
+        None,
+        ("cannot write nodir/gpustack.yaml: directory nodir does not exist",),
+        argv=("init", "nodir/gpustack.yaml"),
+    ),
+    Case("init-into-directory", None, ("is a directory",), argv=("init", ".")),
+    Case("init-exists", GOOD, ("gpustack.yaml exists; pass --force",), argv=("init",)),
+    Case("init-unwritable", None, ("cannot write /proc/gpustack.yaml",), argv=("init", "/proc/gpustack.yaml")),
     # ---- other commands load the same way
     Case("render-bad-config", GOOD + "bogus: 1\n", ("bogus: unknown key",), argv=("render", "--out", "out")),
     Case("verify-bad-config", "", ("the config file is empty",), argv=("verify",)),
