@@ -57,7 +57,7 @@ def up(
     stages = plan.select(only=split_csv(only), from_=from_, skip=split_csv(skip))
     loaded = load_config(config, _flags(kubernetes_version))
     cfg = loaded.config
-    console.print(target.announcement(loaded))
+    console.print(target.announcement(loaded), markup=False)
     changing = [s for s in stages if s.runner != "preflight"]
     if changing and not dry_run:
         question = target.confirm_question(loaded, [s.id for s in changing])
@@ -142,7 +142,7 @@ def plan_cmd(
     stages = plan.select(only=split_csv(only), from_=from_, skip=split_csv(skip))
     loaded = load_config(config)
     cfg = loaded.config
-    console.print(target.announcement(loaded))
+    console.print(target.announcement(loaded), markup=False)
     cp = cfg.control_plane.name
     workers = ", ".join(n.name for n in cfg.workers) or "(none)"
     where = {"all": ", ".join(n.name for n in cfg.nodes), "control-plane": cp, "workers": workers}
@@ -168,9 +168,9 @@ def render(
         raise UsageError(f"--facts {facts}: not a directory (use <state>/runs/<run>/facts)")
     result = render_to(cfg, out, facts=load_facts(facts))
     for path, size in result.written:
-        console.print(f"{path}  ({size:,} bytes)")
+        console.print(f"{path}  ({size:,} bytes)", markup=False)
     for path in result.removed:
-        console.print(f"{path}  (removed: no longer generated)")
+        console.print(f"{path}  (removed: no longer generated)", markup=False)
 
 
 @app.command()
@@ -182,7 +182,7 @@ def init(
     from gpustack.config.example import write_example
 
     write_example(path, force=force)
-    console_for().print(f"wrote {path}: edit the nodes, then run `gpustack plan -c {path}`")
+    console_for().print(f"wrote {path}: edit the nodes, then run `gpustack plan -c {path}`", markup=False)
 
 
 @app.command()

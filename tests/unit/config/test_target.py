@@ -52,3 +52,17 @@ def test_plan_and_up_announce_the_target(tmp_path: Path) -> None:
     assert r.returncode == 2 and "--yes" in r.stderr
     assert r.stdout.startswith("target: THIS machine (")
     assert not (tmp_path / "state").exists()
+
+
+def test_paths_with_markup_characters_are_printed_literally(tmp_path: Path) -> None:
+    conf = tmp_path / "a[/]b" / "gpustack.yaml"
+    conf.parent.mkdir(parents=True)
+    conf.write_text(GOOD)
+    r = _cli("plan", "-c", str(conf), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert f"from {conf} (cp1, w1)" in r.stdout
+    r = _cli("render", "-c", str(conf), "--out", "o[/]x", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "o[/]x/ansible/inventory.yaml  (" in r.stdout and "bytes)" in r.stdout
+    r = _cli("init", str(tmp_path / "a[/]b" / "new.yaml"), cwd=tmp_path)
+    assert r.returncode == 0 and "a[/]b/new.yaml" in r.stdout, r.stderr
