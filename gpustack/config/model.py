@@ -25,6 +25,10 @@ NODE_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?$")
 CLUSTER_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 # A Linux interface name: at most 15 bytes (IFNAMSIZ - 1), no '/', ':' or whitespace, not '.' or '..'.
 IFACE_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.@-]{0,14}$")
+USER_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.@-]{0,63}$")
+# A pinned-version override: it ends up in download URLs and chart references.
+VERSION_RE = re.compile(r"^v?[0-9]+(\.[0-9]+){1,2}([-+][0-9A-Za-z.+-]+)?$")
+K8S_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$")
 DURATION_RE = r"^[0-9]+(ms|s|m|h|d|w|y)$"
 DURATION_FORM = "a number and a unit (ms, s, m, h, d, w, y) with no space, e.g. 15d, 12h, 30s"
 URL_PLACEHOLDERS = {"minor", "version", "arch"}
@@ -125,6 +129,13 @@ class Node(_Model):
             raise ValueError("must be a lower-case DNS name: a-z, 0-9, '-' and '.', at most 63 characters")
         return v
 
+    @field_validator("user")
+    @classmethod
+    def _user(cls, v: str | None) -> str | None:
+        if v is not None and not USER_RE.match(v):
+            raise ValueError(f"{v!r} is not a login name (letters, digits, '_', '.', '-', '@'; no spaces)")
+        return v
+
     @field_validator("address")
     @classmethod
     def _address(cls, v: str) -> str:
@@ -212,6 +223,25 @@ class Versions(_Model):
         except KeyError:
             known = ", ".join(f"{m} ({p})" for m, p in pins.KUBERNETES.items())
             raise ValueError(f"unknown Kubernetes version {v!r}; supported: {known}") from None
+
+    @field_validator("flannel", "helm", "gpu_operator", "kube_prometheus_stack", "dcgm_exporter", mode="before")
+    @classmethod
+    def _version(cls, v: object) -> object:
+        if isinstance(v, (int, float)):
+            v = str(v)
+        if isinstance(v, str) and not VERSION_RE.match(v):
+            raise ValueError(f"{v!r} is not a version such as 3.18.4 or v26.7.0")
+        return v
+
+    @field_validator("helm_sha256")
+    @classmethod
+    def _sha(cls, v: dict[str, str] | None) -> dict[str, str] | None:
+        for arch, digest in (v or {}).items():
+            if arch not in {"amd64", "arm64"}:
+                raise ValueError(f"unknown architecture {arch!r} (amd64, arm64)")
+            if not re.fullmatch(r"[0-9a-f]{64}", digest):
+                raise ValueError(f"{arch}: {digest!r} is not a sha256 (64 lower-case hex digits)")
+        return v
 
     @property
     def kubernetes_minor(self) -> str:
@@ -304,6 +334,13 @@ class PrometheusStorage(_Model):
     storage_class: str | None = Field(default=None, description="StorageClass of the PersistentVolumeClaim")
     ephemeral: bool = Field(default=False, description="emptyDir: metrics are lost when the Prometheus pod moves")
 
+    @field_validator("storage_class")
+    @classmethod
+    def _storage_class(cls, v: str | None) -> str | None:
+        if v is not None and not K8S_NAME_RE.match(v):
+            raise ValueError(f"{v!r} is not a StorageClass name (lower-case letters, digits, '-', '.')")
+        return v
+
     @field_validator("size")
     @classmethod
     def _size(cls, v: str) -> str:
@@ -369,6 +406,13 @@ class EmailReceiver(_Receiver):
     auth_password_file: Path | None = None
     auth_password_env: str | None = None
     require_tls: bool = True
+
+    @field_validator("to", "from_")
+    @classmethod
+    def _address(cls, v: str) -> str:
+        if not re.fullmatch(r"[^@\s,;<>]+@[^@\s,;<>]+", v):
+            raise ValueError(f"{v!r} is not an e-mail address (one address, name@domain)")
+        return v
 
     @field_validator("smarthost")
     @classmethod

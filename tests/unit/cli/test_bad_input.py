@@ -246,6 +246,31 @@ CASES: list[Case] = [
         ("monitoring.prometheus_retention: '15 days' is not a duration", "e.g. 15d"),
     ),
     Case("scrape-interval", GOOD + "monitoring: {scrape_interval: 15}\n", ("monitoring.scrape_interval",)),
+    Case("node-user-shell", node(user="'root; rm -rf /'"), ("nodes[0].user: 'root; rm -rf /' is not a login name",)),
+    Case(
+        "version-path", GOOD + "versions: {flannel: ../../etc}\n", ("versions.flannel: '../../etc' is not a version",)
+    ),
+    Case("chart-version-words", GOOD + "versions: {gpu_operator: latest}\n", ("versions.gpu_operator: 'latest'",)),
+    Case(
+        "helm-sha-short",
+        GOOD + "versions: {helm: 3.99.0, helm_sha256: {amd64: abc}}\n",
+        ("versions.helm_sha256: amd64: 'abc' is not a sha256",),
+    ),
+    Case(
+        "helm-sha-arch",
+        GOOD + "versions: {helm: 3.99.0, helm_sha256: {x86: " + "a" * 64 + "}}\n",
+        ("versions.helm_sha256: unknown architecture 'x86'",),
+    ),
+    Case(
+        "storage-class-name",
+        GOOD + "monitoring: {prometheus_storage: {storage_class: Fast SSD}}\n",
+        ("monitoring.prometheus_storage.storage_class: 'Fast SSD' is not a StorageClass name",),
+    ),
+    Case(
+        "email-two-addresses",
+        GOOD + "alerting: {receivers: [{type: email, name: m, to: 'a@b, c@d', from: e@f, smarthost: 'smtp:25'}]}\n",
+        ("alerting.receivers[0].to: 'a@b, c@d' is not an e-mail address",),
+    ),
     # ---- render --out and init: the path itself
     Case(
         "render-out-is-file",

@@ -43,3 +43,13 @@ def test_urls_and_proxies_accepted() -> None:
 @pytest.mark.parametrize("value", ["15d", "12h", "30s", "500ms", "2w", "1y"])
 def test_durations_accepted(value: str) -> None:
     assert Monitoring(prometheus_retention=value).prometheus_retention == value
+
+
+def test_versions_users_and_names_accepted() -> None:
+    from gpustack.config.model import PrometheusStorage, Versions
+
+    v = Versions(flannel="0.27.4", helm="3.99.0", helm_sha256={"amd64": "a" * 64}, gpu_operator="v26.7.0",
+                 dcgm_exporter="4.8.2-1+build.3")  # fmt: skip
+    assert v.gpu_operator == "v26.7.0"
+    assert Node(name="n", address="192.0.2.1", user="svc.deploy@CORP").user == "svc.deploy@CORP"
+    assert PrometheusStorage(storage_class="local-path.fast").storage_class == "local-path.fast"
