@@ -138,9 +138,10 @@ def _compose(text: str, filename: str) -> tuple[Any, dict[Key, int]]:
         if id(n) in seen:
             expansions += 1
             if expansions > MAX_ALIAS_EXPANSIONS:
+                top = path[:1]  # name the top-level key being expanded, at its line
                 raise ConfigError(
-                    f"{at(n)}: {_dotted(path)}: YAML aliases expand to more than {MAX_ALIAS_EXPANSIONS:,} "
-                    "values; refusing to expand further (an alias bomb?)"
+                    f"{filename}:{lines.get(top, n.start_mark.line + 1)}: {_dotted(top)}: YAML aliases expand to "
+                    f"more than {MAX_ALIAS_EXPANSIONS:,} values; refusing to expand further (an alias bomb?)"
                 )
         seen.add(id(n))
         lines.setdefault(path, n.start_mark.line + 1)

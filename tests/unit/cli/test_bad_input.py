@@ -53,7 +53,7 @@ CASES: list[Case] = [
         "alias-bomb",
         'a: &a ["l","l","l","l","l","l","l","l","l"]\n'
         + "".join(f"{n}: &{n} [{','.join([f'*{p}'] * 9)}]\n" for p, n in zip("abcdefgh", "bcdefghi", strict=True)),
-        ("gpustack.yaml:1:", "aliases expand to more than 10,000 values"),
+        ("gpustack.yaml:5: e: YAML aliases expand to more than 10,000 values",),
     ),
     Case("deep-nesting", "x: " + "[" * 500 + "]" * 500 + "\n", ("gpustack.yaml:1: invalid YAML: nested more than",)),
     Case("list-key", GOOD + "? [a, b]\n: 1\n", ("gpustack.yaml:4:", "mapping key must be a plain name")),
