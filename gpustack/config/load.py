@@ -281,10 +281,13 @@ def find_config_file(explicit: Path | None, environ: Mapping[str, str], cwd: Pat
         return explicit
     if environ.get("GPUSTACK_CONFIG"):
         return Path(environ["GPUSTACK_CONFIG"])
-    for name in DEFAULT_FILES:
-        if (cwd / name).is_file():
-            return cwd / name
-    return None
+    found = [cwd / name for name in DEFAULT_FILES if (cwd / name).exists()]
+    if len(found) > 1:
+        raise ConfigError(
+            f"both {found[0]} and {found[1]} exist: which one is the config?",
+            hint="remove or rename one, or name it with --config",
+        )
+    return found[0] if found else None
 
 
 def load(

@@ -24,6 +24,7 @@ class Case:
     env: dict[str, str] = field(default_factory=dict)
     argv: tuple[str, ...] = ("plan",)
     filename: str = "gpustack.yaml"
+    also: tuple[str, ...] = ()  # more files with the same content
 
 
 def node(**kw: object) -> str:
@@ -61,6 +62,12 @@ CASES: list[Case] = [
     Case("duplicate-key", GOOD + "cluster: {}\ncluster: {}\n", ("gpustack.yaml:5: duplicate key 'cluster'",)),
     Case("directory", None, ("cannot read config file: a directory",), argv=("plan", "-c", ".")),
     Case("missing-file", None, ("nope.yaml: cannot read config file",), argv=("plan", "-c", "nope.yaml")),
+    Case(
+        "yaml-and-yml",
+        GOOD,
+        ("gpustack.yaml and", "gpustack.yml exist: which one is the config?"),
+        also=("gpustack.yml",),
+    ),
     Case(
         "markup-in-path",
         GOOD + "bogus: 1\n",
@@ -317,6 +324,8 @@ def test_bad_input_exits_2_naming_it_and_writes_nothing(
 ) -> None:
     work = tmp_path / "work"
     work.mkdir()
+    for extra in case.also:
+        (work / extra).write_text(str(case.content), encoding="utf-8")
     if case.content is not None:
         path = work / case.filename
         path.parent.mkdir(parents=True, exist_ok=True)
