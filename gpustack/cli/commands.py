@@ -51,6 +51,7 @@ def up(
     """Build (or converge) the cluster (preflight, host layer, Kubernetes, network, Helm, GPU and monitoring
     stack), then prove it with `gpustack verify`."""
     from gpustack import plan
+    from gpustack.config import target
     from gpustack.up import UpOptions
     from gpustack.up import up as run_up
 
@@ -58,10 +59,10 @@ def up(
     stages = plan.select(only=split_csv(only), from_=from_, skip=split_csv(skip))
     loaded = load_config(config, _flags(kubernetes_version))
     cfg = loaded.config
-    console.print(f"config: {loaded.source}; {len(cfg.nodes)} node(s); Kubernetes {cfg.versions.kubernetes}")
+    console.print(target.announcement(loaded), markup=False)
     changing = [s for s in stages if s.runner != "preflight"]
     if changing and not dry_run:
-        question = f"Change {len(cfg.nodes)} host(s): {', '.join(s.id for s in changing)}. Continue?"
+        question = target.confirm_question(loaded, [s.id for s in changing])
         if not yes:
             if not console.interactive:
                 raise UsageError("no terminal to confirm on: pass --yes to run non-interactively (or --dry-run)")
@@ -138,10 +139,13 @@ def plan_cmd(
 ) -> None:
     """Print the ordered stages `up` would run and what each changes; touches nothing."""
     from gpustack import plan
+    from gpustack.config import target
 
     console = console_for()
     stages = plan.select(only=split_csv(only), from_=from_, skip=split_csv(skip))
-    cfg = load_config(config).config
+    loaded = load_config(config)
+    cfg = loaded.config
+    console.print(target.announcement(loaded), markup=False)
     cp = cfg.control_plane.name
     workers = ", ".join(n.name for n in cfg.workers) or "(none)"
     where = {"all": ", ".join(n.name for n in cfg.nodes), "control-plane": cp, "workers": workers}
@@ -162,14 +166,17 @@ def render(
     ] = None,
 ) -> None:
     """Write every generated file (inventory, extravars, kubeadm config, Helm values, manifests) to DIR."""
-    from gpustack.render.files import load_facts, write_all
+    from gpustack.render.files import load_facts, render_to
 
     cfg = load_config(config).config
     console = console_for()
     if facts is not None and not facts.is_dir():
         raise UsageError(f"--facts {facts}: not a directory (use <state>/runs/<run>/facts)")
-    for path in write_all(cfg, out, facts=load_facts(facts)):
-        console.print(str(path))
+    result = render_to(cfg, out, facts=load_facts(facts))
+    for path, size in result.written:
+        console.print(f"{path}  ({size:,} bytes)", markup=False)
+    for path in result.removed:
+        console.print(f"{path}  (removed: no longer generated)", markup=False)
 
 
 @app.command()
@@ -178,12 +185,10 @@ def init(
     force: Annotated[bool, typer.Option(help="overwrite an existing file")] = False,
 ) -> None:
     """Write a commented example gpustack.yaml."""
-    from gpustack.config.example import example_yaml
+    from gpustack.config.example import write_example
 
-    if path.exists() and not force:
-        raise UsageError(f"{path} exists; pass --force to overwrite it")
-    path.write_text(example_yaml(), encoding="utf-8")
-    console_for().print(f"wrote {path}: edit the nodes, then run `gpustack plan -c {path}`")
+    write_example(path, force=force)
+    console_for().print(f"wrote {path}: edit the nodes, then run `gpustack plan -c {path}`", markup=False)
 
 
 LayerOpt = Annotated[list[str] | None, typer.Option("--layer", help="only these layers (comma-separated or repeated)")]

@@ -3,7 +3,29 @@
 from __future__ import annotations
 
 from importlib import resources
+from pathlib import Path
+
+from gpustack.errors import UsageError
 
 
 def example_yaml() -> str:
     return resources.files("gpustack").joinpath("templates/gpustack.example.yaml").read_text(encoding="utf-8")
+
+
+def write_example(path: Path, *, force: bool = False) -> Path:
+    """Write the example to ``path``; a UsageError (exit 2, nothing written) when the file exists
+    (without ``force``), its directory is missing or not writable, or ``path`` is a directory."""
+    if path.is_dir():
+        raise UsageError(f"{path} is a directory", hint=f"name a file, e.g. {path / 'gpustack.yaml'}")
+    if path.exists() and not force:
+        raise UsageError(f"{path} exists; pass --force to overwrite it")
+    parent = path.parent
+    if not parent.is_dir():
+        raise UsageError(
+            f"cannot write {path}: directory {parent} does not exist", hint=f"create it first (mkdir -p {parent})"
+        )
+    try:
+        path.write_text(example_yaml(), encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror}") from None
+    return path

@@ -6,24 +6,25 @@ before any host is touched.
 
 from __future__ import annotations
 
+import codecs
 import os
 import socket
-from collections.abc import Mapping
+import stat
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
-from gpustack.config import semantics
+from gpustack.config import environment, semantics
 from gpustack.config.model import Config
 from gpustack.errors import ConfigError
 
 ENV_PREFIX = "GPUSTACK_"
-# Environment variables that are not config fields.
-ENV_NON_CONFIG = {"GPUSTACK_CONFIG", "GPUSTACK_STATE_DIR", "GPUSTACK_NO_COLOR"}
 DEFAULT_FILES = ("gpustack.yaml", "gpustack.yml")
+EMBEDDED_DEFAULT = "<embedded default: this machine>"
 
 Key = tuple[str | int, ...]
 
@@ -31,15 +32,88 @@ Key = tuple[str | int, ...]
 @dataclass
 class Loaded:
     config: Config
-    source: str  # the file path, or "<embedded default>"
+    source: str  # the file path, or EMBEDDED_DEFAULT
     provenance: dict[str, str] = field(default_factory=dict)  # dotted key -> file|env|flag
+
+    @property
+    def is_default(self) -> bool:
+        """True when no config file exists: the target is this machine as a single node."""
+        return self.source == EMBEDDED_DEFAULT
+
+
+# ---------------------------------------------------------------- reading the file, bounded
+MAX_FILE_BYTES = 2 * 1024 * 1024  # a 5,000-node config is ~400 KB
+MAX_ALIAS_EXPANSIONS = 10_000  # nodes reached again through an alias (a billion-laughs file needs millions)
+MAX_DEPTH = 64  # nesting of mappings/lists; gpustack's deepest field is 5 levels down
+MAX_ERRORS_SHOWN = 20
+
+
+def read_config_text(file: Path) -> str:
+    """The file's text, or a ConfigError naming it: missing, not a regular file, too large, binary,
+    UTF-16/32 or not UTF-8 (with the line of the first bad byte)."""
+    try:
+        st = file.stat()
+    except OSError as exc:
+        raise ConfigError(f"{file}: cannot read config file: {exc.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+        raise ConfigError(f"{file}: cannot read config file: {kind}")
+    try:
+        with file.open("rb") as fh:
+            raw = fh.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"{file}: cannot read config file: {exc.strerror}") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise ConfigError(
+            f"{file}: config file is larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB; is this the right file?"
+        )
+    for bom, enc in ((codecs.BOM_UTF32_LE, "UTF-32"), (codecs.BOM_UTF32_BE, "UTF-32"),
+                     (codecs.BOM_UTF16_LE, "UTF-16"), (codecs.BOM_UTF16_BE, "UTF-16")):  # fmt: skip
+        if raw.startswith(bom):
+            raise ConfigError(f"{file}: the file is {enc}-encoded; save it as UTF-8")
+    if b"\0" in raw:
+        line = raw[: raw.index(b"\0")].count(b"\n") + 1
+        raise ConfigError(f"{file}:{line}: not a text file (NUL byte); is this the right file?")
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise ConfigError(
+            f"{file}:{line}: not valid UTF-8 (byte 0x{raw[exc.start]:02x} at offset {exc.start}); save it as UTF-8"
+        ) from None
 
 
 # ---------------------------------------------------------------- YAML with positions
+# libyaml when present: 6x faster on a 20,000-node file. Its composer recurses in C, so nesting is
+# bounded by _check_depth's token scan first (PyYAML's scanner is also quadratic in flow depth).
+_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_OPEN = (yaml.FlowSequenceStartToken, yaml.FlowMappingStartToken, yaml.BlockSequenceStartToken,
+         yaml.BlockMappingStartToken)  # fmt: skip
+_CLOSE = (yaml.FlowSequenceEndToken, yaml.FlowMappingEndToken, yaml.BlockEndToken)
+
+
+def _check_depth(text: str, filename: str) -> None:
+    depth = 0
+    for tok in yaml.scan(text, Loader=_LOADER):
+        if isinstance(tok, _OPEN):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise ConfigError(
+                    f"{filename}:{tok.start_mark.line + 1}: invalid YAML: nested more than {MAX_DEPTH} levels deep"
+                )
+        elif isinstance(tok, _CLOSE):
+            depth -= 1
+
+
 def _compose(text: str, filename: str) -> tuple[Any, dict[Key, int]]:
-    """Parse YAML into plain data plus a map of key path -> 1-based line."""
+    """Parse YAML into plain data plus a map of key path -> 1-based line.
+
+    Aliases are expanded here, bounded: a recursive alias, more than MAX_ALIAS_EXPANSIONS nodes
+    reached through aliases, nesting deeper than MAX_DEPTH or a non-scalar mapping key is a
+    ConfigError naming the line."""
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        _check_depth(text, filename)
+        node = yaml.compose(text, Loader=_LOADER)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{filename}:{mark.line + 1}:{mark.column + 1}" if mark else filename
@@ -47,26 +121,69 @@ def _compose(text: str, filename: str) -> tuple[Any, dict[Key, int]]:
         raise ConfigError(f"{where}: invalid YAML: {problem}") from None
     lines: dict[Key, int] = {}
     if node is None:
-        return {}, lines
+        return None, lines
     loader = yaml.SafeLoader("")
+    seen: set[int] = set()
+    expansions = 0
 
-    def walk(n: yaml.Node, path: Key) -> Any:
-        lines[path] = n.start_mark.line + 1
+    def at(n: yaml.Node) -> str:
+        return f"{filename}:{n.start_mark.line + 1}"
+
+    def walk(n: yaml.Node, path: Key, active: tuple[int, ...]) -> Any:
+        nonlocal expansions
+        if id(n) in active:
+            raise ConfigError(f"{at(n)}: {_dotted(path)}: recursive YAML alias (an anchor used inside itself)")
+        if len(active) > MAX_DEPTH:
+            raise ConfigError(f"{at(n)}: nested more than {MAX_DEPTH} levels deep")
+        if id(n) in seen:
+            expansions += 1
+            if expansions > MAX_ALIAS_EXPANSIONS:
+                top = path[:1]  # name the top-level key being expanded, at its line
+                raise ConfigError(
+                    f"{filename}:{lines.get(top, n.start_mark.line + 1)}: {_dotted(top)}: YAML aliases expand to "
+                    f"more than {MAX_ALIAS_EXPANSIONS:,} values; refusing to expand further (an alias bomb?)"
+                )
+        seen.add(id(n))
+        lines.setdefault(path, n.start_mark.line + 1)
+        inner = (*active, id(n))
         if isinstance(n, yaml.MappingNode):
+            explicit = sum(1 for k, _ in n.value if k.tag != "tag:yaml.org,2002:merge")
+            try:
+                loader.flatten_mapping(n)  # `<<: *defaults` merge keys: merged pairs come first
+            except yaml.YAMLError as exc:
+                raise ConfigError(f"{at(n)}: invalid YAML: {getattr(exc, 'problem', None) or exc}") from None
+            except RecursionError:
+                raise ConfigError(f"{at(n)}: {_dotted(path)}: recursive YAML merge (<<) alias") from None
+            merged = len(n.value) - explicit
+            merged_keys: set[Any] = set()
             out: dict[Any, Any] = {}
-            for k, v in n.value:
+            for i, (k, v) in enumerate(n.value):
+                if not isinstance(k, yaml.ScalarNode):
+                    raise ConfigError(
+                        f"{at(k)}: {_dotted(path)}: a mapping key must be a plain name, not a "
+                        f"{'list' if isinstance(k, yaml.SequenceNode) else 'mapping'}"
+                    )
                 key = loader.construct_object(k, deep=True)
-                if key in out:
-                    raise ConfigError(f"{filename}:{k.start_mark.line + 1}: duplicate key {key!r}")
+                if key is None or isinstance(key, (bool, float)) or not isinstance(key, (str, int)):
+                    key = k.value  # `yes:`, `1.5:`, `null:`: keep what was written
+                if key in out and i >= merged and key not in merged_keys:
+                    raise ConfigError(f"{at(k)}: duplicate key {key!r}")
+                if i < merged:
+                    merged_keys.add(key)
+                else:
+                    merged_keys.discard(key)  # an explicit key overrides the merged one
                 lines[(*path, key)] = k.start_mark.line + 1
-                out[key] = walk(v, (*path, key))
+                out[key] = walk(v, (*path, key), inner)
                 lines[(*path, key)] = k.start_mark.line + 1
             return out
         if isinstance(n, yaml.SequenceNode):
-            return [walk(v, (*path, i)) for i, v in enumerate(n.value)]
-        return loader.construct_object(n, deep=True)
+            return [walk(v, (*path, i), inner) for i, v in enumerate(n.value)]
+        try:
+            return loader.construct_object(n, deep=True)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{at(n)}: {_dotted(path)}: {getattr(exc, 'problem', None) or exc}") from None
 
-    return walk(node, ()), lines
+    return walk(node, (), ()), lines
 
 
 def _line_of(lines: Mapping[Key, int], path: Key) -> int | None:
@@ -84,24 +201,35 @@ def _dotted(path: Key) -> str:
 
 
 # ---------------------------------------------------------------- environment overrides
-def env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
-    """GPUSTACK_SECTION__FIELD=value -> {"section": {"field": value}}; values parsed as YAML scalars."""
+def env_overrides(environ: Mapping[str, str], *, skip: Iterable[str] = ()) -> dict[str, Any]:
+    """GPUSTACK_SECTION__FIELD=value -> {"section": {"field": value}}; values parsed as YAML scalars.
+
+    gpustack's own non-config variables (environment.NON_CONFIG) and the names in ``skip`` (secrets
+    the config reads through ``*_env`` fields) are not overrides. An unknown variable is an error
+    naming the variable, with the closest valid name."""
+    skipped = set(skip)
     out: dict[str, Any] = {}
-    for name, raw in environ.items():
-        if not name.startswith(ENV_PREFIX) or name in ENV_NON_CONFIG:
+    for name, raw in sorted(environ.items()):
+        if not name.startswith(ENV_PREFIX) or name in environment.NON_CONFIG or name in skipped:
             continue
         parts = [p.lower() for p in name[len(ENV_PREFIX) :].split("__")]
         if len(parts) < 2 or not all(parts):
+            problem = "expected GPUSTACK_<SECTION>__<FIELD>, e.g. GPUSTACK_VERSIONS__KUBERNETES=1.35"
+        else:
+            problem = environment.check_path(Config, parts) or ""
+        if problem:
+            close = environment.suggest(name, Config)
             raise ConfigError(
-                f"environment variable {name}: expected GPUSTACK_<SECTION>__<FIELD>, e.g. GPUSTACK_VERSIONS__KUBERNETES=1.35"
+                f"environment variable {name}: {problem}" + (f" (did you mean {close}?)" if close else ""),
+                hint="gpustack's environment variables: docs/configuration.md; unset this one or fix its name",
             )
         # Lists and mappings are YAML; scalars stay strings (pydantic converts them per field,
         # so 1.30 stays "1.30" instead of becoming the float 1.3).
         value: Any = raw
         if raw.strip()[:1] in {"[", "{"}:
             try:
-                value = yaml.safe_load(raw)
-            except yaml.YAMLError:
+                value = _compose(raw, f"environment variable {name}")[0]
+            except ConfigError:
                 raise ConfigError(f"environment variable {name}: invalid YAML list/mapping") from None
         cur = out
         for p in parts[:-1]:
@@ -153,10 +281,13 @@ def find_config_file(explicit: Path | None, environ: Mapping[str, str], cwd: Pat
         return explicit
     if environ.get("GPUSTACK_CONFIG"):
         return Path(environ["GPUSTACK_CONFIG"])
-    for name in DEFAULT_FILES:
-        if (cwd / name).is_file():
-            return cwd / name
-    return None
+    found = [cwd / name for name in DEFAULT_FILES if (cwd / name).exists()]
+    if len(found) > 1:
+        raise ConfigError(
+            f"both {found[0]} and {found[1]} exist: which one is the config?",
+            hint="remove or rename one, or name it with --config",
+        )
+    return found[0] if found else None
 
 
 def load(
@@ -173,47 +304,77 @@ def load(
     lines: dict[Key, int] = {}
     provenance: dict[str, str] = {}
     if file is not None:
-        try:
-            text = file.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError(f"{file}: cannot read config file: {exc.strerror}") from None
-        parsed, lines = _compose(text, str(file))
+        parsed, lines = _compose(read_config_text(file), str(file))
         if parsed is None:
-            parsed = {}
+            raise ConfigError(
+                f"{file}: the config file is empty",
+                hint=f"list your nodes in it (`gpustack init` writes an example), or remove {file} "
+                "to target this machine as a single-node cluster",
+            )
         if not isinstance(parsed, dict):
             raise ConfigError(f"{file}:1: the config must be a mapping of sections (nodes:, cluster:, ...)")
+        if "nodes" not in parsed:
+            raise ConfigError(
+                f"{file}: no `nodes:` section: a config file must list the cluster's nodes",
+                hint=f"add nodes (`gpustack init` writes an example), or remove {file} "
+                "to target this machine as a single-node cluster",
+            )
         data = parsed
         provenance.update({k: "file" for k in _flatten(data)})
-    env = env_overrides(environ)
+    env = env_overrides(environ, skip=environment.referenced_secret_variables(data))
     provenance.update({k: "env" for k in _flatten(env)})
     data = _merge(data, env)
     if flags:
         provenance.update({k: "flag" for k in _flatten(flags)})
         data = _merge(data, flags)
-    source = str(file) if file else "<embedded default>"
-    if "nodes" not in data:
+    source = str(file) if file else EMBEDDED_DEFAULT
+    if file is None:
         data["nodes"] = default_nodes()
         provenance["nodes"] = "default"
 
     try:
         cfg = Config.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(_format_validation(exc, source, lines, provenance)) from None
+        raise ConfigError(_format_validation(exc, source, lines, provenance, data)) from None
     problems = semantics.check(cfg)
     if problems:
-        msgs = [_format_problem(p.path, p.message, source, lines, provenance) for p in problems]
-        raise ConfigError("invalid configuration:\n  " + "\n  ".join(msgs))
+        raise ConfigError(
+            _problems_message([_format_problem(p.path, p.message, source, lines, provenance) for p in problems])
+        )
     return Loaded(cfg, source, provenance)
 
 
+def _problems_message(msgs: list[str]) -> str:
+    """The error text: at most MAX_ERRORS_SHOWN problems, then how many more there are."""
+    msgs = list(dict.fromkeys(msgs))
+    shown = msgs[:MAX_ERRORS_SHOWN]
+    if len(msgs) > len(shown):
+        shown.append(f"... and {len(msgs) - len(shown)} more problem(s) (fix these first)")
+    head = "invalid configuration:" if len(msgs) == 1 else f"invalid configuration ({len(msgs)} problems):"
+    return head + "\n  " + "\n  ".join(shown)
+
+
+def _origin(path: Key, provenance: Mapping[str, str]) -> str | None:
+    """Where the value at ``path`` came from: the provenance of the key at or above it, else of the
+    keys below it (a section whose fields were set), by whole path components."""
+    parts = [str(p) for p in path]
+    below: list[str] = []
+    for key, origin in provenance.items():
+        kp = key.split(".")
+        if len(kp) <= len(parts) and parts[: len(kp)] == kp:
+            return origin
+        if len(kp) > len(parts) and kp[: len(parts)] == parts:
+            below.append(origin)
+    return below[0] if below else None
+
+
 def _where(path: Key, source: str, lines: Mapping[Key, int], provenance: Mapping[str, str]) -> str:
-    dotted = _dotted(path)
-    origin = next((o for k, o in provenance.items() if dotted.startswith(k) or k.startswith(dotted)), None)
+    origin = _origin(path, provenance)
     if origin == "env":
         return f"environment ({ENV_PREFIX}{'__'.join(str(p).upper() for p in path if isinstance(p, str))})"
     if origin == "flag":
         return "command-line flag"
-    line = _line_of(lines, path)
+    line = _line_of(lines, path) if origin == "file" or origin is None else None
     return f"{source}:{line}" if line else source
 
 
@@ -221,17 +382,60 @@ def _format_problem(path: Key, msg: str, source: str, lines: Mapping[Key, int], 
     return f"{_where(path, source, lines, prov)}: {_dotted(path)}: {msg}"
 
 
-def _format_validation(exc: ValidationError, source: str, lines: Mapping[Key, int], prov: Mapping[str, str]) -> str:
+def _real_loc(loc: tuple[Any, ...], data: Any, *, keep_last: bool) -> Key:
+    """pydantic puts union branch names (a receiver's ``webhook``, ``function-after[...]``) into
+    ``loc``; keep only the keys and indexes that exist in the input (and a last, missing key)."""
+    out: list[str | int] = []
+    cur = data
+    for i, p in enumerate(loc):
+        in_dict = isinstance(cur, dict) and p in cur
+        if in_dict or (isinstance(cur, list) and isinstance(p, int) and 0 <= p < len(cur)):
+            cur = cur[p]
+        elif keep_last and i == len(loc) - 1 and isinstance(p, (str, int)):
+            pass  # a missing or unknown key
+        else:
+            continue
+        out.append(p)
+    return tuple(out)
+
+
+def _format_validation(
+    exc: ValidationError, source: str, lines: Mapping[Key, int], prov: Mapping[str, str], data: Any
+) -> str:
     msgs = []
     for err in exc.errors():
-        loc: Key = tuple(p for p in err["loc"] if isinstance(p, (str, int)))
-        # pydantic puts union/constraint branch names into loc; keep only real keys.
-        loc = tuple(p for p in loc if not (isinstance(p, str) and ("[" in p or p.startswith("function-"))))
+        loc = _real_loc(err["loc"], data, keep_last=err["type"] in {"missing", "extra_forbidden"})
         if err["type"] == "extra_forbidden":
             text = "unknown key (check the spelling; `gpustack init` writes every key with comments)"
+            close = _close_key(loc)
+            if close:
+                text = f"unknown key (did you mean {close!r}?)"
         elif err["type"] == "missing":
             text = "required field is missing"
         else:
             text = err["msg"].removeprefix("Value error, ")
         msgs.append(_format_problem(loc, text, source, lines, prov))
-    return "invalid configuration:\n  " + "\n  ".join(dict.fromkeys(msgs))
+    return _problems_message(msgs)
+
+
+def _close_key(loc: Key) -> str | None:
+    """The closest valid key name for an unknown key at ``loc`` (sections and their fields)."""
+    import difflib
+
+    model: Any = Config
+    for p in loc[:-1]:
+        if isinstance(p, int):
+            continue
+        field_info = getattr(model, "model_fields", {}).get(p)
+        if field_info is None:
+            return None
+        sub = environment._model_of(field_info.annotation)
+        if sub is None:
+            args = [a for a in getattr(field_info.annotation, "__args__", ()) if isinstance(a, type)]
+            sub = next((a for a in args if issubclass(a, BaseModel)), None)
+        if sub is None:
+            return None
+        model = sub
+    names = list(getattr(model, "model_fields", {}))
+    close = difflib.get_close_matches(str(loc[-1]), names, n=1, cutoff=0.75)
+    return close[0] if close else None

@@ -11,6 +11,7 @@ import ipaddress
 import re
 from pathlib import Path
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -20,6 +21,86 @@ HOSTNAME_RE = re.compile(
     r"^(?=.{1,253}$)([a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?)(\.[a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?)*$"
 )
 NODE_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?$")
+# cluster.name becomes a directory under the state directory (clusters/<name>/) and kubeadm's clusterName.
+CLUSTER_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+# A Linux interface name: at most 15 bytes (IFNAMSIZ - 1), no '/', ':' or whitespace, not '.' or '..'.
+IFACE_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.@-]{0,14}$")
+USER_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.@-]{0,63}$")
+# A pinned-version override: it ends up in download URLs and chart references.
+VERSION_RE = re.compile(r"^v?[0-9]+(\.[0-9]+){1,2}([-+][0-9A-Za-z.+-]+)?$")
+K8S_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$")
+DURATION_RE = r"^[0-9]+(ms|s|m|h|d|w|y)$"
+DURATION_FORM = "a number and a unit (ms, s, m, h, d, w, y) with no space, e.g. 15d, 12h, 30s"
+URL_PLACEHOLDERS = {"minor", "version", "arch"}
+
+
+def node_address_problem(v: str) -> str | None:
+    """Why ``v`` cannot be a node address (None: it can). A dotted-quad that is not a valid IPv4
+    address is an error, not a DNS name; loopback, unspecified, multicast, link-local and broadcast
+    addresses cannot carry cluster traffic between machines."""
+    try:
+        ip = ipaddress.ip_address(v)
+    except ValueError:
+        last = v.rstrip(".").rsplit(".", 1)[-1]
+        if re.fullmatch(r"[0-9.]+", v) or last.isdigit():
+            return f"{v!r} is not a valid IPv4 address (four numbers 0-255, e.g. 192.0.2.10)"
+        if v.lower().rstrip(".") == "localhost" or v.lower().rstrip(".").endswith(".localhost"):
+            return f"{v!r} is this machine's loopback name; use an address the other nodes can reach"
+        if not HOSTNAME_RE.match(v):
+            return "must be an IP address or a DNS name"
+        return None
+    if ip.is_loopback:
+        return f"{v} is a loopback address; use an address the other nodes can reach (even for a local node)"
+    if ip.is_unspecified:
+        return f"{v} means 'any address', not one host; use the node's own address"
+    if ip.is_multicast:
+        return f"{v} is a multicast address, not a host"
+    if ip.is_link_local:
+        return f"{v} is a link-local address; Kubernetes needs a routable node address"
+    if ip == ipaddress.IPv4Address("255.255.255.255"):
+        return f"{v} is the broadcast address, not a host"
+    return None
+
+
+def url_problem(v: str, *, schemes: tuple[str, ...] = ("http", "https"), placeholders: bool = False) -> str | None:
+    """Why ``v`` is not a usable URL (None: it is). With ``placeholders``, {minor}/{version}/{arch} may appear."""
+    text = v
+    if placeholders:
+        for name in re.findall(r"\{([^{}]*)\}", v):
+            if name not in URL_PLACEHOLDERS:
+                known = ", ".join("{" + p + "}" for p in sorted(URL_PLACEHOLDERS))
+                return f"unknown placeholder {{{name}}} (known: {known})"
+        text = re.sub(r"\{[a-z]+\}", "x", v)
+    if any(c.isspace() for c in text):
+        return "a URL cannot contain spaces"
+    try:
+        parts = urlsplit(text)
+        port = parts.port
+    except ValueError as exc:
+        return f"not a valid URL ({exc})"
+    if parts.scheme not in schemes:
+        return f"must be a URL starting with {' or '.join(s + '://' for s in schemes)} (got {v!r})"
+    if not parts.hostname:
+        return f"{v!r} has no host name"
+    if port == 0:
+        return f"{v!r}: port 0 is not a port"
+    return None
+
+
+def _ipv4_network(v: object) -> object:
+    """Accept only network addresses; for a CIDR with host bits set, say so and suggest the network."""
+    if isinstance(v, str):
+        try:
+            ipaddress.IPv4Network(v)
+        except ipaddress.NetmaskValueError:
+            raise ValueError(f"{v!r} has an invalid prefix length (use /0 to /32)") from None
+        except ValueError:
+            try:
+                net = ipaddress.IPv4Network(v, strict=False)
+            except ValueError:
+                raise ValueError(f"{v!r} is not an IPv4 network in CIDR form, e.g. 10.244.0.0/16") from None
+            raise ValueError(f"{v!r} has host bits set; did you mean {net}?") from None
+    return v
 
 
 class _Model(BaseModel):
@@ -48,14 +129,19 @@ class Node(_Model):
             raise ValueError("must be a lower-case DNS name: a-z, 0-9, '-' and '.', at most 63 characters")
         return v
 
+    @field_validator("user")
+    @classmethod
+    def _user(cls, v: str | None) -> str | None:
+        if v is not None and not USER_RE.match(v):
+            raise ValueError(f"{v!r} is not a login name (letters, digits, '_', '.', '-', '@'; no spaces)")
+        return v
+
     @field_validator("address")
     @classmethod
     def _address(cls, v: str) -> str:
-        try:
-            ipaddress.ip_address(v)
-        except ValueError:
-            if not HOSTNAME_RE.match(v):
-                raise ValueError("must be an IP address or a DNS name") from None
+        problem = node_address_problem(v)
+        if problem:
+            raise ValueError(problem)
         return v
 
     @property
@@ -74,6 +160,37 @@ class Cluster(_Model):
         default=None, description="NIC Flannel uses between nodes (default: the default route's)"
     )
     dns_domain: str = "cluster.local"
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not CLUSTER_NAME_RE.match(v) or ".." in v:
+            raise ValueError(
+                f"{v!r} is not a safe cluster name: 1-63 letters, digits, '.', '_' or '-', starting with a letter "
+                "or digit, no '/', spaces or '..' (it names a directory in the state directory)"
+            )
+        return v
+
+    @field_validator("pod_cidr", "service_cidr", mode="before")
+    @classmethod
+    def _cidr(cls, v: object) -> object:
+        return _ipv4_network(v)
+
+    @field_validator("flannel_iface")
+    @classmethod
+    def _iface(cls, v: str | None) -> str | None:
+        if v is not None and (not IFACE_RE.match(v) or v in {".", ".."}):
+            raise ValueError(
+                f"{v!r} is not a network interface name (at most 15 characters, no '/', ':' or spaces; e.g. eth0, ens5f0)"
+            )
+        return v
+
+    @field_validator("dns_domain")
+    @classmethod
+    def _dns_domain(cls, v: str) -> str:
+        if not HOSTNAME_RE.match(v):
+            raise ValueError(f"{v!r} is not a DNS domain (e.g. cluster.local)")
+        return v
 
     @property
     def api_service_ip(self) -> ipaddress.IPv4Address:
@@ -122,6 +239,25 @@ class Versions(_Model):
             known = ", ".join(f"{m} ({p})" for m, p in pins.KUBERNETES.items())
             raise ValueError(f"unknown Kubernetes version {v!r}; supported: {known}") from None
 
+    @field_validator("flannel", "helm", "gpu_operator", "kube_prometheus_stack", "dcgm_exporter", mode="before")
+    @classmethod
+    def _version(cls, v: object) -> object:
+        if isinstance(v, (int, float)):
+            v = str(v)
+        if isinstance(v, str) and not VERSION_RE.match(v):
+            raise ValueError(f"{v!r} is not a version such as 3.18.4 or v26.7.0")
+        return v
+
+    @field_validator("helm_sha256")
+    @classmethod
+    def _sha(cls, v: dict[str, str] | None) -> dict[str, str] | None:
+        for arch, digest in (v or {}).items():
+            if arch not in {"amd64", "arm64"}:
+                raise ValueError(f"unknown architecture {arch!r} (amd64, arm64)")
+            if not re.fullmatch(r"[0-9a-f]{64}", digest):
+                raise ValueError(f"{arch}: {digest!r} is not a sha256 (64 lower-case hex digits)")
+        return v
+
     @property
     def kubernetes_minor(self) -> str:
         return ".".join(self.kubernetes.split(".")[:2])
@@ -150,6 +286,14 @@ class Sources(_Model):
     def _fingerprint(cls, v: object) -> object:
         return v.replace(" ", "").upper() if isinstance(v, str) else v
 
+    @field_validator("kubernetes_apt_url", "kubernetes_apt_key_url", "helm_url", "flannel_manifest_url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        problem = url_problem(v, placeholders=True)
+        if problem:
+            raise ValueError(problem)
+        return v
+
 
 class Proxy(_Model):
     http: str | None = None
@@ -157,6 +301,28 @@ class Proxy(_Model):
     no_proxy: list[str] = Field(
         default_factory=list, description="added to the computed list (localhost, node addresses, CIDRs, .svc)"
     )
+
+    @field_validator("http", "https")
+    @classmethod
+    def _proxy_url(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        problem = url_problem(v)
+        if problem:
+            raise ValueError(f"{problem} (a proxy is http://host:port)")
+        if urlsplit(v).path not in {"", "/"}:
+            raise ValueError(f"{v!r}: a proxy URL has no path (http://host:port)")
+        return v
+
+    @field_validator("no_proxy")
+    @classmethod
+    def _no_proxy(cls, v: list[str]) -> list[str]:
+        for entry in v:
+            if not entry or any(c.isspace() or c in ",;" for c in entry):
+                raise ValueError(
+                    f"{entry!r} is not a no_proxy entry: one host, domain (.example.com), IP or CIDR per list item"
+                )
+        return v
 
     @property
     def enabled(self) -> bool:
@@ -168,7 +334,6 @@ class Firewall(_Model):
     extra_tcp_ports: list[Annotated[int, Field(ge=1, le=65535)]] = Field(default_factory=list)
 
 
-DURATION_RE = r"^[0-9]+(ms|s|m|h|d|w|y)$"
 RECEIVER_NAME_RE = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
 
 
@@ -192,9 +357,23 @@ class Gpu(_Model):
 class PrometheusStorage(_Model):
     """Prometheus' TSDB volume. kubeadm clusters have no default StorageClass: name one, or opt into emptyDir."""
 
-    size: str = Field(default="50Gi", pattern=r"^[0-9]+(Ki|Mi|Gi|Ti|Pi|K|M|G|T|P)?$")
+    size: str = "50Gi"
     storage_class: str | None = Field(default=None, description="StorageClass of the PersistentVolumeClaim")
     ephemeral: bool = Field(default=False, description="emptyDir: metrics are lost when the Prometheus pod moves")
+
+    @field_validator("storage_class")
+    @classmethod
+    def _storage_class(cls, v: str | None) -> str | None:
+        if v is not None and not K8S_NAME_RE.match(v):
+            raise ValueError(f"{v!r} is not a StorageClass name (lower-case letters, digits, '-', '.')")
+        return v
+
+    @field_validator("size")
+    @classmethod
+    def _size(cls, v: str) -> str:
+        if not re.match(r"^[0-9]+(Ki|Mi|Gi|Ti|Pi|K|M|G|T|P)?$", v):
+            raise ValueError(f"{v!r} is not a volume size: a number and a unit with no space, e.g. 50Gi, 500Mi, 1Ti")
+        return v
 
 
 class _Receiver(_Model):
@@ -209,7 +388,15 @@ def _one_source(obj: BaseModel, stem: str) -> None:
 
 class WebhookReceiver(_Receiver):
     type: Literal["webhook"]
-    url: str = Field(pattern=r"^https?://", description="endpoint Alertmanager POSTs alerts to")
+    url: str = Field(description="endpoint Alertmanager POSTs alerts to")
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        problem = url_problem(v)
+        if problem:
+            raise ValueError(problem)
+        return v
 
 
 class SlackReceiver(_Receiver):
@@ -241,11 +428,25 @@ class EmailReceiver(_Receiver):
     type: Literal["email"]
     to: str
     from_: str = Field(alias="from")
-    smarthost: str = Field(pattern=r"^[^:\s]+:[0-9]+$", description="host:port of the SMTP server")
+    smarthost: str = Field(description="host:port of the SMTP server")
     auth_username: str | None = None
     auth_password_file: Path | None = None
     auth_password_env: str | None = None
     require_tls: bool = True
+
+    @field_validator("to", "from_")
+    @classmethod
+    def _address(cls, v: str) -> str:
+        if not re.fullmatch(r"[^@\s,;<>]+@[^@\s,;<>]+", v):
+            raise ValueError(f"{v!r} is not an e-mail address (one address, name@domain)")
+        return v
+
+    @field_validator("smarthost")
+    @classmethod
+    def _smarthost(cls, v: str) -> str:
+        if not re.match(r"^[^:\s]+:[0-9]{1,5}$", v) or not 0 < int(v.rsplit(":", 1)[1]) < 65536:
+            raise ValueError(f"{v!r} is not host:port of an SMTP server, e.g. smtp.example.com:587")
+        return v
 
     @model_validator(mode="after")
     def _source(self) -> EmailReceiver:
@@ -284,12 +485,19 @@ class Monitoring(_Model):
     grafana_nodeport: Annotated[int, Field(ge=30000, le=32767)] | None = 30300
     alertmanager_nodeport: Annotated[int, Field(ge=30000, le=32767)] | None = None
     grafana_admin_user: str = Field(default="admin", min_length=1)
-    prometheus_retention: str = Field(default="15d", pattern=DURATION_RE)
+    prometheus_retention: str = "15d"
     prometheus_storage: PrometheusStorage = PrometheusStorage()
-    scrape_interval: str = Field(default="15s", pattern=DURATION_RE)
+    scrape_interval: str = "15s"
     dashboard_gnet_download: bool = Field(
         default=False, description="also let Grafana download dashboard 12239 from grafana.com (needs egress)"
     )
+
+    @field_validator("prometheus_retention", "scrape_interval")
+    @classmethod
+    def _duration(cls, v: str) -> str:
+        if not re.match(DURATION_RE, v):
+            raise ValueError(f"{v!r} is not a duration: use {DURATION_FORM}")
+        return v
 
     @property
     def nodeports(self) -> list[int]:

@@ -185,6 +185,13 @@ VERIFY_DCGM_IMAGE = "nvcr.io/nvidia/cloud-native/dcgm:4.2.3-1-ubuntu22.04"
 # Pulled by digest.
 VERIFY_NET_IMAGE = with_digest("registry.k8s.io/e2e-test-images/agnhost:2.53")
 
+# Ansible: ansible-core comes from PyPI (pyproject.toml); the playbooks use two collections besides
+# ansible.builtin (ansible.posix: sysctl, firewalld; community.general: modprobe). They are taken
+# from the Ansible community package's wheel (pinned by version and sha256; only these two
+# directories are unpacked: ~11 MB instead of the 470 MB bundle) by `python -m gpustack.bootstrap`.
+ANSIBLE_COLLECTIONS = {"ansible.posix": "2.1.0", "community.general": "11.4.2"}
+ANSIBLE_COLLECTIONS_WHEEL = ("ansible", "12.3.0", "cd156f82fa87f7a899212b0efa9f7ca3a24d609212de9f78428a572eb01e5414")
+
 # Default package sources; every one can be pointed at a mirror in gpustack.yaml (sources:).
 KUBERNETES_APT_URL = "https://pkgs.k8s.io/core:/stable:/v{minor}/deb/"
 KUBERNETES_APT_KEY_URL = "https://pkgs.k8s.io/core:/stable:/v{minor}/deb/Release.key"

@@ -32,7 +32,12 @@ def check(cfg: Config) -> list[Problem]:
 def _nodes(cfg: Config) -> list[Problem]:
     out: list[Problem] = []
     if not cfg.nodes:
-        return [Problem(("nodes",), "no nodes listed (omit 'nodes' entirely to target this machine)")]
+        return [
+            Problem(
+                ("nodes",),
+                "no nodes listed (list at least the control-plane node; without a config file gpustack targets this machine)",
+            )
+        ]
     for field in ("name", "address"):
         counts = Counter(getattr(n, field) for n in cfg.nodes)
         for i, n in enumerate(cfg.nodes):
@@ -71,6 +76,23 @@ def _networks(cfg: Config) -> list[Problem]:
         for name, net in (("pod_cidr", pod), ("service_cidr", svc)):
             if ip in net:
                 out.append(Problem(("nodes", i, "address"), f"node address {ip} lies inside cluster.{name} {net}"))
+    # kubeadm gives the API service the 1st address of the service CIDR and cluster DNS the 10th;
+    # kube-apiserver refuses a service range wider than /12 (more than 20 host bits).
+    if svc.num_addresses < 16:
+        out.append(
+            Problem(
+                ("cluster", "service_cidr"),
+                f"service CIDR {svc} is too small: the API service takes its 1st address "
+                f"({svc.network_address + 1}) and cluster DNS its 10th ({svc.network_address + 10}); use /28 or "
+                "larger (default 10.96.0.0/12)",
+            )
+        )
+    elif svc.prefixlen < 12:
+        out.append(
+            Problem(
+                ("cluster", "service_cidr"), f"service CIDR {svc} is too large: kube-apiserver accepts /12 or smaller"
+            )
+        )
     if pod.prefixlen > 24:
         out.append(Problem(("cluster", "pod_cidr"), "pod CIDR must be /24 or larger (each node takes a /24)"))
     return out

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
 from gpustack.config.model import Config
+from gpustack.errors import UsageError
 from gpustack.paths import kubeconfig_path
 from gpustack.render.ansible import extravars, inventory
 from gpustack.render.kubeadm import render_init_config
@@ -49,13 +52,77 @@ def generated_files(
     }
 
 
-def write_all(
+# The list of files a render wrote, kept in DIR: the next render removes the ones it no longer
+# generates (switching to the operator's exporter must not leave values/dcgm-exporter.yaml behind)
+# and never touches a file it did not write.
+MANIFEST = ".gpustack-render.json"
+# Written by renders before the manifest existed (their only conditional files).
+_LEGACY_OPTIONAL = ("values/dcgm-exporter.yaml", "manifests/storage.yaml")
+
+
+@dataclass(frozen=True)
+class RenderResult:
+    written: list[tuple[Path, int]]  # path, size in bytes
+    removed: list[Path]
+
+
+def _check_out_dir(out: Path) -> None:
+    """Refuse before writing anything: DIR is a file, or DIR (or its nearest existing parent) is not writable."""
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out}: exists and is not a directory", hint="name a directory (created if missing)")
+    probe = out
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if not probe.is_dir():
+        raise UsageError(f"--out {out}: {probe} is not a directory")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise UsageError(f"--out {out}: {probe} is not writable", hint="choose a directory you can write to")
+
+
+def _owned(out: Path) -> set[str]:
+    manifest = out / MANIFEST
+    if manifest.is_file():
+        try:
+            data = json.loads(manifest.read_text(encoding="utf-8"))
+            return {str(p) for p in data.get("files", []) if isinstance(p, str) and ".." not in Path(p).parts}
+        except (OSError, ValueError, AttributeError):
+            return set()
+    if (out / "config" / "effective-config.json").is_file():  # an earlier gpustack's render
+        return set(_LEGACY_OPTIONAL)
+    return set()
+
+
+def render_to(
     cfg: Config, out: Path, *, state_root: Path | None = None, facts: FactsSummary | None = None
-) -> list[Path]:
-    written = []
-    for rel, content in generated_files(cfg, state_root=state_root, facts=facts).items():
-        path = out / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(content, encoding="utf-8")
-        written.append(path)
-    return written
+) -> RenderResult:
+    """Write every generated file under ``out``; remove the files an earlier render wrote that are no
+    longer generated. A path problem is a UsageError (exit 2) raised before anything is written."""
+    files = generated_files(cfg, state_root=state_root, facts=facts)
+    _check_out_dir(out)
+    stale = sorted(_owned(out) - set(files))
+    written: list[tuple[Path, int]] = []
+    try:
+        for rel, content in files.items():
+            path = out / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            data = content.encode("utf-8")
+            tmp = path.with_name(f".{path.name}.tmp")
+            tmp.write_bytes(data)
+            tmp.replace(path)
+            written.append((path, len(data)))
+        removed: list[Path] = []
+        for rel in stale:
+            path = out / rel
+            if path.is_file():
+                path.unlink()
+                removed.append(path)
+                parent = path.parent
+                while parent != out and parent.is_dir() and not any(parent.iterdir()):
+                    parent.rmdir()
+                    parent = parent.parent
+        (out / MANIFEST).write_text(json.dumps({"files": sorted(files)}, indent=1) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"--out {out}: cannot write {exc.filename or out}: {exc.strerror}") from None
+    return RenderResult(written, removed)

@@ -1,0 +1,361 @@
+"""The bad-input corpus (issue #10): every case runs the real CLI entry point (``main``) in-process
+and must exit 2, name the file/field or the variable, print no traceback and write nothing (no
+state directory, no file anywhere under the working directory)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from gpustack.cli.app import main
+
+CP = "  - {name: cp1, address: 192.0.2.10, role: control-plane}\n"
+GOOD = "nodes:\n" + CP + "  - {name: w1, address: 192.0.2.11}\n"
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    content: str | bytes | None  # the config file (gpustack.yaml); None: no file
+    needles: tuple[str, ...]  # all must appear in stderr
+    env: dict[str, str] = field(default_factory=dict)
+    argv: tuple[str, ...] = ("plan",)
+    filename: str = "gpustack.yaml"
+    also: tuple[str, ...] = ()  # more files with the same content
+
+
+def node(**kw: object) -> str:
+    base: dict[str, object] = {"name": "cp1", "address": "192.0.2.10", "role": "control-plane"}
+    base.update(kw)
+    return "nodes:\n  - {" + ", ".join(f"{k}: {v}" for k, v in base.items()) + "}\n"
+
+
+CASES: list[Case] = [
+    # ---- the file as a whole
+    Case("empty-file", "", ("gpustack.yaml: the config file is empty",)),
+    Case("comments-only", "# nothing yet\n", ("gpustack.yaml: the config file is empty",)),
+    Case("no-nodes-section", "cluster: {name: lab}\n", ("gpustack.yaml: no `nodes:` section",)),
+    Case("empty-file-up-yes", "", ("gpustack.yaml: the config file is empty",), argv=("up", "--yes")),
+    Case("no-nodes-up-yes", "firewall: {enabled: false}\n", ("no `nodes:` section",), argv=("up", "--yes")),
+    Case("nodes-empty-list", "nodes: []\n", ("gpustack.yaml:1: nodes: no nodes listed",)),
+    Case("top-level-list", "- a\n- b\n", ("gpustack.yaml:1: the config must be a mapping",)),
+    Case("top-level-scalar", "hello\n", ("gpustack.yaml:1: the config must be a mapping",)),
+    Case("invalid-yaml", "nodes: [\n", ("gpustack.yaml:2:1: invalid YAML",)),
+    Case("tab-indent", "nodes:\n\t- name: a\n", ("gpustack.yaml:2", "invalid YAML")),
+    Case("binary", b"\x7fELF\x02\x01\x01\x00", ("gpustack.yaml:1: not a text file",)),
+    Case("utf16", GOOD.encode("utf-16"), ("gpustack.yaml: the file is UTF-16-encoded",)),
+    Case("latin1", b"nodes:\n  - {name: caf\xe9}\n", ("gpustack.yaml:2: not valid UTF-8",)),
+    Case("nul-in-middle", GOOD.encode() + b"\x00", ("gpustack.yaml:4: not a text file",)),
+    Case("recursive-alias", GOOD + "x: &x [1, *x]\n", ("gpustack.yaml:4: x[1]: recursive YAML alias",)),
+    Case(
+        "alias-bomb",
+        'a: &a ["l","l","l","l","l","l","l","l","l"]\n'
+        + "".join(f"{n}: &{n} [{','.join([f'*{p}'] * 9)}]\n" for p, n in zip("abcdefgh", "bcdefghi", strict=True)),
+        ("gpustack.yaml:5: e: YAML aliases expand to more than 10,000 values",),
+    ),
+    Case("deep-nesting", "x: " + "[" * 500 + "]" * 500 + "\n", ("gpustack.yaml:1: invalid YAML: nested more than",)),
+    Case("list-key", GOOD + "? [a, b]\n: 1\n", ("gpustack.yaml:4:", "mapping key must be a plain name")),
+    Case("mapping-key", GOOD + "{a: 1}: 2\n", ("gpustack.yaml:4:", "mapping key must be a plain name")),
+    Case("duplicate-key", GOOD + "cluster: {}\ncluster: {}\n", ("gpustack.yaml:5: duplicate key 'cluster'",)),
+    Case("directory", None, ("cannot read config file: a directory",), argv=("plan", "-c", ".")),
+    Case("missing-file", None, ("nope.yaml: cannot read config file",), argv=("plan", "-c", "nope.yaml")),
+    Case(
+        "yaml-and-yml",
+        GOOD,
+        ("gpustack.yaml and", "gpustack.yml exist: which one is the config?"),
+        also=("gpustack.yml",),
+    ),
+    Case(
+        "markup-in-path",
+        GOOD + "bogus: 1\n",
+        ("conf[/]x/gpustack.yaml:4: bogus: unknown key",),
+        argv=("plan", "-c", "conf[/]x/gpustack.yaml"),
+        filename="conf[/]x/gpustack.yaml",
+    ),
+    Case(
+        "markup-in-value",
+        node(name="'[bold]x[/bold]'"),
+        ("nodes[0].name: must be a lower-case DNS name",),
+    ),
+    Case(
+        "missing-config-env", None, ("missing.yaml: cannot read config file",), env={"GPUSTACK_CONFIG": "missing.yaml"}
+    ),
+    # ---- keys
+    Case("unknown-top-key", GOOD + "bogus: 1\n", ("gpustack.yaml:4: bogus: unknown key",)),
+    Case(
+        "misspelt-section", GOOD + "firewal: {enabled: false}\n", ("firewal: unknown key (did you mean 'firewall'?)",)
+    ),
+    Case(
+        "misspelt-node-key",
+        node(adress="x"),
+        ("gpustack.yaml:2: nodes[0].adress: unknown key (did you mean 'address'?)",),
+    ),
+    Case("yes-as-key", GOOD + "yes: 1\n", ("gpustack.yaml:4: yes: unknown key",)),
+    # ---- environment
+    Case(
+        "env-typo-section",
+        GOOD,
+        ("GPUSTACK_FIREWAL__ENABLED", "did you mean GPUSTACK_FIREWALL__ENABLED"),
+        env={"GPUSTACK_FIREWAL__ENABLED": "false"},
+    ),
+    Case(
+        "env-typo-field",
+        GOOD,
+        ("GPUSTACK_CLUSTER__POD_CDIR", "did you mean GPUSTACK_CLUSTER__POD_CIDR"),
+        env={"GPUSTACK_CLUSTER__POD_CDIR": "10.0.0.0/16"},
+    ),
+    Case(
+        "env-no-section",
+        GOOD,
+        ("GPUSTACK_KUBERNETES", "GPUSTACK_VERSIONS__KUBERNETES"),
+        env={"GPUSTACK_KUBERNETES": "1.35"},
+    ),
+    Case(
+        "env-bad-value",
+        GOOD,
+        ("environment (GPUSTACK_CLUSTER__POD_CIDR): cluster.pod_cidr",),
+        env={"GPUSTACK_CLUSTER__POD_CIDR": "banana"},
+    ),
+    Case(
+        "env-bad-bool",
+        GOOD,
+        ("environment (GPUSTACK_FIREWALL__ENABLED): firewall.enabled",),
+        env={"GPUSTACK_FIREWALL__ENABLED": "perhaps"},
+    ),
+    Case(
+        "env-bad-yaml",
+        GOOD,
+        ("environment variable GPUSTACK_FIREWALL__EXTRA_TCP_PORTS: invalid YAML",),
+        env={"GPUSTACK_FIREWALL__EXTRA_TCP_PORTS": "[1, 2"},
+    ),
+    Case(
+        "env-list-section",
+        GOOD,
+        ("GPUSTACK_NODES__ADDRESS", "cannot be set from the environment"),
+        env={"GPUSTACK_NODES__ADDRESS": "192.0.2.1"},
+    ),
+    Case(
+        "env-bad-version",
+        GOOD,
+        ("environment (GPUSTACK_VERSIONS__KUBERNETES)", "unknown Kubernetes version"),
+        env={"GPUSTACK_VERSIONS__KUBERNETES": "1.20"},
+    ),
+    # ---- nodes
+    Case("bad-role", node(role="master"), ("gpustack.yaml:2: nodes[0].role",)),
+    Case("bad-port", node(port=70000), ("gpustack.yaml:2: nodes[0].port",)),
+    Case("bad-node-name", node(name="Worker_1"), ("nodes[0].name: must be a lower-case DNS name",)),
+    Case("missing-address", "nodes:\n  - {name: cp1, role: control-plane}\n", ("nodes[0].address: required field",)),
+    Case("duplicate-names", GOOD.replace("name: w1", "name: cp1"), ("nodes[1].name: duplicate node name",)),
+    Case("no-control-plane", GOOD.replace("control-plane", "worker"), ("nodes: no node has role: control-plane",)),
+    Case(
+        "two-control-planes",
+        GOOD.replace("192.0.2.11}", "192.0.2.11, role: control-plane}"),
+        ("nodes[1].role: more than one control-plane",),
+    ),
+    Case(
+        "two-local",
+        node(connection="local") + "  - {name: w1, address: 192.0.2.11, connection: local}\n",
+        ("nodes[1].connection: only one node",),
+    ),
+    Case("missing-ssh-key", node(ssh_key="/nonexistent/key"), ("nodes[0].ssh_key: SSH key",)),
+    # ---- cluster / versions / monitoring (shape)
+    Case("overlapping-cidrs", GOOD + "cluster: {pod_cidr: 10.96.0.0/16}\n", ("cluster.service_cidr: service CIDR",)),
+    Case("node-in-pod-cidr", GOOD.replace("192.0.2.11", "10.244.3.4"), ("nodes[1].address: node address 10.244.3.4",)),
+    Case("small-pod-cidr", GOOD + "cluster: {pod_cidr: 10.244.0.0/25}\n", ("cluster.pod_cidr: pod CIDR must be /24",)),
+    Case("unknown-k8s", GOOD + "versions: {kubernetes: '1.20'}\n", ("versions.kubernetes: unknown Kubernetes",)),
+    Case("unpinned-helm", GOOD + "versions: {helm: 3.99.0}\n", ("versions.helm: Helm 3.99.0 has no pinned checksum",)),
+    Case("nodeport-range", GOOD + "monitoring: {grafana_nodeport: 80}\n", ("monitoring.grafana_nodeport",)),
+    Case("nodeport-clash", GOOD + "monitoring: {grafana_nodeport: 30090}\n", ("NodePort 30090 is already used",)),
+    Case(
+        "storage-size",
+        GOOD + "monitoring: {prometheus_storage: {size: lots}}\n",
+        ("monitoring.prometheus_storage.size",),
+    ),
+    Case("bad-timeout", GOOD + "ssh: {connect_timeout: soon}\n", ("gpustack.yaml:4: ssh.connect_timeout",)),
+    Case(
+        "receiver-two-sources",
+        GOOD + "alerting: {receivers: [{type: pagerduty, name: p, routing_key_env: A, routing_key_file: /x}]}\n",
+        ("gpustack.yaml:4: alerting.receivers[0]: set exactly one of routing_key_file",),
+    ),
+    Case(
+        "route-unknown-receiver",
+        GOOD + "alerting: {routes: {critical: [pager]}}\n",
+        ("alerting.routes.critical[0]: unknown receiver 'pager'",),
+    ),
+    Case("bad-receiver-type", GOOD + "alerting: {receivers: [{type: fax, name: f}]}\n", ("alerting.receivers[0]",)),
+    Case("bad-gpu-driver", GOOD + "gpu: {driver: nouveau}\n", ("gpustack.yaml:4: gpu.driver",)),
+    # ---- values checked beyond their type
+    Case("ipv4-octet-300", node(address="192.0.2.300"), ("nodes[0].address: '192.0.2.300' is not a valid IPv4",)),
+    Case("ipv4-three-parts", node(address="10.1.2"), ("nodes[0].address: '10.1.2' is not a valid IPv4",)),
+    Case("loopback-address", node(address="127.0.0.1"), ("nodes[0].address: 127.0.0.1 is a loopback address",)),
+    Case("loopback-local-node", node(address="127.0.1.1", connection="local"), ("127.0.1.1 is a loopback",)),
+    Case("localhost-name", node(address="localhost"), ("nodes[0].address: 'localhost' is this machine's loopback",)),
+    Case("unspecified-address", node(address="0.0.0.0"), ("nodes[0].address: 0.0.0.0 means 'any address'",)),
+    Case("multicast-address", node(address="239.1.1.1"), ("nodes[0].address: 239.1.1.1 is a multicast",)),
+    Case("link-local-address", node(address="169.254.0.5"), ("nodes[0].address: 169.254.0.5 is a link-local",)),
+    Case("ipv6-loopback", node(address="'::1'"), ("nodes[0].address: ::1 is a loopback address",)),
+    Case(
+        "cidr-host-bits",
+        GOOD + "cluster: {pod_cidr: 10.244.0.1/16}\n",
+        ("gpustack.yaml:4: cluster.pod_cidr: '10.244.0.1/16' has host bits set; did you mean 10.244.0.0/16?",),
+    ),
+    Case(
+        "cidr-bad-prefix", GOOD + "cluster: {service_cidr: 10.96.0.0/40}\n", ("cluster.service_cidr", "prefix length")
+    ),
+    Case(
+        "cidr-not-cidr", GOOD + "cluster: {pod_cidr: banana}\n", ("cluster.pod_cidr: 'banana' is not an IPv4 network",)
+    ),
+    Case(
+        "service-cidr-too-small",
+        GOOD + "cluster: {service_cidr: 10.96.0.0/29}\n",
+        ("cluster.service_cidr: service CIDR 10.96.0.0/29 is too small", "10.96.0.10"),
+    ),
+    Case("service-cidr-too-large", GOOD + "cluster: {service_cidr: 10.0.0.0/8}\n", ("10.0.0.0/8 is too large",)),
+    Case("cluster-name-traversal", GOOD + "cluster: {name: ../../etc}\n", ("cluster.name: '../../etc' is not a safe",)),
+    Case("cluster-name-empty", GOOD + "cluster: {name: ''}\n", ("cluster.name: '' is not a safe cluster name",)),
+    Case("cluster-name-space", GOOD + "cluster: {name: my lab}\n", ("cluster.name: 'my lab' is not a safe",)),
+    Case("cluster-name-slash", GOOD + "cluster: {name: a/b}\n", ("cluster.name: 'a/b' is not a safe",)),
+    Case("cluster-name-dots", GOOD + "cluster: {name: a..b}\n", ("cluster.name: 'a..b' is not a safe",)),
+    Case("iface-slash", GOOD + "cluster: {flannel_iface: eth0/1}\n", ("cluster.flannel_iface: 'eth0/1' is not",)),
+    Case("iface-too-long", GOOD + "cluster: {flannel_iface: enp1s0f0np0abcdef}\n", ("cluster.flannel_iface",)),
+    Case("dns-domain", GOOD + "cluster: {dns_domain: 'cluster local'}\n", ("cluster.dns_domain",)),
+    Case(
+        "source-url-scheme",
+        GOOD + "sources: {helm_url: 'ftp://m/helm-{version}.tgz'}\n",
+        ("sources.helm_url: must be a URL starting with http:// or https://",),
+    ),
+    Case(
+        "source-url-placeholder",
+        GOOD + "sources: {kubernetes_apt_url: 'https://m/v{minr}/'}\n",
+        ("sources.kubernetes_apt_url: unknown placeholder {minr}",),
+    ),
+    Case("source-url-no-host", GOOD + "sources: {flannel_manifest_url: 'https:///x.yml'}\n", ("has no host name",)),
+    Case("proxy-no-scheme", GOOD + "proxy: {http: 'proxy.local:3128'}\n", ("proxy.http: must be a URL",)),
+    Case("proxy-bad-port", GOOD + "proxy: {https: 'http://p:99999'}\n", ("proxy.https: not a valid URL",)),
+    Case("proxy-path", GOOD + "proxy: {http: 'http://p:3128/x'}\n", ("proxy.http", "has no path")),
+    Case("no-proxy-comma", GOOD + "proxy: {no_proxy: ['a.local, b.local']}\n", ("proxy.no_proxy", "one host")),
+    Case(
+        "webhook-url",
+        GOOD + "alerting: {receivers: [{type: webhook, name: h, url: 'hooks.example.com'}]}\n",
+        ("alerting.receivers[0].url: must be a URL",),
+    ),
+    Case(
+        "smarthost",
+        GOOD + "alerting: {receivers: [{type: email, name: m, to: a@b, from: c@d, smarthost: smtp}]}\n",
+        ("smarthost: 'smtp' is not host:port",),
+    ),
+    Case(
+        "retention-words",
+        GOOD + "monitoring: {prometheus_retention: 15 days}\n",
+        ("monitoring.prometheus_retention: '15 days' is not a duration", "e.g. 15d"),
+    ),
+    Case("scrape-interval", GOOD + "monitoring: {scrape_interval: 15}\n", ("monitoring.scrape_interval",)),
+    Case("node-user-shell", node(user="'root; rm -rf /'"), ("nodes[0].user: 'root; rm -rf /' is not a login name",)),
+    Case(
+        "version-path", GOOD + "versions: {flannel: ../../etc}\n", ("versions.flannel: '../../etc' is not a version",)
+    ),
+    Case("chart-version-words", GOOD + "versions: {gpu_operator: latest}\n", ("versions.gpu_operator: 'latest'",)),
+    Case(
+        "helm-sha-short",
+        GOOD + "versions: {helm: 3.99.0, helm_sha256: {amd64: abc}}\n",
+        ("versions.helm_sha256: amd64: 'abc' is not a sha256",),
+    ),
+    Case(
+        "helm-sha-arch",
+        GOOD + "versions: {helm: 3.99.0, helm_sha256: {x86: " + "a" * 64 + "}}\n",
+        ("versions.helm_sha256: unknown architecture 'x86'",),
+    ),
+    Case(
+        "storage-class-name",
+        GOOD + "monitoring: {prometheus_storage: {storage_class: Fast SSD}}\n",
+        ("monitoring.prometheus_storage.storage_class: 'Fast SSD' is not a StorageClass name",),
+    ),
+    Case(
+        "email-two-addresses",
+        GOOD + "alerting: {receivers: [{type: email, name: m, to: 'a@b, c@d', from: e@f, smarthost: 'smtp:25'}]}\n",
+        ("alerting.receivers[0].to: 'a@b, c@d' is not an e-mail address",),
+    ),
+    # ---- render --out and init: the path itself
+    Case(
+        "render-out-is-file",
+        GOOD + "# x\n",
+        ("--out gpustack.yaml: exists and is not a directory",),
+        argv=("render", "--out", "gpustack.yaml"),
+    ),
+    Case(
+        "render-out-under-file",
+        GOOD,
+        ("--out gpustack.yaml/sub: gpustack.yaml is not a directory",),
+        argv=("render", "--out", "gpustack.yaml/sub"),
+    ),
+    Case(
+        "render-out-unwritable",
+        GOOD,
+        ("--out /proc/gpustack-render", "cannot write"),
+        argv=("render", "--out", "/proc/gpustack-render"),
+    ),
+    Case(
+        "init-missing-dir",
+        None,
+        ("cannot write nodir/gpustack.yaml: directory nodir does not exist",),
+        argv=("init", "nodir/gpustack.yaml"),
+    ),
+    Case("init-into-directory", None, ("is a directory",), argv=("init", ".")),
+    Case("init-exists", GOOD, ("gpustack.yaml exists; pass --force",), argv=("init",)),
+    Case("init-unwritable", None, ("cannot write /proc/gpustack.yaml",), argv=("init", "/proc/gpustack.yaml")),
+    # ---- other commands load the same way
+    Case("render-bad-config", GOOD + "bogus: 1\n", ("bogus: unknown key",), argv=("render", "--out", "out")),
+    Case("verify-bad-config", "", ("the config file is empty",), argv=("verify",)),
+    Case("doctor-bad-config", GOOD + "bogus: 1\n", ("bogus: unknown key",), argv=("doctor",)),
+    Case("password-bad-config", "", ("the config file is empty",), argv=("grafana-password",)),
+]
+
+
+def _tree(root: Path) -> dict[str, int]:
+    return {str(p.relative_to(root)): p.stat().st_size for p in root.rglob("*")}
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_input_exits_2_naming_it_and_writes_nothing(
+    case: Case, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    for extra in case.also:
+        (work / extra).write_text(str(case.content), encoding="utf-8")
+    if case.content is not None:
+        path = work / case.filename
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(case.content, bytes):
+            path.write_bytes(case.content)
+        else:
+            path.write_text(case.content, encoding="utf-8")
+    for name in [n for n in os.environ if n.startswith("GPUSTACK_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("GPUSTACK_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.setenv("COLUMNS", "200")
+    for k, v in case.env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.chdir(work)
+    before = _tree(work)
+
+    with pytest.raises(SystemExit) as ei:
+        main(list(case.argv))
+    out, err = capsys.readouterr()
+
+    assert ei.value.code == 2, (out, err)
+    assert "Traceback" not in out + err
+    flat = " ".join(err.split())  # the console may wrap long lines
+    for needle in case.needles:
+        assert needle in flat, err
+    assert _tree(work) == before  # nothing written or removed
+    assert not (tmp_path / "state").exists() and not (tmp_path / "home").exists()
+
+
+def test_the_corpus_is_large_enough() -> None:
+    assert len(CASES) >= 60
