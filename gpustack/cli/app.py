@@ -51,6 +51,7 @@ def console_for(verbose: int = 0) -> Console:
 # Commands register themselves on `app` when imported.
 from gpustack.cli import bundle as _bundle  # noqa: E402,F401
 from gpustack.cli import commands as _commands  # noqa: E402,F401
+from gpustack.cli import reset as _reset  # noqa: E402,F401
 from gpustack.cli import version as _version  # noqa: E402,F401
 
 

@@ -16,6 +16,7 @@ from test_gpustack_facts import SCHEMA_KEYS
 from gpustack.config.model import Config, Node
 from gpustack.render import converge
 from gpustack.render.ansible import extravars, inventory
+from gpustack.reset import ResetOptions, reset_extravars
 
 STAGES = [
     ("os", "all", "os_prep"),
@@ -31,7 +32,7 @@ STAGES = [
 ]
 # names in playbooks/ that look like variables but are not (the preflight module)
 #: module names, not variables
-NOT_VARIABLES = {"gpustack_facts", "gpustack_stage_stamp", "gpustack_stage"}
+NOT_VARIABLES = {"gpustack_facts", "gpustack_stage_stamp", "gpustack_stage", "gpustack_netfilter_cleanup"}
 
 
 def sample_config() -> Config:
@@ -91,6 +92,7 @@ def test_every_gpustack_variable_comes_from_python() -> None:
     ev = extravars(cfg, kubeconfig_dest=Path("/k"), facts_dir=Path("/f"))
     # up.run_host_layer adds the converged-stage host patterns (gpustack/render/converge.py)
     provided = set(ev) | {"gpustack_stage_hosts"}
+    provided |= set(reset_extravars(cfg, cfg.nodes, ResetOptions()))
     for host in converge.with_stage_digests(inventory(cfg), ev, "tree")["all"]["children"]["control_plane"][
         "hosts"
     ].values():

@@ -1,0 +1,60 @@
+"""``gpustack reset``: options, the description of what goes, the question; gpustack/reset.py runs it."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from gpustack.cli.app import ConfigOpt, VerboseOpt, app, console_for, load_config, split_csv
+from gpustack.errors import UsageError
+
+
+@app.command()
+def reset(
+    config: ConfigOpt = None,
+    node: Annotated[
+        list[str] | None, typer.Option("--node", help="reset only these nodes (comma-separated or repeated)")
+    ] = None,
+    purge: Annotated[
+        bool, typer.Option("--purge", help="also remove the Kubernetes packages and the files gpustack wrote")
+    ] = False,
+    restore: Annotated[
+        bool, typer.Option("--restore", help="put back /etc/fstab and containerd's config from up's backups")
+    ] = False,
+    forget: Annotated[
+        bool, typer.Option("--forget", help="delete this machine's state of the cluster instead of archiving it")
+    ] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Ansible check mode: change nothing")] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="do not ask for confirmation")] = False,
+    accept_new_host_keys: Annotated[
+        bool, typer.Option(help="trust and record SSH host keys seen for the first time")
+    ] = False,
+    verbose: VerboseOpt = 0,
+) -> None:
+    """Tear the cluster (or --node NAME) down: kubeadm reset, Kubernetes' files, links and iptables chains,
+    gpustack's firewall chain. Never flushes a table, changes a policy or drops SSH."""
+    from gpustack.reset import ResetOptions, describe, select_nodes
+    from gpustack.reset import reset as run_reset
+
+    console = console_for(verbose)
+    cfg = load_config(config).config
+    opts = ResetOptions(
+        nodes=split_csv(node),
+        purge=purge,
+        restore=restore,
+        forget=forget,
+        dry_run=dry_run,
+        verbosity=max(0, verbose - 1),
+        accept_new_host_keys=accept_new_host_keys,
+    )
+    nodes = select_nodes(cfg, opts.nodes)
+    console.print(f"[stage]reset[/stage] cluster {cfg.cluster.name}{' (dry run)' if dry_run else ''}:")
+    for line in describe(cfg, nodes, opts):
+        console.print(f"  - {line}", markup=False)
+    if not dry_run and not yes:
+        if not console.interactive:
+            raise UsageError("no terminal to confirm on: pass --yes to reset non-interactively (or --dry-run)")
+        if not console.confirm(f"Reset {len(nodes)} host(s)?", assume_yes=False):
+            raise typer.Abort()
+    run_reset(cfg, opts, console)
