@@ -54,6 +54,26 @@ class StepSummary:
     releases: list[ReleaseResult] = field(default_factory=list)
 
 
+def access_lines(cfg: Config) -> list[str]:
+    """Where to reach the monitoring stack (NodePorts on the control plane's address)."""
+    host, mon = cfg.control_plane.address, cfg.monitoring
+    lines = []
+    if mon.prometheus_nodeport:
+        lines.append(f"Prometheus:   http://{host}:{mon.prometheus_nodeport}")
+    else:
+        lines.append("Prometheus:   kubectl -n monitoring port-forward svc/kube-prometheus-stack-prometheus 9090")
+    if mon.grafana_nodeport:
+        lines.append(
+            f"Grafana:      http://{host}:{mon.grafana_nodeport}  (user {mon.grafana_admin_user}; "
+            "password: gpustack grafana-password)"
+        )
+    else:
+        lines.append("Grafana:      kubectl -n monitoring port-forward svc/kube-prometheus-stack-grafana 3000:80")
+    if mon.alertmanager_nodeport:
+        lines.append(f"Alertmanager: http://{host}:{mon.alertmanager_nodeport}")
+    return lines
+
+
 # --- cluster facts ------------------------------------------------------------------------------------
 
 

@@ -1,0 +1,30 @@
+"""``gpustack render --out DIR``: write every generated file (logic: gpustack.render.files)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gpustack.cli.options import ConfigOpt, console_for, load_config
+from gpustack.errors import UsageError
+
+
+def render(
+    out: Annotated[Path, typer.Option("--out", "-o", help="directory to write into")],
+    config: ConfigOpt = None,
+    facts: Annotated[
+        Path | None,
+        typer.Option(help="a run's facts/ directory (preflight output): values then follow those hosts"),
+    ] = None,
+) -> None:
+    """Write every generated file (inventory, extravars, kubeadm config, Helm values, manifests) to DIR."""
+    from gpustack.render.files import load_facts, write_all
+
+    cfg = load_config(config).config
+    console = console_for()
+    if facts is not None and not facts.is_dir():
+        raise UsageError(f"--facts {facts}: not a directory (use <state>/runs/<run>/facts)")
+    for path in write_all(cfg, out, facts=load_facts(facts)):
+        console.print(str(path))
