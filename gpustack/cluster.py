@@ -28,9 +28,10 @@ from gpustack.config import pins
 from gpustack.config.model import Config
 from gpustack.config.semantics import cluster_problems as config_problems  # noqa: F401 (re-export)
 from gpustack.console import Console
+from gpustack.constants import GPU_NAMESPACE, NAMESPACES
 from gpustack.paths import ensure_private_dir, state_dir
 from gpustack.render import manifests as mf
-from gpustack.render.values import GPU_NAMESPACE, NAMESPACES, FactsSummary, generate_password, render_values
+from gpustack.render.values import FactsSummary, generate_password, render_values
 from gpustack.runners.helm import Helm, ReleaseResult, ReleaseSpec
 from gpustack.runners.kube import Kube
 

@@ -31,25 +31,17 @@ from gpustack.config.model import (
     SlackReceiver,
     WebhookReceiver,
 )
+from gpustack.constants import (
+    ALERTMANAGER_SECRET,
+    ALERTMANAGER_SECRET_DIR,
+    GRAFANA_ADMIN_SECRET,
+    LOCAL_STORAGE_CLASS,
+    NODE_EXPORTER_ALT_PORT,
+    NODE_EXPORTER_PORT,
+    RELEASE_ORDER,
+)
 from gpustack.paths import resource_dir
 
-RELEASE_ORDER = ("kube-prometheus-stack", "gpu-operator", "dcgm-exporter")
-NAMESPACES: dict[str, str] = {
-    "kube-prometheus-stack": "monitoring",
-    "gpu-operator": "gpu-operator",
-    "dcgm-exporter": "gpu-operator",
-}
-MONITORING_NAMESPACE = "monitoring"
-GPU_NAMESPACE = "gpu-operator"
-GRAFANA_ADMIN_SECRET = "gpustack-grafana-admin"
-ALERTMANAGER_SECRET = "gpustack-alertmanager"
-ALERTMANAGER_SECRET_DIR = f"/etc/alertmanager/secrets/{ALERTMANAGER_SECRET}"
-#: Default Prometheus storage on a cluster with no StorageClass: a local PersistentVolume on the
-#: control-plane node, made by gpustack (see gpustack.render.manifests.local_storage).
-LOCAL_STORAGE_CLASS = "gpustack-local"
-LOCAL_STORAGE_PATH = "/var/lib/gpustack/prometheus"
-NODE_EXPORTER_PORT = 9100
-NODE_EXPORTER_ALT_PORT = 9101
 NULL_RECEIVER = "null"
 
 # Keys that must never appear in rendered values: removed upstream, and silently ignored by charts
