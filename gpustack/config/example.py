@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from importlib import resources
+from gpustack.paths import resource_file
 
 
 def example_yaml() -> str:
-    return resources.files("gpustack").joinpath("templates/gpustack.example.yaml").read_text(encoding="utf-8")
+    return resource_file("templates", "gpustack.example.yaml").read_text(encoding="utf-8")
