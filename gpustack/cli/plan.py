@@ -1,24 +1,34 @@
-"""``gpustack plan``: the ordered stages a command would run and what each changes; touches nothing."""
+"""``gpustack plan [COMMAND]``: the ordered stages a command would run and what each changes; touches nothing."""
 
 from __future__ import annotations
+
+from typing import Annotated
+
+import typer
 
 from gpustack.cli.options import ConfigOpt, FromOpt, StagesOpt, console_for, load_config, split_csv
 
 
 def plan(
+    command: Annotated[str, typer.Argument(help="the command whose stages to show")] = "up",
     config: ConfigOpt = None,
     only: StagesOpt = None,
     from_: FromOpt = None,
     skip: StagesOpt = None,
 ) -> None:
-    """Print the ordered stages `up` would run and what each changes; touches nothing."""
-    from gpustack import plan as stages_plan
+    """Print the ordered stages a command (default: up) would run and what each changes; touches nothing."""
+    from gpustack import plan as plans
 
     console = console_for()
-    stages = stages_plan.select(only=split_csv(only), from_=from_, skip=split_csv(skip))
+    seq = plans.sequence(command)
+    stages = seq.select(only=split_csv(only), from_=from_, skip=split_csv(skip))
     cfg = load_config(config).config
-    cp = cfg.control_plane.name
-    workers = ", ".join(n.name for n in cfg.workers) or "(none)"
-    where = {"all": ", ".join(n.name for n in cfg.nodes), "control-plane": cp, "workers": workers}
+    nodes = ", ".join(n.name for n in cfg.nodes)
+    where = {
+        "all": nodes,
+        "control-plane": cfg.control_plane.name,
+        "workers": ", ".join(n.name for n in cfg.workers) or "(none)",
+        "targets": "the nodes named on the command line",
+    }
     rows = [[str(i), s.id, where[s.hosts], s.changes] for i, s in enumerate(stages, 1)]
-    console.table("gpustack up would run", ["#", "stage", "hosts", "changes"], rows)
+    console.table(f"gpustack {seq.command} would run", ["#", "stage", "hosts", "changes"], rows)

@@ -58,7 +58,7 @@ def up(
     from gpustack.up import up as run_up
 
     console = console_for(verbose)
-    stages = plan.select(only=split_csv(only), from_=from_, skip=split_csv(skip))
+    stages = plan.sequence("up").select(only=split_csv(only), from_=from_, skip=split_csv(skip))
     loaded = load_config(config, version_flags(kubernetes_version))
     cfg = loaded.config
     console.print(f"config: {loaded.source}; {len(cfg.nodes)} node(s); Kubernetes {cfg.versions.kubernetes}")
