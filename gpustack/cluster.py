@@ -28,9 +28,10 @@ from gpustack.config import pins
 from gpustack.config.model import Config
 from gpustack.config.semantics import cluster_problems as config_problems  # noqa: F401 (re-export)
 from gpustack.console import Console
+from gpustack.constants import GPU_NAMESPACE, NAMESPACES
 from gpustack.paths import ensure_private_dir, state_dir
 from gpustack.render import manifests as mf
-from gpustack.render.values import GPU_NAMESPACE, NAMESPACES, FactsSummary, generate_password, render_values
+from gpustack.render.values import FactsSummary, generate_password, render_values
 from gpustack.runners.helm import Helm, ReleaseResult, ReleaseSpec
 from gpustack.runners.kube import Kube
 
@@ -52,6 +53,26 @@ class StepSummary:
     seconds: float = 0.0
     detail: str = ""
     releases: list[ReleaseResult] = field(default_factory=list)
+
+
+def access_lines(cfg: Config) -> list[str]:
+    """Where to reach the monitoring stack (NodePorts on the control plane's address)."""
+    host, mon = cfg.control_plane.address, cfg.monitoring
+    lines = []
+    if mon.prometheus_nodeport:
+        lines.append(f"Prometheus:   http://{host}:{mon.prometheus_nodeport}")
+    else:
+        lines.append("Prometheus:   kubectl -n monitoring port-forward svc/kube-prometheus-stack-prometheus 9090")
+    if mon.grafana_nodeport:
+        lines.append(
+            f"Grafana:      http://{host}:{mon.grafana_nodeport}  (user {mon.grafana_admin_user}; "
+            "password: gpustack grafana-password)"
+        )
+    else:
+        lines.append("Grafana:      kubectl -n monitoring port-forward svc/kube-prometheus-stack-grafana 3000:80")
+    if mon.alertmanager_nodeport:
+        lines.append(f"Alertmanager: http://{host}:{mon.alertmanager_nodeport}")
+    return lines
 
 
 # --- cluster facts ------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Where gpustack keeps its state, and where the shipped playbooks/values/dashboards are."""
+"""Where gpustack keeps its state, and where the files it ships are (the one way to find them)."""
 
 from __future__ import annotations
 
@@ -14,12 +14,28 @@ from gpustack.errors import ConfigError
 _PKG = Path(__file__).resolve().parent
 
 
+#: shipped beside the package in a checkout (and under gpustack/_data/ in a wheel)
+BESIDE = ("playbooks", "values", "dashboards")
+#: shipped inside the package
+INSIDE = ("templates",)
+
+
 def resource_dir(name: str) -> Path:
-    """playbooks/, values/, dashboards/: from the source tree, or from the installed wheel."""
+    """A shipped directory: playbooks/, values/, dashboards/ (from the source tree, or from the
+    installed wheel's gpustack/_data/), or templates/ (inside the package)."""
+    if name in INSIDE:
+        return _PKG / name
+    if name not in BESIDE:
+        raise ValueError(f"{name!r} is not a directory gpustack ships ({', '.join(BESIDE + INSIDE)})")
     for candidate in (_PKG.parent / name, _PKG / "_data" / name):
         if candidate.is_dir():
             return candidate
     raise FileNotFoundError(f"gpustack resource directory {name!r} is missing from the installation")
+
+
+def resource_file(name: str, *parts: str) -> Path:
+    """A file under a shipped directory: ``resource_file("templates", "monitoring", "x.yaml")``."""
+    return resource_dir(name).joinpath(*parts)
 
 
 def state_dir() -> Path:

@@ -1,4 +1,11 @@
-"""The ordered stages of ``gpustack up`` as plain data, and stage selection."""
+"""Every host-changing command as plain data: a named sequence of stages, and stage selection.
+
+A command (``up`` today; ``reset``, ``node add``, ``node remove``, ``upgrade`` are meant to be new
+entries in :data:`SEQUENCES`) is a :class:`CommandPlan`: its stages in order and the one playbook its
+Ansible stages run (one play per stage, tagged with the stage id). :mod:`gpustack.lifecycle` runs
+any plan the same way (host keys, preflight, the playbook with a host limit, Python steps, progress,
+summary, run directory); ``gpustack plan <command>`` prints it. Nothing here does I/O.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +15,12 @@ from typing import Literal
 
 from gpustack.errors import UsageError
 
-Runner = Literal["preflight", "ansible", "cluster"]
+#: how the engine runs a stage: ``preflight`` (read-only facts + checks), ``ansible`` (a play of the
+#: command's playbook, selected by tag) or ``python`` (a step function the command registers by id)
+Runner = Literal["preflight", "ansible", "python"]
+#: the hosts a stage touches: every node, the control plane, the workers, the nodes the command
+#: names (``reset --node w3``, ``node add w3``: the run's host limit), or only this machine
+Hosts = Literal["all", "control-plane", "workers", "targets", "local"]
 
 
 @dataclass(frozen=True)
@@ -16,19 +28,77 @@ class Stage:
     id: str
     title: str
     runner: Runner
-    hosts: str  # which hosts it touches
+    hosts: Hosts  # which hosts it touches
     changes: str  # what it changes, for `gpustack plan`
 
 
-STAGES: tuple[Stage, ...] = (
-    Stage(
-        "preflight",
-        "Preflight checks",
-        "preflight",
-        "all",
-        "nothing: reads OS, CPU, memory, disk, swap, ports, GPUs, Secure Boot, existing Kubernetes, sudo, time sync, "
-        "reachability, cgroup v2, containerd version, GPU Operator support (driver container, kernel headers)",
-    ),
+@dataclass(frozen=True)
+class CommandPlan:
+    """One command's stages, in order, and the playbook its Ansible stages are plays of."""
+
+    command: str
+    summary: str  # one line for `gpustack plan`
+    playbook: str  # under playbooks/; play names == stage ids, each play tagged with its id
+    stages: tuple[Stage, ...]
+    #: the playbook's stages record stamps (playbooks/module_utils/gpustack_stage.py): hosts the
+    #: preflight finds converged are left out of a stage's play (see gpustack/render/converge.py)
+    converges: bool = False
+
+    @property
+    def stage_ids(self) -> tuple[str, ...]:
+        return tuple(s.id for s in self.stages)
+
+    def _check(self, ids: Sequence[str], flag: str) -> None:
+        unknown = [i for i in ids if i not in self.stage_ids]
+        if unknown:
+            raise UsageError(
+                f"{flag}: unknown stage {', '.join(unknown)}; `gpustack {self.command}` stages are: "
+                f"{', '.join(self.stage_ids)}"
+            )
+
+    def select(self, *, only: Sequence[str] = (), from_: str | None = None, skip: Sequence[str] = ()) -> list[Stage]:
+        """Resolve --only/--from/--skip into the ordered stages to run.
+
+        Preflight runs before any selection that changes hosts, unless it is skipped explicitly.
+        """
+        self._check(only, "--only")
+        self._check(skip, "--skip")
+        if from_ is not None:
+            self._check([from_], "--from")
+        if only and from_:
+            raise UsageError("--only and --from cannot be combined")
+        stages = list(self.stages)
+        if from_:
+            stages = stages[self.stage_ids.index(from_) :]
+        if only:
+            stages = [s for s in stages if s.id in only]
+        # every stage that changes something needs the hosts' facts (the cluster stage sizes values from them)
+        first = self.stages[0]
+        if (
+            first.runner == "preflight"
+            and stages
+            and stages[0] != first
+            and any(s.runner != "preflight" for s in stages)
+        ):
+            stages.insert(0, first)
+        stages = [s for s in stages if s.id not in skip]
+        if not stages:
+            raise UsageError("nothing to run: the selection leaves no stage")
+        return stages
+
+
+#: read-only: every command that changes hosts starts with it
+PREFLIGHT = Stage(
+    "preflight",
+    "Preflight checks",
+    "preflight",
+    "all",
+    "nothing: reads OS, CPU, memory, disk, swap, ports, GPUs, Secure Boot, existing Kubernetes, sudo, time sync, "
+    "reachability, cgroup v2, containerd version, GPU Operator support (driver container, kernel headers)",
+)
+
+UP_STAGES: tuple[Stage, ...] = (
+    PREFLIGHT,
     Stage(
         "os",
         "OS preparation",
@@ -87,7 +157,7 @@ STAGES: tuple[Stage, ...] = (
     Stage(
         "cluster",
         "GPU and monitoring stack",
-        "cluster",
+        "python",
         "control-plane",
         "namespaces, Prometheus volume, Grafana admin Secret; Helm: kube-prometheus-stack (CRDs first), then "
         "GPU Operator and dcgm-exporter concurrently (unchanged releases untouched); ServiceMonitor, "
@@ -95,35 +165,60 @@ STAGES: tuple[Stage, ...] = (
     ),
 )
 
-STAGE_IDS: tuple[str, ...] = tuple(s.id for s in STAGES)
+
+RESET_STAGES: tuple[Stage, ...] = (
+    Stage(
+        "reset",
+        "Reset nodes",
+        "ansible",
+        "targets",
+        "kubeadm reset -f; kubelet stopped and disabled; /etc/kubernetes, /var/lib/kubelet, /var/lib/etcd, CNI "
+        "config, cni0/flannel.1, /etc/gpustack and the stage stamps removed; gpustack's firewall chain, jump and "
+        "unit removed, and only the iptables chains named KUBE-*, FLANNEL*, CNI-* (no table flushed, no policy "
+        "changed); kubelet/kubeadm/kubectl unheld (--purge: removed with gpustack's apt source, sysctl, modules "
+        "and Helm); --restore: /etc/fstab and containerd's config from up's backups",
+    ),
+    Stage(
+        "local-state",
+        "This machine's state of the cluster",
+        "python",
+        "local",
+        "whole-cluster reset only: the admin kubeconfig and Grafana password moved to "
+        "<state>/archive/<cluster>-<time> (0700), or deleted with --forget",
+    ),
+)
 
 
-def _check(ids: Sequence[str], flag: str) -> None:
-    unknown = [i for i in ids if i not in STAGE_IDS]
-    if unknown:
-        raise UsageError(f"{flag}: unknown stage {', '.join(unknown)}; stages are: {', '.join(STAGE_IDS)}")
+SEQUENCES: dict[str, CommandPlan] = {
+    "up": CommandPlan(
+        "up",
+        "build (or converge) the cluster: host layer, Kubernetes, network, Helm, GPU and monitoring stack",
+        "site.yml",
+        UP_STAGES,
+        converges=True,
+    ),
+    "reset": CommandPlan(
+        "reset",
+        "tear the cluster (or some nodes) down, leaving each host's own firewall and SSH as they were",
+        "reset.yml",
+        RESET_STAGES,
+    ),
+}
+
+
+def sequence(command: str) -> CommandPlan:
+    """The plan of one command; UsageError for a command that has none."""
+    try:
+        return SEQUENCES[command]
+    except KeyError:
+        raise UsageError(f"no plan for {command!r}: commands with a plan are {', '.join(SEQUENCES)}") from None
+
+
+# `up`'s stages under their historical names
+STAGES = UP_STAGES
+STAGE_IDS: tuple[str, ...] = SEQUENCES["up"].stage_ids
 
 
 def select(*, only: Sequence[str] = (), from_: str | None = None, skip: Sequence[str] = ()) -> list[Stage]:
-    """Resolve --only/--from/--skip into the ordered stages to run.
-
-    Preflight runs before any selection that changes hosts, unless it is skipped explicitly.
-    """
-    _check(only, "--only")
-    _check(skip, "--skip")
-    if from_ is not None:
-        _check([from_], "--from")
-    if only and from_:
-        raise UsageError("--only and --from cannot be combined")
-    stages = list(STAGES)
-    if from_:
-        stages = stages[STAGE_IDS.index(from_) :]
-    if only:
-        stages = [s for s in stages if s.id in only]
-    # every stage that changes something needs the hosts' facts (the cluster stage sizes values from them)
-    if stages and stages[0].id != "preflight" and any(s.runner != "preflight" for s in stages):
-        stages.insert(0, STAGES[0])
-    stages = [s for s in stages if s.id not in skip]
-    if not stages:
-        raise UsageError("nothing to run: the selection leaves no stage")
-    return stages
+    """`up`'s stage selection (see :meth:`CommandPlan.select`)."""
+    return SEQUENCES["up"].select(only=only, from_=from_, skip=skip)

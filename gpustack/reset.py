@@ -15,13 +15,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from gpustack import lifecycle, plan
 from gpustack.config.model import Config, Node
 from gpustack.console import Console
 from gpustack.errors import UsageError
-from gpustack.paths import ensure_private_dir, kubeconfig_path, new_run_dir, resource_dir, state_dir
-from gpustack.render.ansible import extravars, inventory
-from gpustack.runners import ansible as ar
-from gpustack.up import StageSummary, ansible_settings, host_key_gate, print_summary
+from gpustack.lifecycle import StageSummary, StepContext
+from gpustack.paths import ensure_private_dir, kubeconfig_path, state_dir
 
 
 @dataclass(frozen=True)
@@ -108,55 +107,46 @@ def archive_state(cfg: Config, *, forget: bool, now: datetime | None = None) -> 
     return dest, []
 
 
-def reset_extravars(cfg: Config, nodes: Sequence[Node], opts: ResetOptions) -> dict[str, object]:
-    """Everything playbooks/reset.yml reads (pure)."""
-    ev: dict[str, object] = dict(extravars(cfg, kubeconfig_dest=kubeconfig_path(cfg.cluster.name)))
-    ev.update(
-        gpustack_reset_hosts=",".join(n.name for n in nodes),
-        gpustack_reset_purge=opts.purge,
-        gpustack_reset_restore=opts.restore,
-    )
-    return ev
+def reset_extravars(opts: ResetOptions) -> dict[str, object]:
+    """What playbooks/reset.yml reads beyond the config's variables (pure)."""
+    return {"gpustack_reset_purge": opts.purge, "gpustack_reset_restore": opts.restore}
 
 
 def reset(cfg: Config, opts: ResetOptions, console: Console) -> ResetResult:
+    """Run the `reset` sequence (gpustack.plan) on the chosen nodes with the one engine."""
     nodes = select_nodes(cfg, opts.nodes)
-    run_dir = new_run_dir()
-    console.print(f"run directory: {run_dir}")
-    host_key_gate(cfg, nodes, opts.accept_new_host_keys, console)
-    ev = reset_extravars(cfg, nodes, opts)
-    kwargs = ar.build_runner_kwargs(
-        private_data_dir=run_dir / "ansible",
-        project_dir=resource_dir("playbooks"),
-        playbook="reset.yml",
-        inventory=inventory(cfg),
-        extravars=ev,
-        tags=(),
-        settings=ansible_settings(cfg, opts.verbosity, check=opts.dry_run),
-        ident="reset",
-    )
-    t0 = time.monotonic()
-    result = ar.run_playbook(kwargs, ar.StageTracker())
-    st = result.stages.get("reset")
-    summaries = [
-        StageSummary(
-            "reset",
-            st.status if st else "not run",
-            st.elapsed if st else time.monotonic() - t0,
-            st.changed_total if st else 0,
-            sorted(st.hosts) if st else [],
-        )
-    ]
-    if result.failures or result.rc != 0:
-        print_summary(summaries, console, dry_run=opts.dry_run)
-        result.raise_for_failures()
-    archive: Path | None = None
-    removed: list[Path] = []
-    if whole_cluster(cfg, nodes) and not opts.dry_run:
+    seq = plan.sequence("reset")
+    moved: dict[str, object] = {}
+
+    def local_state(ctx: StepContext) -> list[StageSummary]:
+        t0 = time.monotonic()
+        if ctx.opts.dry_run or not whole_cluster(cfg, nodes):
+            why = "dry run" if ctx.opts.dry_run else "some nodes stay: the cluster's state is kept"
+            return [StageSummary("local-state", "not run", 0.0, note=why)]
         archive, removed = archive_state(cfg, forget=opts.forget)
+        moved.update(archive=archive, removed=removed)
         if archive:
-            console.print(f"this machine's state of the cluster is archived in {archive}")
+            console.print(f"this machine's state of the cluster is archived in {archive}", markup=False)
         for path in removed:
-            console.print(f"deleted {path}")
-    print_summary(summaries, console, dry_run=opts.dry_run)
-    return ResetResult(run_dir, summaries, archive, removed)
+            console.print(f"deleted {path}", markup=False)
+        changed = archive is not None or bool(removed)
+        return [StageSummary("local-state", "changed" if changed else "ok", time.monotonic() - t0, int(changed))]
+
+    run_opts = lifecycle.RunOptions(
+        stages=seq.stages,
+        dry_run=opts.dry_run,
+        verbosity=opts.verbosity,
+        assume_yes=True,
+        accept_new_host_keys=opts.accept_new_host_keys,
+        limit=[n.name for n in nodes] if not whole_cluster(cfg, nodes) else (),
+        extravars=reset_extravars(opts),
+    )
+    result = lifecycle.run(seq, cfg, run_opts, console, steps={"local-state": local_state})
+    archive = moved.get("archive")
+    removed = moved.get("removed") or []
+    return ResetResult(
+        result.run_dir,
+        result.summaries,
+        archive if isinstance(archive, Path) else None,
+        [p for p in removed if isinstance(p, Path)] if isinstance(removed, list) else [],
+    )

@@ -324,9 +324,12 @@ def kernel_modules(ctx: Context) -> Finding:
     )
 
 
-def run_checks(cfg: Config, facts_by_host: Mapping[str, Facts]) -> list[Finding]:
+def run_checks(cfg: Config, facts_by_host: Mapping[str, Facts], nodes: Sequence[str] | None = None) -> list[Finding]:
+    """Every check on every node (or on ``nodes``, the run's host limit)."""
     findings: list[Finding] = []
     for node in cfg.nodes:
+        if nodes is not None and node.name not in nodes:
+            continue
         facts = facts_by_host.get(node.name)
         if facts is None:
             findings.append(

@@ -1,13 +1,16 @@
-"""The root Typer app and ``main()``: the one place errors become exit codes."""
+"""The root Typer app, the list of commands, and ``main()``: the one place errors become exit codes.
+
+Each command lives in its own module (``gpustack/cli/<command>.py``) and knows nothing of ``app``;
+it is registered here with one line. Shared option types and helpers are in ``gpustack.cli.options``.
+"""
 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
-from typing import Annotated, Any
 
 import typer
 
+from gpustack.cli import bundle, doctor, grafana_password, init, plan, render, reset, up, verify, version
 from gpustack.console import Console
 from gpustack.errors import GpustackError
 
@@ -20,39 +23,17 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-ConfigOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--config",
-        "-c",
-        help="gpustack.yaml (default: ./gpustack.yaml, $GPUSTACK_CONFIG, else this machine as a single node)",
-    ),
-]
-VerboseOpt = Annotated[int, typer.Option("--verbose", "-v", count=True, help="more output (-vv: Ansible -v)")]
-
-
-def split_csv(values: list[str] | None) -> list[str]:
-    out: list[str] = []
-    for v in values or []:
-        out += [x.strip() for x in v.split(",") if x.strip()]
-    return out
-
-
-def load_config(path: Path | None, flags: dict[str, Any] | None = None) -> Any:
-    from gpustack.config.load import load
-
-    return load(path, flags=flags or None)
-
-
-def console_for(verbose: int = 0) -> Console:
-    return Console(verbosity=verbose)
-
-
-# Commands register themselves on `app` when imported.
-from gpustack.cli import bundle as _bundle  # noqa: E402,F401
-from gpustack.cli import commands as _commands  # noqa: E402,F401
-from gpustack.cli import reset as _reset  # noqa: E402,F401
-from gpustack.cli import version as _version  # noqa: E402,F401
+# The commands, in the order `gpustack --help` lists them: one line each.
+app.command("up")(up.up)
+app.command("grafana-password")(grafana_password.grafana_password)
+app.command("plan")(plan.plan)
+app.command("render")(render.render)
+app.command("init")(init.init)
+app.command("version")(version.version)
+app.command("verify")(verify.verify)
+app.command("doctor")(doctor.doctor)
+app.command("reset")(reset.reset)
+app.add_typer(bundle.bundle_app, name="bundle")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -11,11 +11,10 @@ from typing import Annotated
 
 import typer
 
-from gpustack.cli.app import app, console_for, load_config
+from gpustack.cli.options import console_for, load_config
 from gpustack.errors import UsageError
 
 bundle_app = typer.Typer(help="Artifacts for air-gapped sites.", no_args_is_help=True)
-app.add_typer(bundle_app, name="bundle")
 
 
 @bundle_app.command("list")

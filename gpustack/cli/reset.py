@@ -6,11 +6,10 @@ from typing import Annotated
 
 import typer
 
-from gpustack.cli.app import ConfigOpt, VerboseOpt, app, console_for, load_config, split_csv
+from gpustack.cli.options import ConfigOpt, VerboseOpt, YesOpt, console_for, load_config, split_csv
 from gpustack.errors import UsageError
 
 
-@app.command()
 def reset(
     config: ConfigOpt = None,
     node: Annotated[
@@ -26,7 +25,7 @@ def reset(
         bool, typer.Option("--forget", help="delete this machine's state of the cluster instead of archiving it")
     ] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Ansible check mode: change nothing")] = False,
-    yes: Annotated[bool, typer.Option("--yes", "-y", help="do not ask for confirmation")] = False,
+    yes: YesOpt = False,
     accept_new_host_keys: Annotated[
         bool, typer.Option(help="trust and record SSH host keys seen for the first time")
     ] = False,

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from gpustack import __version__
-from gpustack.cli.app import app, console_for, load_config
+from gpustack.cli.options import console_for, load_config
 from gpustack.console import Console
 from gpustack.errors import UsageError
 
@@ -35,7 +35,6 @@ def print_versions(console: Console, cfg: object | None) -> None:
     )
 
 
-@app.command()
 def version(
     config: Annotated[
         Path | None,

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from importlib import resources
 from pathlib import Path
 
 from gpustack.errors import UsageError
+from gpustack.paths import resource_file
 
 
 def example_yaml() -> str:
-    return resources.files("gpustack").joinpath("templates/gpustack.example.yaml").read_text(encoding="utf-8")
+    return resource_file("templates", "gpustack.example.yaml").read_text(encoding="utf-8")
 
 
 def write_example(path: Path, *, force: bool = False) -> Path:

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpustack.checks.model import Finding
+from gpustack.constants import GPU_NAMESPACE
 from gpustack.diagnose.checks_kubernetes import (
     MAX_LISTED,
     as_dict,
@@ -34,7 +35,6 @@ from gpustack.diagnose.checks_kubernetes import (
 )
 from gpustack.diagnose.registry import register
 from gpustack.diagnose.snapshot import Snapshot
-from gpustack.render.values import GPU_NAMESPACE
 
 LAYER = "gpu-operator"
 GPU_RESOURCE = "nvidia.com/gpu"

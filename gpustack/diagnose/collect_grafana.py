@@ -29,15 +29,13 @@ from dataclasses import dataclass, field
 from http.cookies import SimpleCookie
 from typing import Any
 
+from gpustack.constants import GRAFANA_PORT, GRAFANA_SERVICE, MONITORING_NAMESPACE
 from gpustack.diagnose.collect import CollectContext, source
 from gpustack.diagnose.collect_prometheus import kube_client, service_port
 from gpustack.diagnose.http import DirectEndpoint, Endpoint, HttpError, KubeProxyEndpoint, Response
 from gpustack.diagnose.snapshot import Obj, Snapshot, datasource_key
 from gpustack.monitoring.dashboard import concretize, load_dashboard, panel_queries
-from gpustack.render.values import MONITORING_NAMESPACE
 
-GRAFANA_SERVICE = "kube-prometheus-stack-grafana"
-GRAFANA_PORT = "http-web"  # kube-prometheus-stack values: grafana.service.portName
 DASHBOARD_UID = "gpustack-dcgm"
 REQUEST_TIMEOUT = 10.0
 PROBE_EXPR = "vector(1)"

@@ -21,6 +21,7 @@ from kubernetes import client as k8s_client
 from kubernetes.client.exceptions import ApiException
 from urllib3.util.retry import Retry
 
+from gpustack.constants import FLANNEL_NAMESPACE, GPU_NAMESPACE, MONITORING_NAMESPACE
 from gpustack.diagnose.checks_kubernetes import (
     as_dict,
     as_list,
@@ -42,7 +43,7 @@ MAX_LOG_PODS = 20
 MAX_LOG_REQUESTS = 40
 MAX_PAGES = 10_000  # a server that keeps returning continue tokens must not loop forever
 #: Failing pods in these namespaces get their logs read first (gpustack's own components).
-PRIORITY_NAMESPACES = ("kube-system", "kube-flannel", "gpu-operator", "monitoring")
+PRIORITY_NAMESPACES = ("kube-system", FLANNEL_NAMESPACE, GPU_NAMESPACE, MONITORING_NAMESPACE)
 NO_KUBECONFIG = "no kubeconfig for this cluster: run `gpustack up` first (or pass --kubeconfig)"
 
 

@@ -21,14 +21,12 @@ import json
 import re
 from typing import Any
 
+from gpustack.constants import MONITORING_NAMESPACE, PROMETHEUS_PORT, PROMETHEUS_SERVICE
 from gpustack.diagnose.collect import CollectContext, source
 from gpustack.diagnose.http import DirectEndpoint, Endpoint, HttpError, KubeProxyEndpoint
 from gpustack.diagnose.snapshot import Obj, Snapshot
 from gpustack.render.manifests import EXPORTER_TARGETS, exporter_target
-from gpustack.render.values import MONITORING_NAMESPACE
 
-PROMETHEUS_SERVICE = "kube-prometheus-stack-prometheus"
-PROMETHEUS_PORT = "http-web"  # kube-prometheus-stack prometheus.prometheusSpec.portName default
 METRICS_LIMIT = 64 * 1024
 REQUEST_TIMEOUT = 10.0
 

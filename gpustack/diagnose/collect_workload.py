@@ -31,12 +31,12 @@ from collections.abc import Callable
 from typing import Any
 
 from gpustack.config import pins
+from gpustack.constants import VERIFY_NAMESPACE
 from gpustack.diagnose.collect import CollectContext, source
 from gpustack.diagnose.collect_prometheus import kube_client, prometheus_endpoint, scalar_max
 from gpustack.diagnose.http import HttpError, kube_raw
 from gpustack.diagnose.snapshot import Obj, Snapshot
 
-VERIFY_NAMESPACE = "gpustack-verify"
 CUDA_IMAGE = pins.VERIFY_CUDA_IMAGE
 NET_IMAGE = pins.VERIFY_NET_IMAGE
 #: what every in-cluster client does first: resolve the API service's name, connect to it

@@ -31,10 +31,10 @@ from typing import Any
 from gpustack.checks.model import Finding
 from gpustack.config.model import Config
 from gpustack.console import Console
+from gpustack.constants import DOCTOR_FIELD_MANAGER
 from gpustack.diagnose.snapshot import Obj, Snapshot
 from gpustack.errors import GpustackError, StageError
 
-FIELD_MANAGER = "gpustack-doctor"
 CONTROL_PLANE_TAINTS = ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master")
 RESTARTED_AT = "kubectl.kubernetes.io/restartedAt"
 GPU_HINTS = ("dcgm", "nvidia", "gpu")
@@ -106,7 +106,7 @@ def server_side_patch(kube: Any, obj: Mapping[str, Any]) -> Obj:
         raise KubeError(f"the API server does not serve {obj['kind']} ({obj['apiVersion']})", status=404)
     path = res.path(str(meta.get("name")), meta.get("namespace"))
     try:
-        out = kube.request("PATCH", path, body=dict(obj), query={"fieldManager": FIELD_MANAGER, "force": "true"},
+        out = kube.request("PATCH", path, body=dict(obj), query={"fieldManager": DOCTOR_FIELD_MANAGER, "force": "true"},
                            content_type="application/apply-patch+yaml")  # fmt: skip
     except ApiException as exc:
         raise KubeError(f"patching {describe(obj)} failed: {exc.status} {exc.reason}", status=exc.status) from None
@@ -270,7 +270,7 @@ def pod_to_api_plan(ctx: FixContext, findings: Sequence[Finding]) -> FixAction |
 
 
 def node_exporter_plan(ctx: FixContext, findings: Sequence[Finding]) -> FixAction | None:
-    from gpustack.render.values import NODE_EXPORTER_ALT_PORT
+    from gpustack.constants import NODE_EXPORTER_ALT_PORT
 
     def apply() -> str:
         facts: dict[str, Any] = dict(ctx.snap.hosts)

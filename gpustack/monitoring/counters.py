@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpustack.paths import resource_dir
+from gpustack.paths import resource_file
 
 COUNTERS_FILE = "dcgm-counters.csv"
 PROM_TYPES = frozenset({"gauge", "counter", "label"})
@@ -61,7 +61,7 @@ class CounterFile:
 
 def counters_path() -> Path:
     """The shipped CSV, from the source tree or the installed wheel."""
-    return resource_dir("values") / COUNTERS_FILE
+    return resource_file("values", COUNTERS_FILE)
 
 
 def _parse_record(raw: str, lineno: int) -> Counter:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from gpustack.paths import resource_dir
+from gpustack.paths import resource_file
 
 DASHBOARD_FILE = "12239.json"
 DATASOURCE_VAR = "${datasource}"
@@ -39,7 +39,7 @@ Panel = dict[str, Any]
 
 def dashboard_path() -> Path:
     """The shipped dashboard JSON, from the source tree or the installed wheel."""
-    return resource_dir("dashboards") / DASHBOARD_FILE
+    return resource_file("dashboards", DASHBOARD_FILE)
 
 
 def load_dashboard(path: Path | None = None) -> dict[str, Any]:

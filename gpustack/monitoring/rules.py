@@ -17,7 +17,9 @@ from typing import Any, cast
 
 import yaml
 
-RULES_FILE = Path(__file__).resolve().parent.parent / "templates" / "monitoring" / "gpu-alerts.rules.yaml"
+from gpustack.paths import resource_file
+
+RULES_FILE = resource_file("templates", "monitoring", "gpu-alerts.rules.yaml")
 SEVERITIES = ("critical", "warning", "info")
 EXPORTER_JOB = "dcgm-exporter"
 

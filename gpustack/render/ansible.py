@@ -12,9 +12,10 @@ from typing import Any
 
 from gpustack.config import compat, pins
 from gpustack.config.model import Config, Node
+from gpustack.constants import LOCAL_STORAGE_PATH
 from gpustack.paths import state_dir
 from gpustack.render.kubeadm import render_init_config
-from gpustack.render.values import LOCAL_STORAGE_PATH, uses_local_storage
+from gpustack.render.values import uses_local_storage
 
 ARCHES = ("amd64", "arm64")
 

@@ -24,17 +24,19 @@ from typing import Any, cast
 import yaml
 
 from gpustack.config.model import Config, EmailReceiver, PagerDutyReceiver, SlackReceiver
-from gpustack.errors import ConfigError
-from gpustack.monitoring.dashboard import load_dashboard
-from gpustack.monitoring.rules import prometheus_rule
-from gpustack.render.templating import render_template
-from gpustack.render.values import (
+from gpustack.constants import (
     ALERTMANAGER_SECRET,
     GPU_NAMESPACE,
     GRAFANA_ADMIN_SECRET,
     LOCAL_STORAGE_CLASS,
     LOCAL_STORAGE_PATH,
     MONITORING_NAMESPACE,
+)
+from gpustack.errors import ConfigError
+from gpustack.monitoring.dashboard import load_dashboard
+from gpustack.monitoring.rules import prometheus_rule
+from gpustack.render.templating import render_template
+from gpustack.render.values import (
     FactsSummary,
     duration_ms,
     secret_key,

@@ -1,4 +1,5 @@
-"""One jinja2 environment (StrictUndefined) for every template gpustack ships."""
+"""One jinja2 setup (StrictUndefined, block trimming, no autoescape) for every template gpustack
+ships: gpustack/templates/ (manifests, kubeadm config) and values/ (Helm values)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,14 @@ from typing import Any
 
 import jinja2
 
+from gpustack.paths import resource_dir
+
 
 @cache
-def _env() -> jinja2.Environment:
+def environment(directory: str = "templates") -> jinja2.Environment:
+    """The environment over one shipped directory (see :func:`gpustack.paths.resource_dir`)."""
     return jinja2.Environment(
-        loader=jinja2.PackageLoader("gpustack", "templates"),
+        loader=jinja2.FileSystemLoader(str(resource_dir(directory))),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         trim_blocks=True,
@@ -21,4 +25,4 @@ def _env() -> jinja2.Environment:
 
 
 def render_template(name: str, **context: Any) -> str:
-    return _env().get_template(name).render(**context)
+    return environment().get_template(name).render(**context)

@@ -17,10 +17,8 @@ import secrets
 import string
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cache
 from typing import Any, cast
 
-import jinja2
 import yaml
 
 from gpustack.config.model import (
@@ -31,25 +29,18 @@ from gpustack.config.model import (
     SlackReceiver,
     WebhookReceiver,
 )
-from gpustack.paths import resource_dir
+from gpustack.constants import (
+    ALERTMANAGER_SECRET,
+    ALERTMANAGER_SECRET_DIR,
+    GRAFANA_ADMIN_SECRET,
+    LOCAL_STORAGE_CLASS,
+    NODE_EXPORTER_ALT_PORT,
+    NODE_EXPORTER_PORT,
+    RELEASE_ORDER,
+)
+from gpustack.paths import resource_file
+from gpustack.render.templating import environment
 
-RELEASE_ORDER = ("kube-prometheus-stack", "gpu-operator", "dcgm-exporter")
-NAMESPACES: dict[str, str] = {
-    "kube-prometheus-stack": "monitoring",
-    "gpu-operator": "gpu-operator",
-    "dcgm-exporter": "gpu-operator",
-}
-MONITORING_NAMESPACE = "monitoring"
-GPU_NAMESPACE = "gpu-operator"
-GRAFANA_ADMIN_SECRET = "gpustack-grafana-admin"
-ALERTMANAGER_SECRET = "gpustack-alertmanager"
-ALERTMANAGER_SECRET_DIR = f"/etc/alertmanager/secrets/{ALERTMANAGER_SECRET}"
-#: Default Prometheus storage on a cluster with no StorageClass: a local PersistentVolume on the
-#: control-plane node, made by gpustack (see gpustack.render.manifests.local_storage).
-LOCAL_STORAGE_CLASS = "gpustack-local"
-LOCAL_STORAGE_PATH = "/var/lib/gpustack/prometheus"
-NODE_EXPORTER_PORT = 9100
-NODE_EXPORTER_ALT_PORT = 9101
 NULL_RECEIVER = "null"
 
 # Keys that must never appear in rendered values: removed upstream, and silently ignored by charts
@@ -222,7 +213,7 @@ def _has_secret(rcv: Receiver) -> bool:
 
 
 def _counters_csv() -> str:
-    return (resource_dir("values") / "dcgm-counters.csv").read_text(encoding="utf-8")
+    return resource_file("values", "dcgm-counters.csv").read_text(encoding="utf-8")
 
 
 def uses_local_storage(cfg: Config) -> bool:
@@ -264,22 +255,9 @@ def template_context(cfg: Config, facts: FactsSummary) -> dict[str, Any]:
     }
 
 
-@cache
-def _env() -> jinja2.Environment:
-    # Same settings as gpustack.render.templating, but over values/ (shipped beside the package).
-    return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(resource_dir("values"))),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        autoescape=False,
-    )
-
-
 def render_values_text(release: str, context: Mapping[str, Any]) -> str:
     """The values template of one release, rendered (YAML text)."""
-    return _env().get_template(f"{release}.yaml.j2").render(**context)
+    return environment("values").get_template(f"{release}.yaml.j2").render(**context)
 
 
 def render_values(cfg: Config, facts: FactsSummary) -> dict[str, dict[str, Any]]:

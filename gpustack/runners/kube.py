@@ -24,9 +24,9 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as Urllib3Error
 
+from gpustack.constants import FIELD_MANAGER
 from gpustack.errors import ClusterUnreachableError, StageError
 
-FIELD_MANAGER = "gpustack"
 REQUEST_TIMEOUT = 30.0
 STAGE = "cluster"
 

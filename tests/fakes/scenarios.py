@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpustack.config.model import Config
+from gpustack.constants import GPU_NAMESPACE, MONITORING_NAMESPACE
 from gpustack.monitoring.rules import prometheus_rule
 from gpustack.render.manifests import EXPORTER_TARGETS, service_monitor
-from gpustack.render.values import GPU_NAMESPACE, MONITORING_NAMESPACE
 from tests.fakes.kube_api import FakeKubeAPI
 
 Obj = dict[str, Any]

@@ -7,11 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpustack.config.model import Config
+from gpustack.constants import MONITORING_NAMESPACE
 from gpustack.diagnose import checks_grafana, registry
 from gpustack.diagnose.collect import CollectContext, collect
 from gpustack.diagnose.collect_grafana import GRAFANA_PORT, GRAFANA_SERVICE
 from gpustack.monitoring.dashboard import load_dashboard
-from gpustack.render.values import MONITORING_NAMESPACE
 from tests.fakes import scenarios as sc
 from tests.fakes.grafana_api import FakeGrafana
 from tests.fakes.kube_api import FakeKubeAPI

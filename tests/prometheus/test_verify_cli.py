@@ -33,12 +33,12 @@ import pytest
 
 from gpustack.cluster import grafana_password
 from gpustack.config.model import Config
+from gpustack.constants import GPU_NAMESPACE, MONITORING_NAMESPACE
 from gpustack.diagnose.collect_grafana import GRAFANA_PORT, GRAFANA_SERVICE
 from gpustack.diagnose.collect_prometheus import PROMETHEUS_PORT, PROMETHEUS_SERVICE
 from gpustack.diagnose.collect_workload import VERIFY_NAMESPACE
 from gpustack.monitoring.dashboard import load_dashboard
 from gpustack.render.manifests import EXPORTER_TARGETS
-from gpustack.render.values import GPU_NAMESPACE, MONITORING_NAMESPACE
 from tests.fakes import scenarios as sc
 from tests.fakes.grafana_api import FakeGrafana
 from tests.fakes.kube_api import FakeKubeAPI

@@ -22,12 +22,12 @@ import pytest
 
 from gpustack.config.model import Config
 from gpustack.console import Console
+from gpustack.constants import MONITORING_NAMESPACE
 from gpustack.diagnose.collect_prometheus import PROMETHEUS_PORT, PROMETHEUS_SERVICE
 from gpustack.diagnose.collect_workload import TENSOR, VERIFY_NAMESPACE
 from gpustack.diagnose.engine import DiagnoseOptions, diagnose
 from gpustack.diagnose.snapshot import Snapshot
 from gpustack.paths import kubeconfig_path
-from gpustack.render.values import MONITORING_NAMESPACE
 from tests.fakes import scenarios as sc
 from tests.fakes.kube_api import FakeKubeAPI
 

@@ -47,3 +47,17 @@ def test_bad_selection(kwargs: dict[str, object]) -> None:
     with pytest.raises(UsageError) as ei:
         plan.select(**kwargs)  # type: ignore[arg-type]
     assert ei.value.exit_code == 2
+
+
+def test_every_command_has_a_sequence_and_up_is_the_default_one() -> None:
+    assert plan.sequence("up").stages == plan.STAGES
+    assert plan.sequence("up").playbook == "site.yml"
+    with pytest.raises(UsageError, match="no plan for 'nope'"):
+        plan.sequence("nope")
+
+
+def test_preflight_comes_first_in_every_sequence_that_has_it() -> None:
+    for seq in plan.SEQUENCES.values():
+        ids = seq.stage_ids
+        assert "preflight" not in ids[1:], seq.command
+        assert len(set(ids)) == len(ids), f"{seq.command}: stage ids are unique"

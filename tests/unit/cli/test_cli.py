@@ -62,6 +62,10 @@ def test_plan_lists_stages_and_hosts(tmp_path: Path, cfg: Path) -> None:
     ):
         assert stage in r.stdout
     assert "cp1, w1" in r.stdout
+    named = run("plan", "up", cwd=tmp_path)
+    assert named.returncode == 0 and named.stdout == r.stdout, "`plan` is `plan up`"
+    other = run("plan", "no-such-command", cwd=tmp_path)
+    assert other.returncode == 2 and "no plan for 'no-such-command'" in other.stderr and "Traceback" not in other.stderr
 
 
 def test_render_writes_files(tmp_path: Path, cfg: Path) -> None:

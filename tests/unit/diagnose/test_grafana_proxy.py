@@ -15,12 +15,12 @@ import pytest
 
 from gpustack.checks.model import Finding
 from gpustack.config.model import Config
+from gpustack.constants import MONITORING_NAMESPACE
 from gpustack.diagnose import checks_grafana, registry
 from gpustack.diagnose.collect import CollectContext, collect
 from gpustack.diagnose.collect_grafana import GRAFANA_PORT, GRAFANA_SERVICE
 from gpustack.diagnose.snapshot import Snapshot
 from gpustack.monitoring.dashboard import load_dashboard
-from gpustack.render.values import MONITORING_NAMESPACE
 from tests.fakes import scenarios as sc
 from tests.fakes.grafana_api import FakeGrafana
 from tests.fakes.kube_api import FakeKubeAPI

@@ -92,7 +92,7 @@ def test_every_gpustack_variable_comes_from_python() -> None:
     ev = extravars(cfg, kubeconfig_dest=Path("/k"), facts_dir=Path("/f"))
     # up.run_host_layer adds the converged-stage host patterns (gpustack/render/converge.py)
     provided = set(ev) | {"gpustack_stage_hosts"}
-    provided |= set(reset_extravars(cfg, cfg.nodes, ResetOptions()))
+    provided |= set(reset_extravars(ResetOptions()))
     for host in converge.with_stage_digests(inventory(cfg), ev, "tree")["all"]["children"]["control_plane"][
         "hosts"
     ].values():

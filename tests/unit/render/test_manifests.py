@@ -113,7 +113,7 @@ def test_service_monitor_selects_the_chart_service(cfg: Config, which: str) -> N
 
 def test_standalone_service_name_matches_values_release() -> None:
     # The chart names the Service after the release ("dcgm-exporter") in the namespace gpustack installs it to.
-    from gpustack.render.values import NAMESPACES
+    from gpustack.constants import NAMESPACES
 
     assert SERVICES["standalone"]["metadata"]["namespace"] == NAMESPACES["dcgm-exporter"]
     assert "dcgm-exporter" in render_values(STD, FactsSummary())

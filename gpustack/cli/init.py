@@ -1,0 +1,21 @@
+"""``gpustack init``: write a commented example gpustack.yaml."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gpustack.cli.options import console_for
+
+
+def init(
+    path: Annotated[Path, typer.Argument(help="where to write the example")] = Path("gpustack.yaml"),
+    force: Annotated[bool, typer.Option(help="overwrite an existing file")] = False,
+) -> None:
+    """Write a commented example gpustack.yaml."""
+    from gpustack.config.example import write_example
+
+    write_example(path, force=force)
+    console_for().print(f"wrote {path}: edit the nodes, then run `gpustack plan -c {path}`", markup=False)

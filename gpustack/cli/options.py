@@ -1,0 +1,128 @@
+"""Option types and helpers every command module shares (no command lives here).
+
+verify and doctor take the same check-selection and report options; they are declared once, in
+:func:`check_options`, and reach the command as one :class:`CheckArgs`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from gpustack.console import Console
+
+ConfigOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--config",
+        "-c",
+        help="gpustack.yaml (default: ./gpustack.yaml, $GPUSTACK_CONFIG, else this machine as a single node)",
+    ),
+]
+VerboseOpt = Annotated[int, typer.Option("--verbose", "-v", count=True, help="more output (-vv: Ansible -v)")]
+StagesOpt = Annotated[list[str] | None, typer.Option(help="stage id(s), comma-separated or repeated")]
+FromOpt = Annotated[str | None, typer.Option("--from", help="start at this stage")]
+YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="do not ask for confirmation")]
+
+
+def split_csv(values: list[str] | None) -> list[str]:
+    out: list[str] = []
+    for v in values or []:
+        out += [x.strip() for x in v.split(",") if x.strip()]
+    return out
+
+
+def load_config(path: Path | None, flags: dict[str, Any] | None = None) -> Any:
+    from gpustack.config.load import load
+
+    return load(path, flags=flags or None)
+
+
+def console_for(verbose: int = 0) -> Console:
+    return Console(verbosity=verbose)
+
+
+# --- verify / doctor: one definition of the options they share ------------------------------------
+
+LayerOpt = Annotated[list[str] | None, typer.Option("--layer", help="only these layers (comma-separated or repeated)")]
+CheckOpt = Annotated[list[str] | None, typer.Option("--check", help="only these check ids (or id prefixes like K02)")]
+IgnoreOpt = Annotated[list[str] | None, typer.Option("--ignore", help="check ids to leave out")]
+OutputOpt = Annotated[str, typer.Option("--output", "-o", help="table, json or junit")]
+SaveOpt = Annotated[Path | None, typer.Option("--save", help="also write the report to FILE (.xml: JUnit, else JSON)")]
+ListOpt = Annotated[bool, typer.Option("--list", help="list the checks (id, layer, what they read) and exit")]
+SnapInOpt = Annotated[
+    Path | None, typer.Option("--from-snapshot", help="analyse a saved snapshot instead of the cluster")
+]
+SnapOutOpt = Annotated[Path | None, typer.Option("--save-snapshot", help="write what was collected to FILE (JSON)")]
+KubeconfigOpt = Annotated[
+    Path | None,
+    typer.Option("--kubeconfig", help="the cluster to check (default: the admin.conf `gpustack up` wrote for it)"),
+]
+
+
+@dataclass(frozen=True)
+class CheckArgs:
+    """The options verify and doctor share, as parsed (field names are the CLI parameter names)."""
+
+    config: ConfigOpt = None
+    layer: LayerOpt = None
+    check: CheckOpt = None
+    ignore: IgnoreOpt = None
+    output: OutputOpt = "table"
+    save: SaveOpt = None
+    list_: ListOpt = False
+    from_snapshot: SnapInOpt = None
+    save_snapshot: SnapOutOpt = None
+    kubeconfig: KubeconfigOpt = None
+    verbose: VerboseOpt = 0
+
+    def selection(self) -> dict[str, Any]:
+        """The DiagnoseOptions fields these options set."""
+        return {
+            "layers": tuple(split_csv(self.layer)),
+            "checks": tuple(split_csv(self.check)),
+            "ignore": tuple(split_csv(self.ignore)),
+            "output": self.output,
+            "save": self.save,
+            "snapshot_in": self.from_snapshot,
+            "snapshot_out": self.save_snapshot,
+            "kubeconfig": self.kubeconfig,
+        }
+
+
+def check_options(fn: Callable[..., None]) -> Callable[..., None]:
+    """Give a command the :class:`CheckArgs` options: ``fn(args: CheckArgs, **its_own_options)``.
+
+    Typer reads a command's options from its signature, so the wrapper's signature is the command's
+    shared options, its own, then --verbose (declared once, on :class:`CheckArgs`)."""
+    hints = typing.get_type_hints(CheckArgs, include_extras=True)
+    shared = [
+        inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=hints[f.name])
+        for f in fields(CheckArgs)
+    ]
+    own_hints = typing.get_type_hints(fn, include_extras=True)
+    own = [
+        p.replace(kind=inspect.Parameter.KEYWORD_ONLY, annotation=own_hints[p.name])
+        for p in inspect.signature(fn).parameters.values()
+        if p.name != "args"
+    ]
+    names = {f.name for f in fields(CheckArgs)}
+
+    def command(**kwargs: Any) -> None:
+        args = CheckArgs(**{k: kwargs.pop(k) for k in list(kwargs) if k in names})
+        fn(args, **kwargs)
+
+    params = [p for p in shared if p.name != "verbose"] + own + [p for p in shared if p.name == "verbose"]
+    command.__signature__ = inspect.Signature(params, return_annotation=None)  # type: ignore[attr-defined]
+    command.__annotations__ = {p.name: p.annotation for p in params}
+    command.__name__ = fn.__name__
+    command.__qualname__ = fn.__qualname__
+    command.__doc__ = fn.__doc__
+    command.__module__ = fn.__module__
+    return command

@@ -1,0 +1,41 @@
+"""``gpustack plan [COMMAND]``: the ordered stages a command would run and what each changes; touches nothing."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from gpustack.cli.options import ConfigOpt, FromOpt, StagesOpt, console_for, load_config, split_csv
+
+
+def plan(
+    command: Annotated[str, typer.Argument(help="the command whose stages to show")] = "up",
+    config: ConfigOpt = None,
+    only: StagesOpt = None,
+    from_: FromOpt = None,
+    skip: StagesOpt = None,
+) -> None:
+    """Print the ordered stages a command (default: up) would run and what each changes; touches nothing."""
+    from gpustack import plan as plans
+    from gpustack.cli.version import print_versions
+    from gpustack.config import target
+
+    console = console_for()
+    seq = plans.sequence(command)
+    stages = seq.select(only=split_csv(only), from_=from_, skip=split_csv(skip))
+    loaded = load_config(config)
+    cfg = loaded.config
+    console.print(target.announcement(loaded), markup=False)
+    nodes = ", ".join(n.name for n in cfg.nodes)
+    where = {
+        "all": nodes,
+        "control-plane": cfg.control_plane.name,
+        "workers": ", ".join(n.name for n in cfg.workers) or "(none)",
+        "targets": "the nodes named on the command line (default: every node)",
+        "local": "this machine",
+    }
+    rows = [[str(i), s.id, where[s.hosts], s.changes] for i, s in enumerate(stages, 1)]
+    console.table(f"gpustack {seq.command} would run", ["#", "stage", "hosts", "changes"], rows)
+    if seq.command == "up":
+        print_versions(console, cfg)

@@ -1,0 +1,33 @@
+"""``gpustack render --out DIR``: write every generated file (logic: gpustack.render.files)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gpustack.cli.options import ConfigOpt, console_for, load_config
+from gpustack.errors import UsageError
+
+
+def render(
+    out: Annotated[Path, typer.Option("--out", "-o", help="directory to write into")],
+    config: ConfigOpt = None,
+    facts: Annotated[
+        Path | None,
+        typer.Option(help="a run's facts/ directory (preflight output): values then follow those hosts"),
+    ] = None,
+) -> None:
+    """Write every generated file (inventory, extravars, kubeadm config, Helm values, manifests) to DIR."""
+    from gpustack.render.files import load_facts, render_to
+
+    cfg = load_config(config).config
+    console = console_for()
+    if facts is not None and not facts.is_dir():
+        raise UsageError(f"--facts {facts}: not a directory (use <state>/runs/<run>/facts)")
+    result = render_to(cfg, out, facts=load_facts(facts))
+    for path, size in result.written:
+        console.print(f"{path}  ({size:,} bytes)", markup=False)
+    for path in result.removed:
+        console.print(f"{path}  (removed: no longer generated)", markup=False)

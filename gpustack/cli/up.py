@@ -1,0 +1,104 @@
+"""``gpustack up``: parse the flags, confirm, run the `up` sequence, then verify."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from gpustack.cli.options import (
+    ConfigOpt,
+    FromOpt,
+    StagesOpt,
+    VerboseOpt,
+    YesOpt,
+    console_for,
+    load_config,
+    split_csv,
+)
+from gpustack.errors import UsageError
+
+
+def version_flags(kubernetes_version: str | None) -> dict[str, object]:
+    """Config overrides from `--kubernetes-version`."""
+    flags: dict[str, object] = {}
+    if kubernetes_version:
+        flags["versions"] = {"kubernetes": kubernetes_version}
+    return flags
+
+
+def up(
+    config: ConfigOpt = None,
+    only: StagesOpt = None,
+    from_: FromOpt = None,
+    skip: StagesOpt = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Ansible check mode: show what would change, change nothing")
+    ] = False,
+    yes: YesOpt = False,
+    accept_new_host_keys: Annotated[
+        bool, typer.Option(help="trust and record SSH host keys seen for the first time")
+    ] = False,
+    ignore_preflight: Annotated[
+        list[str] | None, typer.Option(help="preflight check ids/names to downgrade to warnings, or 'all'")
+    ] = None,
+    kubernetes_version: Annotated[
+        str | None, typer.Option(help="Kubernetes minor or patch (overrides versions.kubernetes)")
+    ] = None,
+    no_verify: Annotated[
+        bool, typer.Option("--no-verify", help="do not run `gpustack verify` after the cluster stage")
+    ] = False,
+    full: Annotated[
+        bool, typer.Option("--full", help="run every task on every host, even where a stage is recorded as converged")
+    ] = False,
+    verbose: VerboseOpt = 0,
+) -> None:
+    """Build (or converge) the cluster (preflight, host layer, Kubernetes, network, Helm, GPU and monitoring
+    stack), then prove it with `gpustack verify`."""
+    from gpustack import plan
+    from gpustack.cluster import access_lines
+    from gpustack.config import target
+    from gpustack.up import UpOptions
+    from gpustack.up import up as run_up
+
+    console = console_for(verbose)
+    stages = plan.sequence("up").select(only=split_csv(only), from_=from_, skip=split_csv(skip))
+    loaded = load_config(config, version_flags(kubernetes_version))
+    cfg = loaded.config
+    console.print(target.announcement(loaded), markup=False)
+    changing = [s for s in stages if s.runner != "preflight"]
+    if changing and not dry_run:
+        question = target.confirm_question(loaded, [s.id for s in changing])
+        if not yes:
+            if not console.interactive:
+                raise UsageError("no terminal to confirm on: pass --yes to run non-interactively (or --dry-run)")
+            if not console.confirm(question, assume_yes=False):
+                raise typer.Abort()
+    result = run_up(
+        cfg,
+        UpOptions(
+            stages=stages,
+            dry_run=dry_run,
+            verbosity=max(0, verbose - 1),
+            assume_yes=yes,
+            accept_new_host_keys=accept_new_host_keys,
+            ignore_preflight=split_csv(ignore_preflight),
+            full=full,
+        ),
+        console,
+    )
+    if result.kubeconfig:
+        console.print(f"[ok]done.[/ok] kubeconfig: {result.kubeconfig}  (export KUBECONFIG={result.kubeconfig})")
+    if any(s.id == "cluster" for s in stages) and not dry_run:
+        for line in access_lines(cfg):
+            console.print(line)
+        if not no_verify:
+            from gpustack.diagnose.engine import DiagnoseOptions, diagnose
+
+            console.print("[stage]▶ verify[/stage]")
+            code, _, _ = diagnose(cfg, DiagnoseOptions(command="verify"), console)
+            if code:
+                console.error(
+                    "the stack is up, but verify found problems", "run `gpustack doctor` for causes and fixes"
+                )
+                raise typer.Exit(code)
