@@ -61,3 +61,26 @@ def test_preflight_comes_first_in_every_sequence_that_has_it() -> None:
         ids = seq.stage_ids
         assert "preflight" not in ids[1:], seq.command
         assert len(set(ids)) == len(ids), f"{seq.command}: stage ids are unique"
+
+
+@pytest.mark.parametrize("command", sorted(plan.SEQUENCES))
+def test_every_ansible_stage_is_a_play_of_its_playbook_tagged_with_its_id(command: str) -> None:
+    import yaml
+
+    from gpustack.paths import resource_file
+
+    seq = plan.sequence(command)
+    plays = yaml.safe_load(resource_file("playbooks", seq.playbook).read_text(encoding="utf-8"))
+    by_name = {p["name"]: p for p in plays if isinstance(p, dict) and "name" in p}
+    for stage in seq.stages:
+        if stage.runner != "ansible":
+            continue
+        assert stage.id in by_name, f"{seq.playbook} has no play named {stage.id!r}"
+        assert stage.id in by_name[stage.id].get("tags", []), f"play {stage.id!r} is not tagged {stage.id!r}"
+
+
+def test_reset_sequence_runs_no_preflight_and_keeps_local_state_last() -> None:
+    seq = plan.sequence("reset")
+    assert seq.stage_ids == ("reset", "local-state")
+    assert not seq.converges and plan.sequence("up").converges
+    assert [s.runner for s in seq.stages] == ["ansible", "python"]
