@@ -51,3 +51,26 @@ class ClusterUnreachableError(GpustackError):
     """The Kubernetes API (or another required endpoint) could not be reached."""
 
     exit_code = 3
+
+
+class BusyError(GpustackError):
+    """Another gpustack run holds this cluster's lock; nothing was touched."""
+
+    exit_code = 4
+
+
+class Interrupted(BaseException):
+    """The user interrupted the run (Ctrl-C / SIGINT, or SIGTERM).
+
+    A BaseException, like KeyboardInterrupt, so that no ``except Exception`` (a retry loop, a
+    library) swallows it; unlike KeyboardInterrupt, click does not turn it into "Aborted!" with
+    exit 1. The signal handler ``cli.app.main`` installs raises it; the engine raises it when a
+    playbook run was cancelled. ``cli.app.main`` maps it to exit code 130.
+    """
+
+    exit_code = 130
+
+    def __init__(self, message: str = "interrupted", *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint

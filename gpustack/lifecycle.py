@@ -15,11 +15,15 @@ Commands (``gpustack.up`` today) only supply their plan, options and Python step
 from __future__ import annotations
 
 import json
+import signal
+import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import groupby
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from rich.markup import escape
@@ -28,7 +32,8 @@ from gpustack.checks import preflight as pf
 from gpustack.checks.model import Finding
 from gpustack.config.model import Config
 from gpustack.console import Console
-from gpustack.errors import GpustackError, PreflightError, UsageError
+from gpustack.errors import GpustackError, Interrupted, PreflightError, UsageError
+from gpustack.lock import cluster_lock
 from gpustack.paths import ensure_private_dir, kubeconfig_path, new_run_dir, resource_dir, state_dir
 from gpustack.plan import CommandPlan, Stage
 from gpustack.render import converge
@@ -107,6 +112,19 @@ class Progress:
     def __exit__(self, *exc: object) -> None:
         if self.status is not None:
             self.status.__exit__(None, None, None)
+
+    def end(self, result: ar.StageResult) -> None:
+        """A stage's end line: time, changed count, hosts (or why it had none)."""
+        if result.failures:
+            verdict = f"[fail]failed[/fail] on {', '.join(sorted({f.host for f in result.failures}))}"
+        elif not result.hosts:
+            verdict = "[skip]nothing to do (converged or no host in this stage)[/skip]"
+        else:
+            verdict = (
+                f"[{'changed' if result.changed_total else 'ok'}]{result.changed_total} changed[/] "
+                f"on {len(result.hosts)} host(s)"
+            )
+        self.console.print(f"[stage]■ {escape(result.stage)}[/stage] {verdict} [dim]{result.elapsed:.1f}s[/dim]")
 
     def __call__(self, stage: str, host: str | None, task: str | None) -> None:
         if stage != self.stage:
@@ -206,8 +224,31 @@ def run_playbook(
     )
     if opts.limit:
         kwargs["limit"] = ",".join(targets(cfg, opts.limit))
-    with Progress(console) as progress:
-        return ar.run_playbook(kwargs, ar.StageTracker(progress))
+    with Progress(console) as progress, _cancel_on_signal(console) as cancelled:
+        return ar.run_playbook(kwargs, ar.StageTracker(progress, on_end=progress.end), cancel=cancelled)
+
+
+@contextmanager
+def _cancel_on_signal(console: Console) -> Iterator[Callable[[], bool]]:
+    """While a playbook runs, SIGINT/SIGTERM only ask ansible-runner to cancel it (it then kills
+    the playbook's process group and reports "canceled"); raising from a signal handler inside
+    ansible-runner's loop would leave ansible-playbook running."""
+    flag = {"set": False}
+
+    def ask(signum: int, frame: FrameType | None) -> None:
+        if not flag["set"]:
+            console.warn("interrupting: stopping the playbook run (the summary follows)")
+        flag["set"] = True
+
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: False
+        return
+    old = {sig: signal.signal(sig, ask) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield lambda: flag["set"]
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
 
 
 def run_preflight(
@@ -224,6 +265,8 @@ def run_preflight(
         path = facts_dir / f"{name}.json"
         if path.exists():
             facts[name] = json.loads(path.read_text(encoding="utf-8"))
+    if result.status == "canceled":
+        raise Interrupted("interrupted during the preflight; nothing was changed")
     if result.failures and not facts:
         result.raise_for_failures()
     findings = pf.run_checks(cfg, facts, nodes=targets(cfg, opts.limit))
@@ -299,9 +342,13 @@ def _ansible_stages(
         st = result.stages.get(sid)
         note = f"converged on {', '.join(converged[sid])}" if converged.get(sid) else ""
         if st is None:
-            rows.append(StageSummary(sid, "not run" if result.failures else "ok", 0.0, note=note))
+            # a play that never started ran nothing, whatever the reason
+            rows.append(StageSummary(sid, "not run", 0.0, note=note))
             continue
-        rows.append(StageSummary(sid, st.status, st.elapsed, st.changed_total, sorted(st.hosts), note))
+        status = st.status
+        if result.status == "canceled" and not st.failures and (st.ended is None or st is result.last_stage):
+            status = "interrupted"
+        rows.append(StageSummary(sid, status, st.elapsed, st.changed_total, sorted(st.hosts), note))
     return rows, result
 
 
@@ -313,6 +360,13 @@ def run(
     missing = [s.id for s in opts.stages if s.runner == "python" and s.id not in steps]
     if missing:
         raise ValueError(f"{plan.command}: no step function for {', '.join(missing)}")
+    with cluster_lock(cfg.cluster.name, plan.command):
+        return _run_locked(plan, cfg, opts, console, steps)
+
+
+def _run_locked(
+    plan: CommandPlan, cfg: Config, opts: RunOptions, console: Console, steps: Mapping[str, StepFn]
+) -> RunResult:
     run_dir = new_run_dir()
     console.print(f"run directory: {run_dir}")
     write_json(run_dir / "config.json", cfg.model_dump(mode="json"))
@@ -321,18 +375,49 @@ def run(
     facts: dict[str, Any] = dict(opts.facts or {})
 
     def finish() -> None:
+        # every selected stage gets a row: those the run never reached are "not run"
+        seen = {s.stage for s in summaries}
+        summaries.extend(StageSummary(s.id, "not run", 0.0) for s in opts.stages if s.id not in seen)
         write_json(run_dir / "summary.json", [s.__dict__ for s in summaries])
         print_summary(summaries, console, dry_run=opts.dry_run)
 
+    try:
+        _run_stages(plan, cfg, opts, console, steps, run_dir, summaries, findings, facts, finish)
+    except Interrupted as exc:
+        for s in summaries:
+            if s.status == "running":
+                s.status = "interrupted"
+        finish()
+        exc.hint = exc.hint or f"run `gpustack {plan.command}` again: it continues where this run stopped"
+        raise
+    finish()
+    return RunResult(run_dir, summaries, findings, facts)
+
+
+def _run_stages(
+    plan: CommandPlan,
+    cfg: Config,
+    opts: RunOptions,
+    console: Console,
+    steps: Mapping[str, StepFn],
+    run_dir: Path,
+    summaries: list[StageSummary],
+    findings: list[Finding],
+    facts: dict[str, Any],
+    finish: Callable[[], None],
+) -> None:
     host_key_gate(cfg, opts, console)
 
     for runner, group in groupby(opts.stages, key=lambda s: s.runner):
         stages = list(group)
         if runner == "preflight":
             t0 = time.monotonic()
-            facts, findings = run_preflight(cfg, opts, run_dir, console)
+            summaries.append(StageSummary("preflight", "running", 0.0, hosts=targets(cfg, opts.limit)))
+            got, found = run_preflight(cfg, opts, run_dir, console)
+            facts.update(got)
+            findings[:] = found
             write_json(run_dir / "preflight.json", [f.__dict__ for f in findings])
-            summaries.append(StageSummary("preflight", "ok", time.monotonic() - t0, hosts=targets(cfg, opts.limit)))
+            summaries[-1].status, summaries[-1].elapsed = "ok", time.monotonic() - t0
             try:
                 report_preflight(findings, console)
             except PreflightError:
@@ -342,24 +427,30 @@ def run(
         elif runner == "ansible":
             rows, result = _ansible_stages(plan, stages, cfg, opts, run_dir, console, facts)
             summaries += rows
+            if result.status == "canceled":
+                where = ", ".join(r.stage for r in rows if r.status == "interrupted") or "the host layer"
+                raise Interrupted(f"interrupted during {where}")
             if result.failures or result.rc != 0:
                 finish()
                 result.raise_for_failures()
         else:
             for stage in stages:
                 ctx = StepContext(cfg, opts, console, run_dir, facts)
+                t0 = time.monotonic()
                 try:
                     summaries += steps[stage.id](ctx)
                 except GpustackError:
                     summaries.append(StageSummary(stage.id, "failed", 0.0, hosts=[cfg.control_plane.name]))
                     finish()
                     raise
-    finish()
-    return RunResult(run_dir, summaries, findings, facts)
+                except Interrupted as exc:
+                    summaries.append(StageSummary(stage.id, "interrupted", time.monotonic() - t0))
+                    exc.message = f"interrupted during {stage.id}"
+                    raise
 
 
 def print_summary(summaries: list[StageSummary], console: Console, *, dry_run: bool) -> None:
-    style = {"ok": "ok", "changed": "changed", "failed": "fail", "not run": "skip"}
+    style = {"ok": "ok", "changed": "changed", "failed": "fail", "not run": "skip", "interrupted": "fail"}
     rows = [
         [
             s.stage,

@@ -6,13 +6,15 @@ it is registered here with one line. Shared option types and helpers are in ``gp
 
 from __future__ import annotations
 
+import signal
 import sys
+from types import FrameType
 
 import typer
 
 from gpustack.cli import bundle, doctor, grafana_password, init, plan, render, reset, up, verify, version
 from gpustack.console import Console
-from gpustack.errors import GpustackError
+from gpustack.errors import GpustackError, Interrupted
 
 app = typer.Typer(
     name="gpustack",
@@ -36,15 +38,24 @@ app.command("reset")(reset.reset)
 app.add_typer(bundle.bundle_app, name="bundle")
 
 
+def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
+    raise Interrupted("interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}")
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI. Typer/click handle usage errors (exit 2) and --help; gpustack errors are
-    mapped here, in one place, to their exit codes with a message and a hint, never a traceback."""
+    mapped here, in one place, to their exit codes with a message and a hint, never a traceback.
+
+    Ctrl-C and SIGTERM raise :class:`Interrupted` (click would turn a KeyboardInterrupt into
+    "Aborted!" and exit 1): exit 130 with what was interrupted and how to resume."""
     console = Console()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _raise_interrupted)
     try:
         app(args=argv)
     except GpustackError as exc:
         console.error(exc.message, exc.hint)
         sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        console.error("interrupted", "the next `gpustack up` resumes safely: every stage is idempotent")
-        sys.exit(130)
+    except Interrupted as exc:
+        console.error(exc.message, exc.hint or "run the command again: every stage is idempotent and resumes safely")
+        sys.exit(Interrupted.exit_code)

@@ -7,6 +7,9 @@ I/O shell around ``ansible_runner.run``.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -74,7 +77,8 @@ def build_runner_kwargs(
         "ident": ident,
         "quiet": True,
         "verbosity": settings.verbosity,
-        "settings": {"suppress_ansible_output": True, "job_timeout": 0},
+        # pexpect_timeout: how often ansible-runner polls for a cancel (Ctrl-C) while nothing is printed
+        "settings": {"suppress_ansible_output": True, "job_timeout": 0, "pexpect_timeout": 1},
     }
     if tags:
         kwargs["tags"] = ",".join(tags)
@@ -144,16 +148,20 @@ Listener = Callable[[str, str | None, str | None], None]  # (stage, host, task)
 class StageTracker:
     """Consumes ansible-runner events; one StageResult per play (play name == stage id)."""
 
-    def __init__(self, listener: Listener | None = None) -> None:
+    def __init__(self, listener: Listener | None = None, on_end: Callable[[StageResult], None] | None = None) -> None:
         self.stages: dict[str, StageResult] = {}
         self.current: StageResult | None = None
         self.task: str | None = None
         self.listener = listener
+        #: called once per stage when its play ends (the next play starts, or the run's stats arrive)
+        self.on_end = on_end
         self.stats: dict[str, Any] = {}
 
     def _close_current(self, ts: float) -> None:
         if self.current is not None and self.current.ended is None:
             self.current.ended = ts
+            if self.on_end is not None:
+                self.on_end(self.current)
 
     def handle(self, event: Mapping[str, Any]) -> bool:
         kind = event.get("event")
@@ -211,6 +219,12 @@ class PlaybookResult:
     #: hosts failed, in case an event was lost
     stats: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def last_stage(self) -> StageResult | None:
+        """The stage whose play started last (the one running when a run was cancelled)."""
+        started = [s for s in self.stages.values() if s.started is not None]
+        return max(started, key=lambda s: s.started or 0.0) if started else None
+
     def failed_hosts(self) -> list[str]:
         bad = set(self.stats.get("failures") or {}) | set(self.stats.get("dark") or {})
         return sorted(bad | {f.host for f in self.failures})
@@ -248,16 +262,53 @@ class PlaybookResult:
         )
 
 
-def run_playbook(kwargs: dict[str, Any], tracker: StageTracker) -> PlaybookResult:
+def ensure_dir(path: Path) -> Path:
+    path.mkdir(mode=0o700, exist_ok=True)
+    return path
+
+
+def run_playbook(
+    kwargs: dict[str, Any], tracker: StageTracker, *, cancel: Callable[[], bool] | None = None
+) -> PlaybookResult:
+    """Run one playbook. ``ansible-playbook`` runs under the guard (gpustack/runners/guard.py), so
+    it never outlives gpustack; ``cancel`` is polled while it runs (True: kill it, status
+    "canceled")."""
     import ansible_runner  # heavy import, only when a playbook really runs
 
+    from gpustack.runners.guard import GRACE_SECONDS, guard_pid, write_guard
+
     # ansible-runner silently reuses env/extravars of an existing directory: always a fresh one.
-    Path(kwargs["private_data_dir"]).mkdir(parents=True, exist_ok=False, mode=0o700)
+    private = Path(kwargs["private_data_dir"])
+    private.mkdir(parents=True, exist_ok=False, mode=0o700)
+    # the guard is named ansible-playbook and found first on the PATH ansible-runner runs with
+    # (its `binary` option would switch it to a raw mode that drops the playbook argument)
+    guard_dir = ensure_dir(private / "guard")
+    write_guard(guard_dir)
+    envvars = dict(kwargs.get("envvars") or {})
+    envvars["PATH"] = f"{guard_dir}{os.pathsep}{envvars.get('PATH', os.environ.get('PATH', os.defpath))}"
+    kwargs = {**kwargs, "envvars": envvars}
+    asked: dict[str, float] = {}
+
+    def poll() -> bool:
+        """Cancelling: SIGTERM the guard (it ends every process of the run), and only if it has
+        not ended after its grace period let ansible-runner SIGKILL the process group."""
+        if cancel is None or not cancel():
+            return False
+        if "at" not in asked:
+            asked["at"] = time.monotonic()
+            pid = guard_pid(guard_dir)
+            if pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGTERM)
+            return False
+        return time.monotonic() - asked["at"] > GRACE_SECONDS + 5
+
+    kwargs["cancel_callback"] = poll
     runner = ansible_runner.run(**kwargs, event_handler=tracker.handle)
     artifact_dir = Path(kwargs["private_data_dir"]) / "artifacts" / kwargs["ident"]
     return PlaybookResult(
         rc=int(runner.rc if runner.rc is not None else 1),
-        status=str(runner.status),
+        status="canceled" if asked else str(runner.status),
         stages=tracker.stages,
         failures=tracker.failures,
         artifact_dir=artifact_dir,

@@ -12,8 +12,10 @@ import pytest
 from gpustack import lifecycle
 from gpustack.config.model import Config
 from gpustack.console import Console
-from gpustack.errors import StageError, UsageError
+from gpustack.errors import BusyError, Interrupted, StageError, UsageError
+from gpustack.lock import cluster_lock
 from gpustack.plan import CommandPlan, Stage
+from gpustack.runners import ansible as ar
 
 CFG = Config.model_validate(
     {"nodes": [{"name": "cp", "address": "192.0.2.10", "role": "control-plane", "connection": "local"},
@@ -80,3 +82,70 @@ def test_host_limit() -> None:
     assert lifecycle.targets(CFG, ["w1"]) == ["w1"]
     with pytest.raises(UsageError, match="unknown node"):
         lifecycle.targets(CFG, ["w9"])
+
+
+def test_an_interrupted_step_is_recorded_and_later_stages_are_not_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GPUSTACK_STATE_DIR", str(tmp_path))
+
+    def interrupted(ctx: lifecycle.StepContext) -> list[lifecycle.StageSummary]:
+        raise Interrupted()
+
+    con, buf = console()
+    with pytest.raises(Interrupted) as exc:
+        lifecycle.run(
+            PLAN,
+            CFG,
+            lifecycle.RunOptions(stages=PLAN.select()),
+            con,
+            steps={"first": interrupted, "second": interrupted},
+        )
+    assert exc.value.message == "interrupted during first"
+    assert exc.value.hint is not None and "gpustack demo" in exc.value.hint
+    [run_dir] = (tmp_path / "runs").iterdir()
+    rows = json.loads((run_dir / "summary.json").read_text())
+    assert [(r["stage"], r["status"]) for r in rows] == [("first", "interrupted"), ("second", "not run")]
+    assert "interrupted" in buf.getvalue() and "not run" in buf.getvalue()
+
+
+ANSIBLE_PLAN = CommandPlan(
+    "demo",
+    "three plays",
+    "site.yml",
+    tuple(Stage(i, i, "ansible", "all", "nothing") for i in ("a", "b", "c")),
+)
+
+
+def test_a_cancelled_playbook_makes_the_summary_truthful(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C while play b runs: a ok, b interrupted, c not run (it used to say ok), exit via Interrupted."""
+    monkeypatch.setenv("GPUSTACK_STATE_DIR", str(tmp_path))
+
+    def cancelled_run(cfg: Config, opts: lifecycle.RunOptions, **kw: object) -> ar.PlaybookResult:
+        a = ar.StageResult("a", started=1.0, ended=2.0, hosts={"cp"}, ok={"cp": 3})
+        b = ar.StageResult("b", started=2.0, hosts={"cp"}, ok={"cp": 1}, changed={"cp": 1})
+        return ar.PlaybookResult(254, "canceled", {"a": a, "b": b}, [], tmp_path)
+
+    monkeypatch.setattr(lifecycle, "run_playbook", cancelled_run)
+    con, _ = console()
+    with pytest.raises(Interrupted, match="interrupted during b"):
+        lifecycle.run(ANSIBLE_PLAN, CFG, lifecycle.RunOptions(stages=ANSIBLE_PLAN.select()), con)
+    [run_dir] = (tmp_path / "runs").iterdir()
+    rows = json.loads((run_dir / "summary.json").read_text())
+    assert [(r["stage"], r["status"]) for r in rows] == [("a", "ok"), ("b", "interrupted"), ("c", "not run")]
+
+
+def test_a_second_run_on_a_busy_cluster_is_refused_before_anything(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GPUSTACK_STATE_DIR", str(tmp_path))
+    con, _ = console()
+    with cluster_lock(CFG.cluster.name, "upgrade"), pytest.raises(BusyError, match=r"`gpustack upgrade` \(pid \d+"):
+        lifecycle.run(
+            PLAN,
+            CFG,
+            lifecycle.RunOptions(stages=PLAN.select()),
+            con,
+            steps={"first": lambda c: [], "second": lambda c: []},
+        )
+    assert not (tmp_path / "runs").exists()

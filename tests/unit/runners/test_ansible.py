@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +10,7 @@ import pytest
 
 from gpustack.errors import StageError
 from gpustack.runners import ansible as ar
+from gpustack.runners.ansible import AnsibleSettings, StageTracker, build_runner_kwargs, run_playbook
 
 SETTINGS = ar.AnsibleSettings(known_hosts=Path("/k/known_hosts"), connect_timeout=7)
 
@@ -120,3 +122,71 @@ def test_stats_catch_a_failed_host_without_event(tmp_path: Path) -> None:
     with pytest.raises(StageError) as ei:
         result.raise_for_failures()
     assert ei.value.hosts == ("w2",)
+
+
+CANCEL_PLAYBOOK = """
+- name: a
+  hosts: localhost
+  connection: local
+  gather_facts: false
+  tags: [a]
+  tasks:
+    - name: Quick
+      ansible.builtin.command: "true"
+      changed_when: false
+- name: b
+  hosts: localhost
+  connection: local
+  gather_facts: false
+  tags: [b]
+  tasks:
+    - name: Slow
+      ansible.builtin.command: sleep {marker}
+      changed_when: false
+- name: c
+  hosts: localhost
+  connection: local
+  gather_facts: false
+  tags: [c]
+  tasks:
+    - name: Never
+      ansible.builtin.command: "true"
+      changed_when: false
+"""
+
+
+def test_a_cancelled_run_stops_the_playbook_and_leaves_no_process(tmp_path: Path) -> None:
+    """A real ansible-playbook (local connection) under the guard, cancelled while play b runs."""
+    import subprocess
+    import time
+
+    marker = "61.0317"  # a sleep no one else runs: how the test finds the task's process
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "site.yml").write_text(CANCEL_PLAYBOOK.format(marker=marker))
+    wanted = {"cancel": False}
+
+    def listener(stage: str, host: str | None, task: str | None) -> None:
+        if stage == "b" and task == "Slow":
+            wanted["cancel"] = True
+
+    kwargs = build_runner_kwargs(
+        private_data_dir=tmp_path / "run",
+        project_dir=project,
+        playbook="site.yml",
+        inventory={"all": {"hosts": {"localhost": {"ansible_python_interpreter": sys.executable}}}},
+        extravars={},
+        tags=(),
+        settings=AnsibleSettings(known_hosts=tmp_path / "known_hosts"),
+        ident="cancel",
+    )
+    t0 = time.monotonic()
+    result = run_playbook(kwargs, StageTracker(listener), cancel=lambda: wanted["cancel"])
+    assert result.status == "canceled"
+    assert time.monotonic() - t0 < 50, "the run waited for the slow task instead of being cancelled"
+    assert result.stages["a"].ended is not None
+    assert result.last_stage is not None and result.last_stage.stage == "b"
+    assert "c" not in result.stages
+    assert "gpustack.runners.guard" in (tmp_path / "run" / "guard" / "ansible-playbook").read_text()
+    left = subprocess.run(["pgrep", "-f", f"sleep {marker}"], capture_output=True, text=True, check=False)
+    assert left.stdout.strip() == "", f"the task's process outlived the cancelled run: {left.stdout}"
