@@ -1,0 +1,106 @@
+"""Interruptions on a real host: Ctrl-C (SIGINT) and SIGKILL of gpustack in the middle of `up`.
+
+After each: no ansible-playbook, Ansible worker or module process is left (on this machine or on
+the host), the summary says which stage was interrupted and which never ran, a concurrent run is
+refused by the cluster lock while one runs, and the next `up` finishes the job; the one after it
+changes nothing. kubeadm/kubelet/kubectl/helm on the host are the test bed's doubles."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from .cluster import HOST_LAYER_ONLY, UpRun, run_gpustack, up, write_config
+from .hosts import Host, Testbed
+from .pytest_plugin import TestbedFactory
+from .services import Sources
+
+
+@pytest.fixture
+def bed(testbed_factory: TestbedFactory) -> Testbed:
+    return testbed_factory(["intr"])
+
+
+def _start_up(cfg: Path, state: Path) -> subprocess.Popen[str]:
+    env = {**os.environ, "GPUSTACK_STATE_DIR": str(state), "NO_COLOR": "1", "COLUMNS": "200", "PYTHONUNBUFFERED": "1"}
+    env.pop("GPUSTACK_CONFIG", None)
+    return subprocess.Popen(
+        [sys.executable, "-m", "gpustack", "up", "--yes", *HOST_LAYER_ONLY, "-c", str(cfg)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        env=env,
+    )
+
+
+def _wait_for_line(proc: subprocess.Popen[str], marker: str, timeout: float = 600) -> list[str]:
+    assert proc.stdout is not None
+    seen: list[str] = []
+    deadline = time.monotonic() + timeout
+    for line in proc.stdout:
+        seen.append(line)
+        if marker in line:
+            return seen
+        assert time.monotonic() < deadline, "".join(seen)
+    raise AssertionError(f"{marker!r} never printed:\n{''.join(seen)}")
+
+
+def _no_stray_processes(state: Path, host: Host) -> None:
+    """Nothing of the interrupted run is left: here, ansible-playbook processes of its run
+    directories (their guard is named after them); on the host, Ansible's module processes."""
+    deadline = time.monotonic() + 20
+    while True:
+        here = subprocess.run(["pgrep", "-af", str(state / "runs")], capture_output=True, text=True, check=False)
+        there = host.sudo("pgrep -af '[A]nsiballZ|[a]nsible-tmp' || true", check=True).stdout.strip()
+        if not here.stdout.strip() and not there:
+            return
+        assert time.monotonic() < deadline, f"left behind:\nhere: {here.stdout}\nhost: {there}"
+        time.sleep(0.5)
+
+
+def test_interrupted_and_killed_runs_leave_nothing_behind_and_the_next_run_finishes(
+    bed: Testbed, tmp_path: Path, sources: Sources
+) -> None:
+    host = bed.hosts[0]
+    cfg = write_config(bed, tmp_path / "gpustack.yaml", sources)
+    state = tmp_path / "state"
+
+    # --- Ctrl-C while the containerd stage runs
+    first = _start_up(cfg, state)
+    _wait_for_line(first, "▶ containerd")
+    first.send_signal(signal.SIGINT)
+    out, err = first.communicate(timeout=120)
+    assert first.returncode == 130, out + err
+    assert "interrupted during" in err and "again" in err, err
+    run = UpRun(first.returncode, out, err, state)
+    statuses = {stage: row["status"] for stage, row in run.summary().items()}
+    assert "interrupted" in statuses.values(), statuses
+    assert statuses["helm"] == "not run" and statuses["network"] == "not run", statuses
+    assert "ok" not in [statuses[s] for s in ("kubernetes", "control-plane", "network", "helm")], statuses
+    _no_stray_processes(state, host)
+
+    # --- a second run is refused while one holds the lock; then SIGKILL the holder mid-stage
+    second = _start_up(cfg, state)
+    _wait_for_line(second, "▶ kubernetes")
+    busy = run_gpustack(cfg, state, "up", "--yes", *HOST_LAYER_ONLY, timeout=120)
+    assert busy.rc == 4 and "busy" in busy.stderr and str(second.pid) in busy.stderr, busy.output
+    second.send_signal(signal.SIGKILL)
+    second.wait(timeout=30)
+    _no_stray_processes(state, host)
+
+    # --- the next run finishes the job at once (the lock of the killed run is not stale)
+    t0 = time.monotonic()
+    third = up(cfg, state)
+    assert third.rc == 0, third.output
+    finishing = time.monotonic() - t0
+    fourth = up(cfg, state)
+    assert fourth.rc == 0, fourth.output
+    assert all(v == 0 for v in fourth.changed().values()), fourth.changed()
+    print(f"test_interrupt: the run after SIGKILL took {finishing:.1f}s")
