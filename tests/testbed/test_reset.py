@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from .cluster import doubles_log, run_gpustack, up, write_config
-from .hosts import Testbed
+from .hosts import Host, Testbed
 from .prepare import fstab_swap
 from .pytest_plugin import TestbedFactory
 from .services import Sources
@@ -61,9 +61,12 @@ def test_reset_removes_kubernetes_and_keeps_the_hosts_own_firewall(
     host = bed.hosts[0]
     cfg = write_config(bed, tmp_path / "gpustack.yaml", sources)
     state = tmp_path / "state"
+    for cmd in SITE_FIREWALL:
+        host.sudo(cmd, check=True)
+    before_up = _netfilter(host)
     assert up(cfg, state).rc == 0
     assert "#/swap.img" in host.sudo("cat /etc/fstab", check=True).stdout.replace("# ", "#")
-    for cmd in SITE_FIREWALL + KUBE_TRACES:
+    for cmd in KUBE_TRACES:
         host.sudo(cmd, check=True)
     before = host.sudo("iptables -S", check=True).stdout
     site_rules = [r for r in before.splitlines() if "SITE-RULES" in r or "--dport 22" in r or "-P " in r]
@@ -83,6 +86,8 @@ def test_reset_removes_kubernetes_and_keeps_the_hosts_own_firewall(
     assert done.rc == 0, done.output
     rules = host.sudo("iptables -S", check=True).stdout
     assert not any(name in rules for name in ("KUBE-", "FLANNEL", "GPUSTACK-INPUT")), rules
+    # every table, both families: exactly what the host had before `up`
+    assert _netfilter(host) == before_up
     assert [r for r in rules.splitlines() if "SITE-RULES" in r or "--dport 22" in r or "-P " in r] == site_rules
     assert "-P INPUT DROP" in rules
     nat = host.sudo("iptables -t nat -S", check=True).stdout
@@ -121,3 +126,19 @@ def test_reset_removes_kubernetes_and_keeps_the_hosts_own_firewall(
     assert [r for r in host.sudo("iptables -S", check=True).stdout.splitlines() if "SITE-RULES" in r] == [
         r for r in site_rules if "SITE-RULES" in r
     ]
+
+    # a later `up` builds the node again, and the run after it changes nothing
+    again_up = up(cfg, state)
+    assert again_up.rc == 0, again_up.output
+    converged = up(cfg, state)
+    assert converged.rc == 0, converged.output
+    assert all(v == 0 for v in converged.changed().values()), converged.changed()
+
+
+def _netfilter(host: Host) -> dict[str, str]:
+    """`-S` of every table of both families (the rules and policies, without counters)."""
+    return {
+        f"{tool} -t {table}": host.sudo(f"{tool} -w -t {table} -S", check=True).stdout
+        for tool in ("iptables", "ip6tables")
+        for table in ("filter", "nat", "mangle", "raw")
+    }
