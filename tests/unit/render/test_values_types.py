@@ -315,10 +315,17 @@ def render_variant(variant: str) -> dict[str, dict[str, Any]]:
     return render_values(Config.model_validate(raw), facts)
 
 
-def helm_template(helm: Path, release: str, values: Mapping[str, Any], tmp: Path) -> list[dict[str, Any]]:
-    """``helm template`` of the release's test chart with these values; the objects it renders."""
+_RENDERS: dict[tuple[str, str], list[dict[str, Any]]] = {}
+
+
+def helm_template(helm: Path, release: str, values: Mapping[str, Any] | None, tmp: Path) -> list[dict[str, Any]]:
+    """``helm template`` of the release's test chart with these values (None: the chart's defaults); the
+    objects it renders. Renders are kept per values text, so the survival and coverage tests share them."""
+    text = yaml.safe_dump(dict(values)) if values is not None else ""
+    if (release, text) in _RENDERS:
+        return _RENDERS[release, text]
     values_file = tmp / f"{release}.values.yaml"
-    values_file.write_text(yaml.safe_dump(dict(values)), encoding="utf-8")
+    values_file.write_text(text, encoding="utf-8")
     env = {**os.environ, **{f"HELM_{d}_HOME": str(tmp / f"helm-{d.lower()}") for d in ("CACHE", "CONFIG", "DATA")}}
     args = [str(helm), "template", release, str(CHARTS / release), "--namespace", NAMESPACES[release]]
     proc = subprocess.run(
@@ -326,7 +333,8 @@ def helm_template(helm: Path, release: str, values: Mapping[str, Any], tmp: Path
     )
     if proc.returncode != 0:
         raise HelmFailed(proc.stderr.strip())
-    return [o for o in yaml.safe_load_all(proc.stdout) if o]
+    _RENDERS[release, text] = [o for o in yaml.safe_load_all(proc.stdout) if o]
+    return _RENDERS[release, text]
 
 
 class HelmFailed(Exception):
@@ -482,6 +490,21 @@ def test_table_keys_are_set_and_typed_as_listed() -> None:
                     f"{variant}: {release}:{row.key} is {value!r}, README says {row.type}"
                 )
     assert sorted({(r.release, r.key) for r in readme_rows()} - seen) == [], "listed but never set"
+
+
+def test_every_check_can_fail(real_bins: RealBins, tmp_path: Path) -> None:
+    """Each ``at``/``gates`` path is found in some render (a variant, or the test chart's defaults, which
+    open the gates gpustack closes): a path that never resolves would make its check vacuous."""
+    renders = [helm_template(real_bins.helm, release, None, tmp_path) for release in RELEASES]
+    renders += [
+        helm_template(real_bins.helm, release, values, tmp_path)
+        for variant in TYPE_VARIANTS
+        for release, values in render_variant(variant).items()
+    ]
+    never = {
+        f"{u.file}: {u.where}" for u in chart_uses() if u.where and all(resolve(r, u.where) is MISSING for r in renders)
+    }
+    assert sorted(never) == []
 
 
 def test_helpers_catch_what_they_should() -> None:
