@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import json
 import os
 import re
 import subprocess
@@ -320,16 +321,15 @@ _RENDERS: dict[tuple[str, str], list[dict[str, Any]]] = {}
 
 def helm_template(helm: Path, release: str, values: Mapping[str, Any] | None, tmp: Path) -> list[dict[str, Any]]:
     """``helm template`` of the release's test chart with these values (None: the chart's defaults); the
-    objects it renders. Renders are kept per values text, so the survival and coverage tests share them."""
-    text = yaml.safe_dump(dict(values)) if values is not None else ""
+    objects it renders. The values go in as ``up`` hands them to helm (pyhelm3: JSON on stdin, ``--values -``).
+    Renders are kept per values text, so the survival and coverage tests share them."""
+    text = json.dumps(values if values is not None else {}, sort_keys=True)
     if (release, text) in _RENDERS:
         return _RENDERS[release, text]
-    values_file = tmp / f"{release}.values.yaml"
-    values_file.write_text(text, encoding="utf-8")
     env = {**os.environ, **{f"HELM_{d}_HOME": str(tmp / f"helm-{d.lower()}") for d in ("CACHE", "CONFIG", "DATA")}}
     args = [str(helm), "template", release, str(CHARTS / release), "--namespace", NAMESPACES[release]]
     proc = subprocess.run(
-        [*args, "--include-crds", "-f", str(values_file)], capture_output=True, text=True, env=env, timeout=60
+        [*args, "--include-crds", "--values", "-"], input=text, capture_output=True, text=True, env=env, timeout=60
     )
     if proc.returncode != 0:
         raise HelmFailed(proc.stderr.strip())
