@@ -230,6 +230,34 @@ UPGRADE_STAGES: tuple[Stage, ...] = (
 )
 
 
+COMPONENTS_STAGES: tuple[Stage, ...] = (
+    PREFLIGHT,
+    Stage(
+        "crds",
+        "CRDs of the pinned charts",
+        "python",
+        "control-plane",
+        "each pinned chart pulled; the CustomResourceDefinitions in its crds/ directories (and its subcharts') "
+        "applied server-side and waited for (Helm never upgrades CRDs)",
+    ),
+    Stage(
+        "cluster",
+        "Releases at their pins",
+        "python",
+        "control-plane",
+        "kube-prometheus-stack, then GPU Operator and dcgm-exporter upgraded to the pinned chart versions with the "
+        "values rendered from the config and facts (unchanged releases untouched); gpustack's objects re-applied",
+    ),
+    Stage(
+        "check",
+        "ClusterPolicy check",
+        "python",
+        "control-plane",
+        "nothing: reads the ClusterPolicy and fails when a key gpustack's GPU Operator values set is missing or changed",
+    ),
+)
+
+
 SEQUENCES: dict[str, CommandPlan] = {
     "up": CommandPlan(
         "up",
@@ -249,6 +277,12 @@ SEQUENCES: dict[str, CommandPlan] = {
         "Kubernetes one minor (or patch) up: control plane first, then the workers one at a time; resumable",
         "upgrade.yml",
         UPGRADE_STAGES,
+    ),
+    "components": CommandPlan(
+        "components",
+        "gpustack upgrade --components: Helm releases to their pinned chart versions, CRDs first",
+        "site.yml",  # no Ansible stage: every step is Python
+        COMPONENTS_STAGES,
     ),
 }
 
