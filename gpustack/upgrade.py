@@ -199,7 +199,7 @@ def upgrade(cfg: Config, opts: UpgradeOptions, console: Console) -> UpgradeResul
                 error=exc.message + (f" (stage {exc.stage})" if isinstance(exc, StageError) else ""),
             )
             write_progress(path, failed)
-            exc.hint = exc.hint or f"fix the cause, then run `gpustack upgrade --to {target}` again: it continues"
+            exc.hint = resume_hint(target, exc.hint)
         raise
     if not opts.dry_run:
         console.print(
@@ -207,6 +207,15 @@ def upgrade(cfg: Config, opts: UpgradeOptions, console: Console) -> UpgradeResul
             "gpustack.yaml (up refuses a config that differs from the cluster)"
         )
     return UpgradeResult(result.run_dir, result.summaries, target, state.get("progress", {}))
+
+
+def resume_hint(target: str, hint: str | None) -> str:
+    """How to continue after a failure, keeping the runner's pointer to the full log (pure)."""
+    log = hint.split("full log:", 1)[1].strip() if hint and "full log:" in hint else None
+    resume = f"fix the cause, then run `gpustack upgrade --to {target}` again: it continues where it stopped"
+    if log:
+        return f"{resume}; full log: {log}"
+    return f"{resume}; {hint}" if hint else resume
 
 
 class _LazyExtravars(Mapping[str, Any]):

@@ -189,3 +189,12 @@ def test_plan_upgrade_shows_each_nodes_turn(tmp_path: Path) -> None:
     out = r.stdout
     assert "upgrade to 1.36.4: one node at a time" in out
     assert out.index("kubeadm upgrade apply v1.36.4") < out.index("│ 2 │ w1")
+
+
+def test_resume_hint_keeps_the_log_and_drops_up_advice() -> None:
+    h = up_mod.resume_hint(
+        "1.36.4", "fix the cause and run `gpustack up` again (it resumes safely); full log: /r/stdout"
+    )
+    assert h.startswith("fix the cause, then run `gpustack upgrade --to 1.36.4` again: it continues")
+    assert h.endswith("full log: /r/stdout") and "gpustack up`" not in h
+    assert up_mod.resume_hint("1.36.4", None).endswith("where it stopped")
