@@ -132,7 +132,7 @@ def test_upgrade_1_35_to_1_36_on_three_hosts_interrupted_and_resumed(
 
     for h in bed.hosts:
         versions = h.run("dpkg-query -W -f='${Package}=${Version} ' kubeadm kubelet kubectl", check=True).stdout
-        assert versions.split() == ["kubeadm=1.36.4-1.1", "kubelet=1.36.4-1.1", "kubectl=1.36.4-1.1"], h.name
+        assert sorted(versions.split()) == ["kubeadm=1.36.4-1.1", "kubectl=1.36.4-1.1", "kubelet=1.36.4-1.1"], h.name
         assert set(h.run("apt-mark showhold", check=True).stdout.split()) >= {"kubeadm", "kubelet", "kubectl"}
         assert "/v1.36/deb/" in h.sudo("cat /etc/apt/sources.list.d/kubernetes.list", check=True).stdout
         marker = json.loads(h.sudo("cat /etc/gpustack/installed.json", check=True).stdout)
