@@ -139,3 +139,31 @@ def test_fail_once_fails_exactly_once(tmp_path: Path) -> None:
     (cluster / "fail-once" / "w1-upgrade-node").write_text("")
     assert w.run("kubeadm", "upgrade", "node").returncode == 1
     assert w.run("kubeadm", "upgrade", "node").returncode == 0
+
+
+def test_a_control_plane_joins_with_the_uploaded_certificate_key(tmp_path: Path) -> None:
+    cluster = tmp_path / "cluster"
+    cluster.mkdir()
+    cp1, cp2 = Host(tmp_path, "cp1", cluster, "1.36.4"), Host(tmp_path, "cp2", cluster, "1.36.4")
+    cfg = Config(
+        nodes=[
+            Node(name="cp1", address="10.10.0.2", role="control-plane"),
+            Node(name="cp2", address="10.10.0.3", role="control-plane"),
+        ]
+    )
+    (tmp_path / "kubeadm.yaml").write_text(render_init_config(cfg))
+    assert cp1.run("kubeadm", "init", "--config", str(tmp_path / "kubeadm.yaml"), "--upload-certs").returncode == 0
+    up = cp1.run("kubeadm", "init", "phase", "upload-certs", "--upload-certs")
+    key = up.stdout.split()[-1]
+    assert up.returncode == 0 and len(key) == 64
+    join = cp1.run("kubeadm", "token", "create", "--print-join-command").stdout.split()[1:]
+    wrong = cp2.run("kubeadm", *join, "--control-plane", "--certificate-key", "0" * 64, "--node-name", "cp2")
+    assert wrong.returncode == 1 and "authentication failed" in wrong.stderr
+    ok = cp2.run(
+        "kubeadm", *join, "--control-plane", "--certificate-key", key, "--apiserver-advertise-address", "10.10.0.3",
+        "--node-name", "cp2",
+    )  # fmt: skip
+    assert ok.returncode == 0, ok.stderr
+    assert (cp2.root / "etc/kubernetes/admin.conf").is_file()
+    assert (cp2.root / "etc/kubernetes/manifests/etcd.yaml").is_file()
+    assert json.loads((cluster / "nodes" / "cp2.json").read_text())["roles"] == ["control-plane"]
