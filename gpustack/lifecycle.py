@@ -352,10 +352,21 @@ def _ansible_stages(
     return rows, result
 
 
+#: a command's own check of the preflight facts before anything changes (raises to refuse the run)
+Guard = Callable[[Config, Mapping[str, Any]], None]
+
+
 def run(
-    plan: CommandPlan, cfg: Config, opts: RunOptions, console: Console, *, steps: Mapping[str, StepFn] | None = None
+    plan: CommandPlan,
+    cfg: Config,
+    opts: RunOptions,
+    console: Console,
+    *,
+    steps: Mapping[str, StepFn] | None = None,
+    after_preflight: Guard | None = None,
 ) -> RunResult:
-    """Run the selected stages of ``plan`` (``opts.stages``, from :meth:`CommandPlan.select`)."""
+    """Run the selected stages of ``plan`` (``opts.stages``, from :meth:`CommandPlan.select`);
+    ``after_preflight`` sees the facts once preflight passed, before the first change."""
     steps = steps or {}
     missing = [s.id for s in opts.stages if s.runner == "python" and s.id not in steps]
     if missing:
@@ -420,7 +431,9 @@ def _run_stages(
             summaries[-1].status, summaries[-1].elapsed = "ok", time.monotonic() - t0
             try:
                 report_preflight(findings, console)
-            except PreflightError:
+                if after_preflight is not None:
+                    after_preflight(cfg, facts)
+            except GpustackError:
                 summaries[-1].status = "failed"
                 write_json(run_dir / "summary.json", [s.__dict__ for s in summaries])
                 raise

@@ -1,6 +1,6 @@
 """Every host-changing command as plain data: a named sequence of stages, and stage selection.
 
-A command (``up`` today; ``reset``, ``node add``, ``node remove``, ``upgrade`` are meant to be new
+A command (``up``, ``reset``, ``upgrade``; ``node add``, ``node remove`` are meant to be new
 entries in :data:`SEQUENCES`) is a :class:`CommandPlan`: its stages in order and the one playbook its
 Ansible stages run (one play per stage, tagged with the stage id). :mod:`gpustack.lifecycle` runs
 any plan the same way (host keys, preflight, the playbook with a host limit, Python steps, progress,
@@ -189,6 +189,75 @@ RESET_STAGES: tuple[Stage, ...] = (
 )
 
 
+UPGRADE_STAGES: tuple[Stage, ...] = (
+    PREFLIGHT,
+    Stage(
+        "repository",
+        "Package repository",
+        "ansible",
+        "all",
+        "before this stage: the version-skew policy (gpustack/skew.py) on the nodes' installed versions, exit 2 "
+        "when refused; then every node's pkgs.k8s.io source, key (fingerprint checked) and pin moved to the target "
+        "minor; installed packages stay held where they are",
+    ),
+    Stage(
+        "control-plane",
+        "Control plane upgrade",
+        "ansible",
+        "control-plane",
+        "one node at a time: kubeadm at the target; the first control plane kubeadm upgrade plan and apply, the "
+        "others kubeadm upgrade node; drain (not a single-node cluster); kubelet and kubectl; kubelet restarted; "
+        "Ready at the target; uncordon; /etc/gpustack/installed.json records the target",
+    ),
+    Stage(
+        "workers",
+        "Worker upgrade",
+        "ansible",
+        "workers",
+        "one node at a time: drain (a failed drain uncordons and stops here); kubeadm; kubeadm upgrade node; "
+        "kubelet and kubectl; kubelet restarted; Ready at the target (GPU nodes: the GPU Operator validator "
+        "passed); uncordon; the marker records the target. Every step is recorded in /var/lib/gpustack/upgrade.json "
+        "on the node: a re-run continues where it stopped",
+    ),
+    Stage(
+        "record",
+        "This machine's record of the upgrade",
+        "python",
+        "local",
+        "<state>/clusters/<cluster>/upgrade.json: status done (written as running before the repository stage, "
+        "each node's entry as it finishes, failed with the reason when a stage fails)",
+    ),
+)
+
+
+COMPONENTS_STAGES: tuple[Stage, ...] = (
+    PREFLIGHT,
+    Stage(
+        "crds",
+        "CRDs of the pinned charts",
+        "python",
+        "control-plane",
+        "each pinned chart pulled; the CustomResourceDefinitions in its crds/ directories (and its subcharts') "
+        "applied server-side and waited for (Helm never upgrades CRDs)",
+    ),
+    Stage(
+        "cluster",
+        "Releases at their pins",
+        "python",
+        "control-plane",
+        "kube-prometheus-stack, then GPU Operator and dcgm-exporter upgraded to the pinned chart versions with the "
+        "values rendered from the config and facts (unchanged releases untouched); gpustack's objects re-applied",
+    ),
+    Stage(
+        "check",
+        "ClusterPolicy check",
+        "python",
+        "control-plane",
+        "nothing: reads the ClusterPolicy and fails when a key gpustack's GPU Operator values set is missing or changed",
+    ),
+)
+
+
 SEQUENCES: dict[str, CommandPlan] = {
     "up": CommandPlan(
         "up",
@@ -202,6 +271,18 @@ SEQUENCES: dict[str, CommandPlan] = {
         "tear the cluster (or some nodes) down, leaving each host's own firewall and SSH as they were",
         "reset.yml",
         RESET_STAGES,
+    ),
+    "upgrade": CommandPlan(
+        "upgrade",
+        "Kubernetes one minor (or patch) up: control plane first, then the workers one at a time; resumable",
+        "upgrade.yml",
+        UPGRADE_STAGES,
+    ),
+    "components": CommandPlan(
+        "components",
+        "gpustack upgrade --components: Helm releases to their pinned chart versions, CRDs first",
+        "site.yml",  # no Ansible stage: every step is Python
+        COMPONENTS_STAGES,
     ),
 }
 

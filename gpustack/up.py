@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpustack import lifecycle, plan
+from gpustack import lifecycle, plan, skew
 from gpustack.checks.model import Finding
 from gpustack.config.model import Config
 from gpustack.console import Console
@@ -31,7 +31,15 @@ class UpResult:
 
 
 def up(cfg: Config, opts: UpOptions, console: Console) -> UpResult:
-    result = lifecycle.run(plan.sequence("up"), cfg, opts, console, steps={"cluster": cluster_step})
+    result = lifecycle.run(
+        plan.sequence("up"),
+        cfg,
+        opts,
+        console,
+        steps={"cluster": cluster_step},
+        # a live cluster at another version is upgraded by `gpustack upgrade`, never by `up`
+        after_preflight=skew.refuse_version_change,
+    )
     kubeconfig = kubeconfig_path(cfg.cluster.name)
     return UpResult(result.run_dir, result.summaries, result.findings, kubeconfig if kubeconfig.exists() else None)
 

@@ -12,7 +12,7 @@ from types import FrameType
 
 import typer
 
-from gpustack.cli import bundle, doctor, grafana_password, init, plan, render, reset, up, verify, version
+from gpustack.cli import bundle, doctor, grafana_password, init, plan, render, reset, up, upgrade, verify, version
 from gpustack.console import Console
 from gpustack.errors import GpustackError, Interrupted
 
@@ -35,6 +35,7 @@ app.command("version")(version.version)
 app.command("verify")(verify.verify)
 app.command("doctor")(doctor.doctor)
 app.command("reset")(reset.reset)
+app.command("upgrade")(upgrade.upgrade)
 app.add_typer(bundle.bundle_app, name="bundle")
 
 

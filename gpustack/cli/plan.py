@@ -15,6 +15,7 @@ def plan(
     only: StagesOpt = None,
     from_: FromOpt = None,
     skip: StagesOpt = None,
+    to: Annotated[str | None, typer.Option("--to", help="upgrade: the target version (shows each node's turn)")] = None,
 ) -> None:
     """Print the ordered stages a command (default: up) would run and what each changes; touches nothing."""
     from gpustack import plan as plans
@@ -39,3 +40,9 @@ def plan(
     console.table(f"gpustack {seq.command} would run", ["#", "stage", "hosts", "changes"], rows)
     if seq.command == "up":
         print_versions(console, cfg)
+    if seq.command == "upgrade" and to:
+        from gpustack import skew
+
+        version = skew.resolve_target(to)
+        order = [[str(i), s.node, s.action, s.detail] for i, s in enumerate(skew.upgrade_order(cfg, version), 1)]
+        console.table(f"upgrade to {version}: one node at a time", ["#", "node", "kubeadm", "steps"], order)

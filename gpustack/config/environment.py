@@ -41,6 +41,8 @@ NON_CONFIG: dict[str, EnvVar] = {
         EnvVar("GPUSTACK_SKIP_SANDBOX", "tests", "skip the playbook sandbox converge tests on purpose"),
         EnvVar("GPUSTACK_VERIFY_SAMPLE", "tests", "write the README's verify sample output to this file"),
         EnvVar("GPUSTACK_DOUBLES_ROOT", "tests", "path prefix for the test-bed kubeadm/kubelet/kubectl/helm doubles"),
+        EnvVar("GPUSTACK_DOUBLES_CLUSTER", "tests", "the directory the test-bed doubles share as their cluster"),
+        EnvVar("GPUSTACK_DOUBLES_HOST", "tests", "the host name the test-bed doubles record (default: hostname)"),
         EnvVar("GPUSTACK_HELM_DOUBLE_VERSION", "tests", "the version the test-bed helm double reports"),
         EnvVar("GPUSTACK_TESTBED_CACHE", "tests", "the test bed's root-filesystem cache directory"),
         EnvVar("GPUSTACK_TESTBED_MIRROR", "tests", "the Debian mirror the test bed's debootstrap uses"),

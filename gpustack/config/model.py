@@ -160,6 +160,51 @@ class Cluster(_Model):
         default=None, description="NIC Flannel uses between nodes (default: the default route's)"
     )
     dns_domain: str = "cluster.local"
+    control_plane_endpoint: str | None = Field(
+        default=None,
+        description="HA: HOST[:PORT] of an existing load balancer in front of every control-plane node's API server "
+        "(port 6443 when left out)",
+    )
+    virtual_ip: ipaddress.IPv4Address | None = Field(
+        default=None,
+        description="HA: a free address on the nodes' network that gpustack moves between the control-plane nodes "
+        "(kube-vip static pod, ARP)",
+    )
+    virtual_ip_interface: str | None = Field(
+        default=None, description="NIC kube-vip announces virtual_ip on (default: the default route's)"
+    )
+
+    @field_validator("control_plane_endpoint")
+    @classmethod
+    def _endpoint(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        host, sep, port = v.rpartition(":")
+        if not sep:
+            host, port = v, ""
+        if not host or (sep and (not port.isdigit() or not 0 < int(port) < 65536)):
+            raise ValueError(f"{v!r} is not HOST or HOST:PORT (e.g. k8s-api.example.com:6443)")
+        problem = node_address_problem(host)
+        if problem:
+            raise ValueError(f"{v!r}: {problem}")
+        return v
+
+    @field_validator("virtual_ip_interface")
+    @classmethod
+    def _vip_iface(cls, v: str | None) -> str | None:
+        if v is not None and (not IFACE_RE.match(v) or v in {".", ".."}):
+            raise ValueError(f"{v!r} is not a network interface name (e.g. eth0)")
+        return v
+
+    @property
+    def api_endpoint(self) -> tuple[str, int] | None:
+        """(host, port) every node reaches the API server at in an HA cluster; None: the first control plane."""
+        if self.control_plane_endpoint:
+            host, sep, port = self.control_plane_endpoint.rpartition(":")
+            return (host, int(port)) if sep else (self.control_plane_endpoint, 6443)
+        if self.virtual_ip is not None:
+            return str(self.virtual_ip), 6443
+        return None
 
     @field_validator("name")
     @classmethod
@@ -541,3 +586,8 @@ class Config(_Model):
     @property
     def workers(self) -> list[Node]:
         return [n for n in self.nodes if n.role == "worker"]
+
+    @property
+    def control_planes(self) -> list[Node]:
+        """Every control-plane node; the first one runs kubeadm init, the others join it."""
+        return [n for n in self.nodes if n.role == "control-plane"]

@@ -25,6 +25,11 @@ KUBERNETES_DEFAULT = "1.36"
 KUBERNETES_PACKAGE_REVISION = "1.1"
 
 FLANNEL_VERSION = "0.28.4"
+
+# HA control plane with cluster.virtual_ip: kube-vip as a static pod on every control-plane node
+# (ARP, leader election). Pinned by tag only: no digest could be verified from the build sandbox.
+KUBE_VIP_VERSION = "v1.0.2"
+KUBE_VIP_IMAGE = f"ghcr.io/kube-vip/kube-vip:{KUBE_VIP_VERSION}"
 # sha256 of the release's kube-flannel.yml. None: not verifiable from the build sandbox (GitHub
 # release assets cannot be fetched there and no trusted source records it); the download is then
 # not verified unless gpustack.yaml sets versions.flannel_sha256 (docs/decisions.md).

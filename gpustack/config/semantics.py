@@ -43,16 +43,7 @@ def _nodes(cfg: Config) -> list[Problem]:
         for i, n in enumerate(cfg.nodes):
             if counts[getattr(n, field)] > 1:
                 out.append(Problem(("nodes", i, field), f"duplicate node {field} {getattr(n, field)!r}"))
-    cps = [i for i, n in enumerate(cfg.nodes) if n.role == "control-plane"]
-    if not cps:
-        out.append(Problem(("nodes",), "no node has role: control-plane (exactly one is required)"))
-    elif len(cps) > 1:
-        for i in cps[1:]:
-            out.append(
-                Problem(
-                    ("nodes", i, "role"), "more than one control-plane node: HA control planes are not supported yet"
-                )
-            )
+    out += control_plane_problems(cfg)
     locals_ = [i for i, n in enumerate(cfg.nodes) if n.connection == "local"]
     for i in locals_[1:]:
         out.append(Problem(("nodes", i, "connection"), "only one node can use connection: local"))
@@ -61,6 +52,43 @@ def _nodes(cfg: Config) -> list[Problem]:
             key = n.ssh_key.expanduser()
             if not key.is_file() or not os.access(key, os.R_OK):
                 out.append(Problem(("nodes", i, "ssh_key"), f"SSH key {str(key)!r} does not exist or is not readable"))
+    return out
+
+
+def control_plane_problems(cfg: Config) -> list[Problem]:
+    """One control plane, or an odd number (etcd quorum) behind a stable endpoint: an existing load
+    balancer (cluster.control_plane_endpoint) or a virtual IP gpustack runs (cluster.virtual_ip)."""
+    cps = [i for i, n in enumerate(cfg.nodes) if n.role == "control-plane"]
+    c = cfg.cluster
+    out: list[Problem] = []
+    if not cps:
+        return [Problem(("nodes",), "no node has role: control-plane (one, or an odd number for HA, is required)")]
+    if len(cps) % 2 == 0:
+        out.append(
+            Problem(
+                ("nodes", cps[-1], "role"),
+                f"{len(cps)} control-plane nodes: etcd needs an odd number (1, 3, 5) to keep a quorum; "
+                f"add or remove one",
+            )
+        )
+    if c.control_plane_endpoint and c.virtual_ip is not None:
+        out.append(
+            Problem(
+                ("cluster", "virtual_ip"),
+                "set either cluster.control_plane_endpoint (an existing load balancer) or cluster.virtual_ip "
+                "(kube-vip), not both",
+            )
+        )
+    if len(cps) > 1 and c.api_endpoint is None:
+        out.append(
+            Problem(
+                ("cluster", "control_plane_endpoint"),
+                f"{len(cps)} control-plane nodes need one address for the API server: set "
+                "cluster.control_plane_endpoint (an existing load balancer) or cluster.virtual_ip (kube-vip)",
+            )
+        )
+    if c.virtual_ip is not None and str(c.virtual_ip) in {n.address for n in cfg.nodes}:
+        out.append(Problem(("cluster", "virtual_ip"), f"{c.virtual_ip} is a node's address; pick a free one"))
     return out
 
 

@@ -14,7 +14,7 @@ from gpustack.config import compat, pins
 from gpustack.config.model import Config, Node
 from gpustack.constants import LOCAL_STORAGE_PATH
 from gpustack.paths import state_dir
-from gpustack.render.kubeadm import render_init_config
+from gpustack.render.kubeadm import api_endpoint, render_init_config
 from gpustack.render.values import uses_local_storage
 
 ARCHES = ("amd64", "arm64")
@@ -43,12 +43,12 @@ def _host_vars(node: Node, cfg: Config) -> dict[str, Any]:
 
 
 def inventory(cfg: Config) -> dict[str, Any]:
-    """Groups ``control_plane`` and ``workers`` under ``all``; host names are node names."""
-    cp = cfg.control_plane
+    """Groups ``control_plane`` (the first one runs kubeadm init) and ``workers`` under ``all``;
+    host names are node names."""
     return {
         "all": {
             "children": {
-                "control_plane": {"hosts": {cp.name: _host_vars(cp, cfg)}},
+                "control_plane": {"hosts": {n.name: _host_vars(n, cfg) for n in cfg.control_planes}},
                 "workers": {"hosts": {n.name: _host_vars(n, cfg) for n in cfg.workers}},
             }
         }
@@ -141,6 +141,12 @@ def extravars(
         "gpustack_control_plane_address": cfg.control_plane.address,
         "gpustack_control_plane_name": cfg.control_plane.name,
         "gpustack_node_addresses": [n.address for n in cfg.nodes],
+        # HA: etcd's peer ports open only between these; every node reaches the API server at the endpoint
+        "gpustack_control_plane_addresses": [n.address for n in cfg.control_planes],
+        "gpustack_api_endpoint": api_endpoint(cfg),
+        "gpustack_virtual_ip": str(c.virtual_ip) if c.virtual_ip is not None else "",
+        "gpustack_virtual_ip_interface": c.virtual_ip_interface or "",
+        "gpustack_kube_vip_image": pins.KUBE_VIP_IMAGE,
         "gpustack_single_node": len(cfg.nodes) == 1,
         "gpustack_kubeadm_config": render_init_config(cfg),
         "gpustack_proxy_env": proxy_env(cfg),

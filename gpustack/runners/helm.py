@@ -232,6 +232,14 @@ class Helm:
         action: Action = "installed" if current is None else "upgraded"
         return ReleaseResult(spec.release, action, revision.revision, repaired, time.monotonic() - start)
 
+    def pull_chart(self, spec: ReleaseSpec) -> Path:
+        """Download and unpack the pinned chart of ``spec``; returns the directory holding it (the
+        caller removes it)."""
+        try:
+            return Path(asyncio.run(self._command.pull(spec.chart, repo=spec.repo, version=spec.version)))
+        except helm_errors.Error as exc:
+            raise helm_error(spec.release, exc, "pull") from exc
+
     # -- reporting ----------------------------------------------------------------------------------
 
     def call_counts(self) -> dict[str, int]:

@@ -11,7 +11,13 @@ Environment:
 - ``FAKE_HELM_FAIL_MESSAGE``: override of that stderr;
 - ``FAKE_HELM_DELAY``: seconds a mutating call takes (to observe concurrency);
 - ``FAKE_HELM_API``: base URL of a (fake) Kubernetes API: installing kube-prometheus-stack creates
-  the monitoring.coreos.com CRDs there, as the real chart does.
+  the monitoring.coreos.com CRDs there, as the real chart does; installing or upgrading gpu-operator
+  applies the ClusterPolicy ``cluster-policy`` from the values, as the chart's template does (every
+  values key but the chart-level ones; ``FAKE_HELM_CLUSTERPOLICY_DROP``: comma-separated keys the
+  template "forgets", to test drift detection);
+- ``pull CHART --repo R --version V --destination D --untar`` unpacks a chart skeleton with the CRD
+  files the real chart ships (top-level ``crds/`` and its subcharts' ``charts/*/crds/``), each CRD
+  annotated ``gpustack.test/chart-version: V``.
 """
 
 from __future__ import annotations
@@ -72,6 +78,7 @@ def parse(argv: list[str]) -> tuple[list[str], dict[str, str | bool]]:
         "--template",
         "--description",
         "--destination",
+        "--untardir",
         *GLOBAL_FLAGS_WITH_VALUE,
     }
     pos: list[str] = []
@@ -210,6 +217,80 @@ def _create_crds(api: str) -> None:
             urllib.request.urlopen(req, timeout=5).read()
 
 
+#: the CRD files of each chart, as the real charts lay them out: (path in the chart, group, kind, plural, scope)
+CHART_CRDS: dict[str, list[tuple[str, str, str, str, str]]] = {
+    "gpu-operator": [
+        ("crds/nvidia.com_clusterpolicies.yaml", "nvidia.com", "ClusterPolicy", "clusterpolicies", "Cluster"),
+        ("crds/nvidia.com_nvidiadrivers.yaml", "nvidia.com", "NVIDIADriver", "nvidiadrivers", "Cluster"),
+        (
+            "charts/node-feature-discovery/crds/nfd-api-crds.yaml",
+            "nfd.k8s-sigs.io",
+            "NodeFeatureRule",
+            "nodefeaturerules",
+            "Cluster",
+        ),
+    ],
+    "kube-prometheus-stack": [
+        (f"charts/crds/crds/crd-{plural}.yaml", "monitoring.coreos.com", kind, plural, "Namespaced")
+        for kind, plural in CRDS.items()
+    ],
+    "dcgm-exporter": [],
+}
+#: gpu-operator values that configure the chart, not the ClusterPolicy
+CHART_ONLY_KEYS = {"nfd", "node-feature-discovery", "nameOverride", "fullnameOverride"}
+
+
+def cmd_pull(pos: list[str], opts: dict[str, str | bool]) -> str:
+    chart = pos[1].rsplit("/", 1)[-1]
+    version = str(opts.get("--version", "0.0.0"))
+    dest = Path(str(opts.get("--destination") or opts.get("--untardir") or ".")) / chart
+    if chart not in CHART_CRDS:
+        raise Fail(f'Error: chart "{chart}" not found in {opts.get("--repo", "")} repository\n')
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / "Chart.yaml").write_text(f"apiVersion: v2\nname: {chart}\nversion: {version}\n")
+    for rel, group, kind, plural, scope in CHART_CRDS[chart]:
+        path = dest / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        sub = path.parent.parent / "Chart.yaml"
+        if not sub.exists():
+            sub.write_text(f"apiVersion: v2\nname: {path.parent.parent.name}\nversion: {version}\n")
+        crd = {
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"{plural}.{group}", "annotations": {"gpustack.test/chart-version": version}},
+            "spec": {
+                "group": group,
+                "names": {"kind": kind, "plural": plural, "singular": kind.lower(), "listKind": f"{kind}List"},
+                "scope": scope,
+                "versions": [
+                    {"name": "v1alpha1" if kind == "AlertmanagerConfig" else "v1", "served": True, "storage": True}
+                ],
+            },
+        }
+        # YAML is a superset of JSON: one document per file, with a comment line as real files have
+        path.write_text("---\n# fake CRD (test double)\n" + json.dumps(crd, indent=2) + "\n")
+    return ""
+
+
+def _apply_clusterpolicy(api: str, values: dict[str, Any]) -> None:
+    drop = {k for k in os.environ.get("FAKE_HELM_CLUSTERPOLICY_DROP", "").split(",") if k}
+    spec = {k: v for k, v in values.items() if k not in CHART_ONLY_KEYS | drop}
+    body = {
+        "apiVersion": "nvidia.com/v1",
+        "kind": "ClusterPolicy",
+        "metadata": {"name": "cluster-policy"},
+        "spec": spec,
+    }
+    req = urllib.request.Request(
+        f"{api}/apis/nvidia.com/v1/clusterpolicies/cluster-policy?fieldManager=helm&force=true",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/apply-patch+yaml"},
+        method="PATCH",
+    )
+    with contextlib.suppress(urllib.error.HTTPError, urllib.error.URLError):
+        urllib.request.urlopen(req, timeout=5).read()
+
+
 def cmd_upgrade(state: State, pos: list[str], opts: dict[str, str | bool], stdin: bytes) -> str:
     name, chart = pos[1], pos[2]
     ns = str(opts.get("--namespace", "default"))
@@ -244,6 +325,8 @@ def cmd_upgrade(state: State, pos: list[str], opts: dict[str, str | bool], stdin
     state.save(ns, name, revs)
     if chart.endswith("kube-prometheus-stack") and os.environ.get("FAKE_HELM_API"):
         _create_crds(os.environ["FAKE_HELM_API"])
+    if chart.endswith("gpu-operator") and os.environ.get("FAKE_HELM_API"):
+        _apply_clusterpolicy(os.environ["FAKE_HELM_API"], values)
     return json.dumps(release_json(name, ns, rev))
 
 
@@ -323,6 +406,8 @@ def run(argv: list[str], stdin: bytes) -> str:
         return f'apiVersion: v2\nname: {pos[2].rsplit("/", 1)[-1]}\nversion: "{opts.get("--version", "0.0.0")}"\n'
     if cmd in ("upgrade", "install"):
         return cmd_upgrade(state, pos, opts, stdin)
+    if cmd == "pull":
+        return cmd_pull(pos, opts)
     if cmd == "rollback":
         return cmd_rollback(state, pos, opts)
     if cmd == "uninstall":

@@ -214,13 +214,15 @@ def build_k8s_repo(
     minor: str,
     *,
     extra_versions: Sequence[str] = (),
+    gnupg_home: Path | None = None,
 ) -> K8sRepo:
     """Build a signed flat APT repository at ``out_dir/k8s/v<minor>/deb/``.
 
     Packages ``kubeadm``, ``kubelet``, ``kubectl`` at ``<version>-1.1`` (and at each of
     ``extra_versions``) install ``/usr/bin/<name>`` from ``doubles_dir``; ``cri-tools`` and
     ``kubernetes-cni`` are empty packages because kubeadm and kubelet depend on them.
-    The signing key is a throwaway one made in a temporary GNUPGHOME.
+    The signing key is a throwaway one made in a temporary GNUPGHOME, or the one in ``gnupg_home``
+    (made there on first use): repositories of several minors signed by one key, as pkgs.k8s.io's are.
     """
     minor = minor if minor.startswith("v") else f"v{minor}"
     url_path = f"/k8s/{minor}/deb/"
@@ -237,8 +239,8 @@ def build_k8s_repo(
                 _build_k8s_deb(staging, repo, doubles_dir, name, ver, arch)
         for name, ver in (("cri-tools", f"{minor[1:]}.0"), ("kubernetes-cni", "1.7.1")):
             _build_deb(staging, repo, name, f"{ver}-{PACKAGE_REVISION}", arch, {}, {})
-        gnupg = staging / "gnupg"
-        fingerprint = _make_signing_key(gnupg)
+        gnupg = gnupg_home or staging / "gnupg"
+        fingerprint = _signing_key(gnupg)
         _write_indexes(repo)
         _sign_release(repo, gnupg)
         key_file, keyring = repo / "Release.key", Path(out_dir) / f"k8s-{minor}-keyring.gpg"
@@ -349,6 +351,16 @@ def _make_signing_key(home: Path) -> str:
         if line.startswith("fpr:"):
             return line.split(":")[9]
     raise TestbedError("gpg produced no key fingerprint")
+
+
+def _signing_key(home: Path) -> str:
+    """The fingerprint of the key in ``home``, made there when it has none."""
+    if home.is_dir():
+        for line in _gpg(home, "--with-colons", "--list-secret-keys").splitlines():
+            if line.startswith("fpr:"):
+                return line.split(":")[9]
+        home.rmdir()
+    return _make_signing_key(home)
 
 
 def _write_indexes(repo: Path) -> None:

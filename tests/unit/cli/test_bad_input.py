@@ -153,7 +153,7 @@ CASES: list[Case] = [
     Case(
         "two-control-planes",
         GOOD.replace("192.0.2.11}", "192.0.2.11, role: control-plane}"),
-        ("nodes[1].role: more than one control-plane",),
+        ("nodes[1].role: 2 control-plane nodes: etcd needs an odd number", "cluster.control_plane_endpoint"),
     ),
     Case(
         "two-local",

@@ -94,7 +94,8 @@ def test_no_control_plane(tmp_path: Path) -> None:
 
 def test_two_control_planes(tmp_path: Path) -> None:
     msg = err(tmp_path, GOOD + "    role: control-plane\n")
-    assert "gpustack.yaml:7: nodes[1].role: more than one control-plane node" in msg
+    assert "gpustack.yaml:7: nodes[1].role: 2 control-plane nodes: etcd needs an odd number" in msg
+    assert "cluster.control_plane_endpoint: 2 control-plane nodes need one address for the API server" in msg
 
 
 def test_overlapping_cidrs(tmp_path: Path) -> None:

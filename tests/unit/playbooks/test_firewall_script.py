@@ -24,12 +24,15 @@ VARS = {
     "firewall_pod_cidr": "10.244.0.0/16",
     "firewall_api_service_ip": "10.96.0.1",
     "firewall_ipv4_node_addresses": ["192.0.2.2", "192.0.2.3"],
-    "firewall_node_tcp_ports": ["6443", "10250", "10257", "10259", "2379:2380"],
+    "firewall_node_tcp_ports": ["6443", "10250", "10257", "10259"],
+    "firewall_etcd_tcp_ports": "2379:2380",
+    # this node is a control plane; 192.0.2.3 is a worker: etcd is open to 192.0.2.2 only
+    "firewall_ipv4_etcd_peers": ["192.0.2.2"],
     "firewall_vxlan_udp_port": 8472,
     "firewall_tcp_nodeports": [30090, 30300],
 }
-# established + 2 pod->node + pod->service + 2 nodes x (5 tcp + 1 udp) + 2 nodeports + RETURN
-EXPECTED_RULES = 1 + 2 + 1 + 2 * 6 + 2 + 1
+# established + 2 pod->node + pod->service + 2 nodes x (4 tcp + 1 udp) + 1 etcd peer + 2 nodeports + RETURN
+EXPECTED_RULES = 1 + 2 + 1 + 2 * 5 + 1 + 2 + 1
 
 
 def render(**overrides: object) -> str:

@@ -17,6 +17,7 @@ from gpustack.config.model import Config, Node
 from gpustack.render import converge
 from gpustack.render.ansible import extravars, inventory
 from gpustack.reset import ResetOptions, reset_extravars
+from gpustack.upgrade import upgrade_extravars
 
 STAGES = [
     ("os", "all", "os_prep"),
@@ -93,6 +94,7 @@ def test_every_gpustack_variable_comes_from_python() -> None:
     # up.run_host_layer adds the converged-stage host patterns (gpustack/render/converge.py)
     provided = set(ev) | {"gpustack_stage_hosts"}
     provided |= set(reset_extravars(ResetOptions()))
+    provided |= set(upgrade_extravars(cfg, {}))
     for host in converge.with_stage_digests(inventory(cfg), ev, "tree")["all"]["children"]["control_plane"][
         "hosts"
     ].values():
