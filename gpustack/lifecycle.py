@@ -372,11 +372,16 @@ def run(
     if missing:
         raise ValueError(f"{plan.command}: no step function for {', '.join(missing)}")
     with cluster_lock(cfg.cluster.name, plan.command):
-        return _run_locked(plan, cfg, opts, console, steps)
+        return _run_locked(plan, cfg, opts, console, steps, after_preflight)
 
 
 def _run_locked(
-    plan: CommandPlan, cfg: Config, opts: RunOptions, console: Console, steps: Mapping[str, StepFn]
+    plan: CommandPlan,
+    cfg: Config,
+    opts: RunOptions,
+    console: Console,
+    steps: Mapping[str, StepFn],
+    after_preflight: Guard | None,
 ) -> RunResult:
     run_dir = new_run_dir()
     console.print(f"run directory: {run_dir}")
@@ -393,7 +398,7 @@ def _run_locked(
         print_summary(summaries, console, dry_run=opts.dry_run)
 
     try:
-        _run_stages(plan, cfg, opts, console, steps, run_dir, summaries, findings, facts, finish)
+        _run_stages(plan, cfg, opts, console, steps, run_dir, summaries, findings, facts, finish, after_preflight)
     except Interrupted as exc:
         for s in summaries:
             if s.status == "running":
@@ -416,6 +421,7 @@ def _run_stages(
     findings: list[Finding],
     facts: dict[str, Any],
     finish: Callable[[], None],
+    after_preflight: Guard | None,
 ) -> None:
     host_key_gate(cfg, opts, console)
 
