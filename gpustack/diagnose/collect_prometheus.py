@@ -44,13 +44,12 @@ _GPU_UTIL_LINE = re.compile(rb"^DCGM_FI_DEV_GPU_UTIL[{ ]", re.M)
 
 
 def kube_client(ctx: CollectContext) -> Any:
-    """The Kubernetes client: ``ctx.extra["kube"]`` or one built from ``ctx.kubeconfig`` (cached in extra)."""
+    """The Kubernetes client: ``ctx.extra["kube"]`` or one connected to the resolved cluster (cached in extra)."""
     kube = ctx.extra.get("kube")
-    if kube is None and ctx.kubeconfig is not None:
-        from gpustack.runners.kube import Kube
-
-        kube = Kube.from_kubeconfig(ctx.kubeconfig, request_timeout=REQUEST_TIMEOUT)
-        ctx.extra["kube"] = kube
+    if kube is None:
+        kube = ctx.kube(REQUEST_TIMEOUT)
+        if kube is not None:
+            ctx.extra["kube"] = kube
     return kube
 
 

@@ -75,6 +75,9 @@ class Snapshot:
     """One look at the cluster. ``kube[kind]`` is the item list of that kind (all namespaces)."""
 
     cluster: str = "gpustack"
+    #: the cluster looked at (:meth:`gpustack.runners.kubeconfig.KubeTarget.to_json`: server, context, where the
+    #: kubeconfig came from); empty when no kubeconfig was found or only the hosts were collected
+    target: Obj = field(default_factory=dict)
     kube: dict[str, list[Obj]] = field(default_factory=dict)
     events: list[Obj] = field(default_factory=list)  # only for objects that are failing
     pod_logs: dict[str, str] = field(default_factory=dict)  # "ns/pod/container" -> tail (failing pods)
