@@ -106,7 +106,7 @@ def print_table(
 ) -> None:
     style = {"pass": "ok", "warn": "warn", "fail": "fail", "skip": "skip"}
     if target or any(f.layer not in ("host", "runtime") for f in findings):
-        console.print(f"cluster: {escape(cluster_line(target))}")
+        console.print(f"cluster: {escape(cluster_line(target))}", soft_wrap=False, overflow="fold")
     for layer in LAYERS:
         rows = []
         for f in findings:

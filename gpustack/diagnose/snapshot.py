@@ -64,6 +64,10 @@ class GrafanaData:
     datasource_probes: dict[str, Obj] = field(default_factory=dict)
     #: dashboard uid -> panel title (or ``"(dashboard)"`` when the model could not be read) -> query error
     panel_errors: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: how gpustack logged in (never the password): ``state`` ("ok", "refused", "not-set", "secret-missing",
+    #: "secret-forbidden", ...), ``user``, ``source`` (where the credentials came from), ``detail``, and
+    #: ``deployment``/``secret``/``file`` naming what was read; empty when Grafana was not reached
+    login: Obj = field(default_factory=dict)
 
     def probe(self, ds: Obj) -> Obj:
         """The probe result of datasource ``ds`` (``{}`` when it was not probed)."""
@@ -103,6 +107,8 @@ class Snapshot:
                         "",
                     )
             elif need == "grafana":
+                if "grafana:login" in self.errors:
+                    return "Grafana's API not read: no login (see R05-grafana-login)", self.errors["grafana:login"]
                 if not self.grafana.reachable or "grafana" in self.errors:
                     return f"Grafana data unavailable: {self.errors.get('grafana', 'not queried')}", ""
             elif "kubernetes" in self.errors:

@@ -190,8 +190,9 @@ def test_broken_datasource_and_wrong_password(stack: Stack) -> None:
     result = run(snap, GRAFANA_CHECKS)
     assert result["R02"][0].status == "fail" and "127.0.0.1:9" in result["R02"][0].evidence
     assert result["R04"][0].status == "fail"
-    bad_result = run(bad, GRAFANA_CHECKS)
-    assert bad_result["R01"][0].status == "fail" and "401" in bad_result["R01"][0].evidence
+    bad_result = run(bad, (*GRAFANA_CHECKS, "R05"))
+    assert bad_result["R01"][0].status == "pass", "Grafana is healthy; the password is R05's finding"
+    assert bad_result["R05"][0].status == "fail" and "401" in bad_result["R05"][0].evidence
     assert {f.status for k in ("R02", "R03", "R04") for f in bad_result[k]} == {"skip"}
 
 
