@@ -38,7 +38,10 @@ LEGACY_PANEL_ERRORS_KEY = "_panel_errors"  # injected into a ``grafana.dashboard
 @dataclass
 class PrometheusData:
     reachable: bool = False
-    targets: list[Obj] = field(default_factory=list)  # /api/v1/targets activeTargets
+    version: str = ""  # /api/v1/status/buildinfo version ("" when unknown)
+    #: /api/v1/targets activeTargets of the dcgm scrape pools that are not up (snapshots before 2026-11: every
+    #: active target)
+    targets: list[Obj] = field(default_factory=list)
     rule_groups: list[Obj] = field(default_factory=list)  # /api/v1/rules groups
     queries: dict[str, list[Obj]] = field(default_factory=dict)  # name -> instant vector result
     query_errors: dict[str, str] = field(default_factory=dict)  # query name (or "rules") -> error
