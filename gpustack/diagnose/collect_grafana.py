@@ -33,9 +33,10 @@ Unreachable -> ``snap.errors["grafana"]``; no usable credentials, a refused logi
 from __future__ import annotations
 
 import base64
+import concurrent.futures as cf
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.cookies import SimpleCookie
 from typing import Any
 
@@ -49,6 +50,7 @@ from gpustack.monitoring.dashboard import concretize, load_dashboard, panel_quer
 DASHBOARD_UID = "gpustack-dcgm"
 REQUEST_TIMEOUT = 10.0
 PROBE_EXPR = "vector(1)"
+PANEL_WORKERS = 4  # panel queries in flight at once
 
 
 def dashboard_uid() -> str:
@@ -420,18 +422,26 @@ def collect_grafana(ctx: CollectContext, snap: Snapshot) -> None:
     except HttpError as exc:
         snap.grafana.panel_errors[uid] = {"(dashboard)": str(exc)}
         return
-    errors: dict[str, str] = {}
-    for title, exprs in _panels(model).items():
+
+    # a panel's queries may take seconds on a large cluster: each may use what is left of the source's time
+    panel_client = replace(client, timeout=max(timeout, deadline - time.monotonic()))
+
+    def panel(item: tuple[str, list[str]]) -> tuple[int, str]:
         if time.monotonic() > deadline:
-            errors[title] = "not run: the Grafana source ran out of time"
-            snap.grafana.panel_results[title] = -1
-            continue
+            return -1, "not run: the Grafana source ran out of time"
         try:
-            count, err = ds_query(client, ds, exprs, count=True)
+            count, err = ds_query(panel_client, ds, item[1], count=True)
         except HttpError as exc:
             count, err = -1, str(exc)
-        if err and count <= 0:
-            count = -1
-            errors[title] = err
+        return (-1, err) if err and count <= 0 else (count, "")
+
+    # a few panels at a time, as Grafana itself runs a dashboard's queries: the wall time stays a few round trips
+    panels = list(_panels(model).items())
+    with cf.ThreadPoolExecutor(max_workers=PANEL_WORKERS) as pool:
+        results = list(pool.map(panel, panels))
+    errors: dict[str, str] = {}
+    for (title, _), (count, err) in zip(panels, results, strict=True):
         snap.grafana.panel_results[title] = count
+        if err:
+            errors[title] = err
     snap.grafana.panel_errors[uid] = errors
