@@ -9,7 +9,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpustack.checks.model import Finding
-from gpustack.diagnose.collect_prometheus import EXPORTER_UP, QUERIES, SCRAPE_POOL_FILTER, version_tuple
+from gpustack.config.pins import version_tuple
+from gpustack.diagnose.collect_prometheus import EXPORTER_UP, QUERIES, SCRAPE_POOL_FILTER
 from gpustack.diagnose.registry import register
 from gpustack.diagnose.snapshot import Obj, Snapshot
 from gpustack.monitoring.rules import EXPORTER_JOB, load_rules

@@ -32,6 +32,7 @@ import json
 import re
 from typing import Any
 
+from gpustack.config.pins import version_tuple
 from gpustack.constants import MONITORING_NAMESPACE, PROMETHEUS_PORT, PROMETHEUS_SERVICE
 from gpustack.diagnose.collect import CollectContext, source
 from gpustack.diagnose.http import BodyTooLarge, DirectEndpoint, Endpoint, HttpError, KubeProxyEndpoint, Query
@@ -177,12 +178,6 @@ def scrape_exporter(ep: Endpoint, timeout: float = REQUEST_TIMEOUT) -> Obj:
         gpu_util_series=len(_GPU_UTIL_LINE.findall(resp.body)), dcgm_metrics=names,
     )  # fmt: skip
     return record
-
-
-def version_tuple(version: str) -> tuple[int, ...]:
-    """``2.42.0+ds`` -> (2, 42, 0); () when it is not a version."""
-    m = re.match(r"^v?(\d+)\.(\d+)(?:\.(\d+))?", version.strip())
-    return tuple(int(x) for x in m.groups() if x is not None) if m else ()
 
 
 def _rule_groups(ep: Endpoint, version: tuple[int, ...], timeout: float) -> list[Obj]:

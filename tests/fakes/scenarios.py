@@ -619,6 +619,22 @@ def m_nvml_unknown_error(s: Scenario) -> str:
     return "G09-nvml-unknown-error"
 
 
+def m_driver_upgrade_failed(s: Scenario) -> str:
+    """The GPU Operator's upgrade controller gave up on the last node: label upgrade-failed, the node left cordoned,
+    its new driver pod crash-looping (the kernel module cannot be built)."""
+    n = s.nodes()[-1]
+    n["metadata"]["labels"]["nvidia.com/gpu-driver-upgrade-state"] = "upgrade-failed"
+    n["spec"]["unschedulable"] = True
+    name = n["metadata"]["name"]
+    p = next(p for p in s.pods("nvidia-driver-daemonset-", GPU_NAMESPACE) if p["spec"]["nodeName"] == name)
+    _crashloop(p)
+    s.logs[(GPU_NAMESPACE, p["metadata"]["name"], "nvidia-driver-ctr")] = (
+        "Installing NVIDIA driver kernel modules...\nCould not resolve Linux kernel version\n"
+    )
+    _ds_degraded(s, "nvidia-driver-daemonset")
+    return "G11-driver-upgrade-failed"
+
+
 #: failure name -> (nodes the base cluster needs, mutation returning the id that must fail)
 FAILURES: dict[str, tuple[int, Callable[[Scenario], str]]] = {
     "node-not-ready": (3, m_node_not_ready),
@@ -646,6 +662,7 @@ FAILURES: dict[str, tuple[int, Callable[[Scenario], str]]] = {
     "exporter-oomkilled": (1, m_exporter_oomkilled),
     "exporter-crashloop": (1, m_exporter_crashloop),
     "nvml-unknown-error": (1, m_nvml_unknown_error),
+    "driver-upgrade-failed": (3, m_driver_upgrade_failed),
 }
 
 
