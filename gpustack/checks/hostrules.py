@@ -106,10 +106,13 @@ def containerd_config(containerd: str, config_version: int | None) -> Verdict:
                    f"{want} at every start", evidence, regenerate)  # fmt: skip
 
 
-def _drop_in_fix(imports: Sequence[str]) -> str:
+def _drop_in_fix(imports: Sequence[str] | None) -> str:
+    """Add the toolkit's directory to config.toml's ``imports``: into the existing key (``containerd config
+    default`` writes ``imports = []``; a second key would be a TOML error and containerd would not start), or as
+    a new top-level key."""
     conf = "/etc/containerd/config.toml"
-    if imports:
-        add = f"sudo sed -i 's#^imports = \\[#imports = [\"{TOOLKIT_IMPORT}\", #' {conf}"
+    if imports is not None:
+        add = f"sudo sed -i 's#^imports *= *\\[#imports = [\"{TOOLKIT_IMPORT}\", #' {conf}"
     else:
         add = f"sudo sed -i '1i imports = [\"{TOOLKIT_IMPORT}\"]' {conf}"
     return f"{add} && sudo systemctl restart containerd   (the GPU Operator's toolkit pod adds the line itself when it restarts)"
@@ -125,11 +128,13 @@ def containerd_drop_ins(facts: Facts) -> Verdict:
         return Verdict("pass", f"no drop-in configuration in {TOOLKIT_DROP_IN_DIR}")
     if not lost:
         return Verdict("pass", f"config.toml imports the drop-ins in {TOOLKIT_DROP_IN_DIR}")
-    imports = [str(i) for i in containerd.get("imports") or []]
+    raw = containerd.get("imports")
+    imports = [str(i) for i in raw] if isinstance(raw, list) else None
     return Verdict(
         "fail", f"containerd does not read {', '.join(lost)}: the nvidia runtime the NVIDIA container toolkit "
                 "configured there does not exist for it (\"no runtime for \\\"nvidia\\\" is configured\")",
-        f"config.toml imports: {imports or 'none'}; drop-ins: {', '.join(str(d.get('path')) for d in drop_ins)}",
+        f"config.toml imports: {imports if imports is not None else 'no imports key'}; drop-ins: "
+        f"{', '.join(str(d.get('path')) for d in drop_ins)}",
         _drop_in_fix(imports),
     )  # fmt: skip
 

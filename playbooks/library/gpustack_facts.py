@@ -508,8 +508,9 @@ def parse_kubelet_version(rc: int | None, out: str) -> str | None:
     return m.group(1) if m else None
 
 
-def parse_containerd_imports(text: str | None) -> list[str]:
-    """The top-level ``imports = [...]`` of a containerd config.toml (one line or several)."""
+def parse_containerd_imports(text: str | None) -> list[str] | None:
+    """The top-level ``imports = [...]`` of a containerd config.toml (one line or several); None when the key is
+    absent (``containerd config default`` of 2.x writes ``imports = []``: present, empty)."""
     lines: list[str] = []
     collecting = False
     for raw in (text or "").splitlines():
@@ -524,13 +525,13 @@ def parse_containerd_imports(text: str | None) -> list[str]:
             lines.append(line)
             if "]" in line:
                 break
-    return re.findall(r"""["']([^"']+)["']""", " ".join(lines))
+    return re.findall(r"""["']([^"']+)["']""", " ".join(lines)) if collecting else None
 
 
-def derive_drop_ins(files: list[str], imports: list[str], config_dir: str) -> list[dict[str, object]]:
+def derive_drop_ins(files: list[str], imports: list[str] | None, config_dir: str) -> list[dict[str, object]]:
     """Each drop-in file and whether an ``imports`` entry of config.toml (a glob; relative entries are relative
     to the config's directory, as containerd resolves them) names it."""
-    patterns = [i if os.path.isabs(i) else os.path.join(config_dir, i) for i in imports]
+    patterns = [i if os.path.isabs(i) else os.path.join(config_dir, i) for i in imports or []]
     return [{"path": f, "imported": any(fnmatch.fnmatchcase(f, p) for p in patterns)} for f in sorted(files)]
 
 

@@ -122,7 +122,7 @@ def test_doctor_finds_real_host_breakage_and_fixes_the_firewall(
         "H03-ip-forward": ("ip_forward = 0", "net.ipv4.ip_forward=1"),
         "H04-firewall": (POD_DROP, "gpustack up --only firewall"),
         "C02-cri": ("containerd.service is not active", "systemctl restart containerd"),
-        "C06-containerd-drop-ins": (TOOLKIT_DROP_IN, 'imports = ["/etc/containerd/conf.d/*.toml"]'),
+        "C06-containerd-drop-ins": (TOOLKIT_DROP_IN, 'imports = ["/etc/containerd/conf.d/*.toml"'),
         "C03-cgroup-v2": ("cgroup v1", "systemd.unified_cgroup_hierarchy=1"),  # the bed's kernel, from the start
     }
     for cid, (evidence, fix) in expected.items():

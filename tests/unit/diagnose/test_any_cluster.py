@@ -95,3 +95,23 @@ def test_no_kubeconfig_anywhere_is_exit_3_naming_where_it_looked(tmp_path: Path)
     k00 = next(c for c in report["checks"] if c["id"] == "K00-api-unreachable")
     assert r.returncode == 3 and report["cluster"] is None
     assert "admin.conf" in k00["evidence"] + k00["summary"] and ".kube/config" in k00["evidence"] + k00["summary"]
+
+
+def test_every_report_format_names_the_cluster() -> None:
+    from xml.etree import ElementTree as ET
+
+    from gpustack.checks.model import Finding
+    from gpustack.diagnose import report
+
+    target = {"server": "https://10.0.0.1:6443", "context": "prod", "cluster": "prod", "source": "$KUBECONFIG",
+              "kubeconfig": ["/a", "/b"], "gpustack_cluster": False}  # fmt: skip
+    findings = [Finding("K01-nodes-ready", "kubernetes", "pass", "ok")]
+    assert json.loads(report.render("doctor", findings, "json", target=target))["cluster"] == target
+    assert json.loads(report.render("doctor", findings, "json"))["cluster"] is None
+    props = ET.fromstring(report.render("verify", findings, "junit", target=target).split("?>", 1)[1]).find(
+        "properties"
+    )
+    assert props is not None
+    assert {p.get("name"): p.get("value") for p in props} == {
+        "cluster.server": "https://10.0.0.1:6443", "cluster.context": "prod", "cluster.source": "$KUBECONFIG"}  # fmt: skip
+    assert report.cluster_line(target) == "https://10.0.0.1:6443 (context prod; kubeconfig from $KUBECONFIG: /a:/b)"

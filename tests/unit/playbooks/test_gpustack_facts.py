@@ -461,8 +461,10 @@ def test_containerd_imports_and_drop_ins(facts_module: ModuleType) -> None:
     in_a_table = 'version = 3\n[plugins."x"]\nimports = ["/nope/*.toml"]\n'
     assert facts_module.parse_containerd_imports(one_line) == ["/etc/containerd/conf.d/*.toml"]
     assert facts_module.parse_containerd_imports(several) == ["/etc/containerd/conf.d/*.toml", "extra.toml"]
-    assert facts_module.parse_containerd_imports(in_a_table) == []
-    assert facts_module.parse_containerd_imports(None) == []
+    assert facts_module.parse_containerd_imports(in_a_table) is None, "not a top-level key: no imports"
+    assert facts_module.parse_containerd_imports(None) is None
+    default_2x = "disabled_plugins = []\nimports = []\noom_score = 0\nversion = 3\n[plugins]\n"
+    assert facts_module.parse_containerd_imports(default_2x) == [], "present and empty (containerd config default)"
     files = ["/etc/containerd/conf.d/99-nvidia.toml", "/etc/containerd/conf.d/10-mirror.toml"]
     assert facts_module.derive_drop_ins(files, ["/etc/containerd/conf.d/*.toml"], "/etc/containerd") == [
         {"path": "/etc/containerd/conf.d/10-mirror.toml", "imported": True},
@@ -471,6 +473,7 @@ def test_containerd_imports_and_drop_ins(facts_module: ModuleType) -> None:
     relative = facts_module.derive_drop_ins(files, ["conf.d/99-*.toml"], "/etc/containerd")
     assert [d["imported"] for d in relative] == [False, True], "relative to the config's directory"
     assert not any(d["imported"] for d in facts_module.derive_drop_ins(files, [], "/etc/containerd"))
+    assert not any(d["imported"] for d in facts_module.derive_drop_ins(files, None, "/etc/containerd"))
 
 
 def test_nvswitches(facts_module: ModuleType) -> None:
