@@ -19,8 +19,8 @@ nodes <= 5x the 1-node time. The engine ratio is printed too: it shows how analy
 ``--monitoring`` adds the monitoring and grafana layers (issue 11): per size, a REAL Prometheus scraping a
 replayed fleet of that many nodes (tests/prometheus/fleet.py; needs Debian's prometheus) and the fake
 Grafana on it, both behind the fake API server's service proxy, the Grafana password only in the cluster's
-Secret. Then ``requests`` also counts the proxied Prometheus/Grafana calls, and ``prom KiB`` is the largest
-Prometheus answer doctor received; ``verdict`` must be the same at every size.
+Secret. Then ``requests`` also counts the proxied Prometheus/Grafana calls; the verdict (every check's
+status) must be the same at every size.
 
     python3 scripts/bench_doctor.py [--sizes 1,10,100,1000] [--repeat 3] [--monitoring]
 """
