@@ -50,7 +50,7 @@ EXTRA_META = (
     "pod_uid", "pod_container_image", "pod_container_init", "pod_container_port_name", "pod_container_port_number",
     "pod_container_port_protocol", "service_label_app_kubernetes_io_name", "service_labelpresent_app_kubernetes_io_name",
 )  # fmt: skip
-SCRAPE_INTERVAL = "10s"
+SCRAPE_INTERVAL = "5s"
 RULE_INTERVAL = "60s"  # the rules need loading, not evaluating, for the checks: keep the CPU for the scrapes
 
 
