@@ -216,8 +216,10 @@ def run_playbook(
     """One run of a shipped playbook with the stages' tags and the run's host limit, with progress."""
     kubeconfig = kubeconfig_path(cfg.cluster.name)
     ev = extravars(cfg, kubeconfig_dest=kubeconfig, facts_dir=facts_dir)
-    ev.update(opts.extravars)
+    # the stage digests cover the config's inputs, not a command's own variables: a node that
+    # `node add` prepared is converged for the next `up`
     inv = stage_inventory(cfg, ev)
+    ev.update(opts.extravars)
     if stage_patterns:
         ev["gpustack_stage_hosts"] = dict(stage_patterns)
     kwargs = ar.build_runner_kwargs(
