@@ -47,3 +47,7 @@ GRAFANA_PORT = "http-web"  # kube-prometheus-stack values: grafana.service.portN
 FIELD_MANAGER = "gpustack"
 #: doctor --fix patches under its own name, so `kubectl get -o yaml --show-managed-fields` tells them apart
 DOCTOR_FIELD_MANAGER = "gpustack-doctor"
+
+# --- node labels ------------------------------------------------------------------------------------
+#: kubeadm labels every control-plane node with it (node remove's quorum rules, status)
+CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"

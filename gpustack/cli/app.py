@@ -12,7 +12,21 @@ from types import FrameType
 
 import typer
 
-from gpustack.cli import bundle, doctor, grafana_password, init, plan, render, reset, up, upgrade, verify, version
+from gpustack.cli import (
+    bundle,
+    doctor,
+    grafana_password,
+    init,
+    node,
+    plan,
+    render,
+    reset,
+    status,
+    up,
+    upgrade,
+    verify,
+    version,
+)
 from gpustack.console import Console
 from gpustack.errors import GpustackError, Interrupted
 
@@ -37,6 +51,8 @@ app.command("doctor")(doctor.doctor)
 app.command("reset")(reset.reset)
 app.command("upgrade")(upgrade.upgrade)
 app.add_typer(bundle.bundle_app, name="bundle")
+app.add_typer(node.node_app, name="node")
+app.command("status")(status.status)
 
 
 def _raise_interrupted(signum: int, frame: FrameType | None) -> None:

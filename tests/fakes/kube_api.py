@@ -40,6 +40,14 @@ For verify/doctor (collect once, at scale, with faults):
   Like a real API server it passes the client's headers on (``Cookie`` included) except ``Authorization``,
   which authenticated the client to the API server and is removed before proxying, and passes the
   upstream's response headers back (every ``Set-Cookie`` included);
+- the Eviction API (``POST /api/v1/namespaces/{ns}/pods/{name}/eviction``, policy/v1 Eviction) with the API
+  server's PodDisruptionBudget semantics: the budgets of the pod's namespace whose selector matches it
+  (``matchLabels``, ``matchExpressions``); none: the pod is deleted; more than one: 500; one whose
+  ``status.disruptionsAllowed`` is below 1: 429 TooManyRequests with the budget in ``details.causes``;
+  else the pod is deleted and ``disruptionsAllowed`` drops by one. A finished pod (Succeeded/Failed) is
+  deleted without asking its budget. ``deleteOptions.dryRun: [All]`` (or ``?dryRun=All``) makes every
+  check and changes nothing. Budgets' status is taken as seeded: there is no disruption controller;
+- ``GET /version`` (``gitVersion`` = :attr:`FakeKubeAPI.version`);
 - fault injection per path regex (``re.search`` on the raw path with query): :meth:`FakeKubeAPI.fail`
   (status, optional ``times`` and ``method``) and :meth:`FakeKubeAPI.delay` (seconds before answering).
 """
@@ -114,6 +122,7 @@ BUILTIN = [
     Resource("", "v1", "endpoints", "Endpoints", True),
     Resource("", "v1", "events", "Event", True),
     Resource("apps", "v1", "deployments", "Deployment", True),
+    Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True),
 ]
 
 #: CRD-served kinds :meth:`FakeKubeAPI.seed` / :meth:`FakeKubeAPI.serve_crd` know how to serve.
@@ -217,6 +226,26 @@ def _label_match(labels: Any, selector: str) -> bool:
     return True
 
 
+def _selector_match(labels: dict[str, str], selector: Any) -> bool:
+    """A LabelSelector (``matchLabels`` and ``matchExpressions``: In, NotIn, Exists, DoesNotExist);
+    an empty selector matches every pod (policy/v1), a missing one none."""
+    if not isinstance(selector, dict):
+        return False
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for e in selector.get("matchExpressions") or []:
+        key, op, values = e.get("key"), e.get("operator"), set(e.get("values") or [])
+        if op == "In" and labels.get(key) not in values:
+            return False
+        if op == "NotIn" and key in labels and labels[key] in values:
+            return False
+        if op == "Exists" and key not in labels:
+            return False
+        if op == "DoesNotExist" and key in labels:
+            return False
+    return True
+
+
 class ApiError(Exception):
     def __init__(self, code: int, reason: str, message: str) -> None:
         super().__init__(message)
@@ -286,6 +315,7 @@ class FakeKubeAPI:
         self.proxy_upstreams: dict[tuple[str, str, str], str] = {}  # (ns, service, port) -> base URL
         self.logs: dict[tuple[str, str, str], str] = {}  # (ns, pod, container[+PREVIOUS_SUFFIX]) -> text
         self._faults: list[_Fault] = []
+        self.version = "v1.36.4"  # GET /version
         self._index: dict[tuple[str, ...], list[Key]] = {}
         self._index_stamp: tuple[int, int, int] = (0, -1, -1)
         self._stopping = threading.Event()
@@ -515,6 +545,18 @@ class FakeKubeAPI:
         request's (an ``email.message.Message`` or a mapping)."""
         url = urlparse(raw_path)
         parts = [p for p in url.path.split("/") if p]
+        if parts == ["version"] and method == "GET":
+            return self._json(200, {"major": "1", "minor": self.version.split(".")[1], "gitVersion": self.version})
+        if (
+            len(parts) == 7
+            and parts[:3] == ["api", "v1", "namespaces"]
+            and parts[4] == "pods"
+            and parts[6] == "eviction"
+        ):
+            if method != "POST":
+                raise ApiError(405, "MethodNotAllowed", method)
+            query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+            return self._evict(parts[3], parts[5], self._body(ctype, raw) if raw else {}, query)
         if len(parts) == 7 and parts[:3] == ["api", "v1", "namespaces"] and parts[4] == "pods" and parts[6] == "log":
             if method != "GET":
                 raise ApiError(405, "MethodNotAllowed", method)
@@ -527,6 +569,53 @@ class FakeKubeAPI:
         ):
             return self._proxy(method, parts[3], parts[5], raw_path, ctype, raw, headers)
         return None
+
+    @staticmethod
+    def _json(code: int, body: Obj) -> RawResponse:
+        return RawResponse(code, json.dumps(body).encode(), "application/json")
+
+    def _evict(self, ns: str, pod: str, body: Obj, query: dict[str, str]) -> RawResponse:
+        """The Eviction API with PodDisruptionBudget semantics (see the module docstring)."""
+        dry = query.get("dryRun") == "All" or "All" in ((body.get("deleteOptions") or {}).get("dryRun") or [])
+        with self._lock:
+            key = ("", "v1", "pods", ns, pod)
+            obj = self.objects.get(key)
+            if obj is None:
+                raise ApiError(404, "NotFound", f'pods "{pod}" not found')
+            labels = (obj.get("metadata") or {}).get("labels") or {}
+            finished = (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+            budgets = [
+                o
+                for (g, _, plural, ons, _), o in self.objects.items()
+                if (g, plural, ons) == ("policy", "poddisruptionbudgets", ns)
+                and _selector_match(labels, (o.get("spec") or {}).get("selector"))
+            ]
+            if not finished and len(budgets) > 1:
+                raise ApiError(
+                    500,
+                    "InternalError",
+                    "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.",
+                )
+            if not finished and budgets:
+                pdb = budgets[0]
+                status = pdb.setdefault("status", {})
+                if int(status.get("disruptionsAllowed") or 0) < 1:
+                    name = pdb["metadata"]["name"]
+                    exc = ApiError(
+                        429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget."
+                    )
+                    cause = (
+                        f"The disruption budget {name} needs {status.get('desiredHealthy', 0)} healthy pods and has "
+                        f"{status.get('currentHealthy', 0)} currently"
+                    )
+                    return self._json(
+                        429, {**exc.status(), "details": {"causes": [{"reason": "DisruptionBudget", "message": cause}]}}
+                    )
+                if not dry:
+                    status["disruptionsAllowed"] = int(status["disruptionsAllowed"]) - 1
+            if not dry:
+                self._delete_obj(self.resources[("", "v1", "pods")], ns, pod)
+        return self._json(201, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201})
 
     def _log(self, ns: str, pod: str, query: dict[str, str]) -> RawResponse:
         with self._lock:
