@@ -12,7 +12,7 @@ from types import FrameType
 
 import typer
 
-from gpustack.cli import bundle, doctor, grafana_password, init, plan, render, reset, up, upgrade, verify, version
+from gpustack.cli import bundle, diag, doctor, grafana_password, init, plan, render, reset, up, upgrade, verify, version
 from gpustack.console import Console
 from gpustack.errors import GpustackError, Interrupted
 
@@ -37,6 +37,7 @@ app.command("doctor")(doctor.doctor)
 app.command("reset")(reset.reset)
 app.command("upgrade")(upgrade.upgrade)
 app.add_typer(bundle.bundle_app, name="bundle")
+app.command("diag")(diag.diag)
 
 
 def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
