@@ -9,7 +9,9 @@ once"). The scheduled evaluation runs inside the cluster with its own ServiceAcc
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from gpustack.errors import ClusterUnreachableError, ConfigError, UsageError
 from gpustack.paths import kubeconfig_path
@@ -47,3 +49,19 @@ def connect(
         return Kube.from_kubeconfig(path, request_timeout=request_timeout)
     except Exception as exc:  # a malformed kubeconfig: the kubernetes client raises many kinds
         raise ConfigError(f"cannot load the kubeconfig {path}: {exc}") from None
+
+
+def list_all(kube: Kube, path: str, query: Mapping[str, str] | None = None, *, page: int = 500) -> list[dict[str, Any]]:
+    """Every item of a LIST (``path`` such as ``/api/v1/nodes``), page by page."""
+    items: list[dict[str, Any]] = []
+    token = ""
+    for _ in range(10_000):  # a server that keeps returning continue tokens must not loop forever
+        q = {**(query or {}), "limit": str(page)}
+        if token:
+            q["continue"] = token
+        data = kube.request("GET", path, query=q)
+        items += [i for i in data.get("items") or [] if isinstance(i, dict)]
+        token = str((data.get("metadata") or {}).get("continue") or "")
+        if not token:
+            break
+    return items

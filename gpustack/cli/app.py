@@ -12,7 +12,21 @@ from types import FrameType
 
 import typer
 
-from gpustack.cli import bundle, diag, doctor, grafana_password, init, plan, render, reset, up, upgrade, verify, version
+from gpustack.cli import (
+    bundle,
+    diag,
+    doctor,
+    grafana_password,
+    health,
+    init,
+    plan,
+    render,
+    reset,
+    up,
+    upgrade,
+    verify,
+    version,
+)
 from gpustack.console import Console
 from gpustack.errors import GpustackError, Interrupted
 
@@ -38,6 +52,7 @@ app.command("reset")(reset.reset)
 app.command("upgrade")(upgrade.upgrade)
 app.add_typer(bundle.bundle_app, name="bundle")
 app.command("diag")(diag.diag)
+app.add_typer(health.health_app, name="health")
 
 
 def _raise_interrupted(signum: int, frame: FrameType | None) -> None:

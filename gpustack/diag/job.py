@@ -83,15 +83,15 @@ until dcgmi discovery -l >/dev/null 2>&1; do
   sleep 1
 done
 echo "gpustack: nv-hostengine answers after $i s"
-if [ "$GPUSTACK_MODE" = health ]; then
+if [ "$DIAG_MODE" = health ]; then
   dcgmi health -s a >/dev/null || exit 98
-  sleep "$GPUSTACK_HEALTH_WAIT"
+  sleep "$DIAG_HEALTH_WAIT"
   echo "{BEGIN_MARKER} (dcgmi health -c -j)"
   dcgmi health -c -j
   rc=$?
 else
-  echo "{BEGIN_MARKER} (dcgmi diag -r $GPUSTACK_LEVEL -j --timeout $GPUSTACK_TIMEOUT)"
-  dcgmi diag -r "$GPUSTACK_LEVEL" -j --timeout "$GPUSTACK_TIMEOUT"
+  echo "{BEGIN_MARKER} (dcgmi diag -r $DIAG_LEVEL -j --timeout $DIAG_TIMEOUT)"
+  dcgmi diag -r "$DIAG_LEVEL" -j --timeout "$DIAG_TIMEOUT"
   rc=$?
 fi
 echo "{END_MARKER} (exit $rc)"
@@ -158,10 +158,10 @@ def build_job(node: str, gpus: int, spec: DiagSpec, *, run_id: str, image: str |
         raise ValueError(f"node {node} has no allocatable {GPU} to request")
     labels = {PART_OF: "gpustack", COMPONENT: spec.component, RUN_LABEL: run_id}
     env = [
-        {"name": "GPUSTACK_MODE", "value": spec.mode},
-        {"name": "GPUSTACK_LEVEL", "value": str(spec.level)},
-        {"name": "GPUSTACK_TIMEOUT", "value": str(spec.dcgmi_timeout)},
-        {"name": "GPUSTACK_HEALTH_WAIT", "value": str(HEALTH_WAIT)},
+        {"name": "DIAG_MODE", "value": spec.mode},
+        {"name": "DIAG_LEVEL", "value": str(spec.level)},
+        {"name": "DIAG_TIMEOUT", "value": str(spec.dcgmi_timeout)},
+        {"name": "DIAG_HEALTH_WAIT", "value": str(HEALTH_WAIT)},
     ]
     return {
         "apiVersion": "batch/v1",

@@ -38,10 +38,10 @@ from gpustack.diag.job import (
     workload_gpu_pods,
 )
 from gpustack.errors import BusyError, GpustackError, Interrupted, UsageError
+from gpustack.kubeconnect import list_all
 from gpustack.runners.kube import Kube
 
 Obj = dict[str, Any]
-PAGE = 500
 LOG_LIMIT = 2 * 1024 * 1024  # a level-4 run on 8 GPUs prints ~100 KiB of JSON
 #: pod states that will not resolve by waiting (as verify's test pods)
 STUCK_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError",
@@ -133,22 +133,6 @@ def select_nodes(nodes: list[Obj], pods: list[Obj], opts: DiagOptions) -> Select
                 "nodes with --node, or pass --force (the Job waits until the GPUs are free, at most the stuck grace)",
             )
     return sel
-
-
-def list_all(kube: Kube, path: str, query: Mapping[str, str] | None = None) -> list[Obj]:
-    """Every item of a LIST, page by page."""
-    items: list[Obj] = []
-    token = ""
-    for _ in range(10_000):
-        q = {**(query or {}), "limit": str(PAGE)}
-        if token:
-            q["continue"] = token
-        data = kube.request("GET", path, query=q)
-        items += [i for i in data.get("items") or [] if isinstance(i, dict)]
-        token = str((data.get("metadata") or {}).get("continue") or "")
-        if not token:
-            break
-    return items
 
 
 def _api(exc: ApiException) -> str:

@@ -1293,9 +1293,8 @@ def request_attributes(method: str, raw_path: str) -> tuple[str, str, str, str, 
     verb = _VERBS.get(method, method.lower())
     if method == "GET" and not name:
         verb = "list"
-    if "/" in resource and ":" in name:  # services/[scheme:]NAME[:PORT]/proxy -> the Service's name
-        bits = name.split(":")
-        name = bits[1] if len(bits) == 3 else bits[0]
+    # services/[scheme:]NAME[:PORT]/proxy: RBAC sees the name as written, port included ("prom:http-web"),
+    # so a Role's resourceNames must name it that way (as Heapster's did: "https:heapster:")
     return verb, group, resource, ns, name
 
 

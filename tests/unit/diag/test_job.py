@@ -61,10 +61,10 @@ def test_job_requests_every_allocatable_gpu_on_its_node_only() -> None:
     assert all(t["effect"] == "NoSchedule" for t in pod_spec["tolerations"])
     env = {e["name"]: e["value"] for e in container["env"]}
     assert env == {
-        "GPUSTACK_MODE": "diag",
-        "GPUSTACK_LEVEL": "2",
-        "GPUSTACK_TIMEOUT": "600",
-        "GPUSTACK_HEALTH_WAIT": "65",
+        "DIAG_MODE": "diag",
+        "DIAG_LEVEL": "2",
+        "DIAG_TIMEOUT": "600",
+        "DIAG_HEALTH_WAIT": "65",
     }
     assert spec["backoffLimit"] == 0 and spec["ttlSecondsAfterFinished"] > 0
     assert spec["activeDeadlineSeconds"] == START_ALLOWANCE + 600 + 120
@@ -74,7 +74,7 @@ def test_job_requests_every_allocatable_gpu_on_its_node_only() -> None:
 def test_health_job_and_levels() -> None:
     job = build_job("n", 2, DiagSpec(mode="health"), run_id="x")
     env = {e["name"]: e["value"] for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
-    assert env["GPUSTACK_MODE"] == "health" and job["metadata"]["name"].startswith("gpustack-health-")
+    assert env["DIAG_MODE"] == "health" and job["metadata"]["name"].startswith("gpustack-health-")
     assert [DiagSpec(level=lv).dcgmi_timeout for lv in (1, 2, 3, 4)] == [120, 600, 2700, 14400]
     assert LEVEL_TIMEOUTS[4] >= 3600 * 2  # level 4 runs for hours
     assert DiagSpec(level=3, timeout=50).dcgmi_timeout == 50
@@ -118,7 +118,7 @@ def test_script_is_valid_posix_shell_and_prints_the_markers() -> None:
     proc = subprocess.run(["sh", "-n"], input=SCRIPT, capture_output=True, text=True, timeout=10, check=False)
     assert proc.returncode == 0, proc.stderr
     assert BEGIN_MARKER in SCRIPT and END_MARKER in SCRIPT
-    assert 'dcgmi diag -r "$GPUSTACK_LEVEL" -j --timeout "$GPUSTACK_TIMEOUT"' in SCRIPT
+    assert 'dcgmi diag -r "$DIAG_LEVEL" -j --timeout "$DIAG_TIMEOUT"' in SCRIPT
     assert "dcgmi health -s a" in SCRIPT and "dcgmi health -c -j" in SCRIPT
 
 
@@ -132,8 +132,8 @@ def test_script_runs_against_stand_in_dcgm_binaries(tmp_path) -> None:
     )
     for f in bin_dir.iterdir():
         f.chmod(0o755)
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "GPUSTACK_MODE": "diag", "GPUSTACK_LEVEL": "2", "GPUSTACK_TIMEOUT": "600",
-           "GPUSTACK_HEALTH_WAIT": "0"}  # fmt: skip
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "DIAG_MODE": "diag", "DIAG_LEVEL": "2", "DIAG_TIMEOUT": "600",
+           "DIAG_HEALTH_WAIT": "0"}  # fmt: skip
     proc = subprocess.run(["sh", "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=20, check=False)
     assert proc.returncode == 226
     assert f"{BEGIN_MARKER} (dcgmi diag -r 2 -j --timeout 600)" in proc.stdout

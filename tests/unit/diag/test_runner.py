@@ -198,7 +198,7 @@ def test_health_mode(cluster: Cluster) -> None:
     assert ("gpu-node-1 GPU 3", "fail") in by and ("gpu-node-1 GPU 2", "warn") in by
     assert all(f.id == "D20-dcgm-health" for f in findings)
     env = cluster.jobs.pods_created[0]["spec"]["containers"][0]["env"]
-    assert {"name": "GPUSTACK_MODE", "value": "health"} in env
+    assert {"name": "DIAG_MODE", "value": "health"} in env
     # --health does not record a diag verdict
     assert ANN_DIAG_RESULT not in (cluster.api.get("v1", "Node", "gpu-node-1")["metadata"].get("annotations") or {})
 
