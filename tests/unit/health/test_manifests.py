@@ -55,7 +55,7 @@ def test_rendered_only_when_enabled() -> None:
 
 
 def test_enabled_needs_an_image_and_bad_values_name_the_field(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="remediation.image"):
+    with pytest.raises(ValueError, match=r"remediation\.image"):
         Remediation(enabled=True)
     path = tmp_path / "gpustack.yaml"
     nodes = [{"name": "cp", "address": "192.0.2.10", "role": "control-plane"}]
