@@ -173,7 +173,8 @@ def _findings(
         v, name = r.verdict, r.verdict.node
         signals = "; ".join(s.describe() for s in v.signals)
         notes = "\n".join(v.notes)
-        evidence = "\n".join(x for x in (signals.replace("; ", "\n"), notes) if x)
+        # the signals are in the summary where it names them; elsewhere they are the evidence
+        evidence = "\n".join(x for x in (signals.replace("; ", "\n") if r.action == "already" else "", notes) if x)
         release = f"gpustack diag --node {name} --level 2, then gpustack health release {name}"
         if r.action == "already":
             out.append(
