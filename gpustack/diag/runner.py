@@ -107,8 +107,6 @@ def select_nodes(nodes: list[Obj], pods: list[Obj], opts: DiagOptions) -> Select
         raise UsageError(
             f"--node {', '.join(no_gpu)}: no {GPU} capacity on the node (GPU nodes: {', '.join(sorted(gpus)) or 'none'})"
         )
-    if not wanted:
-        raise UsageError(f"no node has {GPU} capacity: nothing to diagnose")
     sel = Selection()
     for node in wanted:
         capacity, allocatable = gpu_capacity(gpus[node])
@@ -366,6 +364,10 @@ def run_diag(kube: Kube, opts: DiagOptions, console: Console, *, by: str | None 
              clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> list[Finding]:  # fmt: skip
     """Select the nodes, run the Jobs, return every finding (and record diag verdicts on the nodes)."""
     nodes = list_all(kube, "/api/v1/nodes")
+    if not opts.nodes and not gpu_nodes(nodes):
+        return [Finding(fd.RUN_ID, fd.LAYER, "fail", f"no node has {GPU} capacity: nothing to diagnose",
+                        evidence=f"{len(nodes)} node(s), none with {GPU}",
+                        fix="gpustack doctor --layer gpu-operator (is the NVIDIA device plugin running?)")]  # fmt: skip
     pods = list_all(kube, "/api/v1/pods", {"fieldSelector": "status.phase!=Succeeded,status.phase!=Failed"})
     selection = select_nodes(nodes, pods, opts)
     run = DiagRun(kube, opts, console, clock=clock, sleep=sleep)

@@ -75,6 +75,10 @@ def test_only_the_named_nodes_and_bad_names(cluster: Cluster) -> None:
         run(cluster, DiagSpec(), nodes=("nope",))
     with pytest.raises(UsageError, match=r"no nvidia\.com/gpu capacity"):
         run(cluster, DiagSpec(), nodes=("cpu-1",))
+    for name in ("gpu-node-1", "gpu-node-2"):  # a cluster without GPU nodes: a failure, not a usage error
+        cluster.api.objects.pop(("", "v1", "nodes", "", name))
+    [f] = run(cluster, DiagSpec())
+    assert f.status == "fail" and "no node has nvidia.com/gpu capacity" in f.summary
 
 
 def test_level3_refused_while_gpu_pods_run_unless_forced(cluster: Cluster) -> None:
