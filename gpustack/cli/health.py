@@ -86,12 +86,13 @@ def _settings(config: Any, in_cluster: bool, flags: dict[str, Any]) -> tuple[Any
     return settings, name
 
 
-def _by(in_cluster: bool, apply: bool) -> str:
+def _by(in_cluster: bool, command: str) -> str:
+    """Who changes the node, for its annotations: the CronJob's pod, or the command and user@host."""
     from gpustack.diag.runner import who
 
     if in_cluster:
         return f"gpustack health CronJob (pod {os.environ.get('HOSTNAME', '?')})"
-    return f"gpustack health{' --apply' if apply else ''} ({who()})"
+    return f"{command} ({who()})"
 
 
 @health_app.callback()
@@ -139,7 +140,9 @@ def health(
     settings, name = _settings(config, in_cluster, flags)
     console = console_for(verbose)
     kube = connect(name, kubeconfig, in_cluster=in_cluster)
-    opts = HealthOptions(settings=settings, apply=apply, nodes=tuple(split_csv(node)), by=_by(in_cluster, apply))
+    opts = HealthOptions(
+        settings=settings, apply=apply, nodes=tuple(split_csv(node)), by=_by(in_cluster, "gpustack health --apply")
+    )
     findings = run_health(kube, opts, fix_console(console, output))
     command = "health --apply" if apply else "health (dry run)"
     if output == "table":
@@ -170,5 +173,5 @@ def release(
     settings, name = _settings(config, False, {})
     console = console_for(verbose)
     kube = connect(name, kubeconfig)
-    opts = HealthOptions(settings=settings, by=_by(False, True).replace("health --apply", "health release"))
+    opts = HealthOptions(settings=settings, by=_by(False, "gpustack health release"))
     release_node(kube, node, opts, console, confirm=lambda q: console.confirm(q, assume_yes=yes))

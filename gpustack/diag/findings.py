@@ -141,8 +141,6 @@ def _test_findings(node: str, test: DiagTest, run: DiagRun, level: int) -> list[
         why = "; ".join(w.message for w in r.warnings) or r.status
         info = run.gpu(r.entity_id)
         fix = _fix(node, r.entity_id, r.warnings, level, info.serial if info else "") if status == "fail" else ""
-        if status == "skip" and r.warnings:
-            fix = ""
         out.append(Finding(fid, LAYER, status, f"{test.name}: {r.status.lower()} on {label}: {why}",
                            host=f"{node} GPU {r.entity_id}",
                            evidence="\n".join([w.describe() for w in r.warnings] + list(r.info)), fix=fix))  # fmt: skip
@@ -184,6 +182,9 @@ def _run_problem(o: NodeOutcome, spec: DiagSpec) -> Finding | None:
         return Finding(RUN_ID, LAYER, "fail", f"{what} could not start: {o.reason}", host=o.node, evidence=o.message,
                        fix=f"kubectl -n gpustack-diag describe pod -l job-name={o.job} (image pull: is nvcr.io reachable "
                            "from the node, or mirrored?)")  # fmt: skip
+    if o.phase == "Failed" and not o.log.strip():  # e.g. the kubelet refused it (UnexpectedAdmissionError)
+        return Finding(RUN_ID, LAYER, "fail", f"{what} pod failed before it printed anything: {o.reason or 'Failed'}",
+                       host=o.node, evidence=o.message, fix=f"kubectl -n gpustack-diag describe pod -l job-name={o.job}")  # fmt: skip
     if o.timed_out and not o.log:
         return Finding(RUN_ID, LAYER, "fail", f"{what} timed out after {o.elapsed:.0f}s without a result", host=o.node,
                        evidence=f"pod phase {o.phase or 'unknown'} {o.reason}".strip(),
@@ -205,7 +206,7 @@ def node_findings(o: NodeOutcome, spec: DiagSpec) -> list[Finding]:
                         fix=f"kubectl -n gpustack-diag logs job/{o.job}; check the driver on {o.node} (nvidia-smi)")]  # fmt: skip
     try:
         if spec.mode == "health":
-            return health_findings(o.node, parse_health(out.text), o, spec)
+            return health_findings(o.node, parse_health(out.text))
         run = parse_diag(out.text)
     except DcgmiParseError as exc:
         timed = " (the container was stopped: timed out)" if o.timed_out or out.exit_code is None else ""
@@ -228,7 +229,7 @@ def node_findings(o: NodeOutcome, spec: DiagSpec) -> list[Finding]:
     return findings
 
 
-def health_findings(node: str, run: HealthRun, o: NodeOutcome, spec: DiagSpec) -> list[Finding]:
+def health_findings(node: str, run: HealthRun) -> list[Finding]:
     """``dcgmi health -c``: the overall verdict per node, then one finding per entity with incidents."""
     overall = STATUS.get(run.overall, "fail")
     out = [Finding(HEALTH_ID, LAYER, overall,
@@ -242,7 +243,6 @@ def health_findings(node: str, run: HealthRun, o: NodeOutcome, spec: DiagSpec) -
         out.append(Finding(HEALTH_ID, LAYER, status,
                            f"{e.entity_group} {e.entity_id}: {e.health}: " + "; ".join(i.message or i.system for i in e.incidents),
                            host=f"{node} {e.entity_group} {e.entity_id}", evidence="\n".join(lines), fix=fix))  # fmt: skip
-    del o, spec
     return out
 
 

@@ -140,7 +140,7 @@ def _api(exc: ApiException) -> str:
         return str(exc.reason)
 
 
-class DiagRun:
+class DiagJobs:
     """One ``gpustack diag`` run against one cluster (see :func:`run_diag`)."""
 
     def __init__(self, kube: Kube, opts: DiagOptions, console: Console, *,
@@ -370,7 +370,7 @@ def run_diag(kube: Kube, opts: DiagOptions, console: Console, *, by: str | None 
                         fix="gpustack doctor --layer gpu-operator (is the NVIDIA device plugin running?)")]  # fmt: skip
     pods = list_all(kube, "/api/v1/pods", {"fieldSelector": "status.phase!=Succeeded,status.phase!=Failed"})
     selection = select_nodes(nodes, pods, opts)
-    run = DiagRun(kube, opts, console, clock=clock, sleep=sleep)
+    run = DiagJobs(kube, opts, console, clock=clock, sleep=sleep)
     outcomes = run.execute(selection) if selection.run else [
         fd.NodeOutcome(node=n, not_started=why) for n, why in sorted(selection.skipped.items())]  # fmt: skip
     findings = [f for o in outcomes for f in fd.node_findings(o, opts.spec)]

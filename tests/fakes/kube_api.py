@@ -42,6 +42,11 @@ For verify/doctor (collect once, at scale, with faults):
   upstream's response headers back (every ``Set-Cookie`` included);
 - fault injection per path regex (``re.search`` on the raw path with query): :meth:`FakeKubeAPI.fail`
   (status, optional ``times`` and ``method``) and :meth:`FakeKubeAPI.delay` (seconds before answering).
+
+For gpustack diag / health (the section at the end of this file): batch/v1 Jobs and CronJobs,
+ServiceAccounts and RBAC kinds, JSON merge patches with a resourceVersion precondition, cascading Job
+deletes, a Job controller/scheduler/kubelet simulation (:class:`JobSimulator`) and RBAC enforcement
+(:class:`RbacAuthorizer`).
 """
 
 from __future__ import annotations

@@ -220,3 +220,9 @@ def test_requests_per_poll_do_not_grow_with_nodes(cluster: Cluster) -> None:
     assert len(pod_polls) == len(job_polls) > 1  # one LIST of the run's pods and one of its Jobs per poll
     assert len(per_node) == 4 * 10  # create, log, delete, record: nothing else per node
     assert len(reqs) - len(pod_polls) - len(job_polls) - len(per_node) <= 8  # nodes, pods, discovery, namespace
+
+
+def test_a_pod_the_kubelet_refused(cluster: Cluster) -> None:
+    cluster.jobs.plans = {"gpu-node-1": PodPlan(phase="Failed", exit_code=0, log="")}
+    [f] = run(cluster, DiagSpec(level=1), nodes=("gpu-node-1",))
+    assert f.id == "D00-diag-run" and f.status == "fail" and "failed before it printed anything" in f.summary
