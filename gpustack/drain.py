@@ -17,13 +17,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpustack.constants import ANN_DRAIN_CORDONED_BY
 from gpustack.errors import GpustackError
 from gpustack.runners.kube import Eviction, Kube, Obj
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
-#: set on a node this drain cordoned, so a failed (or interrupted, then re-run) removal knows whose
-#: cordon it is: a node someone else cordoned stays cordoned
-CORDON_ANNOTATION = "gpustack.io/cordoned-by"
+#: set on a node this drain cordoned (see gpustack/constants.py)
+CORDON_ANNOTATION = ANN_DRAIN_CORDONED_BY
 
 
 class DrainError(GpustackError):

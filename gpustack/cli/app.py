@@ -27,6 +27,8 @@ from gpustack.cli import (
     verify,
     version,
 )
+from gpustack.cli import diag as diag_cmd
+from gpustack.cli import health as health_cmd
 from gpustack.console import Console
 from gpustack.errors import GpustackError, Interrupted
 
@@ -53,6 +55,8 @@ app.command("upgrade")(upgrade.upgrade)
 app.add_typer(bundle.bundle_app, name="bundle")
 app.add_typer(node.node_app, name="node")
 app.command("status")(status.status)
+app.command("diag")(diag_cmd.diag)
+app.add_typer(health_cmd.health_app, name="health")
 
 
 def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
