@@ -213,8 +213,8 @@ def resolve_kubeconfig(
             files, source = [home / ".kube" / "config"], HOME
     if not files:
         raise KubeconfigNotFound(
-            "no kubeconfig for the cluster: looked at " + "; ".join(looked),
-            hint="pass --kubeconfig FILE, set $KUBECONFIG, or build the cluster with `gpustack up`",
+            f"no kubeconfig for cluster {cluster_name!r}: looked at " + "; ".join(looked),
+            hint="run `gpustack up` first to build it, or pass --kubeconfig FILE (or set $KUBECONFIG) for another cluster",
         )
     config = merge_kubeconfigs([(p, _load(p)) for p in files])
     where = f"kubeconfig {os.pathsep.join(str(f) for f in files)}"
