@@ -18,9 +18,10 @@ REQUEST_TIMEOUT = 10.0
 
 
 def client(
-    cfg: Config, override: Path | None = None, *, own_only: bool = False, request_timeout: float = REQUEST_TIMEOUT
-) -> Kube:
+    cfg: Config, override: Path | None = None, *, context: str | None = None, own_only: bool = False,
+    request_timeout: float = REQUEST_TIMEOUT,
+) -> Kube:  # fmt: skip
     """A client for the cluster: UsageError (exit 2) for a ``--kubeconfig`` that does not exist or cannot be
     used, ClusterUnreachableError (exit 3) when there is no kubeconfig at all."""
-    target = resolve_kubeconfig(kubeconfig=override, cluster_name=cfg.cluster.name, own_only=own_only)
+    target = resolve_kubeconfig(kubeconfig=override, context=context, cluster_name=cfg.cluster.name, own_only=own_only)
     return connect(target, request_timeout=request_timeout)

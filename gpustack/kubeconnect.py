@@ -20,6 +20,7 @@ def connect(
     cluster_name: str,
     kubeconfig: Path | None = None,
     *,
+    context: str | None = None,
     in_cluster: bool = False,
     request_timeout: float = REQUEST_TIMEOUT,
 ) -> Kube:
@@ -35,7 +36,7 @@ def connect(
             raise ConfigError(f"--in-cluster: no in-cluster credentials: {exc}",
                               hint="--in-cluster is for gpustack's own CronJob; use --kubeconfig elsewhere") from None  # fmt: skip
         return Kube(k8s_client.ApiClient(configuration), request_timeout=request_timeout)
-    target = resolve_kubeconfig(kubeconfig=kubeconfig, cluster_name=cluster_name)
+    target = resolve_kubeconfig(kubeconfig=kubeconfig, context=context, cluster_name=cluster_name)
     return connect_target(target, request_timeout=request_timeout)
 
 

@@ -136,6 +136,8 @@ class Kube:
     def __init__(self, api_client: k8s_client.ApiClient, *, request_timeout: float = REQUEST_TIMEOUT) -> None:
         self.api = api_client
         self.request_timeout = request_timeout
+        #: the cluster it talks to, when it came from :func:`gpustack.runners.kubeconfig.connect` (reports name it)
+        self.target: dict[str, Any] | None = None
         self._discovery: dict[str, dict[str, ApiResource]] = {}
 
     @classmethod

@@ -251,7 +251,9 @@ def connect(target: KubeTarget, *, request_timeout: float | None = None) -> Kube
     except (k8s_config.ConfigException, ValueError, TypeError, OSError) as exc:
         raise UsageError(f"kubeconfig {os.pathsep.join(str(f) for f in target.files)}: context "
                          f"{target.context!r} cannot be used: {exc}") from None  # fmt: skip
-    return Kube(api, request_timeout=REQUEST_TIMEOUT if request_timeout is None else request_timeout)
+    kube = Kube(api, request_timeout=REQUEST_TIMEOUT if request_timeout is None else request_timeout)
+    kube.target = target.to_json()
+    return kube
 
 
 def connect_cluster(

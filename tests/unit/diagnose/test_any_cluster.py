@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from tests.fakes import scenarios as sc
@@ -115,3 +116,19 @@ def test_every_report_format_names_the_cluster() -> None:
     assert {p.get("name"): p.get("value") for p in props} == {
         "cluster.server": "https://10.0.0.1:6443", "cluster.context": "prod", "cluster.source": "$KUBECONFIG"}  # fmt: skip
     assert report.cluster_line(target) == "https://10.0.0.1:6443 (context prod; kubeconfig from $KUBECONFIG: /a:/b)"
+
+
+def test_every_cluster_command_takes_the_same_context(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """status, diag and health resolve their cluster as verify and doctor do: an unknown --context is exit 2."""
+    from gpustack.cli.app import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GPUSTACK_STATE_DIR", str(tmp_path / "state"))
+    kc = two_context_kubeconfig(tmp_path / "kc", {"prod": "http://127.0.0.1:9", "lab": "http://127.0.0.1:9"}, "prod")
+    for argv in (["status"], ["diag"], ["health"], ["health", "release", "gpu-node-1"]):
+        with pytest.raises(SystemExit) as exc:
+            main([*argv, "--kubeconfig", str(kc), "--context", "staging"])
+        assert exc.value.code == 2, argv
+        assert "--context staging: no such context" in capsys.readouterr().err, argv
