@@ -12,7 +12,20 @@ from types import FrameType
 
 import typer
 
-from gpustack.cli import bundle, doctor, grafana_password, init, plan, render, reset, up, upgrade, verify, version
+from gpustack.cli import (
+    bundle,
+    doctor,
+    grafana_password,
+    init,
+    plan,
+    render,
+    report,
+    reset,
+    up,
+    upgrade,
+    verify,
+    version,
+)
 from gpustack.console import Console
 from gpustack.errors import GpustackError, Interrupted
 
@@ -37,6 +50,7 @@ app.command("doctor")(doctor.doctor)
 app.command("reset")(reset.reset)
 app.command("upgrade")(upgrade.upgrade)
 app.add_typer(bundle.bundle_app, name="bundle")
+app.command("report")(report.report)
 
 
 def _raise_interrupted(signum: int, frame: FrameType | None) -> None:

@@ -142,6 +142,7 @@ class PrometheusServer:
     log: Path
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
+    retention: str = "1h"  # backfilled history (tests/prometheus/history.py) needs longer
 
     @property
     def url(self) -> str:
@@ -166,7 +167,7 @@ class PrometheusServer:
             f"--config.file={self.config}",
             f"--storage.tsdb.path={self.data_dir}",
             f"--web.listen-address={LOOPBACK}:{self.port}",
-            "--storage.tsdb.retention.time=1h",
+            f"--storage.tsdb.retention.time={self.retention}",
         ]
         with self.log.open("wb") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
