@@ -19,7 +19,6 @@ allocation are chosen, not measured.
 from __future__ import annotations
 
 import random
-import re
 import shutil
 import subprocess
 import tempfile
