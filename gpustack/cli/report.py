@@ -61,4 +61,4 @@ def report(
     elif fmt == "csv":
         console.out.print(csv_text(result), end="", markup=False, highlight=False, soft_wrap=True)
     else:
-        console.print(table_view(result))
+        console.print(table_view(result), soft_wrap=False)  # wrap notes at the terminal width

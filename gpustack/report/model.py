@@ -23,7 +23,9 @@ class GroupRow:
 
     @property
     def used_pct(self) -> float | None:
-        return 100.0 * self.used_h / self.allocated_h if self.allocated_h > 0 else None
+        """Average activity of the GPU-hours DCGM measured (None: none measured): unmeasured hours are not
+        taken for idle ones."""
+        return 100.0 * self.used_h / self.measured_h if self.measured_h > 0 else None
 
 
 @dataclass(frozen=True)

@@ -59,7 +59,7 @@ def title(report: Report) -> str:
 
 
 def _table(title_text: str, columns: Sequence[str], numeric_from: int = 1) -> Table:
-    table = Table(title=title_text, title_justify="left", show_lines=False, pad_edge=False)
+    table = Table(title=title_text, title_justify="left", show_lines=False)
     for i, column in enumerate(columns):
         table.add_column(column, justify="right" if i >= numeric_from else "left", overflow="fold")
     return table
@@ -67,7 +67,7 @@ def _table(title_text: str, columns: Sequence[str], numeric_from: int = 1) -> Ta
 
 def groups_table(report: Report) -> Table:
     priced = report.prices.given
-    columns = [report.by, "allocated GPU-h", "used GPU-h", "idle GPU-h", "used"] + (["cost USD"] if priced else [])
+    columns = [report.by, "allocated GPU-h", "used GPU-h", "idle GPU-h", "activity"] + (["cost USD"] if priced else [])
     table = _table(f"GPU-hours by {report.by}", columns)
 
     def cells(row: GroupRow) -> list[str]:
@@ -161,8 +161,8 @@ def trend_lines(report: Report) -> list[str]:
         first, last = points[0].allocated, points[-1].allocated
         cap = report.forecast.capacity if report.forecast else None
         lines.append(
-            f"daily allocation (average GPUs) {first:.1f} -> {last:.1f} over {len(points)} days "
-            f"{sparkline([p.allocated for p in points], cap)}"
+            f"allocation, GPUs a day: {first:.1f} -> {last:.1f} {sparkline([p.allocated for p in points], cap)} "
+            f"({len(points)} days)"
         )
     if report.forecast is not None:
         lines.append(f"forecast: {report.forecast.describe()}")

@@ -417,3 +417,42 @@ def prometheus_yml(path: Path, rule_files: Sequence[Path] = ()) -> Path:
         config["rule_files"] = [str(p) for p in rule_files]
     path.write_text(yaml.safe_dump(config), encoding="utf-8")
     return path
+
+
+@dataclass
+class Backfilled:
+    """Two Prometheus servers over the same history: ``raw`` without gpustack's usage rules, ``rules`` with
+    them loaded and recorded over the whole history."""
+
+    history: History
+    expected: Expected
+    raw: PrometheusServer
+    rules: PrometheusServer
+
+    def stop(self) -> None:
+        self.raw.stop()
+        self.rules.stop()
+
+
+def backfilled(workdir: Path, history: History, expected: Expected, retention: str = "400d") -> Backfilled:
+    """Import ``history``, start the raw server, copy its blocks for the rules server, record the rules there."""
+    from gpustack.monitoring.rules import usage_rules_path
+
+    load_history(history, workdir / "raw", workdir)
+    raw = PrometheusServer(
+        prometheus_yml(workdir / "raw.yml"), workdir / "raw", workdir / "raw.log", retention=retention
+    )
+    shutil.copytree(workdir / "raw", workdir / "rules")
+    rules_server = PrometheusServer(
+        prometheus_yml(workdir / "rules.yml", [usage_rules_path()]), workdir / "rules", workdir / "rules.log",
+        retention=retention,
+    )  # fmt: skip
+    raw.start(timeout=120)
+    try:
+        rules_server.start(timeout=120)
+        backfill_rules(rules_server, history.start, history.end, workdir)
+    except BaseException:
+        raw.stop()
+        rules_server.stop()
+        raise
+    return Backfilled(history, expected, raw, rules_server)
