@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 
 from gpustack.config.model import LABEL_KEY_RE
 from gpustack.errors import UsageError
+from gpustack.monitoring.ksm import label_name
 
 BY_CHOICES = ("namespace", "team", "node", "model")
 OUTPUTS = ("table", "csv", "json")
@@ -92,12 +93,8 @@ def parse_team_label(text: str, option: str = "--team-label") -> str:
 
 
 def ksm_label_name(key: str) -> str:
-    """The Prometheus label kube-state-metrics gives a Kubernetes label key in ``kube_*_labels``:
-    ``label_`` + the key with every character outside ``[a-zA-Z0-9_]`` replaced by ``_``, then snake-cased
-    (kube-state-metrics 2.20 internal/store/utils.go ``labelName``): ``example.com/teamName`` ->
-    ``label_example_com_team_name``."""
-    sanitized = re.sub(r"[^a-zA-Z0-9_]", "_", key)
-    return "label_" + re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", sanitized).lower()
+    """The Prometheus label kube-state-metrics gives Kubernetes label ``key`` (``team`` -> ``label_team``)."""
+    return label_name(key)
 
 
 @dataclass(frozen=True)

@@ -185,3 +185,78 @@ def test_window_shorter_than_a_week_says_not_enough_data(usage_history: Backfill
     assert len(report.trend) == 3
     assert by_key(report)["infra"].allocated_h == pytest.approx(2 * 48 + 72, rel=REL)
     assert MINUTE == 60
+
+
+# --- the "GPU capacity and cost" dashboard, every panel against the same history -------------------------
+
+PANEL_VALUES = {"__range": "30d", "team_label": "label_team", "price": "2"}
+
+
+def panel_results(pair: Backfilled) -> dict[str, list[list[dict[str, Any]]]]:
+    """Every panel's targets evaluated as Grafana would over the 30 days: instant targets at the end,
+    time-series targets as range queries at a 1 h step."""
+    from gpustack.monitoring.dashboard import concretize, data_panels, load_capacity_dashboard
+
+    end = pair.history.end
+    out: dict[str, list[list[dict[str, Any]]]] = {}
+    for panel in data_panels(load_capacity_dashboard()):
+        for target in panel["targets"]:
+            expr = concretize(target["expr"], PANEL_VALUES)
+            if target.get("instant"):
+                result = pair.rules.api("query", {"query": expr, "time": str(end)})["result"]
+            else:
+                params = {"query": expr, "start": str(end - 30 * DAY), "end": str(end), "step": "3600s"}
+                result = pair.rules.api("query_range", params)["result"]
+            out.setdefault(panel["title"], []).append(result)
+    return out
+
+
+def scalar(results: list[list[dict[str, Any]]], i: int = 0) -> float:
+    [row] = results[i]
+    return float(row["value"][1])
+
+
+def test_every_capacity_panel_returns_the_report_numbers(usage_history: Backfilled, rules_report: Report) -> None:
+    panels = panel_results(usage_history)
+    empty = [title for title, results in panels.items() if not all(results)]
+    assert not empty, f"panels without data over the known history: {empty}"
+    r = rules_report
+    assert scalar(panels["GPUs allocatable"]) == r.allocatable_now == 12
+    assert (scalar(panels["GPUs allocated"]), scalar(panels["GPUs starting"])) == (r.allocated_now, r.starting_now)
+    assert scalar(panels["GPUs free"]) == r.free_now and scalar(panels["Pending GPU demand"]) == r.pending_now
+    assert scalar(panels["GPU-hours allocated"]) == pytest.approx(r.total.allocated_h, rel=REL)
+    assert scalar(panels["GPU-hours used"]) == pytest.approx(r.total.used_h, rel=REL)
+    assert scalar(panels["GPU-hours idle (allocated)"]) == pytest.approx(r.total.idle_h, rel=REL)
+    for i, name in enumerate(("p50", "p90", "p99")):
+        assert scalar(panels["Activity of allocated GPUs (percentiles)"], i) == pytest.approx(
+            r.percentiles[name], abs=0.005
+        )
+    by_ns = {
+        row["metric"]["namespace"]: float(row["value"][1]) for row in panels["GPU-hours allocated by namespace"][0]
+    }
+    assert by_ns == pytest.approx({g.key: g.allocated_h for g in r.groups}, rel=REL)
+    cost = {
+        row["metric"]["namespace"]: float(row["value"][1])
+        for row in panels["Cost by namespace at $price USD per GPU-hour"][0]
+    }
+    assert cost == pytest.approx({g.key: 2 * g.allocated_h for g in r.groups}, rel=REL)
+    teams = {
+        row["metric"].get("label_team", ""): float(row["value"][1]) for row in panels["GPU-hours allocated by team"][0]
+    }
+    alloc = usage_history.expected.allocated_by_namespace
+    assert teams == pytest.approx(
+        {"research": alloc["ml"] + alloc["vision"], "platform": alloc["infra"], "": alloc["batch"]}, rel=REL
+    )
+    idle = {(row["metric"]["namespace"], row["metric"]["pod"]): float(row["value"][1])
+            for row in panels["Idle allocated GPU-hours by pod"][0]}  # fmt: skip
+    assert idle == pytest.approx({("infra", "serve-0"): 48.0, ("vision", "notebook-x"): 10.0}, rel=REL)
+    free = {row["metric"]["node"]: float(row["value"][1]) for row in panels["Free GPUs by node"][0]}
+    assert free == {n.node: n.free for n in r.nodes}
+    [[pending]] = panels["Pending pods"]
+    assert pending["metric"]["pod"] == "wait-0" and float(pending["value"][1]) == 4
+    series = {row["metric"].get("__name__"): row for rows in panels["Allocation vs capacity"] for row in rows}
+    assert set(series) == {"gpustack:cluster_gpu_allocatable:sum", "gpustack:cluster_gpu_allocated:sum",
+                           "gpustack:cluster_gpu_pending:sum"}  # fmt: skip
+    assert len(series["gpustack:cluster_gpu_allocated:sum"]["values"]) >= 30 * 24
+    # 30 days ahead on the minute samples of a line rising 0.1 GPU a day: about 3.9 + 3 = 6.9 GPUs
+    assert 5.5 < scalar(panels["Allocated GPUs in 30 days (linear trend)"]) < 8.5
