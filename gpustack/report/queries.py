@@ -10,7 +10,9 @@ every minute of the window (``scripts/bench_report.py`` prints both).
 Queries that the report sends together are tagged and joined with ``or`` (:func:`union`), so one HTTP
 request answers several questions: a window query (GPU-hours per pod and GPU, totals, the activity
 histogram), a "now" query (capacity at the end of the window, GPU models, teams, how far back data goes)
-and a range query (daily allocation for the trend).
+and a range query (daily allocation for the trend). Without the rules the window's parts go one request
+each (:func:`window_parts`): each re-joins a whole window of raw series, and Prometheus' query timeout
+(2 minutes by default) applies per request.
 """
 
 from __future__ import annotations
@@ -182,20 +184,23 @@ def bucket_parts(window: Window, use_rules: bool) -> str:
     )
 
 
-def window_query(window: Window, use_rules: bool) -> str:
-    """GPU-hours (in recorded samples) per pod and node, per pod and GPU, and cluster totals; the histogram."""
+def window_parts(window: Window, use_rules: bool) -> dict[str, str]:
+    """GPU-hours (in recorded samples) per pod and node, per pod and GPU, cluster totals, the histogram."""
     pod = ("namespace", "pod", "node")
-    return union(
-        {
-            "allocated": over_window(ALLOCATED, "sum_over_time", window, use_rules, pod),
-            "used": over_window(ACTIVITY, "sum_over_time", window, use_rules, GPU_LABELS),
-            "measured": over_window(ACTIVITY, "count_over_time", window, use_rules, GPU_LABELS),
-            "idle": over_window(IDLE, "sum_over_time", window, use_rules, GPU_LABELS),
-            "capacity": over_window(CLUSTER_ALLOCATABLE, "sum_over_time", window, use_rules),
-            "pending": over_window(CLUSTER_PENDING, "sum_over_time", window, use_rules),
-            "bucket": bucket_parts(window, use_rules),
-        }
-    )
+    return {
+        "allocated": over_window(ALLOCATED, "sum_over_time", window, use_rules, pod),
+        "used": over_window(ACTIVITY, "sum_over_time", window, use_rules, GPU_LABELS),
+        "measured": over_window(ACTIVITY, "count_over_time", window, use_rules, GPU_LABELS),
+        "idle": over_window(IDLE, "sum_over_time", window, use_rules, GPU_LABELS),
+        "capacity": over_window(CLUSTER_ALLOCATABLE, "sum_over_time", window, use_rules),
+        "pending": over_window(CLUSTER_PENDING, "sum_over_time", window, use_rules),
+        "bucket": bucket_parts(window, use_rules),
+    }
+
+
+def window_query(window: Window, use_rules: bool) -> str:
+    """Every window part in one expression (with the rules: each part reads a few recorded series)."""
+    return union(window_parts(window, use_rules))
 
 
 def team_map_expr(window: Window, team_label: str) -> str:

@@ -4,12 +4,14 @@ Where Prometheus answers (:func:`endpoint`): ``--prometheus-url URL``, else the 
 ``monitoring/kube-prometheus-stack-prometheus:http-web`` with ``--kubeconfig`` or the admin.conf ``gpustack
 up`` fetched for the cluster -- exactly as verify/doctor reach it (gpustack.diagnose.collect_prometheus).
 
-What it sends (:func:`collect`), at most five requests whatever the cluster size or window:
+What it sends (:func:`collect`), whatever the cluster size or window:
 
 1. ``/api/v1/rules?type=record``: are gpustack's usage rules loaded, healthy, at which interval?
 2. with the rules: how far back their data reaches, against the raw data (:func:`.queries.coverage_query`);
-3. the window query, 4. the "now" query (instant, at the end of the window), 5. the trend (a range query,
-   one point a day).
+3. the window query (with the rules one request; without, its seven parts, two at a time), 4. the "now"
+   query (instant, at the end of the window), 5. the trend (a range query, one point a day).
+
+Five requests with the rules, ten without.
 
 Failures: nothing answers (or the proxy finds no Prometheus) -> :class:`ClusterUnreachableError` (exit 3);
 Prometheus answers with an error (a query timeout on a big raw window) -> :class:`GpustackError` (exit 1).
@@ -18,8 +20,10 @@ Prometheus answers with an error (a query timeout on a big raw window) -> :class
 from __future__ import annotations
 
 import json
+import threading
 import time
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +39,8 @@ QUERY_TIMEOUT = 120.0  # seconds, per request (sent to Prometheus as its query t
 BODY_LIMIT = 256 * 1024 * 1024  # a window query lists one row per pod and GPU: allow big clusters
 PROXY_DOWN = {404, 502, 503, 504}  # the API server proxy: no such Service, or no ready Prometheus behind it
 MODES = ("auto", "rules", "raw")
+RAW_PARALLEL = 2  # raw window parts in flight at once: each runs on its own Prometheus goroutine, and its
+# query timeout (2 minutes by default) counts wall time, so more in flight than cores only makes each slower
 HINT = (
     "pass --prometheus-url URL (e.g. after kubectl -n monitoring port-forward svc/kube-prometheus-stack-prometheus "
     "9090: --prometheus-url http://127.0.0.1:9090) or --kubeconfig FILE"
@@ -72,9 +78,11 @@ class Prometheus:
     ep: Endpoint
     timeout: float = QUERY_TIMEOUT
     requests: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def _data(self, path: str, params: dict[str, str]) -> Any:
-        self.requests += 1
+        with self._lock:
+            self.requests += 1
         try:
             body = self.ep.request(
                 "GET", f"/api/v1/{path}", query=params, limit=BODY_LIMIT, timeout=self.timeout + 5
@@ -155,7 +163,12 @@ def collect(prom: Prometheus, request: compute.Request, mode: str = "auto") -> c
     window = q.Window(request.end, request.seconds, step_s)
     from gpustack.report.inputs import ksm_label_name
 
-    window_rows = prom.instant(q.window_query(window, use_rules), window.end)
+    if use_rules:
+        window_rows = prom.instant(q.window_query(window, True), window.end)
+    else:  # one request per part, RAW_PARALLEL at a time: each part is heavy (see queries.window_parts)
+        tagged = [q.tag(expr, name) for name, expr in q.window_parts(window, False).items()]
+        with ThreadPoolExecutor(max_workers=RAW_PARALLEL) as pool:
+            window_rows = [row for rows in pool.map(lambda e: prom.instant(e, window.end), tagged) for row in rows]
     now_rows = prom.instant(q.now_query(window, ksm_label_name(request.team_label)), window.end)
     trend_rows: list[dict[str, Any]] = []
     if window.days >= 1:

@@ -147,6 +147,7 @@ class PrometheusServer:
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
     retention: str = "1h"  # backfilled history (tests/prometheus/history.py) needs longer
+    query_timeout: str | None = None  # --query.timeout (Prometheus' default: 2m)
 
     @property
     def url(self) -> str:
@@ -172,6 +173,7 @@ class PrometheusServer:
             f"--storage.tsdb.path={self.data_dir}",
             f"--web.listen-address={LOOPBACK}:{self.port}",
             f"--storage.tsdb.retention.time={self.retention}",
+            *([f"--query.timeout={self.query_timeout}"] if self.query_timeout else []),
         ]
         with self.log.open("wb") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)

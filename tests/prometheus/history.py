@@ -169,8 +169,8 @@ def write_openmetrics(history: History, out: TextIO) -> int:
         lo, hi = exists(pod)
         if pod.node:
             w.series({**pod_base(pod), "phase": "Running"}, ((t, int(pod.start <= t < pod.end)) for t in _grid(lo, hi)))
-            if pod.end < hi:
-                w.series({**pod_base(pod), "phase": "Succeeded"}, ((t, int(t >= pod.end)) for t in _grid(lo, hi)))
+            if pod.end < hi:  # kube-state-metrics exports every phase; only Running and Pending are read
+                w.series({**pod_base(pod), "phase": "Succeeded"}, ((t, 1) for t in _grid(pod.end, hi)))
         if pod.pending_s or not pod.node:
             w.series(
                 {**pod_base(pod), "phase": "Pending"},
@@ -425,7 +425,7 @@ class Backfilled:
     them loaded and recorded over the whole history."""
 
     history: History
-    expected: Expected
+    expected: Expected | None
     raw: PrometheusServer
     rules: PrometheusServer
 
@@ -434,7 +434,7 @@ class Backfilled:
         self.rules.stop()
 
 
-def backfilled(workdir: Path, history: History, expected: Expected, retention: str = "400d") -> Backfilled:
+def backfilled(workdir: Path, history: History, expected: Expected | None, retention: str = "400d") -> Backfilled:
     """Import ``history``, start the raw server, copy its blocks for the rules server, record the rules there."""
     from gpustack.monitoring.rules import usage_rules_path
 

@@ -145,7 +145,7 @@ def test_raw_expressions_give_the_same_report_as_the_rules(usage_history: Backfi
         return {k: v for k, v in data.items() if k not in {"source", "queries", "notes"}}
 
     assert comparable(raw) == comparable(rules)
-    assert (raw_requests, rules_requests) == (4, 5)  # rules API (+ coverage with rules), window, now, trend
+    assert (raw_requests, rules_requests) == (10, 5)  # rules API, (coverage), window (7 parts raw), now, trend
 
 
 def test_cli_outputs(

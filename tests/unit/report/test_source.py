@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -124,7 +125,7 @@ def answers(groups: list[dict[str, Any]], first: dict[str, float]) -> Any:
 GROUP = [{"name": q.GROUP, "interval": 60, "rules": [{"name": q.ALLOCATED, "health": "ok"}]}]
 
 
-def test_with_rules_five_requests_without_four() -> None:
+def test_with_rules_five_requests_without_ten() -> None:
     covered = Scripted(answers(GROUP, {"rules": END - 30 * 86400, "raw": END - 30 * 86400}))
     results = source.collect(source.Prometheus(covered), Request(END, 30 * 86400))  # type: ignore[arg-type]
     assert results.use_rules and results.queries == 5 and not results.notes
@@ -137,7 +138,10 @@ def test_with_rules_five_requests_without_four() -> None:
 
     missing = Scripted(answers([], {}))
     results = source.collect(source.Prometheus(missing), Request(END, 30 * 86400))  # type: ignore[arg-type]
-    assert not results.use_rules and results.queries == 4 and "not loaded" in results.notes[0]
+    assert not results.use_rules and results.queries == 10 and "not loaded" in results.notes[0]
+    queries = [c[1]["query"] for c in missing.calls if c[0] == "/api/v1/query"]
+    tags = [re.findall(rf'"{q.PART_LABEL}", "(\w+)"', e)[-1] for e in queries[:-1]]  # the last one: "now"
+    assert sorted(tags) == sorted(["allocated", "used", "measured", "idle", "capacity", "pending", "bucket"])
 
     late = Scripted(answers(GROUP, {"rules": END - 86400, "raw": END - 30 * 86400}))
     results = source.collect(source.Prometheus(late), Request(END, 30 * 86400))  # type: ignore[arg-type]
@@ -147,8 +151,8 @@ def test_with_rules_five_requests_without_four() -> None:
 def test_forced_modes_and_a_window_under_a_day() -> None:
     ep = Scripted(answers(GROUP, {}))
     results = source.collect(source.Prometheus(ep), Request(END, 3600), mode="raw")  # type: ignore[arg-type]
-    assert not results.use_rules and results.queries == 3  # no coverage query, no trend for a 1 h window
-    assert q.ALLOCATED not in ep.calls[1][1]["query"]
+    assert not results.use_rules and results.queries == 9  # rules API, 7 window parts, now; no trend for 1 h
+    assert all(q.ALLOCATED not in c[1]["query"] for c in ep.calls[1:])
     results = source.collect(source.Prometheus(Scripted(answers([], {}))), Request(END, 86400), mode="rules")  # type: ignore[arg-type]
     assert results.use_rules and results.queries == 4
     with pytest.raises(ValueError):
