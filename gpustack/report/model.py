@@ -22,7 +22,7 @@ class GroupRow:
     unpriced_h: float = 0.0  # allocated GPU-hours no --price covers
 
     @property
-    def used_pct(self) -> float | None:
+    def activity_pct(self) -> float | None:
         """Average activity of the GPU-hours DCGM measured (None: none measured): unmeasured hours are not
         taken for idle ones."""
         return 100.0 * self.used_h / self.measured_h if self.measured_h > 0 else None

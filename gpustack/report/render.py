@@ -25,7 +25,7 @@ CSV_COLUMNS = (
     "used_gpu_hours",
     "idle_gpu_hours",
     "measured_gpu_hours",
-    "used_pct",
+    "activity_pct",
     "cost_usd",
     "unpriced_gpu_hours",
 )
@@ -71,7 +71,7 @@ def groups_table(report: Report) -> Table:
     table = _table(f"GPU-hours by {report.by}", columns)
 
     def cells(row: GroupRow) -> list[str]:
-        out = [row.key, hours(row.allocated_h), hours(row.used_h), hours(row.idle_h), pct(row.used_pct)]
+        out = [row.key, hours(row.allocated_h), hours(row.used_h), hours(row.idle_h), pct(row.activity_pct)]
         return out + ([money(row.cost)] if priced else [])
 
     for row in report.groups:
@@ -193,7 +193,7 @@ def group_json(row: GroupRow) -> dict[str, Any]:
         "used_gpu_hours": _num(row.used_h),
         "idle_gpu_hours": _num(row.idle_h),
         "measured_gpu_hours": _num(row.measured_h),
-        "used_pct": _num(row.used_pct, 1),
+        "activity_pct": _num(row.activity_pct, 1),
         "cost_usd": _num(row.cost, 2),
         "unpriced_gpu_hours": _num(row.unpriced_h),
     }

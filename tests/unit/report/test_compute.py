@@ -80,7 +80,7 @@ def test_gpu_hours_by_namespace() -> None:
     g = groups(r)
     assert (g["ml"].allocated_h, g["ml"].used_h, g["ml"].measured_h, g["ml"].idle_h) == (10, 2, 5, 0)
     assert (g["web"].allocated_h, g["web"].used_h, g["web"].idle_h) == (20, 5, 10.5)
-    assert g["ml"].used_pct == pytest.approx(40.0) and g["old"].used_pct is None  # nothing measured: no %
+    assert g["ml"].activity_pct == pytest.approx(40.0) and g["old"].activity_pct is None  # nothing measured: no %
     assert [x.key for x in r.groups] == ["web", "ml", "old"]  # most allocated first
     assert (r.total.allocated_h, r.total.used_h, r.total.idle_h, r.total.measured_h) == (31, 7, 10.5, 25)
     assert r.capacity_h == 240 and r.pending_h == 4

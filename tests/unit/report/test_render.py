@@ -39,7 +39,7 @@ def test_csv_rows_and_total() -> None:
         ("node", "n3", "1.0", "1.0"),
         ("node", "total", "31.0", "31.0"),
     ]
-    assert rows[2]["used_pct"] == ""  # nothing measured on n3
+    assert rows[2]["activity_pct"] == ""  # nothing measured on n3
 
 
 def test_json_has_every_section() -> None:
