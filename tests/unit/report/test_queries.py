@@ -93,3 +93,18 @@ def test_union_tags_every_part() -> None:
     assert q.union({"a": "up", "b": "vector(1)"}) == (
         f'label_replace(up, "{q.PART_LABEL}", "a", "", "")\n or label_replace(vector(1), "{q.PART_LABEL}", "b", "", "")'
     )
+
+
+def test_the_rules_read_only_exported_dcgm_metrics_and_kube_state_metrics() -> None:
+    from gpustack.monitoring.counters import load_counters
+    from gpustack.monitoring.promql import metric_names
+
+    exported = set(load_counters().metrics)
+    read = {m for r in q.rules() for m in metric_names(q.inline(r.expr))}
+    assert {m for m in read if m.startswith("DCGM_")} == {"DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_DEV_GPU_UTIL"}
+    assert {m for m in read if m.startswith("DCGM_")} <= exported
+    assert {m for m in read if not m.startswith("DCGM_")} == {
+        "kube_node_status_allocatable",
+        "kube_pod_container_resource_requests",
+        "kube_pod_status_phase",
+    }
