@@ -17,15 +17,19 @@ from gpustack.cli import (
     doctor,
     grafana_password,
     init,
+    node,
     plan,
     render,
-    report,
     reset,
+    status,
     up,
     upgrade,
     verify,
     version,
 )
+from gpustack.cli import diag as diag_cmd
+from gpustack.cli import health as health_cmd
+from gpustack.cli import report as report_cmd
 from gpustack.console import Console
 from gpustack.errors import GpustackError, Interrupted
 
@@ -50,7 +54,11 @@ app.command("doctor")(doctor.doctor)
 app.command("reset")(reset.reset)
 app.command("upgrade")(upgrade.upgrade)
 app.add_typer(bundle.bundle_app, name="bundle")
-app.command("report")(report.report)
+app.add_typer(node.node_app, name="node")
+app.command("status")(status.status)
+app.command("diag")(diag_cmd.diag)
+app.add_typer(health_cmd.health_app, name="health")
+app.command("report")(report_cmd.report)
 
 
 def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
