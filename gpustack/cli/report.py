@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -41,24 +40,18 @@ def report(
     from gpustack.report.source import Prometheus, endpoint, make_report
 
     now = time.time()
-    request = Request(
-        end=inputs.parse_until(until, now),
-        seconds=inputs.parse_duration(since),
-        by=inputs.parse_by(by),
-        prices=inputs.parse_prices(price),
-        team_label="",
-    )
-    fmt = inputs.parse_output(output)
+    end, seconds = inputs.parse_until(until, now), inputs.parse_duration(since)
+    group, prices, fmt = inputs.parse_by(by), inputs.parse_prices(price), inputs.parse_output(output)
+    label = inputs.parse_team_label(team_label) if team_label is not None else None
     console = console_for(verbose)
-    cfg = load_config(config).config
-    label = inputs.parse_team_label(team_label) if team_label is not None else cfg.monitoring.team_label
-    request = Request(request.end, request.seconds, request.by, label, request.prices)
-    prom = Prometheus(endpoint(cfg, Path(kubeconfig) if kubeconfig else None, prometheus_url))
+    cfg = load_config(config).config  # bad options fail above, before the config is read
+    request = Request(end, seconds, group, label or cfg.monitoring.team_label, prices)
+    prom = Prometheus(endpoint(cfg, kubeconfig, prometheus_url))
     result, elapsed = make_report(prom, request)
     console.debug(f"{prom.requests} Prometheus requests via {prom.ep.describe()} in {elapsed:.2f} s")
     if fmt == "json":
-        console.out.print(json_text(result), end="", markup=False, highlight=False, soft_wrap=True)
+        console.out.print(json_text(result), end="", markup=False, highlight=False, emoji=False, soft_wrap=True)
     elif fmt == "csv":
-        console.out.print(csv_text(result), end="", markup=False, highlight=False, soft_wrap=True)
+        console.out.print(csv_text(result), end="", markup=False, highlight=False, emoji=False, soft_wrap=True)
     else:
         console.print(table_view(result), soft_wrap=False)  # wrap notes at the terminal width

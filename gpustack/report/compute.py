@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpustack.monitoring.ksm import label_name
 from gpustack.report import queries as q
 from gpustack.report.forecast import forecast
 from gpustack.report.inputs import Prices, format_duration, iso
@@ -49,7 +50,6 @@ class Request:
     by: str = "namespace"
     team_label: str = "team"  # the Kubernetes label key
     prices: Prices = field(default_factory=Prices)
-    top: int = 10
 
 
 def value(row: Row) -> float:
@@ -165,7 +165,7 @@ def node_models(now_models: Sequence[Row], gpu_rows: Iterable[Mapping[str, str]]
 
 def team_map(rows: Sequence[Row], team_label: str) -> dict[str, str]:
     """namespace -> team: the label value the namespace carried last in the window (NO_TEAM if none)."""
-    label = ksm_label(team_label)
+    label = label_name(team_label)
     best: dict[str, tuple[float, str]] = {}
     for row in rows:
         labels = _labels(row)
@@ -176,12 +176,6 @@ def team_map(rows: Sequence[Row], team_label: str) -> dict[str, str]:
         if ns not in best or seen > best[ns][0] or (seen == best[ns][0] and team != NO_TEAM):
             best[ns] = (seen, team)
     return {ns: team for ns, (_, team) in best.items()}
-
-
-def ksm_label(team_label: str) -> str:
-    from gpustack.report.inputs import ksm_label_name
-
-    return ksm_label_name(team_label)
 
 
 def _key_fn(by: str, teams: Mapping[str, str], models: Mapping[str, str]) -> Callable[[Mapping[str, str]], str]:
