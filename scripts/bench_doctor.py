@@ -125,7 +125,7 @@ def bench_monitoring(sizes: list[int], repeat: int) -> int:
         PROMETHEUS_PORT,
         PROMETHEUS_SERVICE,
     )
-    from gpustack.monitoring.dashboard import load_dashboard
+    from gpustack.monitoring.dashboard import load_capacity_dashboard, load_dashboard
     from gpustack.render.manifests import EXPORTER_TARGETS
     from tests.fakes.grafana_api import FakeGrafana
     from tests.fakes.scenarios import GRAFANA_PASSWORD
@@ -140,6 +140,7 @@ def bench_monitoring(sizes: list[int], repeat: int) -> int:
             with running_fleet(home / "fleet", n, timeout=300) as fleet, \
                     FakeGrafana.running(fleet.prometheus.url, password=GRAFANA_PASSWORD) as grafana:  # fmt: skip
                 grafana.add_dashboard(load_dashboard())
+                grafana.add_dashboard(load_capacity_dashboard())
                 exporter = EXPORTER_TARGETS["standalone"]
                 upstreams = (f"{MONITORING_NAMESPACE}/{PROMETHEUS_SERVICE}/{PROMETHEUS_PORT}={fleet.prometheus.url}",
                              f"{MONITORING_NAMESPACE}/{GRAFANA_SERVICE}/{GRAFANA_PORT}={grafana.url}",

@@ -28,8 +28,9 @@ from urllib.parse import parse_qs, urlparse
 
 import yaml
 
+from gpustack.diagnose.collect_grafana import USAGE_PROBE_EXPR
 from gpustack.monitoring.counters import load_counters
-from gpustack.monitoring.rules import EXPORTER_JOB, rules_path
+from gpustack.monitoring.rules import EXPORTER_JOB, load_usage_rules, rules_path
 
 from .harness import PrometheusServer, servicemonitor_relabelings, wait_for
 from .replay_exporter import LOOPBACK, NodeSpec, PodRef, render_dcgm, render_ksm
@@ -51,7 +52,7 @@ EXTRA_META = (
     "pod_container_port_protocol", "service_label_app_kubernetes_io_name", "service_labelpresent_app_kubernetes_io_name",
 )  # fmt: skip
 SCRAPE_INTERVAL = "5s"
-RULE_INTERVAL = "60s"  # the rules need loading, not evaluating, for the checks: keep the CPU for the scrapes
+RULE_INTERVAL = "60s"  # the alert rules need loading, not evaluating, for the checks: keep the CPU for the scrapes
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -144,10 +145,20 @@ def fleet_target(address: str, node: str, i: int) -> dict[str, Any]:
     }
 
 
-def fleet_config(nodes: list[str], address: str, rule_file: Path) -> dict[str, Any]:
+def usage_rules(path: Path) -> Path:
+    """gpustack's usage recording rules (the capacity dashboard's series), evaluated every scrape interval, so
+    they have data before doctor runs."""
+    data = load_usage_rules()
+    for group in data["groups"]:
+        group["interval"] = SCRAPE_INTERVAL
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def fleet_config(nodes: list[str], address: str, rule_files: list[Path]) -> dict[str, Any]:
     return {
         "global": {"scrape_interval": SCRAPE_INTERVAL, "evaluation_interval": RULE_INTERVAL},
-        "rule_files": [str(rule_file)],
+        "rule_files": [str(f) for f in rule_files],
         "scrape_configs": [
             {
                 "job_name": EXPORTER_JOB,
@@ -185,6 +196,7 @@ class Fleet:
         wait_for("kube-state-metrics", lambda: self.prometheus.query("count(kube_node_status_allocatable)"),
                  timeout=timeout)  # fmt: skip
         wait_for("the rules", self.prometheus.rule_groups, timeout=timeout)
+        wait_for("the usage rules' first series", lambda: self.prometheus.query(USAGE_PROBE_EXPR), timeout=timeout)
 
 
 @contextlib.contextmanager
@@ -214,7 +226,8 @@ def running_fleet(workdir: Path, nodes: int, *, timeout: float = 120.0, wait: bo
     workdir.mkdir(parents=True, exist_ok=True)
     with replay_process(nodes) as (names, address):
         config = workdir / "prometheus.yml"
-        config.write_text(yaml.safe_dump(fleet_config(names, address, rules_path()), sort_keys=False), encoding="utf-8")
+        rules = [rules_path(), usage_rules(workdir / "gpu-usage.rules.yaml")]
+        config.write_text(yaml.safe_dump(fleet_config(names, address, rules), sort_keys=False), encoding="utf-8")
         server = PrometheusServer(config=config, data_dir=workdir / "tsdb", log=workdir / "prometheus.log")
         try:
             fleet = Fleet(names, address, server.start())

@@ -29,7 +29,7 @@ from gpustack.constants import (
     PROMETHEUS_SERVICE,
 )
 from gpustack.diagnose.http import DEFAULT_LIMIT
-from gpustack.monitoring.dashboard import load_dashboard
+from gpustack.monitoring.dashboard import load_capacity_dashboard, load_dashboard
 from gpustack.render.manifests import EXPORTER_TARGETS
 from tests.fakes import scenarios as sc
 from tests.fakes.grafana_api import FakeGrafana
@@ -50,6 +50,7 @@ def doctor_at(nodes: int, fleet: Fleet, workdir: Path) -> tuple[dict[str, Any], 
     ):
         sc.healthy(nodes).load(api)
         grafana.add_dashboard(load_dashboard())
+        grafana.add_dashboard(load_capacity_dashboard())
         exporter = EXPORTER_TARGETS["standalone"]
         api.proxy_upstreams[(MONITORING_NAMESPACE, PROMETHEUS_SERVICE, PROMETHEUS_PORT)] = fleet.prometheus.url
         api.proxy_upstreams[(MONITORING_NAMESPACE, GRAFANA_SERVICE, GRAFANA_PORT)] = grafana.url
