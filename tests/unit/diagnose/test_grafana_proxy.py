@@ -146,6 +146,7 @@ def cluster_grafana(fake_api: FakeKubeAPI, tmp_path: Path, monkeypatch: pytest.M
     sc.healthy(1).load(fake_api)
     with FakeGrafana.running(NO_PROMETHEUS, password=sc.GRAFANA_PASSWORD) as fake:
         fake.add_dashboard(load_dashboard())
+        fake.add_dashboard(load_capacity_dashboard())
         fake_api.proxy_upstreams[(MONITORING_NAMESPACE, GRAFANA_SERVICE, GRAFANA_PORT)] = fake.url
         yield fake
 
