@@ -47,3 +47,10 @@ GRAFANA_PORT = "http-web"  # kube-prometheus-stack values: grafana.service.portN
 FIELD_MANAGER = "gpustack"
 #: doctor --fix patches under its own name, so `kubectl get -o yaml --show-managed-fields` tells them apart
 DOCTOR_FIELD_MANAGER = "gpustack-doctor"
+
+# --- air-gapped bundles -----------------------------------------------------------------------------
+#: the port `up --bundle` serves the bundle on (for the run's lifetime); `--bundle-listen` moves it.
+#: Fixed, not random: the URLs are part of every stage's inputs, so a new port would re-run them all.
+BUNDLE_PORT = 8780
+#: the bundle's manifest, at the top of the bundle directory
+BUNDLE_MANIFEST = "bundle.json"
