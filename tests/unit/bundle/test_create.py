@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import subprocess
 import tarfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,38 +14,17 @@ import yaml
 
 from gpustack.bundle import manifest as mf
 from gpustack.bundle import want
-from gpustack.bundle.create import CreateOptions, CreateResult, create
 from gpustack.config.model import Config
-from gpustack.console import Console
-from gpustack.paths import resource_dir
 from tests.fakes import bundle_sources
 from tests.realbin import RealBins
-
-
-@pytest.fixture(scope="module")
-def sources(tmp_path_factory: pytest.TempPathFactory, real_bins: RealBins) -> Iterator[bundle_sources.BundleSources]:
-    with bundle_sources.serve(tmp_path_factory.mktemp("sources"), real_bins.helm) as served:
-        yield served
-
-
-def config(sources: bundle_sources.BundleSources, **extra: object) -> Config:
-    data = {"nodes": [{"name": "cp1", "address": "192.0.2.10", "role": "control-plane"}], **sources.config()}
-    data.update(extra)
-    return Config.model_validate(data)
-
-
-def run_create(cfg: Config, out: Path, real_bins: RealBins, *, os_: str = "debian-12") -> CreateResult:
-    opts = CreateOptions(out=out, releases=(want.parse_release(os_),), helm=str(real_bins.helm))
-    return create(cfg, opts, Console(), playbooks=resource_dir("playbooks"))
+from tests.unit.bundle.conftest import make_config, run_create
 
 
 def test_create_fetches_everything_verified_and_resumes(
-    sources: bundle_sources.BundleSources, real_bins: RealBins, tmp_path: Path
+    sources: bundle_sources.BundleSources, real_bins: RealBins, made_bundle: Path, bundle_copy: Path, tmp_path: Path
 ) -> None:
-    out = tmp_path / "bundle"
-    cfg = config(sources)
-    first = run_create(cfg, out, real_bins)
-    assert first.fetched
+    out = made_bundle  # made by the conftest fixture: run_create(make_config(sources), ...)
+    cfg = make_config(sources)
     manifest = mf.load(out)
     # every artifact listed with its sha256, and intact
     assert mf.check_files(out, manifest) == []
@@ -102,7 +80,8 @@ def test_create_fetches_everything_verified_and_resumes(
     packages = (out / "apt/debian-12/Packages").read_text()
     assert "Filename: curl_0.0.1+gpustack.test_amd64.deb" in packages and "SHA256: " in packages
 
-    # a re-run fetches nothing and changes nothing
+    # a re-run fetches nothing and changes nothing (on a copy without apt's cache: the bundle has the debs)
+    out = bundle_copy
     before = (out / "bundle.json").read_text()
     sources.registry.requests.clear()
     second = run_create(cfg, out, real_bins)
@@ -136,7 +115,7 @@ def test_a_pin_mismatch_stops_and_keeps_nothing(
 ) -> None:
     from gpustack.bundle.fetch import FetchError
 
-    cfg = config(sources)
+    cfg = make_config(sources)
     data = cfg.model_dump(mode="json")
     data["versions"]["runc_sha256"] = {"amd64": "0" * 64}
     bad = Config.model_validate(data)
