@@ -151,7 +151,14 @@ def bundle_extravars(url: str, manifest: Manifest, address: str) -> dict[str, An
         for a in sorted(manifest.artifacts, key=lambda a: (a.name, a.arch))
         if a.kind == "image"
     ]
-    return {"gpustack_bundle_os_repos": repos, "gpustack_bundle_images": images, "gpustack_bundle_host": address}
+    return {
+        "gpustack_bundle_os_repos": repos,
+        "gpustack_bundle_images": images,
+        "gpustack_bundle_host": address,
+        # nodes without a route out still list their usual sources; python-apt (the apt module) fails
+        # a refresh when one is unreachable, apt-get only warns: the roles refresh with apt-get
+        "gpustack_apt_update_cache": False,
+    }
 
 
 def chart_archives(directory: Path, manifest: Manifest, cfg: Config) -> dict[str, Path]:
