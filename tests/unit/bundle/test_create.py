@@ -12,12 +12,14 @@ from pathlib import Path
 import pytest
 import yaml
 
+import gpustack
 from gpustack.bundle import manifest as mf
 from gpustack.bundle import want
 from gpustack.config.model import Config
 from tests.fakes import bundle_sources
 from tests.realbin import RealBins
 from tests.unit.bundle.conftest import make_config, run_create
+from tests.unit.cli.test_cli import run
 
 
 def test_create_fetches_everything_verified_and_resumes(
@@ -129,3 +131,17 @@ def test_a_pin_mismatch_stops_and_keeps_nothing(
     # what was fetched before the failure is recorded and kept for the next run
     assert mf.load(out).find("file", "containerd") is not None
     assert yaml.safe_load((out / "bundle.json").read_text())["format"] == 1
+
+
+def test_the_cli_resumes_a_bundle(
+    sources: bundle_sources.BundleSources, real_bins: RealBins, bundle_copy: Path, tmp_path: Path
+) -> None:
+    """`gpustack bundle create` as users run it: on a complete bundle it fetches nothing."""
+    config = tmp_path / "gpustack.yaml"
+    config.write_text(json.dumps(make_config(sources).model_dump(mode="json", exclude_defaults=True)))
+    here = {"PYTHONPATH": str(Path(gpustack.__file__).resolve().parents[1])}  # this checkout's gpustack
+    args = ("bundle", "create", "--out", str(bundle_copy), "-c", str(config), "--os", "debian-12")
+    result = run(*args, "--helm", str(real_bins.helm), cwd=tmp_path, env_extra={**here, "PATH": "/usr/bin:/bin"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 fetched" in result.stdout and "gpustack up --bundle" in result.stdout
+    assert "image(s) are pinned by tag only" in result.stdout, result.stdout
