@@ -304,9 +304,16 @@ def _deb(bundle: _Bundle, deb: apt.Deb, repo: str) -> None:
     path = f"apt/{repo}/{deb.name}_{deb.version.split(':', 1)[-1]}_{deb.arch}.deb"
 
     def make() -> Artifact:
-        with fetch.atomic_writer(bundle.out / path) as fh, deb.path.open("rb") as src:
-            shutil.copyfileobj(src, fh)
         target = bundle.out / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.partial")
+        tmp.unlink(missing_ok=True)
+        try:  # a hard link to apt's verified download: no second copy on disk
+            os.link(deb.path, tmp)
+            os.replace(tmp, target)
+        except OSError:
+            with fetch.atomic_writer(target) as fh, deb.path.open("rb") as src:
+                shutil.copyfileobj(src, fh)
         return Artifact(
             "deb", deb.name, path, sha256_file(target), target.stat().st_size,
             version=deb.version, arch=deb.arch, repo=repo, source=deb.url,
