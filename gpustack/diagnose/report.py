@@ -15,6 +15,11 @@ from gpustack.diagnose.registry import LAYERS
 STATUSES = ("pass", "warn", "fail", "skip")
 
 
+def layers_of(findings: Sequence[Finding]) -> list[str]:
+    """verify/doctor's layers in their order, then any other layer the findings carry (diag, quarantine)."""
+    return [*LAYERS, *(layer for layer in dict.fromkeys(f.layer for f in findings) if layer not in LAYERS)]
+
+
 def summary(findings: Sequence[Finding]) -> dict[str, int]:
     counts: Counter[str] = Counter(f.status for f in findings)
     return {s: counts[s] for s in STATUSES}
@@ -42,7 +47,7 @@ def to_json(command: str, findings: Sequence[Finding]) -> dict[str, Any]:
 def to_junit(command: str, findings: Sequence[Finding]) -> str:
     s = summary(findings)
     suites = ET.Element("testsuites", name=f"gpustack {command}", tests=str(len(findings)), failures=str(s["fail"]))
-    for layer in LAYERS:
+    for layer in layers_of(findings):
         layer_findings = [f for f in findings if f.layer == layer]
         if not layer_findings:
             continue
@@ -78,7 +83,8 @@ def render(command: str, findings: Sequence[Finding], fmt: str) -> str:
 def verdict(findings: Sequence[Finding]) -> str:
     s = summary(findings)
     if s["fail"]:
-        layers = sorted({f.layer for f in findings if f.status == "fail"}, key=LAYERS.index)
+        order = layers_of(findings)
+        layers = sorted({f.layer for f in findings if f.status == "fail"}, key=order.index)
         return f"FAIL: {s['fail']} problem(s) in {', '.join(layers)}; {s['pass']} passed, {s['warn']} warning(s)"
     if s["warn"]:
         return f"OK with {s['warn']} warning(s): {s['pass']} passed"
@@ -87,7 +93,7 @@ def verdict(findings: Sequence[Finding]) -> str:
 
 def print_table(command: str, findings: Sequence[Finding], console: Console) -> None:
     style = {"pass": "ok", "warn": "warn", "fail": "fail", "skip": "skip"}
-    for layer in LAYERS:
+    for layer in layers_of(findings):
         rows = []
         for f in findings:
             if f.layer != layer or (f.status == "pass" and console.verbosity == 0 and command == "doctor"):

@@ -60,7 +60,7 @@ class Engine:
         if self.fail_at in self.ran:
             raise StageError("w2: kubeadm upgrade node failed", stage=self.fail_at, hosts=("w2",))
         return [lifecycle.StageSummary(s.id, "changed", 0.0, 1) for s in stages], type(
-            "R", (), {"failures": [], "rc": 0}
+            "R", (), {"failures": [], "rc": 0, "status": "successful"}
         )()
 
 

@@ -16,6 +16,8 @@ from test_gpustack_facts import SCHEMA_KEYS
 from gpustack.bundle.manifest import Manifest
 from gpustack.bundle.use import bundle_extravars
 from gpustack.config.model import Config, Node
+from gpustack.node_add import add_extravars
+from gpustack.node_remove import Assessment, remove_extravars
 from gpustack.render import converge
 from gpustack.render.ansible import extravars, inventory
 from gpustack.reset import ResetOptions, reset_extravars
@@ -35,7 +37,8 @@ STAGES = [
 ]
 # names in playbooks/ that look like variables but are not (the preflight module)
 #: module names, not variables
-NOT_VARIABLES = {"gpustack_facts", "gpustack_stage_stamp", "gpustack_stage", "gpustack_netfilter_cleanup"}
+NOT_VARIABLES = {"gpustack_facts", "gpustack_stage_stamp", "gpustack_stage", "gpustack_netfilter_cleanup",
+                 "gpustack_etcd_members_to_remove"}  # fmt: skip
 
 
 def sample_config() -> Config:
@@ -97,6 +100,8 @@ def test_every_gpustack_variable_comes_from_python() -> None:
     provided = set(ev) | {"gpustack_stage_hosts"}
     provided |= set(reset_extravars(ResetOptions()))
     provided |= set(upgrade_extravars(cfg, {}))
+    provided |= set(add_extravars(["w1"], {}))
+    provided |= set(remove_extravars(Assessment(targets=list(cfg.nodes[1:]), nodes={})))
     # up --bundle adds the bundle's repositories and images (gpustack/bundle/use.py)
     provided |= set(bundle_extravars("http://192.0.2.1:8780", Manifest("1.36.4", ["amd64"], []), "192.0.2.1"))
     for host in converge.with_stage_digests(inventory(cfg), ev, "tree")["all"]["children"]["control_plane"][
