@@ -200,3 +200,36 @@ def test_up_bundle_stops_before_anything_on_a_mismatch(
 def test_want_paths_match_layout() -> None:
     f = want.FileWant("containerd", "2.2.7", "amd64", "u", None)
     assert f.path == "files/containerd/2.2.7/amd64/containerd-2.2.7-linux-amd64.tar.gz"
+
+
+def test_node_add_installs_from_a_bundle_too(
+    sources: bundle_sources.BundleSources, made_bundle: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`gpustack node add --bundle`: the same check, server and variables as `up --bundle`, and the
+    new nodes' OS must be in the bundle (the existing ones are not re-installed)."""
+    from gpustack import lifecycle, node_add
+
+    nodes = [
+        {"name": "cp1", "address": "192.0.2.10", "role": "control-plane"},
+        {"name": "w2", "address": "192.0.2.12", "role": "worker"},
+    ]
+    cfg = make_config(sources, nodes=nodes)
+    seen: dict[str, object] = {}
+
+    def fake_run(seq: object, run_cfg: Config, opts: lifecycle.RunOptions, console: Console, **kw: object) -> object:
+        guard = kw["after_preflight"]
+        marker = {"admin_conf": True, "gpustack_marker": {"kubernetes_version": cfg.versions.kubernetes}}
+        facts = {"cp1": {"kubernetes": marker, "os_id": "ubuntu", "os_version_id": "24.04", "arch": "x86_64"}}
+        with pytest.raises(BundleMismatch, match=r"node w2 runs ubuntu-22\.04"):
+            guard(run_cfg, {**facts, "w2": {"os_id": "ubuntu", "os_version_id": "22.04", "arch": "x86_64"}})  # type: ignore[operator]
+        guard(run_cfg, {**facts, "w2": {"os_id": "debian", "os_version_id": "12", "arch": "x86_64"}})  # type: ignore[operator]
+        seen.update(cfg=run_cfg, extravars=dict(opts.extravars))
+        return lifecycle.RunResult(Path("/nonexistent"), [], [], {})
+
+    monkeypatch.setattr(lifecycle, "run", fake_run)
+    node_add.add(cfg, node_add.AddOptions(nodes=("w2",), bundle=made_bundle, bundle_listen="127.0.0.1:0"), Console())
+    ev = seen["extravars"]
+    assert isinstance(ev, dict) and ev["gpustack_apt_update_cache"] is False and ev["gpustack_bundle_images"]
+    assert ev["gpustack_node_add_nodes"] == ["w2"]
+    run_cfg = seen["cfg"]
+    assert isinstance(run_cfg, Config) and run_cfg.sources.kubernetes_apt_url.startswith("http://127.0.0.1:")
