@@ -38,10 +38,13 @@ def listen_address(cfg: Config, listen: str | None) -> tuple[str, int]:
     """(address, port) to serve on: ``--bundle-listen ADDR[:PORT]``, else the route to the first
     SSH node (loopback when every node is this machine), on :data:`BUNDLE_PORT`."""
     if listen:
-        host, sep, port_text = listen.rpartition(":") if listen.count(":") == 1 else (listen, "", "")
-        if not sep:
+        if listen.startswith("["):  # [IPv6]:PORT or [IPv6]
+            host, _, rest = listen[1:].partition("]")
+            port_text = rest[1:] if rest.startswith(":") else (rest or str(BUNDLE_PORT))
+        elif listen.count(":") == 1:  # IPv4:PORT
+            host, _, port_text = listen.partition(":")
+        else:  # an address alone (IPv4, or IPv6 without brackets)
             host, port_text = listen, str(BUNDLE_PORT)
-        host = host.strip("[]")
         try:
             ipaddress.ip_address(host)
             port = int(port_text)

@@ -321,11 +321,37 @@ class FoundImage:
     driver: bool = False
 
 
+#: ClusterPolicy sections the GPU Operator deploys only for sandbox (VM) workloads
+#: (controllers/state_manager.go: the sandbox states run only with sandboxWorkloads.enabled)
+SANDBOX_ONLY = frozenset(
+    {
+        "vgpuManager",
+        "vgpuDeviceManager",
+        "vfioManager",
+        "sandboxDevicePlugin",
+        "kataSandboxDevicePlugin",
+        "kataManager",
+        "ccManager",
+    }
+)
+
+
+def _without_unused_sections(doc: Any) -> Any:
+    """A ClusterPolicy without the sandbox-only sections when sandbox workloads are off."""
+    if not isinstance(doc, dict) or doc.get("kind") != "ClusterPolicy" or not isinstance(doc.get("spec"), dict):
+        return doc
+    spec = doc["spec"]
+    if (spec.get("sandboxWorkloads") or {}).get("enabled") is True:
+        return doc
+    return {**doc, "spec": {k: v for k, v in spec.items() if k not in SANDBOX_ONLY}}
+
+
 def images_in_documents(docs: Iterable[Any]) -> list[FoundImage]:
     """Every image Kubernetes objects name: ``image:`` fields (containers, and the Prometheus
     operator's custom resources), NVIDIA's repository/image/version sections (skipped when
-    ``enabled: false``), and fully qualified references in container arguments (``--x=REF``) and
-    in environment variables whose name ends in ``IMAGE``."""
+    ``enabled: false``, and in a ClusterPolicy the sandbox-only sections unless sandbox workloads are
+    on), and fully qualified references in container arguments (``--x=REF``) and in environment
+    variables whose name ends in ``IMAGE``."""
     found: dict[str, FoundImage] = {}
 
     def add(ref: str, *, driver: bool = False) -> None:
@@ -333,7 +359,7 @@ def images_in_documents(docs: Iterable[Any]) -> list[FoundImage]:
             found[ref] = FoundImage(ref, driver)
 
     for doc in docs:
-        for path, node in _walk(doc):
+        for path, node in _walk(_without_unused_sections(doc)):
             if isinstance(node, dict):
                 if "repository" in node and "image" in node:
                     ref = _triplet(node)

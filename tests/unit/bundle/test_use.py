@@ -12,12 +12,13 @@ from pathlib import Path
 import pytest
 
 import gpustack
-from gpustack.bundle import apt, want
+from gpustack.bundle import apt, serve, want
 from gpustack.bundle import manifest as mf
 from gpustack.bundle.serve import BundleServer, listen_address
 from gpustack.bundle.use import BundleMismatch, bundle_config, bundle_extravars, chart_archives, session, verify
 from gpustack.config.model import Config
 from gpustack.console import Console
+from gpustack.errors import UsageError
 from gpustack.paths import resource_dir
 from tests.fakes import bundle_sources
 from tests.unit.bundle.conftest import make_config
@@ -167,6 +168,16 @@ def test_session_serves_for_the_block_and_reports(sources: bundle_sources.Bundle
     cfg = make_config(sources, nodes=[{"name": "cp1", "address": "192.0.2.10", "connection": "local"}])
     assert listen_address(cfg, None) == ("127.0.0.1", 8780)
     assert listen_address(cfg, "127.0.0.1:0") == ("127.0.0.1", 0)
+    assert listen_address(cfg, "192.0.2.1") == ("192.0.2.1", 8780)
+    assert listen_address(cfg, "[2001:db8::1]:9000") == ("2001:db8::1", 9000)
+    assert listen_address(cfg, "2001:db8::1") == ("2001:db8::1", 8780)
+    for bad in ("host.example:80", "192.0.2.1:99999", "192.0.2.1:x"):
+        with pytest.raises(UsageError, match="--bundle-listen"):
+            listen_address(cfg, bad)
+    # the kernel's route to the first SSH node (UDP connect, nothing sent): here towards a TEST-NET address
+    remote = make_config(sources)
+    address, port = listen_address(remote, None)
+    assert port == 8780 and address == serve.route_address("192.0.2.10")
     with session(cfg, made_bundle, Console(), playbooks=PLAYBOOKS, listen="127.0.0.1:0") as s:
         url = s.server.url
         key = s.manifest.find("apt-key", "Release.key", repo="debian-12")

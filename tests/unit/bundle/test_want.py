@@ -75,6 +75,8 @@ spec:
   devicePlugin: {repository: nvcr.io/nvidia, image: k8s-device-plugin, version: "sha256:%s"}
   vgpuManager: {enabled: false, repository: nvcr.io/private, image: vgpu, version: "1.0"}
   gds: {enabled: true, repository: "", image: "", version: ""}
+  sandboxWorkloads: {enabled: false}
+  vfioManager: {enabled: true, repository: nvcr.io/nvidia, image: cuda, version: "12.8-vfio"}
 ---
 apiVersion: monitoring.coreos.com/v1
 kind: Prometheus
@@ -96,6 +98,10 @@ def test_images_in_documents_find_every_way_charts_name_images() -> None:
         "quay.io/prometheus/prometheus:v3.6.0",
     }
     assert refs["nvcr.io/nvidia/driver:580.95.05"].driver and not refs["quay.io/p/operator:v0.86.0"].driver
+    # with sandbox workloads on, their components' images are needed too
+    docs = list(yaml.safe_load_all(RENDERED))
+    docs[1]["spec"]["sandboxWorkloads"]["enabled"] = True
+    assert "nvcr.io/nvidia/cuda:12.8-vfio" in {f.ref for f in want.images_in_documents(docs)}
 
 
 def test_the_driver_image_is_per_node_os() -> None:
