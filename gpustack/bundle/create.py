@@ -165,6 +165,7 @@ def create(
     playbooks: Path,
     http: requests.Session | None = None,
 ) -> CreateResult:
+    """Make (or complete, or update) the bundle ``opts.out`` for ``cfg``; see the module docstring."""
     t0 = time.monotonic()
     out = opts.out
     if out.exists() and not out.is_dir():
