@@ -8,7 +8,8 @@ Steps, in order (each timed, each idempotent):
 3. ``releases``   - Helm: kube-prometheus-stack first (it owns the monitoring CRDs), then the GPU
    Operator and dcgm-exporter concurrently; unchanged releases are not touched;
 4. ``crds``       - wait until the ServiceMonitor/PrometheusRule CRDs are established;
-5. ``manifests``  - server-side apply of the ServiceMonitor, PrometheusRule and dashboard ConfigMap.
+5. ``manifests``  - server-side apply of the ServiceMonitor, the PrometheusRules (alerts, usage recording
+   rules) and the dashboard ConfigMaps (DCGM, GPU capacity and cost).
 
 :func:`config_problems` holds the config rules that only matter for this layer (the lead runs it
 with the other semantic checks).

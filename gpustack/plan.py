@@ -162,7 +162,7 @@ UP_STAGES: tuple[Stage, ...] = (
         "control-plane",
         "namespaces, Prometheus volume, Grafana admin Secret; Helm: kube-prometheus-stack (CRDs first), then "
         "GPU Operator and dcgm-exporter concurrently (unchanged releases untouched); ServiceMonitor, "
-        "GPU alert rules, DCGM dashboard ConfigMap (server-side apply)",
+        "GPU alert and usage recording rules, DCGM and capacity dashboard ConfigMaps (server-side apply)",
     ),
 )
 

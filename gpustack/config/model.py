@@ -31,6 +31,11 @@ VERSION_RE = re.compile(r"^v?[0-9]+(\.[0-9]+){1,2}([-+][0-9A-Za-z.+-]+)?$")
 K8S_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$")
 DURATION_RE = r"^[0-9]+(ms|s|m|h|d|w|y)$"
 DURATION_FORM = "a number and a unit (ms, s, m, h, d, w, y) with no space, e.g. 15d, 12h, 30s"
+# a Kubernetes label key: an optional DNS-subdomain prefix and "/", then a name of at most 63 characters
+LABEL_KEY_RE = re.compile(
+    r"^(?:[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
 URL_PLACEHOLDERS = {"minor", "version", "arch"}
 
 
@@ -598,12 +603,23 @@ class Monitoring(_Model):
     dashboard_gnet_download: bool = Field(
         default=False, description="also let Grafana download dashboard 12239 from grafana.com (needs egress)"
     )
+    team_label: str = Field(
+        default="team",
+        description="the namespace label naming its team: exported by kube-state-metrics, read by `report --by team`",
+    )
 
     @field_validator("prometheus_retention", "scrape_interval")
     @classmethod
     def _duration(cls, v: str) -> str:
         if not re.match(DURATION_RE, v):
             raise ValueError(f"{v!r} is not a duration: use {DURATION_FORM}")
+        return v
+
+    @field_validator("team_label")
+    @classmethod
+    def _label_key(cls, v: str) -> str:
+        if len(v) > 253 + 1 + 63 or not LABEL_KEY_RE.match(v):
+            raise ValueError(f"{v!r} is not a Kubernetes label key: use e.g. team or example.com/team")
         return v
 
     @property
