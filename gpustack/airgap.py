@@ -105,6 +105,10 @@ def items(cfg: Config, playbooks: Path, os_release: pins.OsRelease) -> list[Item
         name, _, tag = ref.rpartition(":")
         note = "verify" if digest else "verify (pinned by tag: no verified digest)"
         out.append(Item("image", name, tag, name.split("/")[0], digest, note))
+    dcgm, _, dcgm_tag = pins.DCGM_IMAGE.rpartition(":")
+    out.append(Item("image", dcgm, dcgm_tag, "nvcr.io", pins.IMAGE_DIGESTS[pins.DCGM_IMAGE], "gpustack diag"))
+    if cfg.remediation.enabled and cfg.remediation.image:
+        out.append(Item("image", cfg.remediation.image, "", "", note="gpustack health's CronJob (remediation.image)"))
     if cfg.cluster.virtual_ip is not None:
         out.append(
             Item(

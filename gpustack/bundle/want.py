@@ -227,10 +227,14 @@ def pinned_images(cfg: Config) -> list[ImageWant]:
         refs.append((ref.partition("@")[0], "verify"))
     if cfg.cluster.virtual_ip is not None:
         refs.append((pins.KUBE_VIP_IMAGE, "kube-vip (HA virtual IP)"))
+    refs.append((pins.DCGM_IMAGE, "gpustack diag (DCGM)"))
+    if cfg.remediation.enabled and cfg.remediation.image:
+        refs.append((cfg.remediation.image, "gpustack health's CronJob (remediation.image)"))
     out = []
     for ref, why in refs:
-        tagged = parse_ref(ref).tagged
-        out.append(ImageWant(tagged, digests.get(ref) or digests.get(tagged), _nodes_for(tagged), why))
+        parsed = parse_ref(ref)
+        digest = parsed.digest or digests.get(ref) or digests.get(parsed.tagged)
+        out.append(ImageWant(parsed.tagged, digest, _nodes_for(parsed.tagged), why))
     return out
 
 

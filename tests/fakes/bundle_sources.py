@@ -47,6 +47,7 @@ IMAGES = (
     "registry.k8s.io/e2e-test-images/agnhost:2.53",
     pins.VERIFY_CUDA_IMAGE,
     pins.VERIFY_DCGM_IMAGE,
+    pins.DCGM_IMAGE,  # gpustack diag's
     "ghcr.io/flannel-io/flannel:v0.28.4",
     "ghcr.io/flannel-io/flannel-cni-plugin:v1.8.0-flannel1",
     "nvcr.io/nvidia/gpu-operator:v26.7.0",
@@ -231,6 +232,7 @@ class BundleSources:
                 "registry.k8s.io/e2e-test-images/agnhost:2.53": self.images[
                     "registry.k8s.io/e2e-test-images/agnhost:2.53"
                 ].digest,
+                pins.DCGM_IMAGE: self.images[pins.DCGM_IMAGE].digest,
             }
         }
         if files:

@@ -128,6 +128,7 @@ def test_pinned_images_and_who_runs_them() -> None:
     assert wants["registry.k8s.io/e2e-test-images/agnhost:2.53"].digest is not None
     assert wants[pins.VERIFY_CUDA_IMAGE].digest is None  # pinned by tag only
     assert not any("kube-vip" in r for r in wants)
+    assert wants[pins.DCGM_IMAGE].digest == pins.IMAGE_DIGESTS[pins.DCGM_IMAGE]  # gpustack diag's
     ha = Config(
         nodes=[CP, *(Node(name=f"cp{i}", address=f"192.0.2.{10 + i}", role="control-plane") for i in (2, 3))],
         cluster={"virtual_ip": "192.0.2.100"},
