@@ -346,6 +346,45 @@ CASES: list[Case] = [
         ("monitoring.team_label", "not a Kubernetes label key"),
         argv=("report",),
     ),
+    # ---- air-gapped bundles (issue #9)
+    Case(
+        "registry-mirror-url",
+        GOOD + "sources: {registry_mirrors: {nvcr.io: 'ftp://m'}}\n",
+        ("sources.registry_mirrors: nvcr.io: must be a URL starting with http:// or https://",),
+    ),
+    Case(
+        "os-apt-release",
+        GOOD + "sources: {os_apt: {centos-9: ['http://m/ x main']}}\n",
+        ("sources.os_apt", "'centos-9' is not a supported OS release"),
+    ),
+    Case(
+        "os-apt-line",
+        GOOD + "sources: {os_apt: {debian-12: ['http://m/debian']}}\n",
+        ("sources.os_apt", "is not 'URL SUITE COMPONENT...'"),
+    ),
+    Case(
+        "image-digest",
+        GOOD + "versions: {image_digests: {'registry.k8s.io/pause:3.10.2': 'abc'}}\n",
+        ("versions.image_digests", "is not a digest"),
+    ),
+    Case(
+        "bundle-create-os",
+        GOOD,
+        ("--os centos-9: not a supported OS",),
+        argv=("bundle", "create", "--out", "b", "--os", "centos-9"),
+    ),
+    Case(
+        "bundle-create-arch",
+        GOOD,
+        ("--arch s390x: use amd64 or arm64",),
+        argv=("bundle", "create", "--out", "b", "--arch", "s390x"),
+    ),
+    Case(
+        "up-bundle-missing",
+        GOOD,
+        ("bundle.json does not exist: not a bundle",),
+        argv=("up", "--yes", "--bundle", "nobundle"),
+    ),
 ]
 
 
