@@ -121,13 +121,14 @@ def test_every_report_format_names_the_cluster() -> None:
 def test_every_cluster_command_takes_the_same_context(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """status, diag and health resolve their cluster as verify and doctor do: an unknown --context is exit 2."""
+    """status, diag, health and report resolve their cluster as verify and doctor do: an unknown --context is
+    exit 2."""
     from gpustack.cli.app import main
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("GPUSTACK_STATE_DIR", str(tmp_path / "state"))
     kc = two_context_kubeconfig(tmp_path / "kc", {"prod": "http://127.0.0.1:9", "lab": "http://127.0.0.1:9"}, "prod")
-    for argv in (["status"], ["diag"], ["health"], ["health", "release", "gpu-node-1"]):
+    for argv in (["status"], ["diag"], ["health"], ["health", "release", "gpu-node-1"], ["report"]):
         with pytest.raises(SystemExit) as exc:
             main([*argv, "--kubeconfig", str(kc), "--context", "staging"])
         assert exc.value.code == 2, argv
