@@ -343,9 +343,12 @@ def _rule(ctx: Context, id_: str, v: hostrules.Verdict) -> Finding:
 @check
 def containerd_drop_ins(ctx: Context) -> Finding:
     """Drop-ins (the NVIDIA toolkit's 99-nvidia.toml) the current config.toml does not import: a warning before
-    ``up``, whose containerd stage keeps an edited config's imports but not a config it regenerates."""
+    ``up``, whose containerd stage adds the directory to the imports (of an edited or a regenerated config)."""
     v = hostrules.containerd_drop_ins(ctx.facts)
-    return _rule(ctx, "P20-containerd-drop-ins", v if v.status == "pass" else replace(v, status="warn"))
+    if v.status == "pass":
+        return _rule(ctx, "P20-containerd-drop-ins", v)
+    fix = f"the containerd stage of `gpustack up` adds {hostrules.TOOLKIT_IMPORT} to the imports; by hand: {v.fix}"
+    return _rule(ctx, "P20-containerd-drop-ins", replace(v, status="warn", fix=fix))
 
 
 @check

@@ -1,6 +1,8 @@
 """Ansible filters for containerd's config.toml: ``containerd_systemd_cgroup`` sets
 ``SystemdCgroup = true`` for runc; ``containerd_runtime_config`` also pins the sandbox (pause)
-image of the Kubernetes minor and, for runc from a release archive, runc's ``BinaryName``.
+image of the Kubernetes minor, for runc from a release archive runc's ``BinaryName``, and keeps
+the drop-in directory the NVIDIA container toolkit writes to (``/etc/containerd/conf.d/*.toml``)
+among the top-level ``imports``: a regenerated config.toml must not lose the nvidia runtime.
 
 kubeadm configures the kubelet with the systemd cgroup driver; containerd's runc must use the
 same driver or control-plane pods restart in a loop. The edit is section-aware (a
@@ -206,10 +208,61 @@ def set_string(text: str, table: tuple[str, ...], header: str, key: str, value: 
     return "".join(lines)
 
 
-def runtime_config(text: str, sandbox_image: str = "", runc_binary: str = "") -> str:
-    """``SystemdCgroup = true`` for runc, the sandbox image (when given) and runc's
-    ``BinaryName`` (when given: runc from a release archive is not the one on PATH)."""
+_IMPORTS_RE = re.compile(r"^[ \t]*imports[ \t]*=")
+_STRING_RE = re.compile(r"\"((?:[^\"\\]|\\.)*)\"|'([^']*)'")
+
+
+def _top_level_end(lines: list[str]) -> int:
+    """Index of the first table header (the end of the top-level keys)."""
+    tables = _tables(lines)
+    return tables[0][0] if tables else len(lines)
+
+
+def imports_of(text: str) -> list[str] | None:
+    """The top-level ``imports`` entries (a one-line or multi-line array), or None without the key."""
+    lines = str(text).splitlines(keepends=True)
+    for i in range(_top_level_end(lines)):
+        if _IMPORTS_RE.match(lines[i]):
+            raw, j = lines[i].split("=", 1)[1], i
+            while "]" not in raw.split("#", 1)[0] and j + 1 < len(lines):
+                j += 1
+                raw += lines[j]
+            return [a if a else b for a, b in _STRING_RE.findall(raw)]
+    return None
+
+
+def ensure_import(text: str, entry: str) -> str:
+    """Return ``text`` whose top-level ``imports`` contains ``entry``: unchanged when it does, the
+    array rewritten on one line (every entry kept, ``entry`` last) when it does not, the key added
+    after ``version = N`` when there is none."""
+    newline = "\r\n" if "\r\n" in text else "\n"
+    lines = text.splitlines(keepends=True)
+    if lines and not lines[-1].endswith("\n"):
+        lines[-1] += newline
+    current = imports_of(text)
+    if current is not None and entry in current:
+        return "".join(lines)
+    value = "imports = [" + ", ".join(_toml_string(e) for e in [*(current or []), entry]) + "]" + newline
+    end = _top_level_end(lines)
+    for i in range(end):
+        if _IMPORTS_RE.match(lines[i]):
+            j = i
+            while "]" not in lines[j].split("#", 1)[0] and j + 1 < end:
+                j += 1
+            lines[i : j + 1] = [value]
+            return "".join(lines)
+    at = next((i + 1 for i in range(end) if _VERSION_RE.match(lines[i])), 0)
+    lines.insert(at, value)
+    return "".join(lines)
+
+
+def runtime_config(text: str, sandbox_image: str = "", runc_binary: str = "", drop_in_glob: str = "") -> str:
+    """``SystemdCgroup = true`` for runc, the sandbox image (when given), runc's ``BinaryName``
+    (when given: runc from a release archive is not the one on PATH) and ``drop_in_glob`` among
+    the imports (when given)."""
     text = containerd_systemd_cgroup(text)
+    if drop_in_glob:
+        text = ensure_import(text, drop_in_glob)
     version = config_version(text)
     assert version is not None  # containerd_systemd_cgroup refused anything else
     if sandbox_image:
@@ -283,4 +336,5 @@ class FilterModule:
             "containerd_config_needs_default": needs_default,
             "containerd_runtime_config": runtime_config,
             "containerd_sandbox_image": sandbox_image,
+            "containerd_imports": imports_of,
         }

@@ -184,3 +184,34 @@ def test_needs_default_for_another_config_version(containerd_filter: ModuleType)
     assert containerd_filter.needs_default(V3, 3) is False
     assert containerd_filter.needs_default(V2, 0) is False  # distribution's containerd: keep it
     assert containerd_filter.needs_default(V2, "3") is True  # Jinja may hand the number over as text
+
+
+DROP_INS = "/etc/containerd/conf.d/*.toml"
+
+
+def test_runtime_config_keeps_the_toolkit_drop_ins_imported(containerd_filter: ModuleType) -> None:
+    """A regenerated config.toml (version 2 with `imports = []`, version 3 without the key) imports the
+    directory the NVIDIA container toolkit writes 99-nvidia.toml to; a second pass changes nothing."""
+    for text in (V2, V3):
+        out = containerd_filter.runtime_config(text, "", "", DROP_INS)
+        assert containerd_filter.imports_of(out) == [DROP_INS]
+        assert containerd_filter.runtime_config(out, "", "", DROP_INS) == out
+        assert containerd_filter.config_version(out) == containerd_filter.config_version(text)
+    v3 = containerd_filter.runtime_config(V3, "", "", DROP_INS)
+    assert changed_lines(containerd_filter.containerd_systemd_cgroup(V3), v3) == [f'+imports = ["{DROP_INS}"]']
+    assert v3.splitlines()[v3.splitlines().index("version = 3") + 1] == f'imports = ["{DROP_INS}"]'
+
+
+def test_imports_of_other_tools_are_kept(containerd_filter: ModuleType, facts_module: ModuleType) -> None:
+    multi = "version = 3\nimports = [\n  '/etc/containerd/site.toml',  # the site's own\n  \"x/*.toml\",\n]\n\n[grpc]\n"
+    out = containerd_filter.ensure_import(multi, DROP_INS)
+    assert containerd_filter.imports_of(out) == ["/etc/containerd/site.toml", "x/*.toml", DROP_INS]
+    assert out.endswith("\n\n[grpc]\n") and out.count("imports") == 1
+    # the facts module (doctor's C06, preflight's P20) reads what the filter writes
+    assert facts_module.parse_containerd_imports(out) == containerd_filter.imports_of(out)
+    already = containerd_filter.ensure_import(out, DROP_INS)
+    assert already == out
+    # an `imports` key inside a table is not the top-level one
+    tabled = "version = 2\n\n[plugins]\n  imports = ['a']\n"
+    assert containerd_filter.imports_of(tabled) is None
+    assert containerd_filter.imports_of(containerd_filter.ensure_import(tabled, DROP_INS)) == [DROP_INS]
