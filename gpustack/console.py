@@ -26,6 +26,11 @@ THEME = Theme(
 )
 
 
+#: columns whose cells are names a user copies into a flag (--check, --ignore, --only, --node):
+#: never wrapped mid-word, whatever the terminal width (the other columns fold instead)
+WHOLE_COLUMNS = frozenset({"id", "check", "stage", "host", "node"})
+
+
 class Console:
     def __init__(self, *, verbosity: int = 0, color: bool | None = None, stream: Any = None) -> None:
         no_color = bool(os.environ.get("NO_COLOR") or os.environ.get("GPUSTACK_NO_COLOR"))
@@ -65,8 +70,13 @@ class Console:
 
     def table(self, title: str, columns: list[str], rows: list[list[str]]) -> None:
         t = Table(title=title, title_justify="left", show_lines=False)
-        for c in columns:
-            t.add_column(c, overflow="fold")  # never cut a command the user must copy
+        for i, c in enumerate(columns):
+            if c in WHOLE_COLUMNS:
+                cells = [r[i] for r in rows if i < len(r) and "[" not in r[i]]
+                longest = max([len(c)] + [len(line) for cell in cells for line in cell.splitlines()])
+                t.add_column(c, no_wrap=True, min_width=longest)
+            else:
+                t.add_column(c, overflow="fold")  # never cut a command the user must copy
         for r in rows:
             t.add_row(*r)
         self.out.print(t)
