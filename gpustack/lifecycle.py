@@ -385,6 +385,8 @@ def _run_locked(
 ) -> RunResult:
     run_dir = new_run_dir()
     console.print(f"run directory: {run_dir}")
+    # what ran (doctor --bundle carries the last `up` run of the cluster)
+    write_json(run_dir / "run.json", {"command": plan.command, "cluster": cfg.cluster.name})
     write_json(run_dir / "config.json", cfg.model_dump(mode="json"))
     summaries: list[StageSummary] = []
     findings: list[Finding] = []
