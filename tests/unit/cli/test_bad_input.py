@@ -278,6 +278,12 @@ CASES: list[Case] = [
         GOOD + "alerting: {receivers: [{type: email, name: m, to: 'a@b, c@d', from: e@f, smarthost: 'smtp:25'}]}\n",
         ("alerting.receivers[0].to: 'a@b, c@d' is not an e-mail address",),
     ),
+    Case(
+        "registry-with-path",
+        GOOD + "preflight: {registries: ['https://nvcr.io/nvidia']}\n",
+        ("gpustack.yaml:4: preflight.registries: 'https://nvcr.io/nvidia' is not a registry: host[:port]",),
+    ),
+    Case("registry-space", GOOD + "preflight: {registries: ['my mirror']}\n", ("preflight.registries: 'my mirror'",)),
     # ---- render --out and init: the path itself
     Case(
         "render-out-is-file",
