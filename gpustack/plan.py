@@ -103,7 +103,8 @@ PREFLIGHT = Stage(
     "preflight",
     "all",
     "nothing: reads OS, CPU, memory, disk, swap, ports, GPUs, Secure Boot, existing Kubernetes, sudo, time sync, "
-    "reachability, cgroup v2, containerd version, GPU Operator support (driver container, kernel headers)",
+    "reachability, cgroup v2, containerd version, GPU Operator support (driver container, kernel headers); tries "
+    "the package sources and image registries the selected stages need, through the proxy",
 )
 
 UP_STAGES: tuple[Stage, ...] = (
