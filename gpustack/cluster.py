@@ -230,5 +230,10 @@ def run_cluster_layer(
         objects = [o for name, objs in manifests.items() if name not in FIRST_FILES for o in objs]
         n = _apply_counted(kube, objects)
         s.status, s.detail = ("changed" if n else "unchanged"), f"{n}/{len(objects)} objects changed"
+        if not cfg.remediation.enabled:
+            from gpustack.health.manifests import remove_when_disabled
+
+            if remove_when_disabled(kube):  # remediation switched off since the last run
+                s.status, s.detail = "changed", s.detail + "; GPU health CronJob removed (remediation disabled)"
 
     return summaries

@@ -47,3 +47,44 @@ GRAFANA_PORT = "http-web"  # kube-prometheus-stack values: grafana.service.portN
 FIELD_MANAGER = "gpustack"
 #: doctor --fix patches under its own name, so `kubectl get -o yaml --show-managed-fields` tells them apart
 DOCTOR_FIELD_MANAGER = "gpustack-doctor"
+
+# --- node labels ------------------------------------------------------------------------------------
+#: kubeadm labels every control-plane node with it (node remove's quorum rules, status)
+CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
+
+# --- GPU diagnostics and fault quarantine (gpustack diag / gpustack health) -------------------------
+#: where `gpustack diag` runs its DCGM Jobs (privileged pod security: DCGM needs the GPUs' devices)
+DIAG_NAMESPACE = "gpustack-diag"
+#: gpustack's in-cluster components: the scheduled health evaluation and the circuit breaker's ledger
+SYSTEM_NAMESPACE = "gpustack-system"
+#: label/annotation/taint prefix for what gpustack writes on nodes (a name of its own: it never
+#: collides with keys NVIDIA's tools set or clear, see docs/decisions.md)
+LABEL_PREFIX = "gpustack.io"
+#: the quarantine taint gpustack health puts on a node with a fatal GPU signal
+QUARANTINE_TAINT_KEY = f"{LABEL_PREFIX}/gpu-health"
+QUARANTINE_TAINT_VALUE = "fatal"
+QUARANTINE_TAINT_EFFECT = "NoSchedule"
+#: label on a quarantined node (`kubectl get nodes -l gpustack.io/quarantined=true`)
+QUARANTINE_LABEL = f"{LABEL_PREFIX}/quarantined"
+#: annotations on a quarantined node: who, when, why (JSON list of signals), under which policy version
+ANN_QUARANTINED_BY = f"{LABEL_PREFIX}/quarantined-by"
+ANN_QUARANTINED_AT = f"{LABEL_PREFIX}/quarantined-at"
+ANN_QUARANTINE_REASON = f"{LABEL_PREFIX}/quarantine-reason"
+ANN_QUARANTINE_POLICY = f"{LABEL_PREFIX}/quarantine-policy"
+#: set by `node remove`'s drain on a node it cordoned (value: the command), so a failed or interrupted
+#: removal uncordons only its own cordon: a node someone else cordoned (a quarantine included) stays so
+ANN_DRAIN_CORDONED_BY = f"{LABEL_PREFIX}/cordoned-by"
+#: "true" only when gpustack set spec.unschedulable itself (release never uncordons a foreign cordon)
+ANN_CORDONED_BY_GPUSTACK = f"{LABEL_PREFIX}/cordoned-by-gpustack"
+#: the last release (kept after the quarantine annotations are removed; the evaluator's baseline)
+ANN_RELEASED_AT = f"{LABEL_PREFIX}/released-at"
+ANN_RELEASED_BY = f"{LABEL_PREFIX}/released-by"
+#: the last `gpustack diag` result on a node (JSON: level, result, at, job); release reads it
+ANN_DIAG_RESULT = f"{LABEL_PREFIX}/diag-result"
+#: the circuit breaker's ledger (a ConfigMap in SYSTEM_NAMESPACE, updated with resourceVersion checks)
+BREAKER_CONFIGMAP = "gpustack-health-breaker"
+HEALTH_SERVICE_ACCOUNT = "gpustack-health"
+HEALTH_CRONJOB = "gpustack-health"
+#: field managers of the node patches (visible in managedFields)
+HEALTH_FIELD_MANAGER = "gpustack-health"
+DIAG_FIELD_MANAGER = "gpustack-diag"

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from itertools import groupby
 from pathlib import Path
 from types import FrameType
@@ -59,6 +60,9 @@ class RunOptions:
     full: bool = False
     #: the command's own playbook variables (on top of the config's)
     extravars: Mapping[str, Any] = field(default_factory=dict)
+    #: stage id -> the only nodes its play may visit (``node add``: the new nodes); stages not
+    #: named here visit their whole group (less the converged hosts)
+    stage_nodes: Mapping[str, Sequence[str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -69,6 +73,8 @@ class StageSummary:
     changed: int = 0
     hosts: list[str] = field(default_factory=list)
     note: str = ""
+    #: host -> tasks that changed something there (Ansible stages)
+    changed_by_host: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -187,10 +193,12 @@ def stage_hosts(
     """Which hosts each stage visits: all of them with --full or without preflight facts; else
     only those where the preflight did not find the stage converged. The control-plane stage
     always runs while this machine has no copy of the cluster's kubeconfig (it delivers one)."""
-    if opts.full or not facts:
+    only = {s: list(n) for s, n in opts.stage_nodes.items()} or None
+    if (opts.full or not facts) and only is None:
         return {}, {}
     must = [] if kubeconfig_path(cfg.cluster.name).exists() else ["control-plane"]
-    return converge.stage_hosts(stage_ids, inventory(cfg), dict(facts), must_run=must)
+    known = {} if opts.full else dict(facts)
+    return converge.stage_hosts(stage_ids, inventory(cfg), known, must_run=must, only=only)
 
 
 def run_playbook(
@@ -210,9 +218,11 @@ def run_playbook(
     """One run of a shipped playbook with the stages' tags and the run's host limit, with progress."""
     kubeconfig = kubeconfig_path(cfg.cluster.name)
     ev = extravars(cfg, kubeconfig_dest=kubeconfig, facts_dir=facts_dir)
-    ev.update(opts.extravars)
-    ev.update(extra or {})
+    # the stage digests cover the config's inputs, not a command's own variables: a node that
+    # `node add` prepared is converged for the next `up`
     inv = stage_inventory(cfg, ev)
+    ev.update(opts.extravars)
+    ev.update(extra or {})  # this run's own (the preflight's sources to probe)
     if stage_patterns:
         ev["gpustack_stage_hosts"] = dict(stage_patterns)
     kwargs = ar.build_runner_kwargs(
@@ -354,7 +364,7 @@ def _ansible_stages(
         status = st.status
         if result.status == "canceled" and not st.failures and (st.ended is None or st is result.last_stage):
             status = "interrupted"
-        rows.append(StageSummary(sid, status, st.elapsed, st.changed_total, sorted(st.hosts), note))
+        rows.append(StageSummary(sid, status, st.elapsed, st.changed_total, sorted(st.hosts), note, dict(st.changed)))
     return rows, result
 
 
@@ -391,8 +401,6 @@ def _run_locked(
 ) -> RunResult:
     run_dir = new_run_dir()
     console.print(f"run directory: {run_dir}")
-    # what ran (doctor --bundle carries the last `up` run of the cluster)
-    write_json(run_dir / "run.json", {"command": plan.command, "cluster": cfg.cluster.name})
     write_json(run_dir / "config.json", cfg.model_dump(mode="json"))
     summaries: list[StageSummary] = []
     findings: list[Finding] = []
@@ -405,6 +413,8 @@ def _run_locked(
         write_json(run_dir / "summary.json", [s.__dict__ for s in summaries])
         print_summary(summaries, console, dry_run=opts.dry_run)
 
+    record = run_record(plan, cfg, opts)
+    write_json(run_dir / "run.json", record)
     try:
         _run_stages(plan, cfg, opts, console, steps, run_dir, summaries, findings, facts, finish, after_preflight)
     except Interrupted as exc:
@@ -412,10 +422,43 @@ def _run_locked(
             if s.status == "running":
                 s.status = "interrupted"
         finish()
+        write_json(run_dir / "run.json", finish_record(record, "interrupted", exc.message))
         exc.hint = exc.hint or f"run `gpustack {plan.command}` again: it continues where this run stopped"
         raise
+    except GpustackError as exc:
+        write_json(run_dir / "run.json", finish_record(record, "failed", exc.message))
+        raise
     finish()
+    write_json(run_dir / "run.json", finish_record(record, "ok"))
     return RunResult(run_dir, summaries, findings, facts)
+
+
+#: version of a run directory's run.json
+RUN_RECORD_FORMAT = 1
+
+
+def _utc() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def run_record(plan: CommandPlan, cfg: Config, opts: RunOptions) -> dict[str, Any]:
+    """What ``<run dir>/run.json`` says while a run goes on (``gpustack status`` reads it)."""
+    return {
+        "format": RUN_RECORD_FORMAT,
+        "command": plan.command,
+        "cluster": cfg.cluster.name,
+        "nodes": sorted(set(opts.limit) | {n for ns in opts.stage_nodes.values() for n in ns}),
+        "dry_run": opts.dry_run,
+        "started": _utc(),
+        "finished": None,
+        "result": "running",
+        "error": None,
+    }
+
+
+def finish_record(record: Mapping[str, Any], result: str, error: str | None = None) -> dict[str, Any]:
+    """The record once the run ended: ``ok``, ``failed`` (with the error) or ``interrupted``."""
+    return {**record, "finished": _utc(), "result": result, "error": error}
 
 
 def _run_stages(
@@ -431,7 +474,8 @@ def _run_stages(
     finish: Callable[[], None],
     after_preflight: Guard | None,
 ) -> None:
-    host_key_gate(cfg, opts, console)
+    if any(s.runner in ("preflight", "ansible") for s in opts.stages):
+        host_key_gate(cfg, opts, console)  # a run of Python steps only contacts no host
 
     for runner, group in groupby(opts.stages, key=lambda s: s.runner):
         stages = list(group)

@@ -1,7 +1,7 @@
 """Every host-changing command as plain data: a named sequence of stages, and stage selection.
 
-A command (``up``, ``reset``, ``upgrade``; ``node add``, ``node remove`` are meant to be new
-entries in :data:`SEQUENCES`) is a :class:`CommandPlan`: its stages in order and the one playbook its
+A command (``up``, ``reset``, ``upgrade``, ``components``, ``node-add``, ``node-remove``: the keys
+of :data:`SEQUENCES`) is a :class:`CommandPlan`: its stages in order and the one playbook its
 Ansible stages run (one play per stage, tagged with the stage id). :mod:`gpustack.lifecycle` runs
 any plan the same way (host keys, preflight, the playbook with a host limit, Python steps, progress,
 summary, run directory); ``gpustack plan <command>`` prints it. Nothing here does I/O.
@@ -268,6 +268,95 @@ COMPONENTS_STAGES: tuple[Stage, ...] = (
 )
 
 
+NODE_ADD_STAGES: tuple[Stage, ...] = (
+    Stage(
+        "preflight",
+        "Preflight checks",
+        "preflight",
+        "all",
+        "nothing: the new nodes get every preflight check; the existing nodes are only read (their gpustack "
+        "marker: the cluster's version, which the new nodes must match; their stage stamps)",
+    ),
+    Stage("os", "OS preparation", "ansible", "targets", "as `up` does, on the new nodes only"),
+    Stage(
+        "firewall",
+        "Firewall",
+        "ansible",
+        "all",
+        "new nodes: gpustack's firewall as `up` makes it; existing nodes: only the GPUSTACK-INPUT chain's rules "
+        "for cluster peers gain the new addresses (script rewritten, chain reloaded atomically; nothing else "
+        "changes there, and with firewall.enabled: false nothing at all)",
+    ),
+    Stage("containerd", "containerd", "ansible", "targets", "as `up` does, on the new nodes only"),
+    Stage("kubernetes", "Kubernetes packages", "ansible", "targets", "as `up` does, on the new nodes only"),
+    Stage(
+        "control-plane",
+        "Control-plane join",
+        "ansible",
+        "targets",
+        "new control-plane nodes, one at a time: the certificates uploaded again on the first control plane "
+        "(a fresh certificate key) and kubeadm join --control-plane with a fresh token (HA clusters only)",
+    ),
+    Stage("workers", "Worker join", "ansible", "targets", "new workers: kubeadm join with a fresh token"),
+    Stage(
+        "network", "Flannel", "ansible", "targets", "new control-plane nodes: the pinned Flannel manifest (unchanged)"
+    ),
+    Stage("helm", "Helm", "ansible", "targets", "new control-plane nodes: the pinned Helm binary"),
+    Stage(
+        "ready",
+        "New nodes Ready",
+        "ansible",
+        "targets",
+        "nothing: waits (kubectl on the first control plane) until each new node is Ready and, on GPU nodes, "
+        "the GPU Operator validator passed",
+    ),
+)
+
+
+NODE_REMOVE_STAGES: tuple[Stage, ...] = (
+    Stage(
+        "check",
+        "Removal check and drain preview",
+        "python",
+        "local",
+        "nothing: reads the nodes through the Kubernetes API; refuses the last control-plane node, more than one "
+        "control-plane node at a time, or a removal that leaves etcd without quorum; a server-side dry-run "
+        "eviction of every pod on the node lists those a PodDisruptionBudget blocks, and the run stops there",
+    ),
+    Stage(
+        "drain",
+        "Cordon and drain",
+        "python",
+        "targets",
+        "the node cordoned; each pod evicted through the Eviction API (PodDisruptionBudgets respected, "
+        "DaemonSet and static pods left), until gone or the timeout; a failed drain uncordons the node",
+    ),
+    Stage(
+        "reset",
+        "Reset the host",
+        "ansible",
+        "targets",
+        "as `gpustack reset --node`: kubeadm reset (a control plane's own etcd member removed), kubelet off, "
+        "Kubernetes' files, links and chains, gpustack's firewall chain (skipped with --offline)",
+    ),
+    Stage(
+        "etcd-member",
+        "etcd member",
+        "ansible",
+        "control-plane",
+        "control-plane nodes only, on a remaining control plane: the etcd member of the removed node removed "
+        "if it is still listed (--offline, or a reset that could not do it)",
+    ),
+    Stage(
+        "delete",
+        "Delete the Node object",
+        "python",
+        "local",
+        "the Node object deleted (after its kubelet stopped, so it cannot register again)",
+    ),
+)
+
+
 SEQUENCES: dict[str, CommandPlan] = {
     "up": CommandPlan(
         "up",
@@ -293,6 +382,19 @@ SEQUENCES: dict[str, CommandPlan] = {
         "gpustack upgrade --components: Helm releases to their pinned chart versions, CRDs first",
         "site.yml",  # no Ansible stage: every step is Python
         COMPONENTS_STAGES,
+    ),
+    "node-add": CommandPlan(
+        "node-add",
+        "gpustack node add NAME...: join new nodes from the config; existing hosts change only their firewall peers",
+        "node-add.yml",  # imports site.yml (the same stage plays and stamps) and adds the ready play
+        NODE_ADD_STAGES,
+        converges=True,
+    ),
+    "node-remove": CommandPlan(
+        "node-remove",
+        "gpustack node remove NAME...: drain (PodDisruptionBudgets checked first), reset the host, delete the node",
+        "node-remove.yml",
+        NODE_REMOVE_STAGES,
     ),
 }
 

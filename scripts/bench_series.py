@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from gpustack.health.collect import expressions as policy_expressions
 from gpustack.monitoring.counters import CounterFile, counters_path, load_counters
 from gpustack.monitoring.dashboard import load_dashboard, panel_queries
 from gpustack.monitoring.rules import alert_expressions
@@ -40,8 +41,10 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
 
 def _where(places: list[str]) -> str:
     rules = sum(p.startswith("rule ") for p in places)
-    panels = len(places) - rules
-    return f"{rules} rule(s), {panels} panel(s)" if places else "-"
+    policy = sum(p.startswith("policy ") for p in places)
+    panels = len(places) - rules - policy
+    extra = f", {policy} health policy quer(ies)" if policy else ""
+    return f"{rules} rule(s), {panels} panel(s){extra}" if places else "-"
 
 
 def print_table(counters: CounterFile, estimate: SeriesEstimate, usage: Usage) -> None:
@@ -64,7 +67,7 @@ def print_findings(counters: CounterFile, usage: Usage, exprs: list[str]) -> lis
     """Unused/unknown metrics; returns the problems that fail the run."""
     problems = []
     unused = unused_counters(usage, counters)
-    print(f"exported but read by no panel or rule: {', '.join(unused) or 'none'}")
+    print(f"exported but read by no panel, rule or policy query: {', '.join(unused) or 'none'}")
     unjustified = unjustified_counters(usage, counters)
     if unjustified:
         problems.append(f"unused and not kept deliberately: {', '.join(unjustified)}")
@@ -83,12 +86,12 @@ def main(argv: list[str] | None = None) -> int:
     """Print the report; 0 when within budget and consistent, 1 otherwise."""
     args = _args(argv)
     counters = load_counters()
-    rule_exprs, panel_exprs = alert_expressions(), panel_queries(load_dashboard())
-    usage = collect_usage(rule_exprs, panel_exprs)
+    rule_exprs, panel_exprs, policy = alert_expressions(), panel_queries(load_dashboard()), policy_expressions()
+    usage = collect_usage(rule_exprs, panel_exprs, policy)
     estimate = estimate_series(counters, pods_per_gpu=args.pods_per_gpu)
     print(f"counters: {counters_path()}")
     print_table(counters, estimate, usage)
-    problems = print_findings(counters, usage, [e for _, e in rule_exprs + panel_exprs])
+    problems = print_findings(counters, usage, [e for _, e in rule_exprs + panel_exprs + policy])
     per_node = estimate.per_gpu * args.gpus_per_node
     print(
         f"series per GPU: {estimate.per_gpu} (pods per GPU: {args.pods_per_gpu}); "

@@ -14,7 +14,23 @@ from typing import Annotated
 import typer
 
 from gpustack import __version__
-from gpustack.cli import bundle, doctor, grafana_password, init, plan, render, reset, up, upgrade, verify, version
+from gpustack.cli import (
+    bundle,
+    doctor,
+    grafana_password,
+    init,
+    node,
+    plan,
+    render,
+    reset,
+    status,
+    up,
+    upgrade,
+    verify,
+    version,
+)
+from gpustack.cli import diag as diag_cmd
+from gpustack.cli import health as health_cmd
 from gpustack.console import Console
 from gpustack.errors import GpustackError, Interrupted
 
@@ -60,6 +76,10 @@ app.command("doctor")(doctor.doctor)
 app.command("reset")(reset.reset)
 app.command("upgrade")(upgrade.upgrade)
 app.add_typer(bundle.bundle_app, name="bundle")
+app.add_typer(node.node_app, name="node")
+app.command("status")(status.status)
+app.command("diag")(diag_cmd.diag)
+app.add_typer(health_cmd.health_app, name="health")
 
 
 def _raise_interrupted(signum: int, frame: FrameType | None) -> None:

@@ -24,6 +24,10 @@ def plan(
     command: Annotated[
         str, typer.Argument(metavar="COMMAND", help=f"the command whose stages to show: {', '.join(plans.SEQUENCES)}")
     ] = "up",
+    names: Annotated[
+        list[str] | None,
+        typer.Argument(metavar="[NODE]...", help="node-add, node-remove, reset: the nodes the command names"),
+    ] = None,
     config: ConfigOpt = None,
     only: PlanStagesOpt = None,
     from_: FromOpt = None,
@@ -47,9 +51,15 @@ def plan(
         "all": nodes,
         "control-plane": cfg.control_plane.name,
         "workers": ", ".join(n.name for n in cfg.workers) or "(none)",
-        "targets": "the nodes named on the command line (default: every node)",
+        "targets": "the nodes named on the command line" + (" (default: every node)" if command == "reset" else ""),
         "local": "this machine",
     }
+    if names:
+        from gpustack.lifecycle import targets
+
+        where["targets"] = ", ".join(targets(cfg, split_csv(names, "NODE")))
+    if seq.command == "node-remove":
+        where["control-plane"] = "a remaining control-plane node (control-plane removals only)"
     rows = [[str(i), s.id, where[s.hosts], s.changes] for i, s in enumerate(stages, 1)]
     console.table(f"gpustack {seq.command} would run", ["#", "stage", "hosts", "changes"], rows)
     if seq.command == "up":

@@ -582,6 +582,55 @@ class Preflight(_Model):
         return v
 
 
+WINDOW_RE = r"^[1-9][0-9]*(s|m|h|d)$"
+WINDOW_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+CRON_RE = r"^\S+( \S+){4}$"
+
+
+def window_seconds(value: str) -> int:
+    """``15m`` -> 900 (a remediation window: s, m, h or d)."""
+    return int(value[:-1]) * WINDOW_SECONDS[value[-1]]
+
+
+class Remediation(_Model):
+    """GPU fault quarantine (`gpustack health`), scheduled in the cluster. Off until enabled."""
+
+    enabled: bool = Field(default=False, description="run `gpustack health --apply` on `schedule` in the cluster")
+    schedule: str = Field(default="*/5 * * * *", description="the CronJob's schedule (five cron fields)")
+    image: str | None = Field(
+        default=None, description="a container image with gpustack installed (required when enabled: none is published)"
+    )
+    max_nodes_per_window: Annotated[int, Field(ge=0, le=10000)] = 2
+    max_percent_per_window: Annotated[float, Field(gt=0, le=100)] = 10.0
+    window: str = Field(default="1h", description="the circuit breaker's window")
+    xid_lookback: str = Field(default="15m", description="how long a fatal XID counts")
+    rows_growth_window: str = Field(default="1h", description="growth of uncorrectable remapped rows over this window")
+    allocatable_hold: str = Field(default="10m", description="allocatable GPUs below capacity for at least this long")
+
+    @field_validator("window", "xid_lookback", "rows_growth_window", "allocatable_hold")
+    @classmethod
+    def _window(cls, v: str) -> str:
+        if not re.match(WINDOW_RE, v):
+            raise ValueError(f"{v!r} is not a window: use a number and s, m, h or d, e.g. 15m, 1h")
+        return v
+
+    @field_validator("schedule")
+    @classmethod
+    def _cron(cls, v: str) -> str:
+        if not re.match(CRON_RE, v.strip()):
+            raise ValueError(f"{v!r} is not a cron schedule: five fields, e.g. '*/5 * * * *'")
+        return v.strip()
+
+    @model_validator(mode="after")
+    def _image_when_enabled(self) -> Remediation:
+        if self.enabled and not self.image:
+            raise ValueError(
+                "remediation.enabled needs remediation.image: a container image with gpustack installed "
+                "(gpustack publishes none; see docs/operations.md)"
+            )
+        return self
+
+
 class Config(_Model):
     nodes: list[Node] = Field(default_factory=list)
     cluster: Cluster = Cluster()
@@ -594,6 +643,7 @@ class Config(_Model):
     alerting: Alerting = Alerting()
     ssh: Ssh = Ssh()
     preflight: Preflight = Preflight()
+    remediation: Remediation = Remediation()
 
     @property
     def control_plane(self) -> Node:

@@ -255,3 +255,15 @@ def kubernetes_patch(version: str) -> str:
     if len(parts) == 3 and ".".join(parts) != pinned:
         raise KeyError(version)
     return pinned
+
+
+# --- DCGM for `gpustack diag` --------------------------------------------------------------------
+# The DCGM version the pinned GPU Operator ships (v26.7.0 deployments/gpu-operator/values.yaml:
+# dcgm.version 4.6.0-1-ubuntu24.04). The image is the same release's UBI 10 build, pinned by the
+# digest NVIDIA's own v26.7.0 release manifest records for it (bundle/manifests/
+# gpu-operator-certified.clusterserviceversion.yaml, relatedImages "dcgm-image"); no digest of the
+# ubuntu24.04 tag could be established. Either image runs on any host OS (it is a container).
+DCGM_VERSION = "4.6.0"
+DCGM_IMAGE = "nvcr.io/nvidia/cloud-native/dcgm:4.6.0-1-ubi10"
+IMAGE_DIGESTS[DCGM_IMAGE] = "sha256:92080d86d04c265f7fc0b8e1cd95dff94d3ab57de6a6474c3c483e4c2ada5dea"
+DIAG_DCGM_IMAGE = with_digest(DCGM_IMAGE)

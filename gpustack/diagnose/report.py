@@ -38,6 +38,11 @@ def attribute_to_api(findings: Sequence[Finding]) -> list[Finding]:
     return out
 
 
+def layers_of(findings: Sequence[Finding]) -> list[str]:
+    """verify/doctor's layers in their order, then any other layer the findings carry (diag, quarantine)."""
+    return [*LAYERS, *(layer for layer in dict.fromkeys(f.layer for f in findings) if layer not in LAYERS)]
+
+
 def summary(findings: Sequence[Finding]) -> dict[str, int]:
     counts: Counter[str] = Counter(f.status for f in findings)
     return {s: counts[s] for s in STATUSES}
@@ -65,7 +70,7 @@ def to_json(command: str, findings: Sequence[Finding]) -> dict[str, Any]:
 def to_junit(command: str, findings: Sequence[Finding]) -> str:
     s = summary(findings)
     suites = ET.Element("testsuites", name=f"gpustack {command}", tests=str(len(findings)), failures=str(s["fail"]))
-    for layer in LAYERS:
+    for layer in layers_of(findings):
         layer_findings = [f for f in findings if f.layer == layer]
         if not layer_findings:
             continue
@@ -117,7 +122,8 @@ def verdict(findings: Sequence[Finding], *, cluster_unreachable: bool = False) -
 
 
 def _layers(findings: Sequence[Finding]) -> str:
-    return ", ".join(sorted({f.layer for f in findings}, key=LAYERS.index))
+    order = layers_of(findings)
+    return ", ".join(sorted({f.layer for f in findings}, key=order.index))
 
 
 def print_table(
@@ -126,7 +132,7 @@ def print_table(
     """One table per layer, then the verdict. Skipped checks that share their reason share one
     row (their ids, one per line): a cause is said once, not restated in every row."""
     style = {"pass": "ok", "warn": "warn", "fail": "fail", "skip": "skip"}
-    for layer in LAYERS:
+    for layer in layers_of(findings):
         rows = []
         shown = [
             f

@@ -1,8 +1,8 @@
 """Cross-checks between the counters CSV, the alert rules and the dashboard. Pure.
 
-- every metric the rules and panels read is exported by the CSV, or is one of the few
-  non-DCGM metrics gpustack relies on (``up``, two kube-state-metrics series);
-- every exported metric is read by a panel or a rule, or is marked "kept deliberately";
+- every metric the rules, panels and the health policy's queries read is exported by the CSV, or is
+  one of the few non-DCGM metrics gpustack relies on (``up``, three kube-state-metrics series);
+- every exported metric is read by a panel, a rule or a policy query, or is marked "kept deliberately";
 - the series budget: how many series each GPU costs with this CSV.
 """
 
@@ -15,7 +15,9 @@ from gpustack.monitoring.counters import CounterFile
 from gpustack.monitoring.promql import metric_names
 
 # Metrics the rules/dashboard may read that dcgm-exporter does not produce.
-ALLOWED_NON_DCGM = frozenset({"up", "kube_node_status_allocatable", "kube_pod_container_resource_requests"})
+ALLOWED_NON_DCGM = frozenset(
+    {"up", "kube_node_status_allocatable", "kube_node_status_capacity", "kube_pod_container_resource_requests"}
+)
 SERIES_BUDGET_PER_GPU = 40
 
 
@@ -30,13 +32,17 @@ class Usage:
         return set(self.places)
 
 
-def collect_usage(rule_exprs: Iterable[tuple[str, str]], panel_exprs: Iterable[tuple[str, str]]) -> Usage:
-    """Build :class:`Usage` from ``(alert, expr)`` and ``(panel title, expr)`` pairs."""
+def collect_usage(
+    rule_exprs: Iterable[tuple[str, str]],
+    panel_exprs: Iterable[tuple[str, str]],
+    policy_exprs: Iterable[tuple[str, str]] = (),
+) -> Usage:
+    """Build :class:`Usage` from ``(alert, expr)``, ``(panel title, expr)`` and ``(policy query, expr)`` pairs."""
     places: dict[str, set[str]] = {}
-    for kind, pairs in (("rule", rule_exprs), ("panel", panel_exprs)):
+    for kind, pairs in (("rule", rule_exprs), ("panel", panel_exprs), ("policy", policy_exprs)):
         for name, expr in pairs:
             for metric in metric_names(expr):
-                places.setdefault(metric, set()).add(f"{kind} {name}")
+                places.setdefault(metric, set()).add(f"{kind} {name.removeprefix(kind + ' ')}")
     return Usage({m: sorted(p) for m, p in sorted(places.items())})
 
 

@@ -56,7 +56,11 @@ def inventory(cfg: Config) -> dict[str, Any]:
 
 
 def no_proxy(cfg: Config) -> list[str]:
-    """What must never go through the proxy: local, node, pod and service addresses."""
+    """What must never go through the proxy: local, pod and service addresses and the API endpoint
+    (what the kubelet and containerd reach inside the cluster). Not every node's address: nothing
+    that reads the proxy environment talks to another node, and a list that grew with each node
+    would rewrite every host's proxy drop-ins (and restart containerd and the kubelet) whenever a
+    node is added or removed; ``proxy.no_proxy`` adds more."""
     base = [
         "localhost",
         "127.0.0.1",
@@ -66,8 +70,8 @@ def no_proxy(cfg: Config) -> list[str]:
         ".svc",
         f".{cfg.cluster.dns_domain}",
     ]
-    extra = [n.address for n in cfg.nodes] + list(cfg.proxy.no_proxy)
-    return list(dict.fromkeys(base + extra))
+    endpoint = api_endpoint(cfg).rsplit(":", 1)[0].strip("[]")
+    return list(dict.fromkeys([*base, endpoint, *cfg.proxy.no_proxy]))
 
 
 def proxy_env(cfg: Config) -> dict[str, str]:

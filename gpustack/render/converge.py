@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,11 +42,29 @@ def tree_digest(root: Path) -> str:
     return digest.hexdigest()
 
 
-def host_digest(tree: str, extravars: Mapping[str, Any], hostvars: Mapping[str, Any]) -> str:
-    """The input digest of one host: playbooks, extra vars and the host's vars."""
+#: Extra vars that follow the list of nodes, and the only stages whose roles read them (checked
+#: against the roles by a unit test). Every other stage's digest leaves them out, so adding (or
+#: removing) a node leaves the existing hosts' other stages converged: ``gpustack node add`` and
+#: ``up`` with new nodes change an existing host only where the node list matters to it.
+NODE_SET_VARS: dict[str, frozenset[str]] = {
+    "gpustack_node_addresses": frozenset({"firewall"}),
+    "gpustack_control_plane_addresses": frozenset({"firewall"}),
+    "gpustack_single_node": frozenset({"control-plane"}),
+    "gpustack_kubeadm_config": frozenset({"control-plane"}),
+}
+
+
+def host_digest(tree: str, extravars: Mapping[str, Any], hostvars: Mapping[str, Any], stage: str | None = None) -> str:
+    """The input digest of one host: playbooks, extra vars and the host's vars. With ``stage``,
+    the node-list vars that stage does not read (:data:`NODE_SET_VARS`) are left out."""
+
+    def counts(key: str) -> bool:
+        readers = NODE_SET_VARS.get(key)
+        return key not in VOLATILE_VARS and (stage is None or readers is None or stage in readers)
+
     data = {
         "tree": tree,
-        "extravars": {k: v for k, v in extravars.items() if k not in VOLATILE_VARS},
+        "extravars": {k: v for k, v in extravars.items() if counts(k)},
         "hostvars": {k: v for k, v in hostvars.items() if k != "gpustack_stage_digests"},
     }
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
@@ -70,8 +88,9 @@ def with_stage_digests(
     for group_name, group in out["all"]["children"].items():
         mine = [s for s in stage_ids if STAGE_GROUPS.get(s) in ("all", group_name)]
         for hv in (group.get("hosts") or {}).values():
-            base = host_digest(tree, extravars, hv)
-            hv["gpustack_stage_digests"] = {s: hashlib.sha256(f"{s}\0{base}".encode()).hexdigest()[:32] for s in mine}
+            hv["gpustack_stage_digests"] = {
+                s: hashlib.sha256(f"{s}\0{host_digest(tree, extravars, hv, s)}".encode()).hexdigest()[:32] for s in mine
+            }
     return out
 
 
@@ -81,12 +100,14 @@ def stage_hosts(
     facts: Mapping[str, Mapping[str, Any]],
     *,
     must_run: Iterable[str] = (),
+    only: Mapping[str, Collection[str]] | None = None,
 ) -> tuple[dict[str, str], dict[str, list[str]]]:
     """(host pattern per stage, converged hosts per stage) from the preflight's stage verdicts.
 
     A host is left out of a stage only when its facts say the stage is converged there; a host
     without facts (or without a verdict) is always visited. Stages in ``must_run`` keep their
-    whole group. The pattern is the play's usual group when nobody is left out.
+    whole group. The pattern is the play's usual group when nobody is left out. ``only`` limits
+    a stage to some nodes (``node add``: the new ones); the others are not visited at all.
     """
     hosts = _hosts(inventory)
     groups = {
@@ -102,6 +123,9 @@ def stage_hosts(
         if group is None:
             continue
         members = groups[group]
+        limited = only is not None and stage in only
+        if limited:
+            members = [h for h in members if h in (only or {})[stage]]
         done = [
             h
             for h in members
@@ -110,10 +134,10 @@ def stage_hosts(
         ]
         converged[stage] = done
         todo = [h for h in members if h not in done]
-        if not done:
-            patterns[stage] = group
-        elif not todo:
+        if not todo:
             patterns[stage] = NO_HOSTS
+        elif not done and not limited:
+            patterns[stage] = group
         else:
             patterns[stage] = ",".join(todo)
     return patterns, converged

@@ -163,6 +163,12 @@ def render_manifests(cfg: Config, facts: FactsSummary | None = None) -> dict[str
     storage = local_storage(cfg)
     if storage:
         out["storage.yaml"] = storage
+    from gpustack.health.manifests import FILE as HEALTH_FILE
+    from gpustack.health.manifests import health_manifests
+
+    health = health_manifests(cfg)  # remediation.enabled: the scheduled GPU health evaluation
+    if health:
+        out[HEALTH_FILE] = health
     return out
 
 

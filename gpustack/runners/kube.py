@@ -84,6 +84,28 @@ def _api_message(exc: ApiException) -> str:
         return str(exc.reason)
 
 
+@dataclass(frozen=True)
+class Eviction:
+    """The Eviction API's answer for one pod: ``allowed`` (evicted, or would be in a dry run),
+    ``blocked`` (429: a PodDisruptionBudget allows no disruption now; ``message`` says which) or
+    ``gone`` (the pod no longer exists)."""
+
+    pod: str
+    namespace: str
+    outcome: str
+    message: str = ""
+
+
+def _eviction_message(exc: ApiException) -> str:
+    """The server's reason for a 429, with the budget named in its causes when given."""
+    try:
+        body = json.loads(exc.body or "{}")
+    except (TypeError, ValueError):
+        return str(exc.reason)
+    causes = [str(c.get("message")) for c in (body.get("details") or {}).get("causes") or [] if c.get("message")]
+    return "; ".join([str(body.get("message") or exc.reason), *causes])
+
+
 def wait_until(
     predicate: Callable[[], T | None],
     deadline: float,
@@ -228,14 +250,23 @@ class Kube:
                 return None
             raise KubeError(f"GET {kind} {name}: {_api_message(exc)}", status=exc.status) from None
 
-    def list_objects(self, api_version: str, kind: str, namespace: str | None = None) -> list[Obj]:
-        """Objects of a kind (all namespaces when ``namespace`` is None)."""
+    def list_objects(
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> list[Obj]:
+        """Objects of a kind (all namespaces when ``namespace`` is None), optionally selected."""
         res = self.resource(api_version, kind)
         if res is None:
             return []
         path = res.path(None, namespace) if res.namespaced and namespace else f"{res.base}/{res.plural}"
+        query = {k: v for k, v in (("labelSelector", label_selector), ("fieldSelector", field_selector)) if v}
         try:
-            return list(self.request("GET", path).get("items", []))
+            return list(self.request("GET", path, query=query or None).get("items", []))
         except ApiException as exc:
             raise KubeError(f"LIST {kind}: {_api_message(exc)}", status=exc.status) from None
 
@@ -276,6 +307,30 @@ class Kube:
                 return False
             raise KubeError(f"DELETE {kind} {name}: {_api_message(exc)}", status=exc.status) from None
         return True
+
+    def server_version(self) -> str:
+        """The API server's version (``gitVersion`` of ``/version``, e.g. ``v1.36.4``)."""
+        try:
+            return str(self.request("GET", "/version").get("gitVersion") or "")
+        except ApiException as exc:
+            raise KubeError(f"GET /version: {_api_message(exc)}", status=exc.status) from None
+
+    def evict(self, pod: str, namespace: str, *, dry_run: bool = False) -> Eviction:
+        """Ask the Eviction API to evict a pod (policy/v1): the API server checks the pod's
+        PodDisruptionBudget and answers 429 when it allows no disruption now. ``dry_run``: the
+        same checks, nothing deleted (``deleteOptions.dryRun: [All]``)."""
+        body: Obj = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod, "namespace": namespace}}
+        if dry_run:
+            body["deleteOptions"] = {"dryRun": ["All"]}
+        try:
+            self.request("POST", f"/api/v1/namespaces/{namespace}/pods/{pod}/eviction", body=body)
+        except ApiException as exc:
+            if exc.status == 404:
+                return Eviction(pod, namespace, "gone")
+            if exc.status == 429:
+                return Eviction(pod, namespace, "blocked", _eviction_message(exc))
+            raise KubeError(f"evicting pod {namespace}/{pod}: {_api_message(exc)}", status=exc.status) from None
+        return Eviction(pod, namespace, "allowed")
 
     # -- waits ----------------------------------------------------------------------------------------
 

@@ -40,8 +40,21 @@ For verify/doctor (collect once, at scale, with faults):
   Like a real API server it passes the client's headers on (``Cookie`` included) except ``Authorization``,
   which authenticated the client to the API server and is removed before proxying, and passes the
   upstream's response headers back (every ``Set-Cookie`` included);
+- the Eviction API (``POST /api/v1/namespaces/{ns}/pods/{name}/eviction``, policy/v1 Eviction) with the API
+  server's PodDisruptionBudget semantics: the budgets of the pod's namespace whose selector matches it
+  (``matchLabels``, ``matchExpressions``); none: the pod is deleted; more than one: 500; one whose
+  ``status.disruptionsAllowed`` is below 1: 429 TooManyRequests with the budget in ``details.causes``;
+  else the pod is deleted and ``disruptionsAllowed`` drops by one. A finished pod (Succeeded/Failed) is
+  deleted without asking its budget. ``deleteOptions.dryRun: [All]`` (or ``?dryRun=All``) makes every
+  check and changes nothing. Budgets' status is taken as seeded: there is no disruption controller;
+- ``GET /version`` (``gitVersion`` = :attr:`FakeKubeAPI.version`);
 - fault injection per path regex (``re.search`` on the raw path with query): :meth:`FakeKubeAPI.fail`
   (status, optional ``times`` and ``method``) and :meth:`FakeKubeAPI.delay` (seconds before answering).
+
+For gpustack diag / health (the section at the end of this file): batch/v1 Jobs and CronJobs,
+ServiceAccounts and RBAC kinds, JSON merge patches with a resourceVersion precondition, cascading Job
+deletes, a Job controller/scheduler/kubelet simulation (:class:`JobSimulator`) and RBAC enforcement
+(:class:`RbacAuthorizer`).
 """
 
 from __future__ import annotations
@@ -114,6 +127,7 @@ BUILTIN = [
     Resource("", "v1", "endpoints", "Endpoints", True),
     Resource("", "v1", "events", "Event", True),
     Resource("apps", "v1", "deployments", "Deployment", True),
+    Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True),
 ]
 
 #: CRD-served kinds :meth:`FakeKubeAPI.seed` / :meth:`FakeKubeAPI.serve_crd` know how to serve.
@@ -217,6 +231,26 @@ def _label_match(labels: Any, selector: str) -> bool:
     return True
 
 
+def _selector_match(labels: dict[str, str], selector: Any) -> bool:
+    """A LabelSelector (``matchLabels`` and ``matchExpressions``: In, NotIn, Exists, DoesNotExist);
+    an empty selector matches every pod (policy/v1), a missing one none."""
+    if not isinstance(selector, dict):
+        return False
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for e in selector.get("matchExpressions") or []:
+        key, op, values = e.get("key"), e.get("operator"), set(e.get("values") or [])
+        if op == "In" and labels.get(key) not in values:
+            return False
+        if op == "NotIn" and key in labels and labels[key] in values:
+            return False
+        if op == "Exists" and key not in labels:
+            return False
+        if op == "DoesNotExist" and key in labels:
+            return False
+    return True
+
+
 class ApiError(Exception):
     def __init__(self, code: int, reason: str, message: str) -> None:
         super().__init__(message)
@@ -283,9 +317,12 @@ class FakeKubeAPI:
         self._rv = 0
         self._lock = threading.RLock()
         self.on_create: list[Callable[[Obj], None]] = []  # run after every create with the stored object
+        self.before_request: list[Callable[[], None]] = []  # run (under the lock) before every request: controllers
+        self.authorizer: Callable[[str, str], None] | None = None  # raises ApiError(403): RBAC (see below)
         self.proxy_upstreams: dict[tuple[str, str, str], str] = {}  # (ns, service, port) -> base URL
         self.logs: dict[tuple[str, str, str], str] = {}  # (ns, pod, container[+PREVIOUS_SUFFIX]) -> text
         self._faults: list[_Fault] = []
+        self.version = "v1.36.4"  # GET /version
         self._index: dict[tuple[str, ...], list[Key]] = {}
         self._index_stamp: tuple[int, int, int] = (0, -1, -1)
         self._stopping = threading.Event()
@@ -328,6 +365,7 @@ class FakeKubeAPI:
                 ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip()
                 api.requests.append((method, self.path, ctype))
                 try:
+                    api._before(method, self.path)
                     api._inject_faults(method, self.path)
                     special = api.handle_special(method, self.path, ctype, raw, self.headers)
                     if special is not None:
@@ -515,6 +553,18 @@ class FakeKubeAPI:
         request's (an ``email.message.Message`` or a mapping)."""
         url = urlparse(raw_path)
         parts = [p for p in url.path.split("/") if p]
+        if parts == ["version"] and method == "GET":
+            return self._json(200, {"major": "1", "minor": self.version.split(".")[1], "gitVersion": self.version})
+        if (
+            len(parts) == 7
+            and parts[:3] == ["api", "v1", "namespaces"]
+            and parts[4] == "pods"
+            and parts[6] == "eviction"
+        ):
+            if method != "POST":
+                raise ApiError(405, "MethodNotAllowed", method)
+            query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+            return self._evict(parts[3], parts[5], self._body(ctype, raw) if raw else {}, query)
         if len(parts) == 7 and parts[:3] == ["api", "v1", "namespaces"] and parts[4] == "pods" and parts[6] == "log":
             if method != "GET":
                 raise ApiError(405, "MethodNotAllowed", method)
@@ -527,6 +577,53 @@ class FakeKubeAPI:
         ):
             return self._proxy(method, parts[3], parts[5], raw_path, ctype, raw, headers)
         return None
+
+    @staticmethod
+    def _json(code: int, body: Obj) -> RawResponse:
+        return RawResponse(code, json.dumps(body).encode(), "application/json")
+
+    def _evict(self, ns: str, pod: str, body: Obj, query: dict[str, str]) -> RawResponse:
+        """The Eviction API with PodDisruptionBudget semantics (see the module docstring)."""
+        dry = query.get("dryRun") == "All" or "All" in ((body.get("deleteOptions") or {}).get("dryRun") or [])
+        with self._lock:
+            key = ("", "v1", "pods", ns, pod)
+            obj = self.objects.get(key)
+            if obj is None:
+                raise ApiError(404, "NotFound", f'pods "{pod}" not found')
+            labels = (obj.get("metadata") or {}).get("labels") or {}
+            finished = (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+            budgets = [
+                o
+                for (g, _, plural, ons, _), o in self.objects.items()
+                if (g, plural, ons) == ("policy", "poddisruptionbudgets", ns)
+                and _selector_match(labels, (o.get("spec") or {}).get("selector"))
+            ]
+            if not finished and len(budgets) > 1:
+                raise ApiError(
+                    500,
+                    "InternalError",
+                    "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.",
+                )
+            if not finished and budgets:
+                pdb = budgets[0]
+                status = pdb.setdefault("status", {})
+                if int(status.get("disruptionsAllowed") or 0) < 1:
+                    name = pdb["metadata"]["name"]
+                    exc = ApiError(
+                        429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget."
+                    )
+                    cause = (
+                        f"The disruption budget {name} needs {status.get('desiredHealthy', 0)} healthy pods and has "
+                        f"{status.get('currentHealthy', 0)} currently"
+                    )
+                    return self._json(
+                        429, {**exc.status(), "details": {"causes": [{"reason": "DisruptionBudget", "message": cause}]}}
+                    )
+                if not dry:
+                    status["disruptionsAllowed"] = int(status["disruptionsAllowed"]) - 1
+            if not dry:
+                self._delete_obj(self.resources[("", "v1", "pods")], ns, pod)
+        return self._json(201, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201})
 
     def _log(self, ns: str, pod: str, query: dict[str, str]) -> RawResponse:
         with self._lock:
@@ -616,6 +713,8 @@ class FakeKubeAPI:
             if method == "POST":
                 return 201, self._create(res, ns, body, manager=query.get("fieldManager", "client"))
             if method == "PATCH":
+                if ctype == MERGE_PATCH:
+                    return 200, self._merge_patch(res, ns, name, body)
                 if ctype != "application/apply-patch+yaml":
                     raise ApiError(
                         415, "UnsupportedMediaType", f"fake API supports only server-side apply, not {ctype}"
@@ -626,7 +725,10 @@ class FakeKubeAPI:
                     raise ApiError(405, "MethodNotAllowed", "apply needs a name")
                 return self._apply(res, ns, name, body, query["fieldManager"], query.get("force") == "true")
             if method == "DELETE":
-                return 200, self._delete_obj(res, ns, name)
+                deleted = self.objects.get(self._key(res, ns, name or ""))
+                out = self._delete_obj(res, ns, name)
+                self._cascade(deleted, query.get("propagationPolicy") or body.get("propagationPolicy"))
+                return 200, out
             raise ApiError(405, "MethodNotAllowed", method)
 
     def _body(self, ctype: str, raw: bytes) -> Obj:
@@ -946,3 +1048,383 @@ class FakeKubeAPI:
                     spec["scope"] == "Namespaced",
                 )
                 self.resources[(r.group, r.version, r.plural)] = r
+
+
+# --- Jobs, merge patches, cascading deletes and RBAC (gpustack diag / gpustack health) ------------------
+#
+# - batch/v1 Job and CronJob, ServiceAccount and the rbac.authorization.k8s.io/v1 kinds are served;
+# - ``PATCH`` with ``application/merge-patch+json`` (RFC 7386: maps merge, ``null`` removes a key, lists are
+#   replaced whole, as for a Node's ``spec.taints``); a ``metadata.resourceVersion`` in the patch is a
+#   precondition: a stale one is a 409 Conflict, as on a real API server (optimistic concurrency);
+# - ``DELETE`` of a Job with ``propagationPolicy=Background`` or ``Foreground`` (query or DeleteOptions body)
+#   deletes its pods; without one, batch/v1 orphans them (the pods stay, their ownerReference removed);
+# - :class:`JobSimulator`: the Job controller, the scheduler and the kubelet for Jobs, driven by the request
+#   clock (it advances on every request, no thread): one pod per Job, scheduled only where the pod's
+#   required node affinity / nodeName, the node's taints and cordon, and the node's free ``nvidia.com/gpu``
+#   allow it (else Pending/Unschedulable with the scheduler's message); then Running for ``run_seconds``,
+#   then Succeeded or Failed with the planned log; ``activeDeadlineSeconds`` fails the Job
+#   (DeadlineExceeded) and removes its pod;
+# - :class:`RbacAuthorizer`: with ``api.authorizer`` set, a request its rules do not allow is a 403, as
+#   RBAC answers it (verbs from the method, ``services/proxy`` style subresources, ``resourceNames``).
+
+MERGE_PATCH = "application/merge-patch+json"
+GPU_RESOURCE = "nvidia.com/gpu"
+
+BUILTIN.extend(
+    [
+        Resource("batch", "v1", "jobs", "Job", True),
+        Resource("batch", "v1", "cronjobs", "CronJob", True),
+        Resource("", "v1", "serviceaccounts", "ServiceAccount", True),
+        Resource("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", False),
+        Resource("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", False),
+        Resource("rbac.authorization.k8s.io", "v1", "roles", "Role", True),
+        Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", True),
+    ]
+)
+
+
+def json_merge(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = json_merge(out.get(key), value)
+    return out
+
+
+def _fake_before(self: FakeKubeAPI, method: str, raw_path: str) -> None:
+    with self._lock:
+        if self.authorizer is not None:
+            self.authorizer(method, raw_path)
+        for hook in list(self.before_request):
+            hook()
+
+
+def _fake_merge_patch(self: FakeKubeAPI, res: Resource, ns: str, name: str | None, body: Obj) -> Obj:
+    if name is None:
+        raise ApiError(405, "MethodNotAllowed", "a merge patch needs a name")
+    key = self._key(res, ns, name)
+    old = self.objects.get(key)
+    if old is None:
+        raise ApiError(404, "NotFound", f'{res.plural} "{name}" not found')
+    want = (body.get("metadata") or {}).get("resourceVersion")
+    if want is not None and str(want) != str(old["metadata"].get("resourceVersion")):
+        raise ApiError(
+            409,
+            "Conflict",
+            f'Operation cannot be fulfilled on {res.plural}{"." + res.group if res.group else ""} "{name}": '
+            "the object has been modified; please apply your changes to the latest version and try again",
+        )
+    merged = json_merge(copy.deepcopy(old), body)
+    merged["metadata"]["name"] = name
+    for server_field in ("uid", "creationTimestamp", "managedFields"):
+        if server_field in old["metadata"]:
+            merged["metadata"][server_field] = old["metadata"][server_field]
+    stored = self._stamp(merged, ns, old)
+    self.objects[key] = stored
+    return self._view(stored)
+
+
+def _fake_cascade(self: FakeKubeAPI, deleted: Obj | None, policy: str | None) -> None:
+    if not deleted or deleted.get("kind") != "Job":
+        return
+    uid = deleted["metadata"].get("uid")
+    ns = deleted["metadata"].get("namespace", "")
+    for key, pod in list(self.objects.items()):
+        if key[:4] != ("", "v1", "pods", ns):
+            continue
+        refs = pod["metadata"].get("ownerReferences") or []
+        if not any(r.get("uid") == uid for r in refs):
+            continue
+        if policy in ("Background", "Foreground"):
+            self.objects.pop(key)
+            for log_key in [k for k in self.logs if k[:2] == (ns, key[4])]:
+                del self.logs[log_key]
+        else:  # Orphan (the batch/v1 default for a plain DELETE): the pod stays, no longer owned
+            pod["metadata"]["ownerReferences"] = [r for r in refs if r.get("uid") != uid]
+    self._rv += 1
+
+
+FakeKubeAPI._before = _fake_before  # type: ignore[attr-defined]
+FakeKubeAPI._merge_patch = _fake_merge_patch  # type: ignore[attr-defined]
+FakeKubeAPI._cascade = _fake_cascade  # type: ignore[attr-defined]
+
+
+@dataclass
+class PodPlan:
+    """What the simulated kubelet does with a Job's pod once it is scheduled."""
+
+    log: str = ""
+    phase: str = "Succeeded"  # or "Failed"
+    exit_code: int = 0
+    run_seconds: float = 0.0
+    waiting_reason: str = ""  # e.g. "ImagePullBackOff": the container never starts
+    hang: bool = False  # never finishes (until the Job's deadline or a delete)
+
+
+def _tolerates(tolerations: list[Obj], taint: Obj) -> bool:
+    for t in tolerations:
+        if t.get("effect") and t.get("effect") != taint.get("effect"):
+            continue
+        if t.get("operator") == "Exists" and (not t.get("key") or t.get("key") == taint.get("key")):
+            return True
+        if t.get("key") == taint.get("key") and str(t.get("value", "")) == str(taint.get("value", "")):
+            return True
+    return False
+
+
+def _required_nodes(spec: Obj) -> set[str] | None:
+    """Nodes a pod may go to by spec.nodeName or a required node affinity on metadata.name (None: any)."""
+    if spec.get("nodeName"):
+        return {str(spec["nodeName"])}
+    terms = (((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or []  # fmt: skip
+    names: set[str] = set()
+    for term in terms:
+        for field_ in term.get("matchFields") or []:
+            if field_.get("key") == "metadata.name" and field_.get("operator") == "In":
+                names |= {str(v) for v in field_.get("values") or []}
+    return names if terms else None
+
+
+def pod_gpu_request(pod: Obj) -> int:
+    total = 0
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        res = c.get("resources") or {}
+        total += int(
+            str((res.get("limits") or {}).get(GPU_RESOURCE) or (res.get("requests") or {}).get(GPU_RESOURCE) or 0)
+        )
+    return total
+
+
+class JobSimulator:
+    """Job controller + scheduler + kubelet for the fake API (see the section comment). ``plans`` maps a
+    node name to its :class:`PodPlan` (or is a function of (node, job) returning one)."""
+
+    def __init__(
+        self,
+        api: FakeKubeAPI,
+        plans: dict[str, PodPlan] | Callable[[str, Obj], PodPlan] | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.api, self.clock = api, clock
+        self.plans = plans or {}
+        self.started: dict[str, float] = {}  # job uid -> creation time
+        self.running_since: dict[str, float] = {}  # pod uid -> start time
+        self.pods_created: list[Obj] = []  # every pod the controller made (for assertions)
+
+    def install(self) -> JobSimulator:
+        self.api.on_create.append(self._created)
+        self.api.before_request.append(self.tick)
+        return self
+
+    def plan_for(self, node: str, job: Obj) -> PodPlan:
+        return self.plans(node, job) if callable(self.plans) else self.plans.get(node, PodPlan())
+
+    def _created(self, obj: Obj) -> None:
+        if obj.get("kind") != "Job":
+            return
+        meta, template = obj["metadata"], obj["spec"]["template"]
+        self.started[meta["uid"]] = self.clock()
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": f"{meta['name']}-{''.join(random.choices(string.ascii_lowercase + string.digits, k=5))}",
+                "namespace": meta["namespace"],
+                "labels": {**(template.get("metadata") or {}).get("labels", {}), "job-name": meta["name"],
+                           "batch.kubernetes.io/job-name": meta["name"], "controller-uid": meta["uid"]},
+                "annotations": dict((template.get("metadata") or {}).get("annotations") or {}),
+                "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": meta["name"],
+                                     "uid": meta["uid"], "controller": True}],
+            },
+            "spec": copy.deepcopy(template["spec"]),
+            "status": {"phase": "Pending"},
+        }  # fmt: skip
+        res = self.api.resources[("", "v1", "pods")]
+        key = self.api._key(res, meta["namespace"], pod["metadata"]["name"])
+        self.api.objects[key] = self.api._stamp(pod, meta["namespace"], None)
+        self.pods_created.append(copy.deepcopy(pod))
+        obj["status"] = {"active": 1, "startTime": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+
+    def _job_pods(self, job: Obj) -> list[tuple[Key, Obj]]:
+        uid = job["metadata"]["uid"]
+        return [(k, p) for k, p in self.api.objects.items()
+                if k[:3] == ("", "v1", "pods") and any(r.get("uid") == uid for r in p["metadata"].get("ownerReferences") or [])]  # fmt: skip
+
+    def _fit(self, pod: Obj) -> tuple[str | None, str]:
+        """(node, "") where the pod fits, or (None, the scheduler's message)."""
+        spec = pod["spec"]
+        allowed = _required_nodes(spec)
+        nodes = [o for k, o in self.api.objects.items() if k[:3] == ("", "v1", "nodes")]
+        candidates = [n for n in nodes if allowed is None or n["metadata"]["name"] in allowed]
+        want = pod_gpu_request(pod)
+        reasons: list[str] = []
+        if len(candidates) < len(nodes):
+            reasons.append(f"{len(nodes) - len(candidates)} node(s) didn't match Pod's node affinity/selector")
+        for node in candidates:
+            name = node["metadata"]["name"]
+            taints = list((node.get("spec") or {}).get("taints") or [])
+            if (node.get("spec") or {}).get("unschedulable"):
+                taints.append({"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"})
+            untolerated = [t for t in taints if t.get("effect") in ("NoSchedule", "NoExecute")
+                           and not _tolerates(spec.get("tolerations") or [], t)]  # fmt: skip
+            if untolerated:
+                reasons.append(
+                    f"1 node(s) had untolerated taint {{{untolerated[0]['key']}: {untolerated[0].get('value', '')}}}"
+                )
+                continue
+            alloc = int(str(((node.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE) or 0))
+            used = sum(pod_gpu_request(p) for k, p in self.api.objects.items()
+                       if k[:3] == ("", "v1", "pods") and p is not pod and (p.get("spec") or {}).get("nodeName") == name
+                       and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed"))  # fmt: skip
+            if want > alloc - used:
+                reasons.append(f"1 Insufficient {GPU_RESOURCE}")
+                continue
+            return name, ""
+        return (
+            None,
+            f"0/{len(nodes)} nodes are available: {', '.join(reasons)}. preemption: 0/{len(nodes)} nodes are available",
+        )
+
+    def _set_job_condition(self, job: Obj, kind: str, reason: str, message: str) -> None:
+        status = job.setdefault("status", {})
+        status["active"] = 0
+        status[("succeeded" if kind == "Complete" else "failed")] = 1
+        status["conditions"] = [{"type": kind, "status": "True", "reason": reason, "message": message}]
+
+    def tick(self) -> None:
+        now = self.clock()
+        jobs = [o for k, o in list(self.api.objects.items()) if k[:3] == ("batch", "v1", "jobs")]
+        for job in jobs:
+            conds = (job.get("status") or {}).get("conditions") or []
+            if any(c.get("status") == "True" for c in conds):
+                continue
+            started = self.started.get(job["metadata"]["uid"], now)
+            deadline = job["spec"].get("activeDeadlineSeconds")
+            pods = self._job_pods(job)
+            if deadline is not None and now - started >= float(deadline):
+                for key, _ in pods:  # the controller deletes the active pods
+                    self.api.objects.pop(key, None)
+                self._set_job_condition(
+                    job, "Failed", "DeadlineExceeded", "Job was active longer than specified deadline"
+                )
+                self.api._rv += 1
+                continue
+            for _key, pod in pods:
+                self._advance(job, pod, now)
+
+    def _advance(self, job: Obj, pod: Obj, now: float) -> None:
+        status, spec = pod.setdefault("status", {}), pod["spec"]
+        ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        if status.get("phase") in ("Succeeded", "Failed"):
+            return
+        if not spec.get("nodeName"):
+            node, why = self._fit(pod)
+            if node is None:
+                status.update(phase="Pending", conditions=[{"type": "PodScheduled", "status": "False",
+                                                            "reason": "Unschedulable", "message": why}])  # fmt: skip
+                return
+            spec["nodeName"] = node
+            status["conditions"] = [{"type": "PodScheduled", "status": "True"}]
+            self.api._rv += 1
+        plan = self.plan_for(spec["nodeName"], job)
+        container = spec["containers"][0]["name"]
+        if plan.waiting_reason:
+            status.update(phase="Pending", containerStatuses=[{"name": container, "ready": False, "state": {
+                "waiting": {"reason": plan.waiting_reason, "message": f'Back-off pulling image "{spec["containers"][0]["image"]}"'}}}])  # fmt: skip
+            return
+        uid = pod["metadata"]["uid"]
+        since = self.running_since.setdefault(uid, now)
+        if plan.hang or now - since < plan.run_seconds:
+            status.update(phase="Running", containerStatuses=[{"name": container, "ready": True,
+                                                               "state": {"running": {"startedAt": "2026-11-18T09:00:00Z"}}}])  # fmt: skip
+            self.api.logs[(ns, name, container)] = plan.log.split("gpustack: begin", 1)[0] if plan.log else ""
+            return
+        reason = "Completed" if plan.phase == "Succeeded" else "Error"
+        status.update(phase=plan.phase, containerStatuses=[{"name": container, "ready": False,
+                                                            "state": {"terminated": {"reason": reason, "exitCode": plan.exit_code}}}])  # fmt: skip
+        self.api.logs[(ns, name, container)] = plan.log
+        if plan.phase == "Succeeded":
+            self._set_job_condition(job, "Complete", "", "")
+        else:
+            self._set_job_condition(
+                job, "Failed", "BackoffLimitExceeded", "Job has reached the specified backoff limit"
+            )
+        self.api._rv += 1
+
+
+# --- RBAC ----------------------------------------------------------------------------------------------
+
+_VERBS = {"GET": "get", "POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+
+
+def request_attributes(method: str, raw_path: str) -> tuple[str, str, str, str, str] | None:
+    """(verb, api group, resource[/subresource], namespace, name) of a resource request; None for
+    discovery (every authenticated user may read it: system:discovery)."""
+    parts = [p for p in urlparse(raw_path).path.split("/") if p]
+    if parts[:2] == ["api", "v1"]:
+        group, rest = "", parts[2:]
+    elif len(parts) >= 3 and parts[0] == "apis":
+        group, rest = parts[1], parts[3:]
+    else:
+        return None
+    if not rest:
+        return None
+    ns = ""
+    if rest[0] == "namespaces" and len(rest) >= 3:
+        ns, rest = rest[1], rest[2:]
+    resource, name = rest[0], rest[1] if len(rest) > 1 else ""
+    if len(rest) > 2:
+        resource = f"{resource}/{rest[2]}"
+    if resource == "namespaces" and ns == "" and len(rest) == 2:
+        name = rest[1]
+    verb = _VERBS.get(method, method.lower())
+    if method == "GET" and not name:
+        verb = "list"
+    # services/[scheme:]NAME[:PORT]/proxy: RBAC sees the name as written, port included ("prom:http-web"),
+    # so a Role's resourceNames must name it that way (as Heapster's did: "https:heapster:")
+    return verb, group, resource, ns, name
+
+
+@dataclass
+class RbacAuthorizer:
+    """RBAC for one subject: ``cluster_rules`` (ClusterRole rules bound cluster-wide) and ``namespace_rules``
+    (Role rules per namespace). Use: ``api.authorizer = RbacAuthorizer(...)``; denied requests are recorded."""
+
+    cluster_rules: list[Obj]
+    namespace_rules: dict[str, list[Obj]] = field(default_factory=dict)
+    denied: list[tuple[str, str]] = field(default_factory=list)
+
+    @staticmethod
+    def _match(rule: Obj, verb: str, group: str, resource: str, name: str) -> bool:
+        if not ({"*", group} & set(rule.get("apiGroups") or [])):
+            return False
+        if not ({"*", resource} & set(rule.get("resources") or [])):
+            return False
+        if not ({"*", verb} & set(rule.get("verbs") or [])):
+            return False
+        names = rule.get("resourceNames") or []
+        return not names or (verb not in ("list", "create", "watch") and name in names)
+
+    def __call__(self, method: str, raw_path: str) -> None:
+        attrs = request_attributes(method, raw_path)
+        if attrs is None:
+            return
+        verb, group, resource, ns, name = attrs
+        rules = list(self.cluster_rules) + (list(self.namespace_rules.get(ns, [])) if ns else [])
+        if any(self._match(r, verb, group, resource, name) for r in rules):
+            return
+        self.denied.append((method, raw_path))
+        where = f' in the namespace "{ns}"' if ns else " at the cluster scope"
+        what = f"{resource.split('/')[0]}" + (f"/{resource.split('/', 1)[1]}" if "/" in resource else "")
+        raise ApiError(
+            403, "Forbidden",
+            f'{what} "{name}" is forbidden: User "system:serviceaccount:test:subject" cannot {verb} resource '
+            f'"{what}" in API group "{group}"{where}',
+        )  # fmt: skip

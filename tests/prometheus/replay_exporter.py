@@ -8,7 +8,10 @@ temperatures following load, a PCIe replay counter creeping on one GPU.
 
 Scenarios (switch at start or later with ``GET /-/scenario?name=...``): ``healthy``, ``xid79``
 (GPU 3 fell off the bus), ``overheat`` (GPU 5), ``row_remap_failure`` (GPU 1), ``fb_full`` (GPU 0),
-``gpu_missing`` (GPU 7 absent: 7 GPUs instead of 8).
+``gpu_missing`` (GPU 7 absent: 7 GPUs instead of 8), ``xid48_app13`` (GPU 2: a double-bit ECC XID 48,
+then application XID 13s: the last-XID gauge shows 13, the per-code count both), ``remap_growth``
+(GPU 6: rows remapped after uncorrectable errors, one more every 5 seconds).
+:attr:`NodeSpec.unhealthy_gpus` makes kube-state-metrics report fewer GPUs allocatable than installed.
 
 Pods come and go: :meth:`DcgmReplay.assign` gives a GPU to a pod (or frees it), as dcgm-exporter learns
 from the kubelet's pod-resources API. A :class:`PodRef` with ``load=True`` is ``gpustack verify --load``'s
@@ -32,7 +35,16 @@ from urllib.parse import parse_qs, urlparse
 
 from gpustack.monitoring.counters import CounterFile, load_counters
 
-SCENARIOS = ("healthy", "xid79", "overheat", "row_remap_failure", "fb_full", "gpu_missing")
+SCENARIOS = (
+    "healthy",
+    "xid79",
+    "overheat",
+    "row_remap_failure",
+    "fb_full",
+    "gpu_missing",
+    "xid48_app13",
+    "remap_growth",
+)
 LOOPBACK = "127.0.0.1"
 MODEL = "NVIDIA H100 80GB HBM3"
 DRIVER = "595.91.07"
@@ -44,6 +56,7 @@ MEM_CLOCK_MHZ = 2619
 TENSOR_UNDER_LOAD = 0.93  # DCGM_FI_PROF_PIPE_TENSOR_ACTIVE under dcgmproftester -t 1004 on an H100
 PCI_BUSES = ("18", "2A", "3A", "5D", "9A", "AB", "BA", "DB")  # HGX H100 8-GPU board layout
 XID_TEXT = {0: "No Error", 13: "Graphics Engine Exception", 79: "GPU has fallen off the bus"}
+XID_WINDOW_MS = "300000"  # dcgm-exporter's default --xid-count-window-size
 # DCGM fields dcgm-exporter prints with %f (doubles); everything else is an int64 printed with %d.
 DOUBLE_FIELDS = frozenset(
     {
@@ -56,6 +69,7 @@ DOUBLE_FIELDS = frozenset(
 KSM_HELP = {
     "kube_node_status_allocatable": "The allocatable for different resources of a node that are available for scheduling.",
     "kube_pod_container_resource_requests": "The number of requested request resource by a container.",
+    "kube_node_status_capacity": "The capacity for different resources of a node.",
 }
 
 
@@ -79,6 +93,7 @@ class NodeSpec:
     host_label: str = "hostname"  # dcgm-exporter before the 2026 rename printed "Hostname"
     gpus: int = 8
     scenario: str = "healthy"
+    unhealthy_gpus: int = 0  # GPUs the device plugin withdrew: allocatable = gpus - unhealthy_gpus
 
 
 @dataclass(frozen=True)
@@ -171,11 +186,21 @@ class GpuState:
             return 0x1  # GPU idle
         return 0x4 if self.util > 90 else 0  # SW power cap at full load is normal
 
-    def values(self) -> dict[str, Sample]:
-        """Every metric gpustack's CSV may enable, for this GPU."""
+    def xid_counts(self) -> list[Sample]:
+        """DCGM_EXP_XID_ERRORS_COUNT: one series per XID code in the window, or one zero series."""
+        window = {"window_size_in_ms": XID_WINDOW_MS}
+        if self._is("xid79", 3):
+            return [Sample(1, {**window, "xid": "79"})]
+        if self._is("xid48_app13", 2):
+            return [Sample(1, {**window, "xid": "48"}), Sample(3, {**window, "xid": "13"})]
+        return [Sample(0, window)]
+
+    def values(self) -> dict[str, Sample | list[Sample]]:
+        """Every metric gpustack's CSV may enable, for this GPU (a list: several series for it)."""
         util, gr = self.util, self.util / 100 * 0.97
-        xid = 79 if self._is("xid79", 3) else 0
+        xid = 79 if self._is("xid79", 3) else 13 if self._is("xid48_app13", 2) else 0
         failed = self._is("row_remap_failure", 1)
+        uncorrectable = 9 if failed else 2 + int(self.t // 5) if self._is("remap_growth", 6) else 0
         fb_used = int(self.fb_used)
         return {
             "DCGM_FI_DEV_SM_CLOCK": Sample(1275 if self.hot else SM_CLOCK_MAX_MHZ if util > 5 else SM_CLOCK_IDLE_MHZ),
@@ -192,10 +217,11 @@ class GpuState:
             "DCGM_FI_DEV_GPU_UTIL": Sample(util),
             "DCGM_FI_DEV_MEM_COPY_UTIL": Sample(round(util * 0.45)),
             "DCGM_FI_DEV_XID_ERRORS": Sample(xid, {"err_code": str(xid), "err_msg": XID_TEXT[xid]}),
+            "DCGM_EXP_XID_ERRORS_COUNT": self.xid_counts(),
             "DCGM_FI_DEV_FB_FREE": Sample(FB_TOTAL_MIB - FB_RESERVED_MIB - fb_used),
             "DCGM_FI_DEV_FB_USED": Sample(fb_used),
             "DCGM_FI_DEV_FB_RESERVED": Sample(FB_RESERVED_MIB),
-            "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": Sample(9 if failed else 0),
+            "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": Sample(uncorrectable),
             "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": Sample(2 if self.gpu == 4 else 0),
             "DCGM_FI_DEV_ROW_REMAP_FAILURE": Sample(1 if failed else 0),
             "DCGM_FI_DEV_ROW_REMAP_PENDING": Sample(1 if failed else 0),
@@ -253,9 +279,10 @@ def render_dcgm(spec: NodeSpec, counters: CounterFile, t: float) -> str:
         for gpu, state in states.items():
             if counter.name not in values[gpu]:
                 raise KeyError(f"replay exporter has no simulation for {counter.name}: add it to GpuState.values()")
-            sample = values[gpu][counter.name]
-            labels = {**gpu_labels(spec, gpu, label_fields), **_attributes(state.pod, sample.extra)}
-            lines.append(f"{counter.name}{{{_label_text(labels)}}} {_format(counter.name, sample.value)}")
+            found = values[gpu][counter.name]
+            for sample in found if isinstance(found, list) else [found]:
+                labels = {**gpu_labels(spec, gpu, label_fields), **_attributes(state.pod, sample.extra)}
+                lines.append(f"{counter.name}{{{_label_text(labels)}}} {_format(counter.name, sample.value)}")
     return "\n".join(lines) + "\n"
 
 
@@ -273,11 +300,14 @@ def _gpus_per_pod(spec: NodeSpec) -> dict[PodRef, int]:
 def render_ksm(specs: list[NodeSpec]) -> str:
     """kube-state-metrics series for the GPU resources: allocatable per node, requests per container."""
     alloc = _ksm_header("kube_node_status_allocatable")
+    capacity = _ksm_header("kube_node_status_capacity")
     requests = _ksm_header("kube_pod_container_resource_requests")
     for spec in specs:
         for resource, unit, amount in (("nvidia_com_gpu", "integer", spec.gpus), ("cpu", "core", 224)):
             labels = _label_text({"node": spec.node, "resource": resource, "unit": unit})
-            alloc.append(f"kube_node_status_allocatable{{{labels}}} {amount}")
+            allocatable = amount - spec.unhealthy_gpus if resource == "nvidia_com_gpu" else amount
+            alloc.append(f"kube_node_status_allocatable{{{labels}}} {allocatable}")
+            capacity.append(f"kube_node_status_capacity{{{labels}}} {amount}")
         for pod, count in _gpus_per_pod(spec).items():
             labels = _label_text(
                 {
@@ -291,7 +321,7 @@ def render_ksm(specs: list[NodeSpec]) -> str:
                 }
             )
             requests.append(f"kube_pod_container_resource_requests{{{labels}}} {count}")
-    return "\n".join(alloc + requests) + "\n"
+    return "\n".join(alloc + capacity + requests) + "\n"
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gpustack.health.collect import expressions as policy_expressions
 from gpustack.monitoring.counters import load_counters
 from gpustack.monitoring.dashboard import load_dashboard, panel_queries
 from gpustack.monitoring.rules import EXPORTER_JOB, SEVERITIES, alert_expressions, alert_names, alert_rules, rules_path
@@ -26,7 +27,7 @@ SCENARIO_FILES = {
     "gpu_missing.yaml",
 }
 CLUSTER_LEVEL = {"GPUExporterAbsent"}
-NODE_LEVEL = {"GPUExporterDown", "GPUNodeExporterMissing", "GPUsMissingFromMetrics"}
+NODE_LEVEL = {"GPUExporterDown", "GPUNodeExporterMissing", "GPUsMissingFromMetrics", "GPUAllocatableBelowCapacity"}
 # Checked against go-dcgm's field-name map (current names and legacy aliases) and NVIDIA/DCGM's
 # dcgm_fields.h, 2026: a typo here would make dcgm-exporter refuse to start.
 VERIFIED_DCGM_FIELDS = {
@@ -44,6 +45,8 @@ VERIFIED_DCGM_FIELDS = {
     "DCGM_FI_DEV_GPU_UTIL",
     "DCGM_FI_DEV_MEM_COPY_UTIL",
     "DCGM_FI_DEV_XID_ERRORS",
+    # dcgm-exporter's own field (internal/pkg/counters/const.go at the pinned commit d5e5f510)
+    "DCGM_EXP_XID_ERRORS_COUNT",
     "DCGM_FI_DEV_FB_FREE",
     "DCGM_FI_DEV_FB_USED",
     "DCGM_FI_DEV_FB_RESERVED",
@@ -70,6 +73,8 @@ UPSTREAM_DEFAULTS = {
     "DCGM_FI_DEV_ENC_UTIL",
     "DCGM_FI_DEV_DEC_UTIL",
     "DCGM_FI_DEV_XID_ERRORS",
+    # dcgm-exporter's own field (internal/pkg/counters/const.go at the pinned commit d5e5f510)
+    "DCGM_EXP_XID_ERRORS_COUNT",
     "DCGM_FI_DEV_FB_FREE",
     "DCGM_FI_DEV_FB_USED",
     "DCGM_FI_DEV_FB_RESERVED",
@@ -154,15 +159,15 @@ def test_exporter_is_selected_by_its_job() -> None:
             assert f'job="{EXPORTER_JOB}"' in selector, name
 
 
-def test_rules_and_panels_read_only_exported_metrics() -> None:
-    usage = collect_usage(alert_expressions(), panel_queries(load_dashboard()))
+def test_rules_panels_and_policy_read_only_exported_metrics() -> None:
+    usage = collect_usage(alert_expressions(), panel_queries(load_dashboard()), policy_expressions())
     assert unknown_metrics(usage, load_counters()) == {}
 
 
 def test_every_exported_metric_is_used_or_kept_deliberately() -> None:
     counters = load_counters()
-    exprs = [e for _, e in alert_expressions() + panel_queries(load_dashboard())]
-    usage = collect_usage(alert_expressions(), panel_queries(load_dashboard()))
+    exprs = [e for _, e in alert_expressions() + panel_queries(load_dashboard()) + policy_expressions()]
+    usage = collect_usage(alert_expressions(), panel_queries(load_dashboard()), policy_expressions())
     assert unjustified_counters(usage, counters) == []
     assert unused_labels(counters.labels, exprs) == []
 

@@ -54,6 +54,8 @@ def test_python_steps_run_in_order_and_are_summarised(tmp_path: Path, monkeypatc
         ("first", "changed", 1),
         ("second", "changed", 1),
     ]
+    record = json.loads((result.run_dir / "run.json").read_text())
+    assert (record["command"], record["cluster"], record["result"], record["error"]) == ("demo", "gpustack", "ok", None)
     assert json.loads((result.run_dir / "config.json").read_text())["nodes"][0]["name"] == "cp"
     assert "Summary" in buf.getvalue() and "1.0s" in buf.getvalue()
 
@@ -69,6 +71,9 @@ def test_a_failing_step_is_recorded_then_raised(tmp_path: Path, monkeypatch: pyt
         lifecycle.run(PLAN, CFG, lifecycle.RunOptions(stages=PLAN.select(only=["first"])), con, steps={"first": boom})
     [run_dir] = (tmp_path / "runs").iterdir()
     assert json.loads((run_dir / "summary.json").read_text())[0]["status"] == "failed"
+    record = json.loads((run_dir / "run.json").read_text())
+    assert (record["command"], record["result"], record["error"]) == ("demo", "failed", "it broke")
+    assert record["finished"] is not None
 
 
 def test_a_python_stage_without_a_step_is_a_programming_error() -> None:
@@ -107,6 +112,7 @@ def test_an_interrupted_step_is_recorded_and_later_stages_are_not_run(
     rows = json.loads((run_dir / "summary.json").read_text())
     assert [(r["stage"], r["status"]) for r in rows] == [("first", "interrupted"), ("second", "not run")]
     assert "interrupted" in buf.getvalue() and "not run" in buf.getvalue()
+    assert json.loads((run_dir / "run.json").read_text())["result"] == "interrupted"
 
 
 ANSIBLE_PLAN = CommandPlan(
@@ -133,6 +139,7 @@ def test_a_cancelled_playbook_makes_the_summary_truthful(tmp_path: Path, monkeyp
     [run_dir] = (tmp_path / "runs").iterdir()
     rows = json.loads((run_dir / "summary.json").read_text())
     assert [(r["stage"], r["status"]) for r in rows] == [("a", "ok"), ("b", "interrupted"), ("c", "not run")]
+    assert rows[1]["changed_by_host"] == {"cp": 1}, "each host's changed count is kept"
 
 
 def test_a_second_run_on_a_busy_cluster_is_refused_before_anything(

@@ -37,7 +37,9 @@ def run_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, facts: dict[str, Any
 
     def ansible_stages(plan_: plan.CommandPlan, stages: list[plan.Stage], *a: Any) -> Any:
         changed.extend(s.id for s in stages)
-        return [lifecycle.StageSummary(s.id, "ok", 0.0) for s in stages], type("R", (), {"failures": [], "rc": 0})()
+        return [lifecycle.StageSummary(s.id, "ok", 0.0) for s in stages], type(
+            "R", (), {"failures": [], "rc": 0, "status": "successful"}
+        )()
 
     monkeypatch.setattr(lifecycle, "_ansible_stages", ansible_stages)
     opts = lifecycle.RunOptions(stages=plan.select(skip=["cluster"]), assume_yes=True)

@@ -71,6 +71,11 @@ def test_plan_lists_stages_and_hosts(tmp_path: Path, cfg: Path) -> None:
     assert named.returncode == 0 and named.stdout == r.stdout, "`plan` is `plan up`"
     other = run("plan", "no-such-command", cwd=tmp_path)
     assert other.returncode == 2 and "no plan for 'no-such-command'" in other.stderr and "Traceback" not in other.stderr
+    # node add/remove name their nodes: the plan shows them where the command's targets go
+    here = {"PYTHONPATH": str(Path(__file__).resolve().parents[3])}
+    add = run("plan", "node-add", "w1", cwd=tmp_path, env_extra=here)
+    assert add.returncode == 0 and "ready" in add.stdout and "│ w1 " in add.stdout, add.stdout
+    assert run("plan", "node-remove", "w9", cwd=tmp_path, env_extra=here).returncode == 2
 
 
 def test_render_writes_files(tmp_path: Path, cfg: Path) -> None:

@@ -16,12 +16,12 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
 def test_shipped_counters_are_within_budget() -> None:
     proc = _run()
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "series per GPU: 24" in proc.stdout
+    assert "series per GPU: 25" in proc.stdout
     assert "verdict: OK" in proc.stdout
-    assert "exported but read by no panel or rule: none" in proc.stdout
+    assert "exported but read by no panel, rule or policy query: none" in proc.stdout
 
 
 def test_time_slicing_blows_the_budget() -> None:
     proc = _run("--pods-per-gpu", "2")
     assert proc.returncode == 1
-    assert "48 series per GPU exceeds the target of 40" in proc.stdout
+    assert "50 series per GPU exceeds the target of 40" in proc.stdout

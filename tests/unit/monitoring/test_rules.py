@@ -34,6 +34,7 @@ EXPECTED = {
     "GPUFramebufferNearlyFull": "warning",
     "GPUPCIeReplayRateHigh": "warning",
     "GPUClockThrottledUnderLoad": "warning",
+    "GPUAllocatableBelowCapacity": "warning",
     "GPUAllocatedButIdle": "info",
 }
 

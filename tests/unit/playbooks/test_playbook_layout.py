@@ -14,6 +14,8 @@ from conftest import PLAYBOOKS, REPO
 from test_gpustack_facts import SCHEMA_KEYS
 
 from gpustack.config.model import Config, Node
+from gpustack.node_add import add_extravars
+from gpustack.node_remove import Assessment, remove_extravars
 from gpustack.render import converge
 from gpustack.render.ansible import extravars, inventory
 from gpustack.reset import ResetOptions, reset_extravars
@@ -33,7 +35,8 @@ STAGES = [
 ]
 # names in playbooks/ that look like variables but are not (the preflight module)
 #: module names, not variables
-NOT_VARIABLES = {"gpustack_facts", "gpustack_stage_stamp", "gpustack_stage", "gpustack_netfilter_cleanup", "gpustack_service_stale"}
+NOT_VARIABLES = {"gpustack_facts", "gpustack_stage_stamp", "gpustack_stage", "gpustack_netfilter_cleanup",
+                 "gpustack_etcd_members_to_remove", "gpustack_service_stale"}  # fmt: skip
 
 
 def sample_config() -> Config:
@@ -97,6 +100,8 @@ def test_every_gpustack_variable_comes_from_python() -> None:
     provided.add("gpustack_preflight_sources")
     provided |= set(reset_extravars(ResetOptions()))
     provided |= set(upgrade_extravars(cfg, {}))
+    provided |= set(add_extravars(["w1"], {}))
+    provided |= set(remove_extravars(Assessment(targets=list(cfg.nodes[1:]), nodes={})))
     for host in converge.with_stage_digests(inventory(cfg), ev, "tree")["all"]["children"]["control_plane"][
         "hosts"
     ].values():

@@ -70,12 +70,16 @@ def test_proxy_env_and_no_proxy() -> None:
         "10.244.0.0/16",
         "10.96.0.0/12",
         ".svc",
-        "10.0.0.10",
-        "10.0.0.11",
+        "10.0.0.10",  # the API endpoint (the control plane's address)
         "registry.local",
     ):
         assert must in np
     assert no_proxy(cfg) == np
+    # a worker's address is not needed: the list stays the same when nodes come and go, so the
+    # existing hosts' proxy drop-ins (and containerd, the kubelet) are not touched by `node add`
+    assert "10.0.0.11" not in np
+    more = cfg.model_copy(update={"nodes": [CP, W, W.model_copy(update={"name": "w2", "address": "10.0.0.12"})]})
+    assert no_proxy(more) == np
 
 
 def test_kubeadm_config_single_node_has_no_taint() -> None:

@@ -1,0 +1,177 @@
+"""``gpustack health [--apply]`` and ``gpustack health release NODE``: GPU fault quarantine (the logic is
+gpustack.health)."""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated, Any
+
+import typer
+
+from gpustack.cli.options import (
+    ConfigOpt,
+    KubeconfigOpt,
+    OutputOpt,
+    SaveOpt,
+    VerboseOpt,
+    YesOpt,
+    console_for,
+    split_csv,
+)
+
+OUTPUTS = ("table", "json", "junit")
+#: remediation field -> the flag that overrides it
+FLAG_OF = {"max_nodes_per_window": "--max-nodes", "max_percent_per_window": "--max-percent", "window": "--window",
+           "xid_lookback": "--xid-lookback", "rows_growth_window": "--rows-growth-window",
+           "allocatable_hold": "--allocatable-hold"}  # fmt: skip
+
+health_app = typer.Typer(
+    help="GPU fault quarantine: evaluate the fatal-signal policy (dry run), --apply to cordon and taint, release NODE.",
+    invoke_without_command=True,
+    no_args_is_help=False,
+)
+
+InClusterOpt = Annotated[bool, typer.Option("--in-cluster", help="use the pod's ServiceAccount (gpustack's CronJob)")]
+MaxNodesOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--max-nodes", min=0, help="circuit breaker: new quarantines per window (remediation.max_nodes_per_window)"
+    ),
+]
+MaxPercentOpt = Annotated[
+    float | None,
+    typer.Option("--max-percent", min=0.01, max=100, help="circuit breaker: % of the GPU nodes per window, rounded up"),
+]
+WindowOpt = Annotated[
+    str | None, typer.Option("--window", help="circuit breaker window (remediation.window, default 1h)")
+]
+LookbackOpt = Annotated[str | None, typer.Option("--xid-lookback", help="how long a fatal XID counts (default 15m)")]
+GrowthOpt = Annotated[
+    str | None, typer.Option("--rows-growth-window", help="window of the remapped-rows growth rule (default 1h)")
+]
+HoldOpt = Annotated[
+    str | None, typer.Option("--allocatable-hold", help="allocatable below capacity for this long (default 10m)")
+]
+
+
+def _settings(config: Any, in_cluster: bool, flags: dict[str, Any]) -> tuple[Any, str]:
+    """The policy settings (config ``remediation:`` < flags) and the cluster name."""
+    from pydantic import ValidationError
+
+    from gpustack.cli.options import load_config
+    from gpustack.config.model import Remediation, window_seconds
+    from gpustack.errors import UsageError
+    from gpustack.health.policy import Settings
+
+    if in_cluster:  # the CronJob has no gpustack.yaml: everything comes as flags
+        rem, name = Remediation(), "in-cluster"
+    else:
+        cfg = load_config(config).config
+        rem, name = cfg.remediation, cfg.cluster.name
+    given = {k: v for k, v in flags.items() if v is not None}
+    try:
+        merged = Remediation.model_validate({**rem.model_dump(), "enabled": False, **given})
+    except ValidationError as exc:
+        problems = [f"{FLAG_OF.get(str(e['loc'][0]), str(e['loc'][0]))}: {e['msg'].removeprefix('Value error, ')}"
+                    for e in exc.errors() if e.get("loc")]  # fmt: skip
+        raise UsageError("; ".join(problems) or str(exc)) from None
+    settings = Settings(
+        max_nodes=merged.max_nodes_per_window,
+        max_percent=merged.max_percent_per_window,
+        window=window_seconds(merged.window),
+        lookback=window_seconds(merged.xid_lookback),
+        growth_window=window_seconds(merged.rows_growth_window),
+        hold=window_seconds(merged.allocatable_hold),
+    )
+    return settings, name
+
+
+def _by(in_cluster: bool, command: str) -> str:
+    """Who changes the node, for its annotations: the CronJob's pod, or the command and user@host."""
+    from gpustack.diag.runner import who
+
+    if in_cluster:
+        return f"gpustack health CronJob (pod {os.environ.get('HOSTNAME', '?')})"
+    return f"{command} ({who()})"
+
+
+@health_app.callback()
+def health(
+    ctx: typer.Context,
+    apply: Annotated[
+        bool, typer.Option("--apply", help="cordon and taint the nodes with a fatal GPU signal (default: dry run)")
+    ] = False,
+    node: Annotated[
+        list[str] | None, typer.Option("--node", "-n", help="only these GPU nodes (comma-separated or repeated)")
+    ] = None,
+    output: OutputOpt = "table",
+    save: SaveOpt = None,
+    max_nodes: MaxNodesOpt = None,
+    max_percent: MaxPercentOpt = None,
+    window: WindowOpt = None,
+    xid_lookback: LookbackOpt = None,
+    rows_growth_window: GrowthOpt = None,
+    allocatable_hold: HoldOpt = None,
+    in_cluster: InClusterOpt = False,
+    config: ConfigOpt = None,
+    kubeconfig: KubeconfigOpt = None,
+    verbose: VerboseOpt = 0,
+) -> None:
+    """Evaluate the GPU fault policy on every GPU node; --apply quarantines (cordon + taint gpustack.io/gpu-health=fatal:NoSchedule).
+
+    Dry run by default: prints what it would do. Signals: fatal XIDs, row-remap failure, uncorrectable remapped
+    rows growing, allocatable GPUs below capacity (docs/operations.md). A circuit breaker limits quarantines
+    per window. Exit 0: nothing left to do; 1: a node needs quarantine (dry run), was held by the breaker, or
+    could not be patched, or Prometheus could not be read; 2 usage; 3 unreachable."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from gpustack.diagnose import report
+    from gpustack.diagnose.fixes import fix_console
+    from gpustack.errors import UsageError
+    from gpustack.health.runner import HealthOptions, run_health
+    from gpustack.kubeconnect import connect
+
+    if output not in OUTPUTS:
+        raise UsageError(f"--output {output}: choose one of {', '.join(OUTPUTS)}")
+    if in_cluster and kubeconfig is not None:
+        raise UsageError("--in-cluster and --kubeconfig exclude each other")
+    flags = {"max_nodes_per_window": max_nodes, "max_percent_per_window": max_percent, "window": window,
+             "xid_lookback": xid_lookback, "rows_growth_window": rows_growth_window, "allocatable_hold": allocatable_hold}  # fmt: skip
+    settings, name = _settings(config, in_cluster, flags)
+    console = console_for(verbose)
+    kube = connect(name, kubeconfig, in_cluster=in_cluster)
+    opts = HealthOptions(
+        settings=settings, apply=apply, nodes=tuple(split_csv(node)), by=_by(in_cluster, "gpustack health --apply")
+    )
+    findings = run_health(kube, opts, fix_console(console, output))
+    command = "health --apply" if apply else "health (dry run)"
+    if output == "table":
+        report.print_table(command, findings, console)
+    else:
+        console.out.print(report.render(command, findings, output), markup=False, end="")
+    if save is not None:
+        save.write_text(
+            report.render(command, findings, "junit" if save.suffix == ".xml" else "json"), encoding="utf-8"
+        )
+    raise typer.Exit(report.exit_code(findings))
+
+
+@health_app.command("release")
+def release(
+    node: Annotated[str, typer.Argument(help="the quarantined node")],
+    yes: YesOpt = False,
+    config: ConfigOpt = None,
+    kubeconfig: KubeconfigOpt = None,
+    verbose: VerboseOpt = 0,
+) -> None:
+    """Release a node gpustack quarantined: only after `gpustack diag --node NODE --level 2` passed since the quarantine.
+
+    Removes gpustack's taint, label and annotations and uncordons the node only if gpustack cordoned it."""
+    from gpustack.health.runner import HealthOptions, release_node
+    from gpustack.kubeconnect import connect
+
+    settings, name = _settings(config, False, {})
+    console = console_for(verbose)
+    kube = connect(name, kubeconfig)
+    opts = HealthOptions(settings=settings, by=_by(False, "gpustack health release"))
+    release_node(kube, node, opts, console, confirm=lambda q: console.confirm(q, assume_yes=yes))

@@ -1,0 +1,135 @@
+"""``gpustack node add|remove``: options, what will happen, the question; gpustack/node_add.py and
+gpustack/node_remove.py run them."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from gpustack.cli.options import ConfigOpt, VerboseOpt, YesOpt, console_for, load_config, split_csv
+from gpustack.console import Console
+from gpustack.errors import UsageError
+
+node_app = typer.Typer(help="Add nodes to, or remove them from, a running cluster.", no_args_is_help=True)
+
+NamesArg = Annotated[list[str], typer.Argument(help="node name(s) from gpustack.yaml", show_default=False)]
+HostKeysOpt = Annotated[bool, typer.Option(help="trust and record SSH host keys seen for the first time")]
+
+
+def _confirm(console: Console, question: str, yes: bool) -> None:
+    if yes:
+        return
+    if not console.interactive:
+        raise UsageError("no terminal to confirm on: pass --yes to run non-interactively (or --dry-run)")
+    if not console.confirm(question, assume_yes=False):
+        raise typer.Abort()
+
+
+@node_app.command("add")
+def add(
+    names: NamesArg,
+    config: ConfigOpt = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Ansible check mode: change nothing")] = False,
+    no_verify: Annotated[bool, typer.Option("--no-verify", help="do not run `gpustack verify` afterwards")] = False,
+    ignore_preflight: Annotated[
+        list[str] | None, typer.Option(help="preflight check ids/names to downgrade to warnings")
+    ] = None,
+    yes: YesOpt = False,
+    accept_new_host_keys: HostKeysOpt = False,
+    verbose: VerboseOpt = 0,
+) -> None:
+    """Join nodes listed in gpustack.yaml to the running cluster: up's host layer on them only, a fresh
+    join token; the existing nodes change only their firewall's peer list. Then `gpustack verify`."""
+    from gpustack.node_add import AddOptions, add, describe, select_new
+
+    console = console_for(verbose)
+    cfg = load_config(config).config
+    opts = AddOptions(
+        nodes=tuple(split_csv(names)),
+        dry_run=dry_run,
+        verbosity=max(0, verbose - 1),
+        accept_new_host_keys=accept_new_host_keys,
+        ignore_preflight=tuple(split_csv(ignore_preflight)),
+    )
+    new = select_new(cfg, opts.nodes)
+    console.print(f"[stage]node add[/stage] cluster {cfg.cluster.name}{' (dry run)' if dry_run else ''}:")
+    for line in describe(cfg, new):
+        console.print(f"  - {line}", markup=False)
+    if not dry_run:
+        _confirm(console, f"Add {len(new)} node(s) to cluster {cfg.cluster.name}?", yes)
+    add(cfg, opts, console)
+    if dry_run:
+        return
+    console.print(f"[ok]added[/ok] {', '.join(n.name for n in new)}")
+    if not no_verify:
+        from gpustack.diagnose.engine import DiagnoseOptions, diagnose
+
+        console.print("[stage]▶ verify[/stage]")
+        code, _, _ = diagnose(cfg, DiagnoseOptions(command="verify"), console)
+        if code:
+            console.error("the nodes joined, but verify found problems", "run `gpustack doctor` for causes and fixes")
+            raise typer.Exit(code)
+
+
+@node_app.command("remove")
+def remove(
+    names: NamesArg,
+    config: ConfigOpt = None,
+    offline: Annotated[
+        bool,
+        typer.Option("--offline", help="the host is dead: drain and delete the node, do not contact the host"),
+    ] = False,
+    timeout: Annotated[
+        float, typer.Option("--timeout", help="seconds the drain may take before it gives up (and uncordons)")
+    ] = 300.0,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="check and show the drain preview (server-side dry run); change nothing")
+    ] = False,
+    yes: YesOpt = False,
+    accept_new_host_keys: HostKeysOpt = False,
+    verbose: VerboseOpt = 0,
+) -> None:
+    """Take nodes out of the cluster: PodDisruptionBudgets checked with a server-side dry run before
+    anything is cordoned, then cordon, drain, reset the host (not with --offline), delete the node.
+    Refuses the last control-plane node and removals that would break etcd quorum."""
+    from gpustack import cluster_access, drain
+    from gpustack.node_remove import RemoveOptions, assess, describe, remove
+
+    console = console_for(verbose)
+    cfg = load_config(config).config
+    if timeout <= 0:
+        raise UsageError(f"--timeout {timeout}: must be more than 0 seconds")
+    opts = RemoveOptions(
+        nodes=tuple(split_csv(names)),
+        offline=offline,
+        timeout=timeout,
+        verbosity=max(0, verbose - 1),
+        accept_new_host_keys=accept_new_host_keys,
+    )
+    kube = cluster_access.client(cfg)
+    found = assess(cfg, kube, opts)
+    console.print(f"[stage]node remove[/stage] cluster {cfg.cluster.name}{' (dry run)' if dry_run else ''}:")
+    for line in describe(found, opts):
+        console.print(f"  - {line}", markup=False)
+    for line in found.warnings:
+        console.warn(line)
+    if found.blocked:
+        rows = [[p.node, q.ref, q.owner, why] for p in found.previews for q, why in p.blocked]
+        rows += [
+            [p.node, q.ref, "(none)", "not managed by a controller"] for p in found.previews for q in p.pods.unmanaged
+        ]
+        console.table("Pods that block the drain (server-side dry run)", ["node", "pod", "owner", "why"], rows)
+        raise drain.DrainError(
+            f"the drain of {', '.join(p.node for p in found.previews if not p.ok)} would be blocked: nothing was changed "
+            "(no node cordoned)",
+            hint="relax the PodDisruptionBudget or scale the workload (or move the unmanaged pods), then run again",
+        )
+    if dry_run:
+        return
+    _confirm(console, f"Remove {', '.join(n.name for n in found.targets)} from cluster {cfg.cluster.name}?", yes)
+    done = remove(cfg, opts, console, kube)
+    console.print(
+        f"[ok]removed[/ok] {', '.join(done.removed)}: delete them from gpustack.yaml (nodes:), or "
+        "`gpustack node add` brings them back"
+    )

@@ -1,0 +1,139 @@
+"""Read what the policy needs: the GPU Nodes from the Kubernetes API and the signals from Prometheus
+(through the API server's service proxy, as verify/doctor reach it). The only I/O of an evaluation.
+
+A fixed set of queries whatever the cluster size, plus two per node released within the windows (their
+XID and row-growth windows start at the release, see :mod:`gpustack.health.policy`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from gpustack.constants import (
+    ANN_QUARANTINED_AT,
+    ANN_RELEASED_AT,
+    MONITORING_NAMESPACE,
+    PROMETHEUS_PORT,
+    PROMETHEUS_SERVICE,
+    QUARANTINE_LABEL,
+)
+from gpustack.diag.job import gpu_capacity
+from gpustack.diagnose.collect_prometheus import instant
+from gpustack.diagnose.http import DirectEndpoint, Endpoint, HttpError, KubeProxyEndpoint
+from gpustack.health.actions import parse_time
+from gpustack.health.policy import GpuSample, NodeState, Settings, Snapshot
+from gpustack.kubeconnect import list_all
+from gpustack.runners.kube import Kube
+
+Obj = dict[str, Any]
+#: dcgm-exporter's default --xid-count-window-size (ms), when its series do not say
+DEFAULT_XID_WINDOW_MS = 300_000
+
+#: the policy's queries; ``{sel}`` is an extra label matcher (one node), ``{w}`` a window in seconds
+QUERIES: dict[str, str] = {
+    "xid": 'max by (node, gpu, UUID, xid) (max_over_time(DCGM_EXP_XID_ERRORS_COUNT{{xid!=""{sel}}}[{w}s]))',
+    "xid_window": "count by (window_size_in_ms) (DCGM_EXP_XID_ERRORS_COUNT)",
+    "remap_failure": "max by (node, gpu, UUID) (DCGM_FI_DEV_ROW_REMAP_FAILURE) > 0",
+    "growth": "max by (node, gpu, UUID) (increase(DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS{{{sel}}}[{w}s])) > 0",
+    "allocatable": 'max by (node) (max_over_time(kube_node_status_allocatable{{resource="nvidia_com_gpu"}}[{w}s]))',
+}
+
+
+def expressions(settings: Settings | None = None) -> list[tuple[str, str]]:
+    """``(name, PromQL)`` of every query with the default windows (the metric-usage proof reads these)."""
+    s = settings or Settings()
+    windows = {"xid": s.lookback, "growth": s.growth_window, "allocatable": s.hold}
+    return [(f"policy {name}", q.format(sel="", w=windows.get(name, 60))) for name, q in QUERIES.items()]
+
+
+def prometheus_endpoint(kube: Kube, url: str | None = None) -> Endpoint:
+    """Prometheus: a direct URL when given, else kube-prometheus-stack's Service through the API server."""
+    if url:
+        return DirectEndpoint(url)
+    return KubeProxyEndpoint(kube, MONITORING_NAMESPACE, PROMETHEUS_SERVICE, PROMETHEUS_PORT)
+
+
+def node_state(node: Obj) -> NodeState:
+    meta, spec = node.get("metadata") or {}, node.get("spec") or {}
+    annotations, labels = meta.get("annotations") or {}, meta.get("labels") or {}
+    capacity, allocatable = gpu_capacity(node)
+    return NodeState(
+        name=str(meta.get("name")),
+        capacity=capacity,
+        allocatable=allocatable,
+        unschedulable=bool(spec.get("unschedulable")),
+        quarantined=labels.get(QUARANTINE_LABEL) == "true",
+        quarantined_at=str(annotations.get(ANN_QUARANTINED_AT) or ""),
+        released_at=parse_time(str(annotations.get(ANN_RELEASED_AT) or "")),
+    )
+
+
+def _samples(rows: list[Obj], *, xid: bool = False) -> list[GpuSample]:
+    out = []
+    for row in rows:
+        labels = row.get("metric") or {}
+        try:
+            value = float(row["value"][1])
+            code = int(labels["xid"]) if xid else None
+        except (KeyError, IndexError, TypeError, ValueError):
+            continue
+        out.append(GpuSample(str(labels.get("node") or ""), str(labels.get("gpu") or ""), str(labels.get("UUID") or ""),
+                             value, code))  # fmt: skip
+    return out
+
+
+def _xid_window(ep: Endpoint, timeout: float) -> int:
+    """The exporter's XID counting window, seconds (from its series' label)."""
+    windows = []
+    for row in instant(ep, QUERIES["xid_window"], timeout):
+        try:
+            windows.append(int((row.get("metric") or {})["window_size_in_ms"]))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return (max(windows) if windows else DEFAULT_XID_WINDOW_MS) // 1000
+
+
+def collect(kube: Kube, settings: Settings, *, prometheus_url: str | None = None, now: float | None = None,
+            timeout: float = 10.0, nodes: list[Obj] | None = None) -> tuple[Snapshot, dict[str, Obj]]:  # fmt: skip
+    """(the snapshot, the GPU Node objects by name). Kubernetes errors raise; Prometheus errors are recorded."""
+    objs = nodes if nodes is not None else list_all(kube, "/api/v1/nodes")
+    gpu_objs = {str((n.get("metadata") or {}).get("name")): n for n in objs if gpu_capacity(n)[0] > 0}
+    snap = Snapshot(now=time.time() if now is None else now, nodes={n: node_state(o) for n, o in gpu_objs.items()})
+    ep = prometheus_endpoint(kube, prometheus_url)
+    try:
+        _collect_prometheus(ep, snap, settings, timeout)
+    except HttpError as exc:
+        snap.errors["prometheus"] = f"Prometheus unreachable via {ep.describe()}: {exc}"
+    return snap, gpu_objs
+
+
+def _collect_prometheus(ep: Endpoint, snap: Snapshot, s: Settings, timeout: float) -> None:
+    xid_window = _xid_window(ep, timeout)
+    recent = {n: st.released_at for n, st in snap.nodes.items()
+              if st.released_at is not None and snap.now - st.released_at < max(s.lookback + xid_window, s.growth_window)}  # fmt: skip
+    xids = _samples(instant(ep, QUERIES["xid"].format(sel="", w=s.lookback), timeout), xid=True)
+    growth = _samples(instant(ep, QUERIES["growth"].format(sel="", w=s.growth_window), timeout))
+    snap.xids = [x for x in xids if x.node not in recent]
+    snap.growth = [g for g in growth if g.node not in recent]
+    for node, released in sorted(recent.items()):
+        assert released is not None
+        sel = f'node="{node}"'
+        start = max(snap.now - s.lookback, released + xid_window)
+        if snap.now - start >= 1:
+            rows = instant(ep, QUERIES["xid"].format(sel="," + sel, w=int(snap.now - start)), timeout)
+            snap.xids += _samples(rows, xid=True)
+        else:
+            resume = time.strftime("%H:%M:%S", time.gmtime(released + xid_window))
+            snap.xid_paused[node] = (f"XIDs not evaluated until {resume} UTC: released at "
+                                     f"{time.strftime('%H:%M:%S', time.gmtime(released))}, and the exporter counts XIDs over {xid_window}s")  # fmt: skip
+        window = int(snap.now - max(snap.now - s.growth_window, released))
+        if window >= 1:
+            snap.growth += _samples(instant(ep, QUERIES["growth"].format(sel=sel, w=window), timeout))
+    snap.remap_failures = _samples(instant(ep, QUERIES["remap_failure"], timeout))
+    for row in instant(ep, QUERIES["allocatable"].format(w=s.hold), timeout):
+        node = str((row.get("metric") or {}).get("node") or "")
+        try:
+            snap.allocatable_max[node] = float(row["value"][1])
+        except (KeyError, IndexError, TypeError, ValueError):
+            continue

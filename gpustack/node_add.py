@@ -1,0 +1,179 @@
+"""``gpustack node add NAME...``: join nodes of the config to the running cluster, the `node-add`
+sequence (gpustack.plan) run by the one engine.
+
+    preflight (every node, read-only: the new ones get every check; the existing ones tell the
+      cluster's version and their stage stamps)
+    -> the cluster guard: a running control plane among the existing nodes, every existing node at
+       the config's Kubernetes version (else exit 2, nothing changed)
+    -> up's host stages limited to the new nodes (playbooks/node-add.yml imports site.yml), except
+       the firewall, which also visits the existing nodes: their GPUSTACK-INPUT chain accepts the
+       new addresses, and nothing else changes there
+    -> ready: each new node Ready (and the GPU Operator validator on GPU nodes)
+
+Joins take a fresh bootstrap token (and a control-plane node a freshly uploaded certificate key),
+made on the first control plane for this run only. `up` with new nodes in the config does the same
+for them: the digests of the stages that do not read the node list do not change (see
+gpustack/render/converge.py, NODE_SET_VARS), so the existing hosts stay converged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpustack import lifecycle, plan, skew
+from gpustack.config.model import Config, Node
+from gpustack.console import Console
+from gpustack.constants import GPU_NAMESPACE
+from gpustack.errors import ConfigError, UsageError
+from gpustack.lifecycle import StageSummary
+
+#: the stages of `node-add` whose plays visit only the new nodes (the firewall visits every node)
+NEW_NODES_ONLY = ("os", "containerd", "kubernetes", "control-plane", "workers", "network", "helm")
+
+
+class AddRefused(ConfigError):
+    """A node add gpustack will not do (no running cluster, versions differ); nothing changed, exit 2."""
+
+
+@dataclass(frozen=True)
+class AddOptions:
+    nodes: tuple[str, ...]
+    dry_run: bool = False
+    verbosity: int = 0
+    accept_new_host_keys: bool = False
+    ignore_preflight: tuple[str, ...] = ()
+
+
+@dataclass
+class AddResult:
+    run_dir: Path
+    summaries: list[StageSummary]
+    added: list[str]
+
+
+def select_new(cfg: Config, names: Sequence[str]) -> list[Node]:
+    """The config's nodes named ``names`` (UsageError for an unknown one; every node: no cluster to join)."""
+    if not names:
+        raise UsageError("name the node(s) to add: add them to gpustack.yaml, then gpustack node add NAME...")
+    by_name = {n.name: n for n in cfg.nodes}
+    unknown = [n for n in names if n not in by_name]
+    if unknown:
+        raise UsageError(
+            f"no node named {', '.join(unknown)} in the config",
+            hint=f"add it under nodes: in gpustack.yaml first (nodes now: {', '.join(by_name)})",
+        )
+    chosen = [by_name[n] for n in dict.fromkeys(names)]
+    if len(chosen) == len(cfg.nodes):
+        raise AddRefused(
+            "every node of the config is named: there is no cluster to add them to (`gpustack up` builds it)"
+        )
+    return chosen
+
+
+def stage_nodes(names: Sequence[str]) -> dict[str, list[str]]:
+    """The engine's per-stage host restriction: the new nodes only, except the firewall (pure)."""
+    return {stage: list(names) for stage in NEW_NODES_ONLY}
+
+
+def check_cluster(cfg: Config, facts: Mapping[str, Any], names: Sequence[str]) -> None:
+    """After the preflight, before anything changes: the existing nodes run gpustack's cluster at
+    the config's version (AddRefused / SkewError otherwise, exit 2)."""
+    existing = [n for n in cfg.nodes if n.name not in names]
+    running = [
+        n.name
+        for n in existing
+        if n.role == "control-plane" and ((facts.get(n.name) or {}).get("kubernetes") or {}).get("admin_conf")
+    ]
+    if not running:
+        raise AddRefused(
+            "no running control plane among the existing nodes "
+            f"({', '.join(n.name for n in existing if n.role == 'control-plane') or 'none in the config'})",
+            hint="`gpustack up` builds the cluster; node add joins nodes to a running one",
+        )
+    skew.refuse_version_change(cfg, {n.name: facts[n.name] for n in existing if n.name in facts})
+
+
+def gpu_nodes(facts: Mapping[str, Any], names: Sequence[str]) -> list[str]:
+    """New nodes whose facts show NVIDIA GPUs: the ready stage waits for the GPU Operator there."""
+    return sorted(n for n in names if ((facts.get(n) or {}).get("nvidia_pci_devices")))
+
+
+def add_extravars(names: Sequence[str], facts: Mapping[str, Any]) -> dict[str, Any]:
+    """What playbooks/node-add.yml reads beyond the config's variables (pure); site.yml's plays get
+    their hosts from the engine (``gpustack_stage_hosts``)."""
+    return {
+        "gpustack_node_add_nodes": list(names),
+        "gpustack_node_add_gpu_nodes": gpu_nodes(facts, names),
+        "gpustack_gpu_namespace": GPU_NAMESPACE,
+    }
+
+
+def describe(cfg: Config, new: Sequence[Node]) -> list[str]:
+    """What `node add` will do, in order (shown before asking; pure)."""
+    names = [n.name for n in new]
+    existing = [n.name for n in cfg.nodes if n.name not in names]
+    lines = [f"new node {n.name} ({n.address}, {n.role})" for n in new]
+    lines.append(f"preflight: every node (read-only); the existing ones ({', '.join(existing)}) must run the cluster")
+    lines.append(f"{', '.join(names)}: OS preparation, firewall, containerd, Kubernetes packages (as `up`)")
+    cps = [n.name for n in new if n.role == "control-plane"]
+    if cps:
+        lines.append(
+            f"{', '.join(cps)}: kubeadm join --control-plane with a fresh certificate key and token, one at a time; "
+            "then Flannel and Helm as on every control plane"
+        )
+    workers = [n.name for n in new if n.role == "worker"]
+    if workers:
+        lines.append(f"{', '.join(workers)}: kubeadm join with a fresh token")
+    if cfg.firewall.enabled:
+        lines.append(
+            f"existing nodes {', '.join(existing)}: only gpustack's firewall chain changes (it accepts "
+            f"{', '.join(n.address for n in new)}); nothing else is touched there"
+        )
+    else:
+        lines.append(f"existing nodes {', '.join(existing)}: nothing changes there")
+    lines.append(f"wait until {', '.join(names)} Ready (and the GPU Operator validator on GPU nodes)")
+    return lines
+
+
+class _LateVars(Mapping[str, Any]):
+    """Extra vars known only once the preflight read the facts (the guard fills them in)."""
+
+    def __init__(self, state: dict[str, Any]) -> None:
+        self._state = state
+
+    def __getitem__(self, key: str) -> Any:
+        return self._state[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._state)
+
+    def __len__(self) -> int:
+        return len(self._state)
+
+
+def add(cfg: Config, opts: AddOptions, console: Console) -> AddResult:
+    """Run the `node-add` sequence for ``opts.nodes`` with the one engine."""
+    new = select_new(cfg, opts.nodes)
+    names = [n.name for n in new]
+    late: dict[str, Any] = add_extravars(names, {})
+
+    def guard(_cfg: Config, facts: Mapping[str, Any]) -> None:
+        check_cluster(cfg, facts, names)
+        late.update(add_extravars(names, facts))
+
+    seq = plan.sequence("node-add")
+    run_opts = lifecycle.RunOptions(
+        stages=seq.stages,
+        dry_run=opts.dry_run,
+        verbosity=opts.verbosity,
+        assume_yes=True,
+        accept_new_host_keys=opts.accept_new_host_keys,
+        ignore_preflight=opts.ignore_preflight,
+        extravars=_LateVars(late),
+        stage_nodes=stage_nodes(names),
+    )
+    result = lifecycle.run(seq, cfg, run_opts, console, after_preflight=guard)
+    return AddResult(result.run_dir, result.summaries, names)

@@ -1,0 +1,142 @@
+"""`gpustack node add` and `gpustack node remove` on real hosts.
+
+A one-node cluster (nd1) gets a worker (nd2) with `node add`: a fresh join token, the new node
+Ready, and the old host changed only where the node list matters to it -- gpustack's firewall chain
+now accepts nd2 -- with every other file and both services (containerd, kubelet) untouched; the
+`up` after it changes nothing anywhere. Then `node remove nd2`: while a PodDisruptionBudget allows
+no eviction, the removal is reported before anything is cordoned and nothing changes; once it
+allows one, nd2 is drained, reset and its Node object deleted.
+
+kubeadm/kubelet/kubectl are the test bed's doubles and a directory bind-mounted into both hosts
+plays the API server for them (the join registers nd2 there; the ready stage reads it with
+kubectl on nd1). The drain goes from this machine through the Kubernetes API, so for the removal
+this machine's admin kubeconfig points at the fake API server (tests/fakes/kube_api.py), which
+holds the cluster's Node and Pod objects and answers evictions with PodDisruptionBudget
+semantics. ~3 min."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.fakes.kube_api import FakeKubeAPI
+from tests.unit.nodes_cluster import node, pdb, pod
+
+from .cluster import doubles_log, run_gpustack, up, write_config
+from .hosts import Host
+from .pytest_plugin import TestbedFactory
+from .services import Sources
+
+NAMES = ["nd1", "nd2"]
+SHARED = "/var/lib/gpustack-doubles-cluster"
+#: what gpustack may change on a host, and the doubles' own records (the API server's part)
+WATCHED = "/etc /usr/local /var/lib/gpustack /var/lib/kubelet /opt"
+
+
+def files(host: Host) -> dict[str, str]:
+    out = host.sudo(f"find {WATCHED} -xdev -type f -print0 2>/dev/null | xargs -0 sha256sum", check=False).stdout
+    return {line.split(None, 1)[1].strip(): line.split(None, 1)[0] for line in out.splitlines() if line.strip()}
+
+
+def services(host: Host) -> dict[str, str]:
+    return {
+        unit: host.run(f"systemctl show -p MainPID -p ActiveEnterTimestampMonotonic {unit}", check=True).stdout
+        for unit in ("containerd", "kubelet")
+    }
+
+
+def changed_by_host(run_dir: Path) -> dict[str, dict[str, int]]:
+    """stage -> host -> tasks that changed something there."""
+    return {r["stage"]: r.get("changed_by_host") or {} for r in json.loads((run_dir / "summary.json").read_text())}
+
+
+def test_node_add_changes_only_the_new_host_and_node_remove_checks_budgets_first(
+    testbed_factory: TestbedFactory, tmp_path: Path, sources: Sources
+) -> None:
+    shared = tmp_path / "cluster"
+    shared.mkdir()
+    bed = testbed_factory(NAMES, nspawn_args={n: [f"--bind={shared}:{SHARED}"] for n in NAMES})
+    nd1, nd2 = bed.host("nd1"), bed.host("nd2")
+    both = write_config(bed, tmp_path / "gpustack.yaml", sources)
+    full: dict[str, Any] = yaml.safe_load(both.read_text())
+    alone = tmp_path / "gpustack-one.yaml"
+    alone.write_text(yaml.safe_dump({**full, "nodes": full["nodes"][:1]}))
+    state = tmp_path / "state"
+    built = up(alone, state)
+    assert built.rc == 0, built.output
+
+    before_files, before_services = files(nd1), services(nd1)
+    tokens_before = json.loads(nd1.sudo("cat /var/lib/gpustack-doubles/tokens.json", check=False).stdout or "[]")
+
+    # node add: a node not in the config is a usage error; a dry run changes nothing
+    assert run_gpustack(both, state, "node", "add", "nd9", "--yes").rc == 2
+    added = run_gpustack(both, state, "node", "add", "nd2", "--yes", "--no-verify")
+    assert added.rc == 0, added.output
+    run = added.last_run_dir()
+    assert json.loads((run / "run.json").read_text())["result"] == "ok"
+    per_stage = changed_by_host(run)
+    # the old host: nothing changed but the firewall's peer rules
+    assert {s: c["nd1"] for s, c in per_stage.items() if c.get("nd1")}.keys() <= {"firewall"}, per_stage
+    assert per_stage["firewall"].get("nd1"), "nd1's chain must accept nd2"
+    assert per_stage["workers"].get("nd2") and per_stage["os"].get("nd2")
+    after_files = files(nd1)
+    diff = {p for p in before_files.keys() | after_files.keys() if before_files.get(p) != after_files.get(p)}
+    assert diff == {"/usr/local/sbin/gpustack-firewall", "/var/lib/gpustack/stages/firewall.json"}, sorted(diff)
+    assert services(nd1) == before_services, "containerd and the kubelet on nd1 were not restarted"
+    chain = nd1.sudo("iptables -w -S GPUSTACK-INPUT", check=True).stdout
+    assert f"-s {nd2.address}/32 -p tcp -m tcp --dport 6443" in chain
+    # kubeadm on nd1: one fresh token for this run, nothing else
+    calls = doubles_log(nd1.sudo("cat /var/log/gpustack-doubles/kubeadm.log", check=True).stdout)
+    tokens = json.loads(nd1.sudo("cat /var/lib/gpustack-doubles/tokens.json", check=True).stdout)
+    assert len(tokens) == len(tokens_before) + 1
+    join = json.loads(nd2.sudo("cat /var/lib/gpustack-doubles/join.json", check=True).stdout)
+    assert join["token_id"] == tokens[-1]["token_id"] and join["node_name"] == "nd2"
+    assert [c[:2] for c in calls if c[:1] != ["version"]][-1] == ["token", "create"]
+    # the new node registered and Ready; its marker says who made it
+    assert json.loads((shared / "nodes" / "nd2.json").read_text())["ready"] is True
+    marker = json.loads(nd2.sudo("cat /etc/gpustack/installed.json", check=True).stdout)
+    assert marker["role"] == "worker" and marker["control_plane"] == "nd1"
+
+    # `up` with both nodes afterwards changes nothing on either host
+    again = up(both, state)
+    assert again.rc == 0, again.output
+    assert all(v == 0 for v in again.changed().values()), again.changed()
+
+    # node remove, drained through the API: this machine's kubeconfig points at the fake API server
+    with FakeKubeAPI.running() as api:
+        api.write_kubeconfig(state / "clusters" / "gpustack" / "admin.conf")
+        api.seed(
+            [
+                node("nd1", cp=True),
+                node("nd2"),
+                pod("web-a", "nd2", labels={"app": "web"}),
+                pod("web-b", "nd1", labels={"app": "web"}),
+                pod("flannel-x", "nd2", ns="kube-flannel", owner=("DaemonSet", "kube-flannel-ds")),
+                pdb("web", "web", allowed=0),
+            ]
+        )
+        blocked = run_gpustack(both, state, "node", "remove", "nd2", "--yes")
+        assert blocked.rc == 1, blocked.output
+        assert "default/web-a" in blocked.stdout and "disruption budget web" in blocked.stdout
+        assert "no node cordoned" in blocked.stderr
+        assert not [r for r in api.mutating_requests() if not r[1].endswith("/eviction")], "only dry-run evictions"
+        assert not (api.get("v1", "Node", "nd2") or {}).get("spec", {}).get("unschedulable")
+        assert nd2.sudo("test -e /etc/kubernetes/kubelet.conf", check=False).returncode == 0, "nd2 untouched"
+
+        api.seed([pdb("web", "web", allowed=1)])
+        removed = run_gpustack(both, state, "node", "remove", "nd2", "--yes")
+        assert removed.rc == 0, removed.output
+        assert api.get("v1", "Node", "nd2") is None and api.get("v1", "Pod", "web-a", "default") is None
+        assert api.get("v1", "Node", "nd1") is not None and api.get("v1", "Pod", "web-b", "default") is not None
+    reset = doubles_log(nd2.sudo("cat /var/log/gpustack-doubles/kubeadm.log", check=True).stdout)
+    assert ["reset", "--force", "--cri-socket", "unix:///run/containerd/containerd.sock"] in reset
+    for path in ("/etc/kubernetes", "/etc/gpustack", "/var/lib/kubelet"):
+        assert nd2.sudo(f"test -e {path}", check=False).returncode == 1, path
+    assert "GPUSTACK-INPUT" not in nd2.sudo("iptables -w -S", check=True).stdout
+    rows = {r["stage"]: r for r in json.loads((removed.last_run_dir() / "summary.json").read_text())}
+    assert list(rows) == ["check", "drain", "reset", "delete"]
+    assert set(rows["reset"]["hosts"]) == {"nd2"}, "only the removed host is reset"
+    assert "delete them from gpustack.yaml" in removed.stdout

@@ -1,0 +1,88 @@
+"""Quarantine and release patches, and the release rules (pure)."""
+
+from __future__ import annotations
+
+import json
+
+from gpustack.constants import (
+    ANN_CORDONED_BY_GPUSTACK,
+    ANN_DIAG_RESULT,
+    ANN_QUARANTINE_POLICY,
+    ANN_QUARANTINE_REASON,
+    ANN_QUARANTINED_AT,
+    ANN_QUARANTINED_BY,
+    ANN_RELEASED_AT,
+    QUARANTINE_LABEL,
+)
+from gpustack.health.actions import quarantine_patch, release_patch, release_problems
+from gpustack.health.policy import Signal
+
+SIG = Signal("xid-79", "3", "GPU-8c4f", "XID 79 (GPU has fallen off the bus) x1")
+OTHER_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+
+
+def node(*, unschedulable: bool = False, labels: dict | None = None, annotations: dict | None = None,
+         taints: list | None = None) -> dict:  # fmt: skip
+    spec: dict = {"taints": list(taints or [OTHER_TAINT])}
+    if unschedulable:
+        spec["unschedulable"] = True
+    return {"metadata": {"name": "gpu-1", "resourceVersion": "42", "labels": labels or {}, "annotations": annotations or {}},
+            "spec": spec}  # fmt: skip
+
+
+def test_quarantine_patch_cordons_taints_and_says_who_why_when() -> None:
+    p = quarantine_patch(node(), [SIG], by="ops@host", at="2026-11-18T09:14:02Z")
+    assert p["metadata"]["resourceVersion"] == "42"  # the precondition: a concurrent change is a 409
+    assert p["spec"]["unschedulable"] is True
+    assert p["spec"]["taints"] == [
+        OTHER_TAINT,
+        {"key": "gpustack.io/gpu-health", "value": "fatal", "effect": "NoSchedule"},
+    ]
+    ann = p["metadata"]["annotations"]
+    assert (ann[ANN_QUARANTINED_BY], ann[ANN_QUARANTINED_AT], ann[ANN_QUARANTINE_POLICY]) == (
+        "ops@host",
+        "2026-11-18T09:14:02Z",
+        "1",
+    )
+    assert json.loads(ann[ANN_QUARANTINE_REASON]) == [{"rule": "xid-79", "gpu": "3", "uuid": "GPU-8c4f",
+                                                       "detail": "XID 79 (GPU has fallen off the bus) x1"}]  # fmt: skip
+    assert ann[ANN_CORDONED_BY_GPUSTACK] == "true" and p["metadata"]["labels"] == {QUARANTINE_LABEL: "true"}
+
+
+def test_a_foreign_cordon_is_recorded_as_foreign() -> None:
+    p = quarantine_patch(node(unschedulable=True), [SIG], by="x", at="t")
+    assert "unschedulable" not in p["spec"] and p["metadata"]["annotations"][ANN_CORDONED_BY_GPUSTACK] == "false"
+
+
+def quarantined(*, ours: bool = True, diag: dict | None = None) -> dict:
+    ann = {ANN_QUARANTINED_AT: "2026-11-18T09:00:00Z", ANN_CORDONED_BY_GPUSTACK: "true" if ours else "false",
+           ANN_QUARANTINED_BY: "x", ANN_QUARANTINE_REASON: "[]", ANN_QUARANTINE_POLICY: "1"}  # fmt: skip
+    if diag is not None:
+        ann[ANN_DIAG_RESULT] = json.dumps(diag)
+    taint = {"key": "gpustack.io/gpu-health", "value": "fatal", "effect": "NoSchedule"}
+    return node(unschedulable=True, labels={QUARANTINE_LABEL: "true"}, annotations=ann, taints=[OTHER_TAINT, taint])
+
+
+def test_release_patch_uncordons_only_its_own_cordon() -> None:
+    p = release_patch(quarantined(ours=True), by="ops", at="2026-11-18T10:00:00Z")
+    assert p["spec"] == {"taints": [OTHER_TAINT], "unschedulable": None}
+    assert p["metadata"]["labels"] == {QUARANTINE_LABEL: None}
+    assert p["metadata"]["annotations"][ANN_QUARANTINED_AT] is None and p["metadata"]["annotations"][ANN_RELEASED_AT]
+    foreign = release_patch(quarantined(ours=False), by="ops", at="t")
+    assert "unschedulable" not in foreign["spec"]
+
+
+def test_release_rules() -> None:
+    assert "not quarantined by gpustack" in release_problems(node(unschedulable=True), [])[0]
+    assert "kubectl uncordon" in release_problems(node(unschedulable=True), [])[0]
+    assert "no gpustack diag result" in release_problems(quarantined(), [])[0]
+    before = {"level": 2, "result": "pass", "at": "2026-11-18T08:00:00Z"}
+    assert "older than the quarantine" in release_problems(quarantined(diag=before), [])[0]
+    failed = {"level": 3, "result": "fail", "at": "2026-11-18T09:30:00Z"}
+    assert "failed" in release_problems(quarantined(diag=failed), [])[0]
+    level1 = {"level": 1, "result": "pass", "at": "2026-11-18T09:30:00Z"}
+    assert "needs level 2" in release_problems(quarantined(diag=level1), [])[0]
+    passed = {"level": 2, "result": "pass", "at": "2026-11-18T09:30:00Z"}
+    assert release_problems(quarantined(diag=passed), []) == []
+    still = Signal("row-remap-failure", "3", "u", "DCGM_FI_DEV_ROW_REMAP_FAILURE = 1")
+    assert "still active: row-remap-failure on GPU 3" in release_problems(quarantined(diag=passed), [still])[0]

@@ -1,0 +1,70 @@
+"""`gpustack health` and `gpustack health release` from the command line (fake API server, recorded series)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gpustack.cli.app import main
+
+from .conftest import HealthCluster
+
+
+def _main(argv: list[str]) -> int:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    return int(exc.value.code or 0)
+
+
+@pytest.fixture(autouse=True)
+def _env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GPUSTACK_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("NO_COLOR", "1")
+
+
+def test_dry_run_then_apply(hc: HealthCluster, capsys: pytest.CaptureFixture[str]) -> None:
+    hc.xid("gpu-node-4", 2, 119)
+    kc = str(hc.kubeconfig)
+    assert _main(["health", "--kubeconfig", kc, "-o", "json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["command"] == "health (dry run)"
+    [fail] = [c for c in report["checks"] if c["status"] == "fail"]
+    assert fail["host"] == "gpu-node-4" and fail["layer"] == "quarantine" and "xid-119" in fail["summary"]
+    assert hc.api.mutating_requests() == []
+    assert _main(["health", "--kubeconfig", kc, "--apply"]) == 0
+    out = capsys.readouterr().out
+    assert "quarantined now" in out and "gpu-node-4" in out
+    assert hc.node("gpu-node-4")["spec"]["unschedulable"] is True
+
+
+def test_release_refused_is_exit_1_with_the_reason(hc: HealthCluster, capsys: pytest.CaptureFixture[str]) -> None:
+    assert _main(["health", "release", "gpu-node-1", "--kubeconfig", str(hc.kubeconfig), "--yes"]) == 1
+    assert "not quarantined by gpustack" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["health", "--window", "5x"], "--window: '5x' is not a window"),
+        (["health", "--max-percent", "0"], "--max-percent"),
+        (["health", "-o", "csv"], "--output csv"),
+        (["health", "--in-cluster", "--kubeconfig", "/x"], "exclude each other"),
+    ],
+)
+def test_bad_flags_are_exit_2(
+    hc: HealthCluster, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    assert _main([*argv, *([] if "--kubeconfig" in argv else ["--kubeconfig", str(hc.kubeconfig)])]) == 2
+    assert message in capsys.readouterr().err
+    assert hc.api.mutating_requests() == []
+
+
+def test_in_cluster_outside_a_pod_is_a_clear_error(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    assert _main(["health", "--in-cluster"]) == 2
+    assert "no in-cluster credentials" in capsys.readouterr().err
