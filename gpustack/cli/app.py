@@ -92,14 +92,13 @@ def main(argv: list[str] | None = None) -> None:
 
     Ctrl-C and SIGTERM raise :class:`Interrupted` (click would turn a KeyboardInterrupt into
     "Aborted!" and exit 1): exit 130 with what was interrupted and how to resume."""
-    console = Console()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _raise_interrupted)
     try:
         app(args=argv, prog_name="gpustack")
     except GpustackError as exc:
-        console.error(exc.message, exc.hint)
+        Console().error(exc.message, exc.hint)
         sys.exit(exc.exit_code)
     except Interrupted as exc:
-        console.error(exc.message, exc.hint or "run the command again: every stage is idempotent and resumes safely")
+        Console().error(exc.message, exc.hint or "run the command again: every stage is idempotent and resumes safely")
         sys.exit(Interrupted.exit_code)
