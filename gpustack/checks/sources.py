@@ -85,23 +85,36 @@ def _finding(ctx: Context, id_: str, what: str, results: Sequence[Mapping[str, A
         return _f(ctx, id_, "pass", f"no {what} to reach ({why})")
     if not bad:
         return _f(ctx, id_, "pass", f"reaches {len(probed)} {what}(s)")
-    vias = sorted({str(r.get("via") or "direct") for r in bad})
-    proxied = [v for v in vias if v != "direct"]
     names = ", ".join(dict.fromkeys(str(r.get("name")) for r in bad))
     evidence = "\n".join(
-        f"{r.get('url')} ({'through ' + str(r['via']) if r.get('via') not in (None, 'direct') else 'direct'}): "
+        f"{r.get('url')} ({'through ' + str(r['via']) if _proxied(r) else 'direct'}): "
         f"{r.get('error') or 'HTTP ' + str(r.get('status'))}"
         for r in bad
     )
-    hosts = ", ".join(dict.fromkeys(_host(str(r.get("url"))) for r in bad))
-    if proxied:
-        fix = (
-            f"the proxy ({', '.join(proxied)}) must let {ctx.node.name} reach {hosts}; or point gpustack.yaml "
-            "at sources the node reaches (docs/configuration.md); a local mirror goes in proxy.no_proxy"
-        )
-    else:
-        fix = fix_direct.format(node=ctx.node.name, hosts=hosts)
-    return _f(ctx, id_, "fail", f"cannot reach {len(bad)} {what}(s): {names}", evidence, fix)
+    # an HTTP answer from the source itself (404: a wrong URL or a mirror without the file) needs
+    # another fix than no answer at all (no route, no DNS, a proxy that refuses)
+    refused = [r for r in bad if not r.get("status") or (_proxied(r) and r.get("status") in (403, 407))]
+    answered = [r for r in bad if r not in refused]
+    fixes = []
+    if refused:
+        hosts = ", ".join(dict.fromkeys(_host(str(r.get("url"))) for r in refused))
+        vias = ", ".join(sorted({str(r["via"]) for r in refused if _proxied(r)}))
+        if vias:
+            fixes.append(
+                f"the proxy ({vias}) must let {ctx.node.name} reach {hosts}; or point gpustack.yaml at sources "
+                "the node reaches (docs/configuration.md); a local mirror goes in proxy.no_proxy"
+            )
+        else:
+            fixes.append(fix_direct.format(node=ctx.node.name, hosts=hosts))
+    if answered:
+        urls = ", ".join(str(r.get("url")) for r in answered)
+        fixes.append(f"{urls} answered with an error: check the URL (sources: in gpustack.yaml, or the host's apt "
+                     "sources) and that the mirror serves it")  # fmt: skip
+    return _f(ctx, id_, "fail", f"cannot reach {len(bad)} {what}(s): {names}", evidence, "\n".join(fixes))
+
+
+def _proxied(r: Mapping[str, Any]) -> bool:
+    return r.get("via") not in (None, "", "direct")
 
 
 @check

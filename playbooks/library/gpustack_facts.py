@@ -795,12 +795,18 @@ def probe_url(url: str, proxy: str | None, timeout: float, kind: str = "file") -
         return {"ok": False, "status": None, "error": f"{type(exc).__name__}: {exc}"}
 
 
+#: the first line of the apt source files gpustack's roles write: those are rewritten from the
+#: config by their stage (and their source is probed as configured), so an old one is not probed
+MANAGED_MARKER = "# Managed by gpustack"
+
+
 def host_apt_sources() -> list[tuple[str, str]]:
+    """The host's own repositories, not those in files gpustack manages."""
     found: list[tuple[str, str]] = []
     for pattern in APT_SOURCE_DIRS:
         for path in sorted(glob.glob(pattern)):
             text = _read_text(path)
-            if text:
+            if text and not text.startswith(MANAGED_MARKER):
                 found += parse_apt_sources(text, deb822=path.endswith(".sources"))
     return list(dict.fromkeys(found))
 

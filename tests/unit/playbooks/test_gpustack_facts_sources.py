@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -81,6 +82,19 @@ Suites: noble-security
     assert facts_module.registry_url("nvcr.io") == "https://nvcr.io/v2/"
     assert facts_module.registry_url("docker.io") == "https://registry-1.docker.io/v2/"
     assert facts_module.registry_url("http://10.0.0.1:5000/") == "http://10.0.0.1:5000/v2/"
+
+
+def test_the_hosts_apt_sources_leave_out_gpustacks_own_files(
+    facts_module: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kubernetes.list is rewritten from the config by the kubernetes stage (and probed as
+    configured): an old one, e.g. from a run with a wrong URL, must not fail the preflight."""
+    (tmp_path / "sources.list").write_text("deb http://deb.debian.org/debian bookworm main\n")
+    (tmp_path / "kubernetes.list").write_text(
+        "# Managed by gpustack (role kubernetes_packages)\ndeb [signed-by=/k.asc] http://old.mirror/nowhere/ /\n"
+    )
+    monkeypatch.setattr(facts_module, "APT_SOURCE_DIRS", (str(tmp_path / "*.list"),))
+    assert facts_module.host_apt_sources() == [("http://deb.debian.org/debian", "bookworm")]
 
 
 def test_expand_sources_filters_arch_and_converged_stages(facts_module: ModuleType) -> None:
