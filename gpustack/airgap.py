@@ -6,7 +6,7 @@ Kubernetes packages at their pinned version), ``image`` (container images with a
 name from its pins: kubeadm's control-plane images, the sandbox image, verify's images) and
 ``chart`` (Helm chart archives). Images whose tags only the fetched artifacts know (the charts'
 images, Flannel's, kubeadm's etcd and CoreDNS) are listed with the command that resolves them on
-a connected machine; ``bundle create`` (fetching, not built yet) would run those.
+a connected machine; ``gpustack bundle create`` (gpustack/bundle/) runs those and fetches everything.
 """
 
 from __future__ import annotations
@@ -105,6 +105,20 @@ def items(cfg: Config, playbooks: Path, os_release: pins.OsRelease) -> list[Item
         name, _, tag = ref.rpartition(":")
         note = "verify" if digest else "verify (pinned by tag: no verified digest)"
         out.append(Item("image", name, tag, name.split("/")[0], digest, note))
+    dcgm, _, dcgm_tag = pins.DCGM_IMAGE.rpartition(":")
+    out.append(Item("image", dcgm, dcgm_tag, "nvcr.io", pins.IMAGE_DIGESTS[pins.DCGM_IMAGE], "gpustack diag"))
+    if cfg.remediation.enabled and cfg.remediation.image:
+        out.append(Item("image", cfg.remediation.image, "", "", note="gpustack health's CronJob (remediation.image)"))
+    if cfg.cluster.virtual_ip is not None:
+        out.append(
+            Item(
+                "image",
+                pins.KUBE_VIP_IMAGE.rsplit(":", 1)[0],
+                pins.KUBE_VIP_VERSION,
+                "ghcr.io",
+                note="kube-vip, control planes (HA virtual IP; pinned by tag only: no verified digest)",
+            )
+        )
     chart_versions = {
         "gpu-operator": v.gpu_operator,
         "kube-prometheus-stack": v.kube_prometheus_stack,

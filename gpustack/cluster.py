@@ -8,7 +8,8 @@ Steps, in order (each timed, each idempotent):
 3. ``releases``   - Helm: kube-prometheus-stack first (it owns the monitoring CRDs), then the GPU
    Operator and dcgm-exporter concurrently; unchanged releases are not touched;
 4. ``crds``       - wait until the ServiceMonitor/PrometheusRule CRDs are established;
-5. ``manifests``  - server-side apply of the ServiceMonitor, PrometheusRule and dashboard ConfigMap.
+5. ``manifests``  - server-side apply of the ServiceMonitor, the PrometheusRules (alerts, usage recording
+   rules) and the dashboard ConfigMaps (DCGM, GPU capacity and cost).
 
 :func:`config_problems` holds the config rules that only matter for this layer (the lead runs it
 with the other semantic checks).
@@ -119,8 +120,11 @@ def grafana_password(cfg: Config, root: Path | None = None, *, generate: Callabl
 # --- releases ----------------------------------------------------------------------------------------
 
 
-def release_specs(cfg: Config, values: Mapping[str, dict[str, Any]]) -> list[ReleaseSpec]:
-    """Helm release specs in install order, chart versions from ``versions:`` (default: the pin table)."""
+def release_specs(
+    cfg: Config, values: Mapping[str, dict[str, Any]], charts: Mapping[str, Path] | None = None
+) -> list[ReleaseSpec]:
+    """Helm release specs in install order, chart versions from ``versions:`` (default: the pin table);
+    ``charts``: chart archives to install from instead of the repositories (``up --bundle``)."""
     versions = {
         "gpu-operator": cfg.versions.gpu_operator,
         "kube-prometheus-stack": cfg.versions.kube_prometheus_stack,
@@ -130,11 +134,12 @@ def release_specs(cfg: Config, values: Mapping[str, dict[str, Any]]) -> list[Rel
         ReleaseSpec(
             release=name,
             chart=pins.CHARTS[name].name,
-            repo=pins.CHARTS[name].repo,
+            repo=cfg.sources.chart_repos.get(name, pins.CHARTS[name].repo),
             version=versions[name],
             namespace=NAMESPACES[name],
             values=vals,
             timeout=RELEASE_TIMEOUTS[name],
+            archive=(charts or {}).get(name),
         )
         for name, vals in values.items()
     ]
@@ -198,6 +203,7 @@ def run_cluster_layer(
     state_root: Path | None = None,
     environ: Mapping[str, str] | None = None,
     crd_timeout: float = 300.0,
+    charts: Mapping[str, Path] | None = None,
 ) -> list[StepSummary]:
     """Install/converge the cluster layer; returns one :class:`StepSummary` per step, in order."""
     helm = helm or Helm(kubeconfig)
@@ -218,7 +224,7 @@ def run_cluster_layer(
         s.status, s.detail = ("changed" if n else "unchanged"), ", ".join(o["metadata"]["name"] for o in secrets)
 
     with _step(summaries, "releases", console) as s:
-        results = helm.ensure_releases(release_specs(cfg, values))
+        results = helm.ensure_releases(release_specs(cfg, values, charts))
         s.releases = results
         s.status, s.detail = _release_status(results), _release_detail(results)
 

@@ -88,3 +88,10 @@ HEALTH_CRONJOB = "gpustack-health"
 #: field managers of the node patches (visible in managedFields)
 HEALTH_FIELD_MANAGER = "gpustack-health"
 DIAG_FIELD_MANAGER = "gpustack-diag"
+
+# --- air-gapped bundles -----------------------------------------------------------------------------
+#: the port `up --bundle` serves the bundle on (for the run's lifetime); `--bundle-listen` moves it.
+#: Fixed, not random: the URLs are part of every stage's inputs, so a new port would re-run them all.
+BUNDLE_PORT = 8780
+#: the bundle's manifest, at the top of the bundle directory
+BUNDLE_MANIFEST = "bundle.json"

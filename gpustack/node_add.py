@@ -18,7 +18,7 @@ gpustack/render/converge.py, NODE_SET_VARS), so the existing hosts stay converge
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,6 +45,9 @@ class AddOptions:
     verbosity: int = 0
     accept_new_host_keys: bool = False
     ignore_preflight: tuple[str, ...] = ()
+    #: an air-gapped bundle to install the new nodes from (as `up --bundle`), and where to serve it
+    bundle: Path | None = None
+    bundle_listen: str | None = None
 
 
 @dataclass
@@ -155,13 +158,33 @@ class _LateVars(Mapping[str, Any]):
 
 
 def add(cfg: Config, opts: AddOptions, console: Console) -> AddResult:
-    """Run the `node-add` sequence for ``opts.nodes`` with the one engine."""
+    """Run the `node-add` sequence for ``opts.nodes`` with the one engine; with ``opts.bundle``, from
+    an air-gapped bundle checked and served as by `up --bundle` (gpustack/bundle/use.py)."""
+    if opts.bundle is None:
+        return _add(cfg, opts, console)
+    from gpustack.bundle.use import session
+    from gpustack.paths import resource_dir
+
+    with session(cfg, opts.bundle, console, playbooks=resource_dir("playbooks"), listen=opts.bundle_listen) as served:
+        return _add(served.config, opts, console, extra=served.extravars, host_check=served.check_hosts)
+
+
+def _add(
+    cfg: Config,
+    opts: AddOptions,
+    console: Console,
+    *,
+    extra: Mapping[str, Any] | None = None,
+    host_check: Callable[[Mapping[str, Any]], None] | None = None,
+) -> AddResult:
     new = select_new(cfg, opts.nodes)
     names = [n.name for n in new]
-    late: dict[str, Any] = add_extravars(names, {})
+    late: dict[str, Any] = {**(extra or {}), **add_extravars(names, {})}
 
     def guard(_cfg: Config, facts: Mapping[str, Any]) -> None:
         check_cluster(cfg, facts, names)
+        if host_check is not None:
+            host_check({n: f for n, f in facts.items() if n in names})
         late.update(add_extravars(names, facts))
 
     seq = plan.sequence("node-add")

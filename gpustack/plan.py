@@ -114,7 +114,7 @@ UP_STAGES: tuple[Stage, ...] = (
         "OS preparation",
         "ansible",
         "all",
-        "kernel modules overlay/br_netfilter (/etc/modules-load.d/gpustack.conf), sysctl (/etc/sysctl.d/99-gpustack-kubernetes.conf), swap off and commented out in /etc/fstab (backup kept), base packages, apt proxy",
+        "kernel modules overlay/br_netfilter (/etc/modules-load.d/gpustack.conf), sysctl (/etc/sysctl.d/99-gpustack-kubernetes.conf), swap off and commented out in /etc/fstab (backup kept), base packages, apt proxy; up --bundle: the bundle's signed apt repository for the node's release",
     ),
     Stage(
         "firewall",
@@ -130,7 +130,8 @@ UP_STAGES: tuple[Stage, ...] = (
         "all",
         "containerd and runc from the sha256-verified release archives into /usr/local (or the distribution's "
         "package where the matrix allows), own unit, /etc/containerd/config.toml version 3 with SystemdCgroup = true "
-        "and the minor's sandbox image (backup kept), proxy drop-in, service enabled",
+        "and the minor's sandbox image (backup kept), proxy drop-in, service enabled; up --bundle: the bundle's images "
+        "imported (ctr -n k8s.io images import)",
     ),
     Stage(
         "kubernetes",
@@ -171,7 +172,7 @@ UP_STAGES: tuple[Stage, ...] = (
         "control-plane",
         "namespaces, Prometheus volume, Grafana admin Secret; Helm: kube-prometheus-stack (CRDs first), then "
         "GPU Operator and dcgm-exporter concurrently (unchanged releases untouched); ServiceMonitor, "
-        "GPU alert rules, DCGM dashboard ConfigMap (server-side apply)",
+        "GPU alert and usage recording rules, DCGM and capacity dashboard ConfigMaps (server-side apply)",
     ),
 )
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import shutil
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,18 +30,50 @@ class UpResult:
     kubeconfig: Path | None
 
 
-def up(cfg: Config, opts: UpOptions, console: Console) -> UpResult:
-    result = lifecycle.run(
-        plan.sequence("up"),
-        cfg,
-        opts,
-        console,
-        steps={"cluster": cluster_step},
-        # a live cluster at another version is upgraded by `gpustack upgrade`, never by `up`
-        after_preflight=skew.refuse_version_change,
-    )
+def up(
+    cfg: Config, opts: UpOptions, console: Console, *, bundle: Path | None = None, bundle_listen: str | None = None
+) -> UpResult:
+    """Run the `up` sequence; with ``bundle`` (``up --bundle DIR``), from an air-gapped bundle:
+    checked against the config before anything else, served to the nodes for the run's lifetime
+    (gpustack/bundle/use.py)."""
+    if bundle is None:
+        result = _run(cfg, opts, console, steps={"cluster": cluster_step})
+    else:
+        from gpustack.bundle.use import session
+        from gpustack.paths import resource_dir
+
+        with session(cfg, bundle, console, playbooks=resource_dir("playbooks"), listen=bundle_listen) as served:
+
+            def bundled_cluster(ctx: StepContext) -> list[StageSummary]:
+                return run_cluster_stage(ctx.cfg, ctx.facts, ctx.opts, ctx.console, charts=served.charts)
+
+            opts = replace(opts, extravars={**opts.extravars, **served.extravars})
+            result = _run(
+                served.config,
+                opts,
+                console,
+                steps={"cluster": bundled_cluster},
+                also_after_preflight=lambda _cfg, facts: served.check_hosts(facts),
+            )
     kubeconfig = kubeconfig_path(cfg.cluster.name)
     return UpResult(result.run_dir, result.summaries, result.findings, kubeconfig if kubeconfig.exists() else None)
+
+
+def _run(
+    cfg: Config,
+    opts: UpOptions,
+    console: Console,
+    *,
+    steps: Mapping[str, lifecycle.StepFn],
+    also_after_preflight: lifecycle.Guard | None = None,
+) -> lifecycle.RunResult:
+    def after_preflight(c: Config, facts: Mapping[str, Any]) -> None:
+        # a live cluster at another version is upgraded by `gpustack upgrade`, never by `up`
+        skew.refuse_version_change(c, facts)
+        if also_after_preflight is not None:
+            also_after_preflight(c, facts)
+
+    return lifecycle.run(plan.sequence("up"), cfg, opts, console, steps=steps, after_preflight=after_preflight)
 
 
 def run_stage(cfg: Config, console: Console, stage_id: str, facts: Mapping[str, Any] | None = None) -> None:
@@ -71,7 +103,12 @@ def cluster_step(ctx: StepContext) -> list[StageSummary]:
 
 
 def run_cluster_stage(
-    cfg: Config, facts: dict[str, Any], opts: lifecycle.RunOptions, console: Console
+    cfg: Config,
+    facts: dict[str, Any],
+    opts: lifecycle.RunOptions,
+    console: Console,
+    *,
+    charts: Mapping[str, Path] | None = None,
 ) -> list[StageSummary]:
     """The cluster layer (Helm releases and objects) through the admin kubeconfig the
     control-plane stage fetched. In a dry run nothing is rendered against the cluster."""
@@ -95,7 +132,7 @@ def run_cluster_stage(
     kube = Kube.from_kubeconfig(kubeconfig)
     summary = summarize_facts(facts, nfd_running=foreign_nfd_running(kube))
     steps = run_cluster_layer(
-        cfg, kubeconfig, summary, console, helm=Helm(kubeconfig, executable=find_helm()), kube=kube
+        cfg, kubeconfig, summary, console, helm=Helm(kubeconfig, executable=find_helm()), kube=kube, charts=charts
     )
     changed = sum(s.status == "changed" for s in steps)
     rows = [

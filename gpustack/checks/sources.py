@@ -32,17 +32,27 @@ def _spec(name: str, url: str, kind: str, stage: str, group: str = "all", arch: 
     return spec
 
 
-def probe_list(cfg: Config, stage_ids: Iterable[str], *, full: bool = False) -> list[dict[str, str]]:
+def probe_list(
+    cfg: Config, stage_ids: Iterable[str], *, full: bool = False, run_vars: Mapping[str, Any] | None = None
+) -> list[dict[str, str]]:
     """What the ``up`` stages in ``stage_ids`` download, for the gpustack_facts module: each source
     with the stage that needs it (a host where that stage is converged does not probe it, unless
     ``full``), the inventory group whose hosts need it and, for per-architecture files, the arch.
-    The preflight alone (``up --only preflight``, a readiness check) probes what a whole ``up`` needs."""
+    The preflight alone (``up --only preflight``, a readiness check) probes what a whole ``up`` needs.
+
+    ``run_vars`` (the command's own playbook variables) say how the run fetches: from an air-gapped
+    bundle (``up --bundle``) the images are imported from it (no registry is pulled from) and apt's
+    lists are refreshed with ``apt-get``, which lets the host's own unreachable sources be (so they
+    are not probed); the bundle's server is what the sources point at, and is probed."""
+    run_vars = run_vars or {}
+    bundled_images = bool(run_vars.get("gpustack_bundle_images"))
+    apt_module = run_vars.get("gpustack_apt_update_cache", True) is not False
     ids = set(stage_ids)
     if ids <= {"preflight"}:
         ids = set(STAGE_IDS)
     minor = cfg.versions.kubernetes_minor
     out: list[dict[str, str]] = []
-    if "os" in ids:  # the os stage runs apt-get update over the host's own repositories
+    if "os" in ids and apt_module:  # the os stage refreshes apt's lists over the host's own repositories
         out.append(_spec("the host's apt repositories", "", "host-apt", "os"))
     if "containerd" in ids and cfg.versions.containerd_source == "release":
         rt = runtime_vars(cfg)
@@ -61,7 +71,7 @@ def probe_list(cfg: Config, stage_ids: Iterable[str], *, full: bool = False) -> 
         for arch, dl in helm_downloads(cfg).items():
             if arch in ARCHES:
                 out.append(_spec("Helm download", dl["url"], "file", "helm", "control_plane", arch))
-    if ids & IMAGE_STAGES:
+    if ids & IMAGE_STAGES and not bundled_images:
         out += [_spec(f"image registry {r}", r, "registry", "") for r in cfg.preflight.registries]
     if full:  # --full visits converged stages too: they need their sources
         out = [{**s, "stage": ""} for s in out]

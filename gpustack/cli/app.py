@@ -31,6 +31,7 @@ from gpustack.cli import (
 )
 from gpustack.cli import diag as diag_cmd
 from gpustack.cli import health as health_cmd
+from gpustack.cli import report as report_cmd
 from gpustack.console import Console
 from gpustack.errors import GpustackError, Interrupted
 
@@ -80,6 +81,7 @@ app.add_typer(node.node_app, name="node")
 app.command("status")(status.status)
 app.command("diag")(diag_cmd.diag)
 app.add_typer(health_cmd.health_app, name="health")
+app.command("report")(report_cmd.report)
 
 
 def _raise_interrupted(signum: int, frame: FrameType | None) -> None:

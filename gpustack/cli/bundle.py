@@ -1,7 +1,6 @@
-"""``gpustack bundle list``: every artifact a run needs (logic: gpustack/airgap.py).
-
-``bundle create`` (fetch everything on a connected machine) and ``up --bundle`` are not built yet.
-"""
+"""``gpustack bundle list`` (every artifact a run needs; logic: gpustack/airgap.py) and ``gpustack
+bundle create`` (fetch them all into a directory on a connected machine; logic: gpustack/bundle/).
+``gpustack up --bundle DIR`` uses what create made."""
 
 from __future__ import annotations
 
@@ -11,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from gpustack.cli.options import console_for, load_config
+from gpustack.cli.options import ConfigOpt, VerboseOpt, console_for, load_config, split_csv
 from gpustack.errors import UsageError
 
 bundle_app = typer.Typer(help="Artifacts for air-gapped sites.", no_args_is_help=True)
@@ -49,4 +48,64 @@ def list_(
         f"artifacts for {release.name}, Kubernetes {cfg.versions.kubernetes}",
         ["kind", "name", "version", "source", "checksum", "note"],
         [[i.kind, i.name, i.version, i.source, i.checksum, i.note] for i in found],
+    )
+
+
+@bundle_app.command("create")
+def create(
+    out: Annotated[Path, typer.Option("--out", help="the bundle directory (created; a re-run resumes it)")],
+    config: ConfigOpt = None,
+    os_: Annotated[
+        list[str] | None,
+        typer.Option("--os", help="node OS release(s), id-version, repeated or comma-separated (default ubuntu-24.04)"),
+    ] = None,
+    arch: Annotated[
+        list[str] | None, typer.Option("--arch", help="node architecture(s): amd64, arm64 (default amd64)")
+    ] = None,
+    helm: Annotated[
+        Path | None, typer.Option("--helm", help="helm to pull and render charts with (default: gpustack's, PATH)")
+    ] = None,
+    kubeadm: Annotated[
+        Path | None,
+        typer.Option("--kubeadm", help="kubeadm for its image list (default: from the bundle's kubeadm package)"),
+    ] = None,
+    verbose: VerboseOpt = 0,
+) -> None:
+    """Fetch everything a run of this config needs on the chosen OS releases into one directory
+    (on a machine with internet access): files verified against their pins, charts, signed apt
+    repositories, images as OCI archives, and bundle.json listing each with its sha256. Run it
+    again to resume or to update the bundle after a config change."""
+    from gpustack.bundle import want
+    from gpustack.bundle.create import CreateOptions, summary_rows
+    from gpustack.bundle.create import create as run_create
+    from gpustack.constants import BUNDLE_MANIFEST
+    from gpustack.paths import resource_dir
+
+    releases = []
+    for text in split_csv(os_) or ["ubuntu-24.04"]:
+        try:
+            releases.append(want.parse_release(text))
+        except ValueError as exc:
+            raise UsageError(f"--os {exc}") from None
+    arches = split_csv(arch) or ["amd64"]
+    bad = [a for a in arches if a not in ("amd64", "arm64")]
+    if bad:
+        raise UsageError(f"--arch {', '.join(bad)}: use amd64 or arm64")
+    console = console_for(verbose)
+    cfg = load_config(config).config
+    opts = CreateOptions(
+        out=out,
+        releases=tuple(dict.fromkeys(releases)),
+        arches=tuple(dict.fromkeys(arches)),
+        helm=str(helm) if helm else None,
+        kubeadm=str(kubeadm) if kubeadm else None,
+    )
+    result = run_create(cfg, opts, console, playbooks=resource_dir("playbooks"))
+    console.table(f"bundle {out}", ["kind", "artifacts", "size"], summary_rows(result.manifest))
+    for warning in result.warnings:
+        console.warn(warning)
+    console.print(
+        f"[ok]done[/ok] in {result.seconds:.1f}s: {len(result.fetched)} fetched, {len(result.kept)} already there"
+        + (f", {len(result.removed)} no longer needed removed" if result.removed else "")
+        + f"; manifest {out / BUNDLE_MANIFEST}. Copy the directory to the site and run: gpustack up --bundle {out}"
     )

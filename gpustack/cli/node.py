@@ -3,6 +3,7 @@ gpustack/node_remove.py run them."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -37,6 +38,13 @@ def add(
     ] = None,
     yes: YesOpt = False,
     accept_new_host_keys: HostKeysOpt = False,
+    bundle: Annotated[
+        Path | None,
+        typer.Option("--bundle", help="install the new nodes from this air-gapped bundle (as `gpustack up --bundle`)"),
+    ] = None,
+    bundle_listen: Annotated[
+        str | None, typer.Option("--bundle-listen", help="ADDRESS[:PORT] to serve the bundle on (default: port 8780)")
+    ] = None,
     verbose: VerboseOpt = 0,
 ) -> None:
     """Join nodes listed in gpustack.yaml to the running cluster: up's host layer on them only, a fresh
@@ -51,6 +59,8 @@ def add(
         verbosity=max(0, verbose - 1),
         accept_new_host_keys=accept_new_host_keys,
         ignore_preflight=tuple(split_csv(ignore_preflight)),
+        bundle=bundle,
+        bundle_listen=bundle_listen,
     )
     new = select_new(cfg, opts.nodes)
     console.print(f"[stage]node add[/stage] cluster {cfg.cluster.name}{' (dry run)' if dry_run else ''}:")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -52,6 +53,20 @@ def up(
     full: Annotated[
         bool, typer.Option("--full", help="run every task on every host, even where a stage is recorded as converged")
     ] = False,
+    bundle: Annotated[
+        Path | None,
+        typer.Option(
+            "--bundle",
+            help="install from this air-gapped bundle (gpustack bundle create): checked, then served to the nodes",
+        ),
+    ] = None,
+    bundle_listen: Annotated[
+        str | None,
+        typer.Option(
+            "--bundle-listen",
+            help="ADDRESS[:PORT] to serve the bundle on (default: this machine's address toward the nodes, port 8780)",
+        ),
+    ] = None,
     verbose: VerboseOpt = 0,
 ) -> None:
     """Build (or converge) the cluster (preflight, host layer, Kubernetes, network, Helm, GPU and monitoring
@@ -87,6 +102,8 @@ def up(
             full=full,
         ),
         console,
+        bundle=bundle,
+        bundle_listen=bundle_listen,
     )
     if result.kubeconfig:
         console.print(f"[ok]done.[/ok] kubeconfig: {result.kubeconfig}  (export KUBECONFIG={result.kubeconfig})")

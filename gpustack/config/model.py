@@ -31,6 +31,11 @@ VERSION_RE = re.compile(r"^v?[0-9]+(\.[0-9]+){1,2}([-+][0-9A-Za-z.+-]+)?$")
 K8S_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$")
 DURATION_RE = r"^[0-9]+(ms|s|m|h|d|w|y)$"
 DURATION_FORM = "a number and a unit (ms, s, m, h, d, w, y) with no space, e.g. 15d, 12h, 30s"
+# a Kubernetes label key: an optional DNS-subdomain prefix and "/", then a name of at most 63 characters
+LABEL_KEY_RE = re.compile(
+    r"^(?:[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
 URL_PLACEHOLDERS = {"minor", "version", "arch"}
 
 
@@ -267,6 +272,10 @@ class Versions(_Model):
         default="release",
         description="release: upstream archives (checksummed); distribution: the OS package, where the matrix allows it",
     )
+    image_digests: dict[str, str] | None = Field(
+        default=None,
+        description="image reference (name:tag) -> sha256:<digest>: added to (or replacing) the pin table's image digests",
+    )
     gpu_operator: str = pins.CHARTS["gpu-operator"].version
     kube_prometheus_stack: str = pins.CHARTS["kube-prometheus-stack"].version
     dcgm_exporter: str = pins.CHARTS["dcgm-exporter"].version
@@ -303,6 +312,16 @@ class Versions(_Model):
                 raise ValueError(f"{arch}: {digest!r} is not a sha256 (64 lower-case hex digits)")
         return v
 
+    @field_validator("image_digests")
+    @classmethod
+    def _digests(cls, v: dict[str, str] | None) -> dict[str, str] | None:
+        for ref, digest in (v or {}).items():
+            if "@" in ref or ":" not in ref.rsplit("/", 1)[-1]:
+                raise ValueError(f"{ref!r}: use an image reference with a tag (name:tag), without a digest")
+            if not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
+                raise ValueError(f"{ref}: {digest!r} is not a digest (sha256: and 64 lower-case hex digits)")
+        return v
+
     @property
     def kubernetes_minor(self) -> str:
         return ".".join(self.kubernetes.split(".")[:2])
@@ -325,18 +344,66 @@ class Sources(_Model):
         pattern=r"^[0-9A-F]{40}$",
         description="fingerprint the Kubernetes apt key must have (a mirror's own key: set its fingerprint)",
     )
+    # --- where `gpustack bundle create` fetches from (air-gapped sites; see README) ---
+    registry_mirrors: dict[str, str] = Field(
+        default_factory=dict,
+        description="registry host (registry.k8s.io, nvcr.io, ...) -> URL of a mirror serving the same repositories",
+    )
+    chart_repos: dict[str, str] = Field(
+        default_factory=dict, description="chart name -> Helm repository URL (default: the pin table's)"
+    )
+    os_apt: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="OS release (ubuntu-24.04, debian-12, ...) -> sources.list lines 'URL SUITE COMPONENT...' "
+        "(default: the distribution's archive)",
+    )
+    os_apt_keyring: dict[str, Path] = Field(
+        default_factory=dict,
+        description="OS release or OS id (ubuntu, debian) -> keyring file apt verifies that archive with",
+    )
 
     @field_validator("kubernetes_apt_key_fingerprint", mode="before")
     @classmethod
     def _fingerprint(cls, v: object) -> object:
         return v.replace(" ", "").upper() if isinstance(v, str) else v
 
-    @field_validator("kubernetes_apt_url", "kubernetes_apt_key_url", "helm_url", "flannel_manifest_url")
+    @field_validator(
+        "kubernetes_apt_url", "kubernetes_apt_key_url", "helm_url", "flannel_manifest_url", "containerd_url", "runc_url"
+    )
     @classmethod
     def _url(cls, v: str) -> str:
         problem = url_problem(v, placeholders=True)
         if problem:
             raise ValueError(problem)
+        return v
+
+    @field_validator("registry_mirrors", "chart_repos")
+    @classmethod
+    def _url_map(cls, v: dict[str, str]) -> dict[str, str]:
+        for key, url in v.items():
+            problem = url_problem(url)
+            if problem:
+                raise ValueError(f"{key}: {problem}")
+        return v
+
+    @field_validator("os_apt", "os_apt_keyring")
+    @classmethod
+    def _os_keys(cls, v: dict[str, object]) -> dict[str, object]:
+        known = {f"{o.id}-{o.version}" for o in pins.OS_RELEASES} | {o.id for o in pins.OS_RELEASES}
+        for key in v:
+            if key not in known:
+                raise ValueError(f"{key!r} is not a supported OS release ({', '.join(sorted(known))})")
+        return v
+
+    @field_validator("os_apt")
+    @classmethod
+    def _apt_lines(cls, v: dict[str, list[str]]) -> dict[str, list[str]]:
+        for key, lines in v.items():
+            for line in lines:
+                parts = line.split()
+                problem = url_problem(parts[0]) if parts else "empty line"
+                if problem or len(parts) < 3:
+                    raise ValueError(f"{key}: {line!r} is not 'URL SUITE COMPONENT...' ({problem or 'too short'})")
         return v
 
 
@@ -536,12 +603,23 @@ class Monitoring(_Model):
     dashboard_gnet_download: bool = Field(
         default=False, description="also let Grafana download dashboard 12239 from grafana.com (needs egress)"
     )
+    team_label: str = Field(
+        default="team",
+        description="the namespace label naming its team: exported by kube-state-metrics, read by `report --by team`",
+    )
 
     @field_validator("prometheus_retention", "scrape_interval")
     @classmethod
     def _duration(cls, v: str) -> str:
         if not re.match(DURATION_RE, v):
             raise ValueError(f"{v!r} is not a duration: use {DURATION_FORM}")
+        return v
+
+    @field_validator("team_label")
+    @classmethod
+    def _label_key(cls, v: str) -> str:
+        if len(v) > 253 + 1 + 63 or not LABEL_KEY_RE.match(v):
+            raise ValueError(f"{v!r} is not a Kubernetes label key: use e.g. team or example.com/team")
         return v
 
     @property

@@ -210,6 +210,30 @@ FLANNEL_MANIFEST_URL = "https://github.com/flannel-io/flannel/releases/download/
 #: and their operator; Grafana). Preflight checks every node reaches each (preflight.registries).
 IMAGE_REGISTRIES = ("registry.k8s.io", "ghcr.io", "nvcr.io", "quay.io", "docker.io")
 
+# --- air-gapped bundles (gpustack bundle create / up --bundle) ----------------------------
+
+# The OS archives `bundle create` resolves apt packages from, per OS id, as sources.list lines
+# ("URL SUITE COMPONENT..."; {codename} is the release's). Override per release in gpustack.yaml
+# (sources.os_apt, e.g. a local mirror) with the archive's keyring (sources.os_apt_keyring).
+OS_APT_SOURCES: dict[str, tuple[str, ...]] = {
+    "ubuntu": (
+        "http://archive.ubuntu.com/ubuntu {codename} main universe",
+        "http://archive.ubuntu.com/ubuntu {codename}-updates main universe",
+        "http://security.ubuntu.com/ubuntu {codename}-security main universe",
+    ),
+    "debian": (
+        "http://deb.debian.org/debian {codename} main",
+        "http://deb.debian.org/debian {codename}-updates main",
+        "http://deb.debian.org/debian-security {codename}-security main",
+    ),
+}
+# The archive keyrings apt verifies those with, as their distributions install them (Debian's ships
+# no Ubuntu keyring: set sources.os_apt_keyring.ubuntu on a Debian machine).
+OS_APT_KEYRINGS: dict[str, str] = {
+    "ubuntu": "/usr/share/keyrings/ubuntu-archive-keyring.gpg",
+    "debian": "/usr/share/keyrings/debian-archive-keyring.gpg",
+}
+
 
 def version_tuple(version: str) -> tuple[int, ...]:
     """'v2.1.9+ds1' -> (2, 1, 9); the numeric dotted prefix only."""

@@ -1,15 +1,22 @@
-"""Grafana checks (R01..R04): healthy, Prometheus datasource present and answering, gpustack's DCGM
-dashboard present, and its panels returning data through Grafana. Pure functions of the snapshot."""
+"""Grafana checks (R01..R04): healthy, Prometheus datasource present and answering, gpustack's DCGM and
+"GPU capacity and cost" dashboards present, and their panels returning data through Grafana. Pure functions
+of the snapshot."""
 
 from __future__ import annotations
 
 import re
 
 from gpustack.checks.model import Finding
-from gpustack.diagnose.collect_grafana import DASHBOARD_UID, dashboard_uid, prometheus_datasource
+from gpustack.diagnose.collect_grafana import (
+    CAPACITY_PREFIX,
+    CAPACITY_UID,
+    DASHBOARD_UID,
+    dashboard_uid,
+    prometheus_datasource,
+)
 from gpustack.diagnose.registry import register
 from gpustack.diagnose.snapshot import Snapshot
-from gpustack.monitoring.dashboard import load_dashboard, panel_queries
+from gpustack.monitoring.dashboard import load_capacity_dashboard, load_dashboard, panel_queries
 
 BOTH = ("doctor", "verify")
 GRAFANA_LOGS = "kubectl -n monitoring logs deploy/kube-prometheus-stack-grafana -c grafana --tail=50"
@@ -18,14 +25,16 @@ _FILTERED = re.compile(r"(?:!=|==|>=|<=|>|<)\s*[-\d.e]+\s*\)?\s*$")
 
 
 def problem_panels() -> set[str]:
-    """Titles of panels that are empty when all is well (e.g. the XID table)."""
-    try:
-        queries = panel_queries(load_dashboard())
-    except (OSError, ValueError):
-        return set()
+    """Titles of panels that are empty when all is well (e.g. the XID table, or idle pods on the capacity
+    dashboard: its titles carry :data:`CAPACITY_PREFIX`)."""
     by_title: dict[str, list[str]] = {}
-    for title, expr in queries:
-        by_title.setdefault(title, []).append(expr)
+    for prefix, load in (("", load_dashboard), (CAPACITY_PREFIX, load_capacity_dashboard)):
+        try:
+            queries = panel_queries(load())
+        except (OSError, ValueError):
+            continue
+        for title, expr in queries:
+            by_title.setdefault(prefix + title, []).append(expr)
     return {t for t, exprs in by_title.items() if all(_FILTERED.search(e.strip()) for e in exprs)}
 
 
@@ -71,28 +80,47 @@ def prometheus_datasource_works(snap: Snapshot) -> list[Finding]:
     return []
 
 
-@register("R03-dcgm-dashboard", "grafana", title="gpustack's DCGM dashboard is loaded",
+@register("R03-dcgm-dashboard", "grafana", title="gpustack's DCGM and capacity dashboards are loaded",
           reads="Grafana /api/search", commands=BOTH, needs=("grafana",))  # fmt: skip
 def dcgm_dashboard(snap: Snapshot) -> list[Finding]:
-    uid = dashboard_uid()
-    if not any(d.get("uid") == uid for d in snap.grafana.dashboards):
+    loaded = {d.get("uid") for d in snap.grafana.dashboards}
+    missing = [uid for uid in (dashboard_uid(), CAPACITY_UID) if uid not in loaded]
+    if missing:
         titles = ", ".join(str(d.get("title")) for d in snap.grafana.dashboards[:8]) or "none"
-        return [Finding("", "", "fail", f"dashboard uid {uid} is not loaded",
+        return [Finding("", "", "fail", f"dashboard uid {' and '.join(missing)} is not loaded",
                         evidence=f"{len(snap.grafana.dashboards)} dashboards: {titles}",
                         fix="kubectl -n monitoring get configmap -l grafana_dashboard=1; gpustack up --only cluster "
-                            "# re-applies the dashboard ConfigMap; kubectl -n monitoring logs "
+                            "# re-applies the dashboard ConfigMaps; kubectl -n monitoring logs "
                             "deploy/kube-prometheus-stack-grafana -c grafana-sc-dashboard --tail=50")]  # fmt: skip
     return []
 
 
-@register("R04-panels-have-data", "grafana", title="the DCGM dashboard's panels return data",
+@register("R04-panels-have-data", "grafana", title="the DCGM and capacity dashboards' panels return data",
           reads="Grafana /api/ds/query for every panel", commands=BOTH, needs=("grafana",))  # fmt: skip
 def panels_have_data(snap: Snapshot) -> list[Finding]:
     uid = dashboard_uid() or DASHBOARD_UID
-    hit = next((d for d in snap.grafana.dashboards if d.get("uid") == uid), None)
-    if hit is None:
+    loaded = {d.get("uid") for d in snap.grafana.dashboards}
+    if uid not in loaded and CAPACITY_UID not in loaded:
         return [Finding("", "", "skip", "dashboard not loaded (see R03)")]
-    if not snap.grafana.panel_results:
+    dcgm = {t: n for t, n in snap.grafana.panel_results.items() if not t.startswith(CAPACITY_PREFIX)}
+    capacity = {t: n for t, n in snap.grafana.panel_results.items() if t.startswith(CAPACITY_PREFIX)}
+    out: list[Finding] = []
+    if uid in loaded:
+        out += _panel_findings(snap, uid, dcgm, "the dashboard's panels could not be queried")
+    if CAPACITY_UID in loaded:
+        rules = (snap.grafana.panel_errors.get(CAPACITY_UID) or {}).get("(rules)")
+        if rules:
+            out.append(Finding("", "", "warn", "capacity dashboard not checked: gpustack's usage recording rules "
+                               "have no data yet", evidence=rules,
+                               fix="they are evaluated once a minute after Prometheus loads them: gpustack verify "
+                                   "--check R04 in a minute; M05 says whether the group is loaded"))  # fmt: skip
+        else:
+            out += _panel_findings(snap, CAPACITY_UID, capacity, "the capacity dashboard's panels could not be queried")
+    return out
+
+
+def _panel_findings(snap: Snapshot, uid: str, results: dict[str, int], unqueried: str) -> list[Finding]:
+    if not results:
         errors = snap.grafana.panel_errors.get(uid) or {}
         if errors:
             return [
@@ -100,21 +128,23 @@ def panels_have_data(snap: Snapshot) -> list[Finding]:
                     "",
                     "",
                     "fail",
-                    "the dashboard's panels could not be queried",
+                    unqueried,
                     evidence="; ".join(f"{k}: {v}" for k, v in list(errors.items())[:3]),
                     fix=GRAFANA_LOGS,
                 )
             ]
         return [Finding("", "", "skip", "no panel was queried (no Prometheus datasource, see R02)")]
     allowed = problem_panels()
-    empty = sorted(t for t, n in snap.grafana.panel_results.items() if n == 0 and t not in allowed)
-    failed = sorted(t for t, n in snap.grafana.panel_results.items() if n < 0)
+    empty = sorted(t for t, n in results.items() if n == 0 and t not in allowed)
+    failed = sorted(t for t, n in results.items() if n < 0)
     out = []
     if empty:
-        out.append(Finding("", "", "fail", f"{len(empty)} of {len(snap.grafana.panel_results)} panels show "
-                           "\"No data\"", evidence="; ".join(empty),
-                           fix="gpustack doctor --layer monitoring  # panels read DCGM_FI_* with a node label: "
-                               "M04 (metrics), M08 (profiling panels: Tensor Core, Engine Activity)"))  # fmt: skip
+        fix = ("gpustack doctor --layer monitoring  # panels read DCGM_FI_* with a node label: "
+               "M04 (metrics), M08 (profiling panels: Tensor Core, Engine Activity)") if uid != CAPACITY_UID else (
+               "gpustack doctor --layer monitoring  # capacity panels read gpustack's usage recording rules (M05) "
+               "and kube-state-metrics")  # fmt: skip
+        out.append(Finding("", "", "fail", f"{len(empty)} of {len(results)} panels show \"No data\"",
+                           evidence="; ".join(empty), fix=fix))  # fmt: skip
     if failed:
         errors = snap.grafana.panel_errors.get(uid) or {}
         out.append(

@@ -12,7 +12,7 @@ from gpustack.checks.model import Finding
 from gpustack.diagnose.collect_prometheus import QUERIES
 from gpustack.diagnose.registry import register
 from gpustack.diagnose.snapshot import Obj, Snapshot
-from gpustack.monitoring.rules import EXPORTER_JOB, load_rules
+from gpustack.monitoring.rules import EXPORTER_JOB, load_rules, load_usage_rules
 from gpustack.render.manifests import EXPORTER_TARGETS
 
 BOTH = ("doctor", "verify")
@@ -210,26 +210,27 @@ def gpus_reporting(snap: Snapshot) -> list[Finding]:
     return out
 
 
-@register("M05-alert-rules-loaded", "monitoring", title="gpustack's GPU alert rules are loaded",
+@register("M05-alert-rules-loaded", "monitoring", title="gpustack's GPU alert and usage recording rules are loaded",
           reads="Prometheus /api/v1/rules, PrometheusRules", commands=BOTH, needs=("prometheus",))  # fmt: skip
 def alert_rules_loaded(snap: Snapshot) -> list[Finding]:
     if "rules" in snap.prometheus.query_errors:
         return [Finding("", "", "fail", "Prometheus rules could not be read",
                         evidence=snap.prometheus.query_errors["rules"])]  # fmt: skip
-    wanted = [str(g["name"]) for g in load_rules()["groups"]]
+    wanted = [str(g["name"]) for g in load_rules()["groups"] + load_usage_rules()["groups"]]
     loaded = {str(g.get("name")) for g in snap.prometheus.rule_groups}
     missing = [g for g in wanted if g not in loaded]
     if missing:
         return [Finding("", "", "fail", f"{len(missing)} of {len(wanted)} gpustack rule groups not loaded",
                         evidence=f"missing: {', '.join(missing)}; loaded groups: {len(loaded)}",
-                        fix="kubectl -n monitoring get prometheusrule gpustack-gpu-alerts --show-labels; "
+                        fix="kubectl -n monitoring get prometheusrule gpustack-gpu-alerts gpustack-gpu-usage --show-labels; "
                             "gpustack up --only cluster  # re-applies the PrometheusRule (label release: "
                             "kube-prometheus-stack, ruleSelector)")]  # fmt: skip
     broken = [f"{g.get('name')}/{r.get('name')}: {r.get('lastError')}" for g in snap.prometheus.rule_groups
               if str(g.get("name")) in wanted for r in g.get("rules") or [] if r.get("health") == "err"]  # fmt: skip
     if broken:
         return [Finding("", "", "fail", f"{len(broken)} gpustack rule(s) fail to evaluate", evidence="; ".join(broken[:3]),
-                        fix="promtool check rules gpustack/templates/monitoring/gpu-alerts.rules.yaml")]  # fmt: skip
+                        fix="promtool check rules gpustack/templates/monitoring/gpu-alerts.rules.yaml "
+                            "gpustack/templates/monitoring/gpu-usage.rules.yaml")]  # fmt: skip
     return []
 
 

@@ -17,7 +17,9 @@ Stored: ``snap.grafana`` -- ``health``; ``datasources`` (/api/datasources entrie
 ``datasource_probes[uid]`` = ``{"ok", "error", "series"}`` from running ``vector(1)`` through the
 Prometheus datasource panels use (keyed by :func:`~gpustack.diagnose.snapshot.datasource_key`: uid, else
 name); ``panel_results[title]`` = series returned (-1 = query error) and ``panel_errors[dashboard uid]``
-= ``{title: error}`` for gpustack's dashboard (``"(dashboard)"`` when its model could not be read).
+= ``{title: error}`` for gpustack's dashboard (``"(dashboard)"`` when its model could not be read); the
+same for the "GPU capacity and cost" dashboard, its titles prefixed with :data:`CAPACITY_PREFIX`
+(``"(rules)"`` when gpustack's usage recording rules have no data yet, so its panels were not run).
 Unreachable -> ``snap.errors["grafana"]``.
 """
 
@@ -34,9 +36,14 @@ from gpustack.diagnose.collect import CollectContext, source
 from gpustack.diagnose.collect_prometheus import kube_client, service_port
 from gpustack.diagnose.http import DirectEndpoint, Endpoint, HttpError, KubeProxyEndpoint, Response
 from gpustack.diagnose.snapshot import Obj, Snapshot, datasource_key
-from gpustack.monitoring.dashboard import concretize, load_dashboard, panel_queries
+from gpustack.monitoring.dashboard import concretize, load_dashboard, panel_queries, variable_values
 
 DASHBOARD_UID = "gpustack-dcgm"
+#: the "GPU capacity and cost" dashboard (dashboards/gpu-capacity.json); its panel results are keyed
+#: ``CAPACITY_PREFIX + title`` beside the DCGM dashboard's
+CAPACITY_UID = "gpustack-capacity"
+CAPACITY_PREFIX = "GPU capacity and cost: "
+USAGE_PROBE_EXPR = "count(gpustack:cluster_gpu_allocatable:sum)"
 REQUEST_TIMEOUT = 10.0
 PROBE_EXPR = "vector(1)"
 
@@ -146,9 +153,10 @@ def ds_query(client: GrafanaClient, ds: Obj, exprs: list[str]) -> tuple[int, str
 
 def _panels(model: Mapping[str, Any]) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
+    fixed = variable_values(model)  # constants and text boxes keep their value, as Grafana would use it
     for title, expr in panel_queries(model):
         try:
-            out.setdefault(title, []).append(concretize(expr))
+            out.setdefault(title, []).append(concretize(expr, fixed))
         except ValueError:
             out.setdefault(title, []).append(expr)
     return out
@@ -200,20 +208,39 @@ def collect_grafana(ctx: CollectContext, snap: Snapshot) -> None:
     except HttpError as exc:
         probe = {"ok": False, "error": str(exc), "series": 0}
     snap.grafana.datasource_probes[datasource_key(ds)] = probe
-    uid = dashboard_uid()
+    _query_dashboard(client, ds, snap, dashboard_uid(), "", deadline)
+    _query_dashboard(client, ds, snap, CAPACITY_UID, CAPACITY_PREFIX, deadline, needs=USAGE_PROBE_EXPR)
+
+
+def _query_dashboard(
+    client: GrafanaClient, ds: Obj, snap: Snapshot, uid: str, prefix: str, deadline: float, needs: str = ""
+) -> None:
+    """Run a loaded dashboard's panels through Grafana into ``panel_results`` (titles after ``prefix``).
+    ``needs``: an expression that must return a series first (the capacity dashboard reads recording rules
+    that exist only after their first evaluation); if it returns none, ``panel_errors[uid]`` says so under
+    ``(rules)`` and no panel is run."""
     hit = next((d for d in snap.grafana.dashboards if d.get("uid") == uid), None)
     if hit is None:
         return
     try:
         model = (client.get(f"/api/dashboards/uid/{uid}") or {}).get("dashboard") or {}
+        if needs:
+            series, err = ds_query(client, ds, [needs])
+            if err:
+                snap.grafana.panel_errors[uid] = {"(probe)": err}
+                return
+            if series <= 0:
+                snap.grafana.panel_errors[uid] = {"(rules)": f"{needs} returned no series"}
+                return
     except HttpError as exc:
         snap.grafana.panel_errors[uid] = {"(dashboard)": str(exc)}
         return
     errors: dict[str, str] = {}
     for title, exprs in _panels(model).items():
+        key = prefix + title
         if time.monotonic() > deadline:
-            errors[title] = "not run: the Grafana source ran out of time"
-            snap.grafana.panel_results[title] = -1
+            errors[key] = "not run: the Grafana source ran out of time"
+            snap.grafana.panel_results[key] = -1
             continue
         try:
             count, err = ds_query(client, ds, exprs)
@@ -221,6 +248,6 @@ def collect_grafana(ctx: CollectContext, snap: Snapshot) -> None:
             count, err = -1, str(exc)
         if err and count <= 0:
             count = -1
-            errors[title] = err
-        snap.grafana.panel_results[title] = count
+            errors[key] = err
+        snap.grafana.panel_results[key] = count
     snap.grafana.panel_errors[uid] = errors

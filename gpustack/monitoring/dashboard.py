@@ -21,6 +21,9 @@ from typing import Any, cast
 from gpustack.paths import resource_file
 
 DASHBOARD_FILE = "12239.json"
+#: the "GPU capacity and cost" dashboard (reads gpustack's usage recording rules)
+CAPACITY_DASHBOARD_FILE = "gpu-capacity.json"
+CAPACITY_TEAM_VAR = "team_label"
 DATASOURCE_VAR = "${datasource}"
 BUILTIN_DEFAULTS: dict[str, str] = {
     "__rate_interval": "1m",
@@ -141,3 +144,40 @@ def datasource_refs(dash: Mapping[str, Any]) -> list[tuple[str, Any]]:
         if variable.get("type") == "query":
             refs.append((f"variable {variable.get('name')!r}", variable.get("datasource")))
     return refs
+
+
+# --- the capacity dashboard and variables with fixed values ----------------------------------------
+
+
+def capacity_dashboard_path() -> Path:
+    """The shipped "GPU capacity and cost" dashboard JSON."""
+    return resource_file("dashboards", CAPACITY_DASHBOARD_FILE)
+
+
+def load_capacity_dashboard(team_label: str | None = None, path: Path | None = None) -> dict[str, Any]:
+    """The capacity dashboard; ``team_label`` (a Kubernetes label key, ``monitoring.team_label``) sets the
+    hidden constant its team panel groups by (``label_<key>`` as kube-state-metrics names it)."""
+    from gpustack.monitoring.ksm import label_name
+
+    dash = load_dashboard(path or capacity_dashboard_path())
+    if team_label is not None:
+        name = label_name(team_label)
+        for variable in template_variables(dash):
+            if variable.get("name") == CAPACITY_TEAM_VAR:
+                variable["query"] = name
+                variable["current"] = {"selected": False, "text": name, "value": name}
+                variable["options"] = [{"selected": True, "text": name, "value": name}]
+    return dash
+
+
+def variable_values(dash: Mapping[str, Any]) -> dict[str, str]:
+    """Values of the variables a panel query can be concretized with as Grafana would: constants and text
+    boxes (their current value, else their query). Query and datasource variables are left out."""
+    out: dict[str, str] = {}
+    for variable in template_variables(dash):
+        if variable.get("type") not in ("constant", "textbox"):
+            continue
+        current = variable.get("current") or {}
+        value = current.get("value") if isinstance(current, Mapping) else None
+        out[str(variable["name"])] = str(value if value not in (None, "") else variable.get("query", ""))
+    return out

@@ -20,6 +20,8 @@ import yaml
 from gpustack.paths import resource_file
 
 RULES_FILE = resource_file("templates", "monitoring", "gpu-alerts.rules.yaml")
+#: the recording rules `gpustack report` and the capacity dashboard read (group ``gpustack-usage.rules``)
+USAGE_RULES_FILE = resource_file("templates", "monitoring", "gpu-usage.rules.yaml")
 SEVERITIES = ("critical", "warning", "info")
 EXPORTER_JOB = "dcgm-exporter"
 
@@ -91,3 +93,22 @@ def prometheus_rule(
 def severities(rules: dict[str, Any] | None = None) -> dict[str, str]:
     """Alert name -> ``severity`` label."""
     return {str(r["alert"]): str(r.get("labels", {}).get("severity", "")) for r in alert_rules(rules)}
+
+
+# --- the usage recording rules (gpu-usage.rules.yaml) ---------------------------------------------
+
+
+def usage_rules_path() -> Path:
+    """Where the usage recording rules live (inside the package, beside the alert rules)."""
+    return USAGE_RULES_FILE
+
+
+def load_usage_rules(path: Path | None = None) -> dict[str, Any]:
+    """The usage recording rule file as a dict (``{"groups": [...]}``)."""
+    return load_rules(path or USAGE_RULES_FILE)
+
+
+def record_rules(rules: dict[str, Any] | None = None) -> list[Rule]:
+    """The recording rules only (``record:``), in file order."""
+    data = rules if rules is not None else load_usage_rules()
+    return [r for _, r in iter_rules(data) if "record" in r]

@@ -154,6 +154,9 @@ def extravars(
         "gpustack_single_node": len(cfg.nodes) == 1,
         "gpustack_kubeadm_config": render_init_config(cfg),
         "gpustack_proxy_env": proxy_env(cfg),
+        # apt's lists refreshed by the apt module (false with up --bundle: python-apt fails the refresh
+        # when any source is unreachable, so the roles refresh with apt-get update, which only warns)
+        "gpustack_apt_update_cache": True,
         "gpustack_firewall_enabled": cfg.firewall.enabled,
         "gpustack_firewall_tcp_nodeports": tcp_nodeports,
         "gpustack_kubeconfig_dest": str(kubeconfig_dest),

@@ -1,7 +1,8 @@
 """Kubernetes objects the cluster layer applies after the Helm releases. Pure (secrets aside).
 
 ``render_manifests(cfg, facts)`` -> ``{file name: [objects]}``: namespaces, the dcgm-exporter
-ServiceMonitor, the GPU PrometheusRule and the Grafana dashboard ConfigMap. ``render --out`` writes
+ServiceMonitor, the GPU PrometheusRule and the Grafana dashboard ConfigMap, then the usage recording rules'
+PrometheusRule and the "GPU capacity and cost" dashboard ConfigMap. ``render --out`` writes
 these files; ``up`` applies them with server-side apply.
 
 Secrets are separate (:func:`render_secrets`) so ``render --out`` never writes a credential to disk:
@@ -33,8 +34,8 @@ from gpustack.constants import (
     MONITORING_NAMESPACE,
 )
 from gpustack.errors import ConfigError
-from gpustack.monitoring.dashboard import load_dashboard
-from gpustack.monitoring.rules import prometheus_rule
+from gpustack.monitoring.dashboard import load_capacity_dashboard, load_dashboard
+from gpustack.monitoring.rules import load_usage_rules, prometheus_rule
 from gpustack.render.templating import render_template
 from gpustack.render.values import (
     FactsSummary,
@@ -125,6 +126,27 @@ def dashboard_configmap() -> Obj:
     return _yaml_objects(text)[0]
 
 
+def capacity_dashboard_configmap(cfg: Config) -> Obj:
+    """The "GPU capacity and cost" dashboard ConfigMap (same sidecar label), grouped by ``monitoring.team_label``."""
+    dashboard = json.dumps(load_capacity_dashboard(cfg.monitoring.team_label), indent=1, sort_keys=False)
+    text = render_template(
+        "manifests/grafana-capacity-dashboard.configmap.yaml.j2",
+        namespace=MONITORING_NAMESPACE,
+        dashboard_json=dashboard,
+    )
+    return _yaml_objects(text)[0]
+
+
+def usage_prometheus_rule() -> Obj:
+    """The usage recording rules (group ``gpustack-usage.rules``) as their own PrometheusRule."""
+    return prometheus_rule(
+        name="gpustack-gpu-usage",
+        namespace=MONITORING_NAMESPACE,
+        labels={"release": "kube-prometheus-stack"},
+        rules=load_usage_rules(),
+    )
+
+
 def local_storage(cfg: Config) -> list[Obj]:
     """StorageClass + a local PersistentVolume on the control-plane node for Prometheus' TSDB
     (the default: kubeadm clusters have no StorageClass; the directory is made by the
@@ -159,6 +181,8 @@ def render_manifests(cfg: Config, facts: FactsSummary | None = None) -> dict[str
             prometheus_rule(namespace=MONITORING_NAMESPACE, labels={"release": "kube-prometheus-stack"})
         ],
         "grafana-dashboard.configmap.yaml": [dashboard_configmap()],
+        "gpu-usage.prometheusrule.yaml": [usage_prometheus_rule()],
+        "grafana-capacity-dashboard.configmap.yaml": [capacity_dashboard_configmap(cfg)],
     }
     storage = local_storage(cfg)
     if storage:

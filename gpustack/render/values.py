@@ -38,6 +38,7 @@ from gpustack.constants import (
     NODE_EXPORTER_PORT,
     RELEASE_ORDER,
 )
+from gpustack.monitoring.ksm import namespace_allowlist
 from gpustack.paths import resource_file
 from gpustack.render.templating import environment
 
@@ -252,6 +253,7 @@ def template_context(cfg: Config, facts: FactsSummary) -> dict[str, Any]:
         "operator_exporter": cfg.gpu.exporter == "operator",
         "counters_csv": _counters_csv(),
         "collect_interval_ms": duration_ms(mon.scrape_interval),
+        "ksm_labels_allowlist": namespace_allowlist(mon.team_label),
     }
 
 

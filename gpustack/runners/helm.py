@@ -17,6 +17,7 @@ invocation's argv is recorded in :attr:`Helm.calls`.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import re
 import time
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import yaml
 from pyhelm3 import Client, Command
 from pyhelm3 import errors as helm_errors
 from pyhelm3.models import Chart, ChartMetadata, ReleaseRevision, ReleaseRevisionStatus
@@ -62,6 +64,8 @@ class ReleaseSpec:
     namespace: str
     values: dict[str, Any]
     timeout: str = "10m"
+    #: install from this chart archive (a bundle's) instead of ``repo``
+    archive: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -182,6 +186,8 @@ class Helm:
 
     def _chart(self, spec: ReleaseSpec) -> Chart:
         metadata = ChartMetadata.model_validate({"apiVersion": "v2", "name": spec.chart, "version": spec.version})
+        if spec.archive is not None:  # a bundle's chart archive (up --bundle): no repository
+            return Chart(self._command, ref=spec.archive, repo=None, metadata=metadata)
         return Chart(self._command, ref=spec.chart, repo=spec.repo, metadata=metadata)
 
     async def _current(self, spec: ReleaseSpec) -> ReleaseRevision | None:
@@ -239,6 +245,35 @@ class Helm:
             return Path(asyncio.run(self._command.pull(spec.chart, repo=spec.repo, version=spec.version)))
         except helm_errors.Error as exc:
             raise helm_error(spec.release, exc, "pull") from exc
+
+    def pull_archive(self, chart: str, *, repo: str, version: str, destination: Path) -> Path:
+        """``helm pull`` the chart archive (not unpacked) into ``destination``; returns its path."""
+        before = set(destination.glob("*.tgz"))
+        argv = ["pull", chart, "--repo", repo, "--version", version, "--destination", str(destination)]
+        try:
+            asyncio.run(self._command.run(argv))
+        except helm_errors.Error as exc:
+            raise helm_error(chart, exc, "pull") from exc
+        new = sorted(set(destination.glob("*.tgz")) - before)
+        if len(new) != 1:
+            raise HelmError(f"helm pull {chart} {version} left {len(new)} archives", release=chart)
+        return new[0]
+
+    def template(
+        self, release: str, chart: Path, values: dict[str, Any], *, namespace: str, kube_version: str
+    ) -> list[dict[str, Any]]:
+        """The objects ``helm template`` renders (hooks included, CRDs not) with ``values``."""
+
+        async def render() -> list[dict[str, Any]]:
+            argv = ["template", release, str(chart), "--skip-crds", "--values", "-", "--namespace", namespace]
+            argv += ["--kube-version", kube_version]
+            out = await self._command.run(argv, json.dumps(values).encode())
+            return [d for d in yaml.safe_load_all(out) if isinstance(d, dict)]
+
+        try:
+            return asyncio.run(render())
+        except helm_errors.Error as exc:
+            raise helm_error(release, exc, "template") from exc
 
     # -- reporting ----------------------------------------------------------------------------------
 

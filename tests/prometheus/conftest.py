@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 
 from .harness import PROMTOOL, Stack, binaries_missing, running_stack
+from .history import Backfilled, backfilled, ci_history
 
 HERE = Path(__file__).resolve().parent
-NEEDS_BINARIES = frozenset({"promtool", "stack", "scenario_stack"})
+NEEDS_BINARIES = frozenset({"promtool", "stack", "scenario_stack", "usage_history"})
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -53,3 +54,18 @@ def scenario_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     with running_stack(tmp_path_factory.mktemp("prometheus-scenarios")) as running:
         running.wait_until_scraped()
         yield running
+
+
+@pytest.fixture(scope="module")
+def usage_history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backfilled]:
+    """30 days of GPU history with known answers (tests/prometheus/history.py ``ci_history``), ending a minute
+    ago, in two Prometheus servers: without and with gpustack's usage recording rules."""
+    import time
+
+    end = int(time.time()) // 60 * 60 - 60
+    history, expected = ci_history(end)
+    pair = backfilled(tmp_path_factory.mktemp("usage-history"), history, expected)
+    try:
+        yield pair
+    finally:
+        pair.stop()

@@ -27,14 +27,14 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
 
-from gpustack.monitoring.rules import EXPORTER_JOB, rules_path
+from gpustack.monitoring.rules import EXPORTER_JOB, load_usage_rules, rules_path
 
 from .replay_exporter import LOOPBACK, DcgmReplay, KsmReplay, NodeSpec, default_nodes, visible_gpus
 
@@ -111,12 +111,16 @@ def servicemonitor_relabelings() -> list[dict[str, Any]]:
 
 
 def prometheus_config(
-    dcgm: Mapping[str, str], ksm: str, rule_file: Path, exporter_namespace: str = EXPORTER_NAMESPACE
+    dcgm: Mapping[str, str],
+    ksm: str,
+    rule_file: Path,
+    exporter_namespace: str = EXPORTER_NAMESPACE,
+    extra_rule_files: Sequence[Path] = (),
 ) -> dict[str, Any]:
     """prometheus.yml for node name -> exporter address, the kube-state-metrics address and the rules."""
     return {
         "global": {"scrape_interval": SCRAPE_INTERVAL, "evaluation_interval": SCRAPE_INTERVAL},
-        "rule_files": [str(rule_file)],
+        "rule_files": [str(rule_file), *map(str, extra_rule_files)],
         "scrape_configs": [
             {
                 "job_name": EXPORTER_JOB,
@@ -142,6 +146,8 @@ class PrometheusServer:
     log: Path
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
+    retention: str = "1h"  # backfilled history (tests/prometheus/history.py) needs longer
+    query_timeout: str | None = None  # --query.timeout (Prometheus' default: 2m)
 
     @property
     def url(self) -> str:
@@ -166,7 +172,8 @@ class PrometheusServer:
             f"--config.file={self.config}",
             f"--storage.tsdb.path={self.data_dir}",
             f"--web.listen-address={LOOPBACK}:{self.port}",
-            "--storage.tsdb.retention.time=1h",
+            f"--storage.tsdb.retention.time={self.retention}",
+            *([f"--query.timeout={self.query_timeout}"] if self.query_timeout else []),
         ]
         with self.log.open("wb") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
@@ -262,12 +269,23 @@ class Stack:
         return bool(rules) and all(r.get("lastEvaluation", "").startswith("20") for r in rules)
 
 
+def usage_rules_every_scrape(path: Path) -> Path:
+    """gpustack's usage recording rules, evaluated every scrape interval instead of every minute, so a live
+    stack has recorded series (the capacity dashboard's) within seconds."""
+    data = load_usage_rules()
+    for group in data["groups"]:
+        group["interval"] = SCRAPE_INTERVAL
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return path
+
+
 def write_prometheus_config(
     path: Path, stack_exporters: Mapping[str, DcgmReplay], ksm: KsmReplay, exporter_namespace: str = EXPORTER_NAMESPACE
 ) -> Path:
-    """Write prometheus.yml for the replay endpoints and gpustack's rule file."""
+    """Write prometheus.yml for the replay endpoints and gpustack's rule files (alerts, usage)."""
     exporters = {n: e.address for n, e in stack_exporters.items()}
-    config = prometheus_config(exporters, ksm.address, rules_path(), exporter_namespace)
+    usage = usage_rules_every_scrape(path.parent / "gpu-usage.rules.yaml")
+    config = prometheus_config(exporters, ksm.address, rules_path(), exporter_namespace, [usage])
     path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     return path
 

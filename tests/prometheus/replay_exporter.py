@@ -70,6 +70,7 @@ KSM_HELP = {
     "kube_node_status_allocatable": "The allocatable for different resources of a node that are available for scheduling.",
     "kube_pod_container_resource_requests": "The number of requested request resource by a container.",
     "kube_node_status_capacity": "The capacity for different resources of a node.",
+    "kube_pod_status_phase": "The pods current phase.",
 }
 
 
@@ -298,10 +299,12 @@ def _gpus_per_pod(spec: NodeSpec) -> dict[PodRef, int]:
 
 
 def render_ksm(specs: list[NodeSpec]) -> str:
-    """kube-state-metrics series for the GPU resources: allocatable per node, requests per container."""
+    """kube-state-metrics series for the GPU resources: allocatable per node, requests per container, and the
+    phase of the pods holding GPUs (Running)."""
     alloc = _ksm_header("kube_node_status_allocatable")
     capacity = _ksm_header("kube_node_status_capacity")
     requests = _ksm_header("kube_pod_container_resource_requests")
+    phases = _ksm_header("kube_pod_status_phase")  # every pod holding GPUs runs
     for spec in specs:
         for resource, unit, amount in (("nvidia_com_gpu", "integer", spec.gpus), ("cpu", "core", 224)):
             labels = _label_text({"node": spec.node, "resource": resource, "unit": unit})
@@ -321,7 +324,15 @@ def render_ksm(specs: list[NodeSpec]) -> str:
                 }
             )
             requests.append(f"kube_pod_container_resource_requests{{{labels}}} {count}")
-    return "\n".join(alloc + capacity + requests) + "\n"
+            for phase in ("Pending", "Running", "Succeeded", "Failed", "Unknown"):
+                pod_labels = {
+                    "namespace": pod.namespace,
+                    "pod": pod.name,
+                    "uid": gpu_uuid(pod.name, 0)[4:],
+                    "phase": phase,
+                }
+                phases.append(f"kube_pod_status_phase{{{_label_text(pod_labels)}}} {int(phase == 'Running')}")
+    return "\n".join(alloc + capacity + requests + phases) + "\n"
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -16,7 +16,7 @@ from gpustack.diagnose.collect_grafana import collect_grafana
 from gpustack.diagnose.collect_prometheus import QUERIES, collect_prometheus
 from gpustack.diagnose.snapshot import Snapshot
 from gpustack.monitoring.counters import CounterFile, load_counters
-from gpustack.monitoring.dashboard import load_dashboard
+from gpustack.monitoring.dashboard import load_capacity_dashboard, load_dashboard
 from tests.fakes.grafana_api import FakeGrafana
 
 from .harness import PrometheusServer, Stack, wait_for, write_prometheus_config
@@ -154,10 +154,13 @@ def test_profiling_metrics_absent_fails_with_fix(no_prof_stack: Stack) -> None:
 def test_grafana_panels_return_data_through_the_real_prometheus(stack: Stack) -> None:
     with FakeGrafana.running(stack.prometheus.url, password="pw") as grafana:
         grafana.add_dashboard(load_dashboard())
+        grafana.add_dashboard(load_capacity_dashboard())
         snap = collect(ctx(stack, grafana_url=grafana.url, grafana_password="pw"), ["grafana"])
     assert "grafana" not in snap.errors
     assert snap.grafana.panel_results["GPU Utilization"] == 16
     assert snap.grafana.panel_results["XID Errors (last XID per GPU)"] == 0  # healthy: an empty problem table
+    assert snap.grafana.panel_results["GPU capacity and cost: GPUs allocated"] == 1  # one stat, from the rules
+    assert snap.grafana.panel_results["GPU capacity and cost: Pending pods"] == 0  # nobody waits: allowed empty
     result = run(snap, GRAFANA_CHECKS)
     assert statuses(result) == {k: {"pass"} for k in GRAFANA_CHECKS}, result
 

@@ -11,7 +11,7 @@ from gpustack.constants import MONITORING_NAMESPACE
 from gpustack.diagnose import checks_grafana, registry
 from gpustack.diagnose.collect import CollectContext, collect
 from gpustack.diagnose.collect_grafana import GRAFANA_PORT, GRAFANA_SERVICE
-from gpustack.monitoring.dashboard import load_dashboard
+from gpustack.monitoring.dashboard import load_capacity_dashboard, load_dashboard
 from tests.fakes import scenarios as sc
 from tests.fakes.grafana_api import FakeGrafana
 from tests.fakes.kube_api import FakeKubeAPI
@@ -23,6 +23,7 @@ def test_grafana_checks_pass_through_the_api_server_proxy(stack: Stack, tmp_path
     with FakeKubeAPI.running() as api, FakeGrafana.running(stack.prometheus.url, password="pw") as grafana:
         sc.healthy(1).load(api)
         grafana.add_dashboard(load_dashboard())
+        grafana.add_dashboard(load_capacity_dashboard())
         api.proxy_upstreams[(MONITORING_NAMESPACE, GRAFANA_SERVICE, GRAFANA_PORT)] = grafana.url
         ctx = CollectContext(cfg=Config(), command="verify", kubeconfig=api.write_kubeconfig(tmp_path / "kc"),
                              timeout=60, layers=("grafana",), extra={"grafana_password": "pw"})  # fmt: skip
@@ -30,7 +31,7 @@ def test_grafana_checks_pass_through_the_api_server_proxy(stack: Stack, tmp_path
     assert "grafana" not in snap.errors, snap.errors
     assert snap.grafana.panel_results["GPU Utilization"] == 16, "2 nodes x 8 GPUs, through Grafana"
     queries = [p for m, p in grafana.requests if m == "POST" and p == "/api/ds/query"]
-    assert len(queries) == 1 + len(snap.grafana.panel_results), "the datasource probe and one per panel"
+    assert len(queries) == 2 + len(snap.grafana.panel_results), "the datasource and usage-rules probes, one per panel"
     assert {scheme for _, scheme, _ in grafana.auth_seen} == {""}, "no Authorization reached Grafana"
     assert checks_grafana.BOTH
     specs = sorted((s for s in registry.REGISTRY.values() if s.id[:3] in ("R01", "R02", "R03", "R04")),

@@ -14,7 +14,7 @@ from gpustack.monitoring.dashboard import (
     parse_label_values,
     variable_queries,
 )
-from gpustack.monitoring.rules import alert_expressions, alert_names, load_rules
+from gpustack.monitoring.rules import alert_expressions, alert_names, load_rules, load_usage_rules, record_rules
 
 from .harness import Stack, exporter_pod
 
@@ -90,9 +90,10 @@ def test_every_alert_expression_evaluates(stack: Stack) -> None:
 
 def test_rules_are_loaded_and_evaluate_cleanly(stack: Stack) -> None:
     groups = stack.prometheus.rule_groups()
-    assert sorted(g["name"] for g in groups) == sorted(g["name"] for g in load_rules()["groups"])
+    shipped = load_rules()["groups"] + load_usage_rules()["groups"]
+    assert sorted(g["name"] for g in groups) == sorted(g["name"] for g in shipped)
     rules = [r for g in groups for r in g["rules"]]
-    assert sorted(r["name"] for r in rules) == sorted(alert_names())
+    assert sorted(r["name"] for r in rules) == sorted(alert_names() + [str(r["record"]) for r in record_rules()])
     assert all(r["health"] == "ok" and not r.get("lastError") for r in rules), [
         (r["name"], r.get("lastError")) for r in rules if r["health"] != "ok"
     ]

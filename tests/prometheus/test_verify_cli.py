@@ -37,7 +37,7 @@ from gpustack.constants import GPU_NAMESPACE, MONITORING_NAMESPACE
 from gpustack.diagnose.collect_grafana import GRAFANA_PORT, GRAFANA_SERVICE
 from gpustack.diagnose.collect_prometheus import PROMETHEUS_PORT, PROMETHEUS_SERVICE
 from gpustack.diagnose.collect_workload import VERIFY_NAMESPACE
-from gpustack.monitoring.dashboard import load_dashboard
+from gpustack.monitoring.dashboard import load_capacity_dashboard, load_dashboard
 from gpustack.render.manifests import EXPORTER_TARGETS
 from tests.fakes import scenarios as sc
 from tests.fakes.grafana_api import FakeGrafana
@@ -128,6 +128,7 @@ def cluster(stack: Stack, workdir: Path) -> Iterator[Cluster]:
     with FakeKubeAPI.running() as api, FakeGrafana.running(stack.prometheus.url, password=password) as grafana:
         api.seed(cluster_objects())
         grafana.add_dashboard(load_dashboard())
+        grafana.add_dashboard(load_capacity_dashboard())
         api.proxy_upstreams[(MONITORING_NAMESPACE, PROMETHEUS_SERVICE, PROMETHEUS_PORT)] = stack.prometheus.url
         api.proxy_upstreams[(MONITORING_NAMESPACE, GRAFANA_SERVICE, GRAFANA_PORT)] = grafana.url
         # a real API server proxies to one ready endpoint of the Service: node-a's exporter

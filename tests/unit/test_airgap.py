@@ -62,3 +62,23 @@ def test_cli_json_and_bad_os(tmp_path: Path) -> None:
     assert {d["kind"] for d in data} == {"file", "apt", "image", "chart"}
     bad = run("bundle", "list", "--os", "centos-9", cwd=tmp_path)
     assert bad.returncode == 2 and "not a supported OS" in bad.stderr and "debian-13" in bad.stderr
+
+
+def test_ha_with_a_virtual_ip_needs_kube_vip() -> None:
+    nodes = [CP, *(Node(name=f"cp{i}", address=f"192.0.2.{10 + i}", role="control-plane") for i in (2, 3))]
+    ubuntu = pins.os_release("ubuntu", "24.04")
+    assert ubuntu is not None
+    plain = by(
+        airgap.items(
+            Config(nodes=nodes, cluster={"control_plane_endpoint": "lb.example:6443"}),
+            resource_dir("playbooks"),
+            ubuntu,
+        ),
+        "image",
+    )
+    assert "ghcr.io/kube-vip/kube-vip" not in plain
+    vip = by(
+        airgap.items(Config(nodes=nodes, cluster={"virtual_ip": "192.0.2.100"}), resource_dir("playbooks"), ubuntu),
+        "image",
+    )
+    assert vip["ghcr.io/kube-vip/kube-vip"].version == pins.KUBE_VIP_VERSION

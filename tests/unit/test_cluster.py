@@ -123,3 +123,18 @@ def test_release_specs_follow_pins_and_order() -> None:
         ("dcgm-exporter", "gpu-operator", "4.8.2"),
     ]
     assert specs[1].repo == "https://helm.ngc.nvidia.com/nvidia" and specs[1].timeout == "15m"
+    assert all(s.archive is None for s in specs)
+
+
+def test_release_specs_from_a_mirror_or_a_bundle(tmp_path: Path) -> None:
+    mirrored = CFG.model_copy(
+        update={
+            "sources": CFG.sources.model_copy(update={"chart_repos": {"gpu-operator": "https://charts.example/nv"}})
+        }
+    )
+    specs = {s.release: s for s in release_specs(mirrored, render_values(CFG, FactsSummary()))}
+    assert specs["gpu-operator"].repo == "https://charts.example/nv"
+    assert specs["dcgm-exporter"].repo == "https://nvidia.github.io/dcgm-exporter/helm-charts"
+    archive = tmp_path / "gpu-operator-v26.7.0.tgz"
+    bundled = {s.release: s for s in release_specs(CFG, render_values(CFG, FactsSummary()), {"gpu-operator": archive})}
+    assert bundled["gpu-operator"].archive == archive and bundled["kube-prometheus-stack"].archive is None

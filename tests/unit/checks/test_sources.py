@@ -52,6 +52,16 @@ def test_mirrors_distribution_containerd_and_full() -> None:
     assert all(s["stage"] == "" for s in probe_list(CFG, plan.STAGE_IDS, full=True)), "--full: converged too"
 
 
+def test_a_bundle_run_probes_its_server_not_registries_nor_the_hosts_apt_sources() -> None:
+    """up --bundle: images come from the bundle and apt-get tolerates the host's unreachable sources."""
+    bundled = {"gpustack_bundle_images": [{"ref": "registry.k8s.io/pause:3.10.2"}], "gpustack_apt_update_cache": False}
+    every = probe_list(CFG, plan.STAGE_IDS, run_vars=bundled)
+    assert not [s for s in every if s["kind"] in ("registry", "host-apt")]
+    assert {s["name"] for s in every} >= {"Kubernetes apt repository", "Helm download", "Flannel manifest"}
+    plain = probe_list(CFG, plan.STAGE_IDS, run_vars={"gpustack_apt_update_cache": True})
+    assert plain == probe_list(CFG, plan.STAGE_IDS)
+
+
 def run(results: list[dict[str, Any]]) -> dict[str, pf.Finding]:
     return {f.id: f for f in pf.run_checks(CFG, {"cp1": {"sources": results}}, nodes=["cp1"])}
 

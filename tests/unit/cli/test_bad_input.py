@@ -466,6 +466,80 @@ CASES: list[Case] = [
         ("GPUSTACK_CLUSTER", "expected GPUSTACK_<SECTION>__<FIELD>"),
         env={"GPUSTACK_CLUSTER": "x"},
     ),
+    # ---- report: every option's value checked before Prometheus is asked anything
+    Case("report-since-words", GOOD, ("--since '30 days': not a duration",), argv=("report", "--since", "30 days")),
+    Case(
+        "report-since-too-long", GOOD, ("--since '1000d'", "between 1h and 730d"), argv=("report", "--since", "1000d")
+    ),
+    Case("report-price-word", GOOD, ("--price 'cheap'", "not a price"), argv=("report", "--price", "cheap")),
+    Case("report-price-model", GOOD, ("--price 'H100=x'", "not a price"), argv=("report", "--price", "H100=x")),
+    Case("report-price-negative", GOOD, ("--price 'A100=-2'", "0 or more"), argv=("report", "--price", "A100=-2")),
+    Case("report-price-two-defaults", GOOD, ("two prices for every model",), argv=("report", "--price", "1,2")),
+    Case(
+        "report-by", GOOD, ("--by 'pod': choose one of namespace, team, node, model",), argv=("report", "--by", "pod")
+    ),
+    Case("report-output", GOOD, ("--output 'yaml': choose one of table, csv, json",), argv=("report", "-o", "yaml")),
+    Case(
+        "report-until", GOOD, ("--until 'last monday': not a date or time",), argv=("report", "--until", "last monday")
+    ),
+    Case("report-team-label", GOOD, ("--team-label 'my team'",), argv=("report", "--team-label", "my team")),
+    Case(
+        "report-url",
+        GOOD,
+        ("--prometheus-url 'prom:9090': not an http",),
+        argv=("report", "--prometheus-url", "prom:9090"),
+    ),
+    Case(
+        "report-kubeconfig",
+        GOOD,
+        ("--kubeconfig nope.conf: no such file",),
+        argv=("report", "--kubeconfig", "nope.conf"),
+    ),
+    Case(
+        "report-config-team-label",
+        GOOD + "monitoring: {team_label: 'team name'}\n",
+        ("monitoring.team_label", "not a Kubernetes label key"),
+        argv=("report",),
+    ),
+    # ---- air-gapped bundles (issue #9)
+    Case(
+        "registry-mirror-url",
+        GOOD + "sources: {registry_mirrors: {nvcr.io: 'ftp://m'}}\n",
+        ("sources.registry_mirrors: nvcr.io: must be a URL starting with http:// or https://",),
+    ),
+    Case(
+        "os-apt-release",
+        GOOD + "sources: {os_apt: {centos-9: ['http://m/ x main']}}\n",
+        ("sources.os_apt", "'centos-9' is not a supported OS release"),
+    ),
+    Case(
+        "os-apt-line",
+        GOOD + "sources: {os_apt: {debian-12: ['http://m/debian']}}\n",
+        ("sources.os_apt", "is not 'URL SUITE COMPONENT...'"),
+    ),
+    Case(
+        "image-digest",
+        GOOD + "versions: {image_digests: {'registry.k8s.io/pause:3.10.2': 'abc'}}\n",
+        ("versions.image_digests", "is not a digest"),
+    ),
+    Case(
+        "bundle-create-os",
+        GOOD,
+        ("--os centos-9: not a supported OS",),
+        argv=("bundle", "create", "--out", "b", "--os", "centos-9"),
+    ),
+    Case(
+        "bundle-create-arch",
+        GOOD,
+        ("--arch s390x: use amd64 or arm64",),
+        argv=("bundle", "create", "--out", "b", "--arch", "s390x"),
+    ),
+    Case(
+        "up-bundle-missing",
+        GOOD,
+        ("bundle.json does not exist: not a bundle",),
+        argv=("up", "--yes", "--bundle", "nobundle"),
+    ),
 ]
 
 

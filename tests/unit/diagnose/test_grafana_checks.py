@@ -10,6 +10,7 @@ from gpustack.diagnose.snapshot import Snapshot
 DS = {"uid": "prometheus", "name": "Prometheus", "type": "prometheus", "isDefault": True,
       "url": "http://kube-prometheus-stack-prometheus.monitoring:9090/"}  # fmt: skip
 DASH = {"uid": "gpustack-dcgm", "title": "NVIDIA DCGM Exporter (gpustack)"}
+CAPACITY = {"uid": "gpustack-capacity", "title": "GPU capacity and cost (gpustack)"}
 
 
 def check(snap: Snapshot, prefix: str) -> list[Finding]:
@@ -22,10 +23,11 @@ def healthy() -> Snapshot:
     s.grafana.reachable = True
     s.grafana.health = {"database": "ok", "version": "13.2.0"}
     s.grafana.datasources = [dict(DS)]
-    s.grafana.dashboards = [dict(DASH)]
-    s.grafana.panel_results = {"GPU Utilization": 16, "XID Errors (last XID per GPU)": 0}
+    s.grafana.dashboards = [dict(DASH), dict(CAPACITY)]
+    s.grafana.panel_results = {"GPU Utilization": 16, "XID Errors (last XID per GPU)": 0,
+                               "GPU capacity and cost: GPUs free": 1, "GPU capacity and cost: Pending pods": 0}  # fmt: skip
     s.grafana.datasource_probes = {"prometheus": {"ok": True, "error": "", "series": 1}}
-    s.grafana.panel_errors = {"gpustack-dcgm": {}}
+    s.grafana.panel_errors = {"gpustack-dcgm": {}, "gpustack-capacity": {}}
     return s
 
 
@@ -66,3 +68,25 @@ def test_series_count_ignores_empty_frames() -> None:
     assert series_count({"frames": [{"data": {"values": []}}]}) == 0
     assert series_count({"frames": [{"data": {"values": [[1], [2]]}}, {"data": {"values": [[1], [3]]}}]}) == 2
     assert series_count({}) == 0
+
+
+def test_capacity_dashboard_missing_is_named() -> None:
+    s = healthy()
+    s.grafana.dashboards = [dict(DASH)]
+    [f] = check(s, "R03")
+    assert f.status == "fail" and "gpustack-capacity" in f.summary and "gpustack-dcgm" not in f.summary
+    assert [f.status for f in check(s, "R04")] == ["pass"]  # the DCGM dashboard's panels still checked
+
+
+def test_capacity_panels_without_rule_data_warn_and_empty_ones_fail() -> None:
+    s = healthy()
+    s.grafana.panel_results = {"GPU Utilization": 16}
+    s.grafana.panel_errors["gpustack-capacity"] = {
+        "(rules)": "count(gpustack:cluster_gpu_allocatable:sum) returned no series"
+    }
+    [f] = check(s, "R04")
+    assert f.status == "warn" and "usage recording rules have no data yet" in f.summary
+    s = healthy()
+    s.grafana.panel_results["GPU capacity and cost: GPUs allocatable"] = 0
+    [f] = check(s, "R04")
+    assert f.status == "fail" and f.evidence == "GPU capacity and cost: GPUs allocatable" and "M05" in f.fix

@@ -20,7 +20,7 @@ from gpustack.diagnose import checks_grafana, registry
 from gpustack.diagnose.collect import CollectContext, collect
 from gpustack.diagnose.collect_grafana import GRAFANA_PORT, GRAFANA_SERVICE
 from gpustack.diagnose.snapshot import Snapshot
-from gpustack.monitoring.dashboard import load_dashboard
+from gpustack.monitoring.dashboard import load_capacity_dashboard, load_dashboard
 from tests.fakes import scenarios as sc
 from tests.fakes.grafana_api import FakeGrafana
 from tests.fakes.kube_api import FakeKubeAPI
@@ -34,6 +34,7 @@ def grafana(fake_api: FakeKubeAPI) -> Iterator[FakeGrafana]:
     sc.healthy(1).load(fake_api)
     with FakeGrafana.running(NO_PROMETHEUS, password="right-pw") as fake:
         fake.add_dashboard(load_dashboard())
+        fake.add_dashboard(load_capacity_dashboard())
         fake_api.proxy_upstreams[(MONITORING_NAMESPACE, GRAFANA_SERVICE, GRAFANA_PORT)] = fake.url
         yield fake
 
@@ -60,7 +61,7 @@ def test_logs_in_through_the_proxy_and_reads_with_the_session_cookie(
     assert "grafana" not in snap.errors, snap.errors
     assert snap.grafana.reachable and snap.grafana.health == grafana.health
     assert [d["name"] for d in snap.grafana.datasources] == ["Prometheus"]
-    assert [d["uid"] for d in snap.grafana.dashboards] == ["gpustack-dcgm"]
+    assert [d["uid"] for d in snap.grafana.dashboards] == ["gpustack-capacity", "gpustack-dcgm"]
     # every Grafana call went through the API server's service proxy
     proxied = [(m, p.split("?")[0].removeprefix(PROXY)) for m, p, _ in fake_api.requests if p.startswith(PROXY)]
     assert proxied[:4] == [("GET", "/api/health"), ("POST", "/login"), ("GET", "/api/datasources"),
@@ -76,7 +77,7 @@ def test_logs_in_through_the_proxy_and_reads_with_the_session_cookie(
     assert snap.grafana.datasources[0].items() <= grafana.datasources[0].items()
     assert snap.grafana.dashboards[0].items() <= grafana.search({})[0].items()
     assert list(snap.grafana.datasource_probes) == ["prometheus"]
-    assert list(snap.grafana.panel_errors) == ["gpustack-dcgm"]
+    assert list(snap.grafana.panel_errors) == ["gpustack-dcgm", "gpustack-capacity"]
     # the panel queries were authorised too: they failed on the datasource (no Prometheus), not on auth
     probe = snap.grafana.datasource_probes["prometheus"]
     assert not probe["ok"] and NO_PROMETHEUS in probe["error"] and "401" not in probe["error"]

@@ -13,6 +13,8 @@ import yaml
 from conftest import PLAYBOOKS, REPO
 from test_gpustack_facts import SCHEMA_KEYS
 
+from gpustack.bundle.manifest import Manifest
+from gpustack.bundle.use import bundle_extravars
 from gpustack.config.model import Config, Node
 from gpustack.node_add import add_extravars
 from gpustack.node_remove import Assessment, remove_extravars
@@ -102,6 +104,8 @@ def test_every_gpustack_variable_comes_from_python() -> None:
     provided |= set(upgrade_extravars(cfg, {}))
     provided |= set(add_extravars(["w1"], {}))
     provided |= set(remove_extravars(Assessment(targets=list(cfg.nodes[1:]), nodes={})))
+    # up --bundle adds the bundle's repositories and images (gpustack/bundle/use.py)
+    provided |= set(bundle_extravars("http://192.0.2.1:8780", Manifest("1.36.4", ["amd64"], []), "192.0.2.1"))
     for host in converge.with_stage_digests(inventory(cfg), ev, "tree")["all"]["children"]["control_plane"][
         "hosts"
     ].values():

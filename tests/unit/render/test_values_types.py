@@ -382,9 +382,13 @@ def problems(helm: Path, release: str, values: Mapping[str, Any], tmp: Path) -> 
             continue
         if use.where is None:
             # written inside a larger string: a scalar must appear there as written (a number helm
-            # printed as 1.2239e+04 would not)
+            # printed as 1.2239e+04 would not), a joined list as its items joined with commas
             if isinstance(value, (int, str)) and not any(str(value) in t for t in _strings(objects)):
                 out.append(f"{use.key}={value!r}: not found in any rendered string ({use.file})")
+            if isinstance(value, list) and "join" in use.how and value:
+                joined = ",".join(str(v) for v in value)
+                if not any(joined in t for t in _strings(objects)):
+                    out.append(f"{use.key}={value!r}: {joined!r} not found in any rendered string ({use.file})")
             continue
         got = resolve(objects, use.where)
         if use.mode == "gates":
@@ -450,6 +454,14 @@ BAD: dict[str, tuple[str, str, Any, str]] = {
         "grafana.dashboards.grafana-com.nvidia-dcgm-exporter.gnetId",
         12345678,
         "gnetId=12345678: not found in any rendered string",
+    ),
+    # kube-state-metrics joins the allowlist's items with commas: an item that is not a string is printed
+    # in Go's list syntax and the argument no longer names the label
+    "allowlist-nested-list": (
+        "kube-prometheus-stack",
+        "kube-state-metrics.metricLabelsAllowlist",
+        [["namespaces=[team]"]],
+        "not found in any rendered string",
     ),
     "label-value-int": (
         "kube-prometheus-stack",

@@ -173,3 +173,29 @@ def test_runner_reports_an_unreachable_cluster_naming_the_release(real_bins: Rea
         runner.ensure_release(spec)
     assert ei.value.release == "probe" and "helm status of release 'probe' failed" in ei.value.message
     assert runner.call_counts() == {"mutating": 0, "read": 1}
+
+
+def test_a_bundle_chart_archive_installs_without_a_repository(
+    real_bins: RealBins, chart: Path, tmp_path: Path, unreachable: Path
+) -> None:
+    """up --bundle: the release comes from the bundle's chart archive; the real helm takes the
+    local path (with pyhelm3's --version) and stops only at the cluster."""
+    packaged = helm(real_bins, "package", str(chart), "--destination", str(tmp_path))
+    assert packaged.returncode == 0, packaged.stderr
+    archive = tmp_path / "probe-0.3.1.tgz"
+    runner = Helm(unreachable, executable=str(real_bins.helm), default_timeout="30s")
+    spec = ReleaseSpec("rel", "probe", "https://charts.invalid", "0.3.1", "ns1", {}, archive=archive)
+    with pytest.raises(helm_errors.Error) as ei:
+        asyncio.run(
+            runner._client.install_or_upgrade_release(
+                "rel", runner._chart(spec), {}, rollback_on_failure=True, wait=True, timeout="5m", namespace="ns1"
+            )
+        )
+    assert_parsed(ei.value)
+    upgrade = next(c.argv for c in runner.calls if c.argv[0] == "upgrade")
+    assert upgrade[1:3] == ("rel", str(archive)) and "--repo" not in upgrade
+    # the archive is what helm renders (no repository contacted): template through the runner
+    objects = Helm(executable=str(real_bins.helm)).template(
+        "rel", archive, {"greeting": "b"}, namespace="ns1", kube_version="v1.36.4"
+    )
+    assert objects[0]["data"]["greeting"] == "b" and objects[0]["data"]["kube"] == "v1.36.4"

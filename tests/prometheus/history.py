@@ -1,0 +1,458 @@
+"""Synthetic GPU history with known answers, backfilled into a real Prometheus, for ``gpustack report``.
+
+A :class:`History` lists nodes, namespaces (with their team label over time) and pods (node, GPUs, when
+they were Pending, Running, what their GPUs did). :func:`write_openmetrics` turns it into the series
+kube-state-metrics 2.20 and dcgm-exporter (through gpustack's ServiceMonitor: ``exported_*`` workload
+labels, ``node``) would have produced, one sample a minute on a grid aligned to the minute, and
+``promtool tsdb create-blocks-from openmetrics`` imports them (:func:`import_openmetrics`; large blocks:
+30 days import in about a second instead of ~50 s of 2-hour blocks).
+
+Recording rules: :func:`backfill_rules` evaluates the usage rules over the history with range queries
+against a Prometheus holding it and imports the results the same way. ``promtool tsdb create-blocks-from
+rules`` does the same per 2-hour block and takes ~12 s per rule for 30 days (~4 min for the group), and
+cannot backfill a rule that reads another rule in one pass.
+
+Known answers come from the scenario itself (:func:`ci_history`): pod durations, activities and the daily
+allocation are chosen, not measured.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from gpustack.report.inputs import ksm_label_name
+from gpustack.report.queries import RecordRule, inline, rules
+
+from .harness import PROMTOOL, PrometheusServer
+from .replay_exporter import gpu_uuid
+
+MINUTE = 60
+HOUR = 3600
+DAY = 86400
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    model: str
+    gpus: int
+    profiling: bool = True  # DCGM_FI_PROF_GR_ENGINE_ACTIVE collected (datacenter GPU)
+    exporter: bool = True  # dcgm-exporter runs (else: allocation without DCGM data)
+
+
+@dataclass(frozen=True)
+class Pod:
+    """A pod holding ``gpus`` on ``node`` while Running in [start, end); Pending for ``pending_s`` before.
+    ``node=""``: never scheduled (Pending from ``start`` to ``end``). ``activity[i]`` for ``gpus[i]``
+    (0-1; ``None``: no DCGM series). A pod still running at the end of the history has ``end`` = end + 60
+    (its last sample is at the end)."""
+
+    namespace: str
+    name: str
+    node: str
+    gpus: tuple[int, ...]
+    start: int
+    end: int
+    activity: tuple[float | None, ...] = ()
+    pending_s: int = 0
+    linger_s: int = 10 * MINUTE  # kept (Succeeded) after it ends, as Job pods are
+
+    @property
+    def count(self) -> int:
+        return len(self.gpus)
+
+
+@dataclass(frozen=True)
+class TeamLabel:
+    """``namespace`` carried ``team`` (None: no label) from ``since`` on."""
+
+    namespace: str
+    team: str | None
+    since: int
+
+
+@dataclass
+class History:
+    start: int  # first sample
+    end: int  # last sample (a multiple of 60)
+    nodes: list[Node]
+    pods: list[Pod]
+    teams: list[TeamLabel] = field(default_factory=list)
+    team_key: str = "team"
+
+    @property
+    def seconds(self) -> int:
+        return self.end - self.start
+
+
+def _grid(start: int, end: int, step: int = MINUTE) -> range:
+    """Sample times in [start, end) on the minute grid."""
+    first = -(-start // step) * step
+    return range(first, end, step)
+
+
+def _labels(labels: dict[str, str]) -> str:
+    return ",".join(f'{k}="{v}"' for k, v in labels.items() if v != "")
+
+
+class _Writer:
+    """OpenMetrics text, one family at a time (promtool wants a family's samples together)."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.families: set[str] = set()
+        self.current = ""
+        self.samples = 0
+
+    def family(self, name: str) -> None:
+        if name in self.families:
+            raise ValueError(f"family {name} written twice: its samples must be contiguous")
+        self.families.add(name)
+        self.current = name
+        self.out.write(f"# TYPE {name} gauge\n")
+
+    def series(self, labels: dict[str, str], points: Iterable[tuple[int, float]]) -> None:
+        head = f"{self.current}{{{_labels(labels)}}} "
+        lines = [f"{head}{v:g} {t}\n" for t, v in points]
+        self.samples += len(lines)
+        self.out.write("".join(lines))
+
+    def close(self) -> None:
+        self.out.write("# EOF\n")
+
+
+def write_openmetrics(history: History, out: TextIO) -> int:
+    """The history as kube-state-metrics and dcgm-exporter series; returns the number of samples."""
+    w = _Writer(out)
+    end = history.end + MINUTE  # sample times < end: the last one at history.end
+
+    w.family("kube_node_status_allocatable")
+    for node in history.nodes:
+        labels = {"job": "kube-state-metrics", "node": node.name, "resource": "nvidia_com_gpu", "unit": "integer"}
+        w.series(labels, ((t, node.gpus) for t in _grid(history.start, end)))
+
+    team_label = ksm_label_name(history.team_key)
+    w.family("kube_namespace_labels")
+    by_ns: dict[str, list[TeamLabel]] = {}
+    for entry in history.teams:
+        by_ns.setdefault(entry.namespace, []).append(entry)
+    for ns, entries in by_ns.items():
+        entries.sort(key=lambda e: e.since)
+        for i, entry in enumerate(entries):
+            until = entries[i + 1].since if i + 1 < len(entries) else end
+            labels = {"job": "kube-state-metrics", "namespace": ns, team_label: entry.team or ""}
+            w.series(labels, ((t, 1) for t in _grid(max(entry.since, history.start), until, 4 * MINUTE)))
+
+    def pod_base(pod: Pod) -> dict[str, str]:
+        return {"job": "kube-state-metrics", "namespace": pod.namespace, "pod": pod.name, "uid": f"uid-{pod.name}"}
+
+    def exists(pod: Pod) -> tuple[int, int]:
+        first = pod.start - pod.pending_s if pod.node else pod.start
+        return max(first, history.start), min(pod.end + (pod.linger_s if pod.node else 0), end)
+
+    w.family("kube_pod_container_resource_requests")
+    for pod in history.pods:
+        lo, hi = exists(pod)
+        labels = {**pod_base(pod), "container": "main", "node": pod.node, "resource": "nvidia_com_gpu",
+                  "unit": "integer"}  # fmt: skip
+        w.series(labels, ((t, pod.count) for t in _grid(lo, hi)))
+
+    w.family("kube_pod_status_phase")
+    for pod in history.pods:
+        lo, hi = exists(pod)
+        if pod.node:
+            w.series({**pod_base(pod), "phase": "Running"}, ((t, int(pod.start <= t < pod.end)) for t in _grid(lo, hi)))
+            if pod.end < hi:  # kube-state-metrics exports every phase; only Running and Pending are read
+                w.series({**pod_base(pod), "phase": "Succeeded"}, ((t, 1) for t in _grid(pod.end, hi)))
+        if pod.pending_s or not pod.node:
+            w.series(
+                {**pod_base(pod), "phase": "Pending"},
+                ((t, int(t < pod.start or not pod.node)) for t in _grid(lo, hi)),
+            )
+
+    nodes = {n.name: n for n in history.nodes}
+
+    def dcgm_labels(node: Node, gpu: int, pod: Pod | None) -> dict[str, str]:
+        labels = {"job": "dcgm-exporter", "node": node.name, "gpu": str(gpu), "UUID": gpu_uuid(node.name, gpu),
+                  "modelName": node.model}  # fmt: skip
+        if pod is not None:
+            labels |= {"exported_namespace": pod.namespace, "exported_pod": pod.name, "exported_container": "main"}
+        return labels
+
+    held: list[tuple[Node, int, Pod, float]] = []
+    for pod in history.pods:
+        node = nodes.get(pod.node)
+        if node is None or not node.exporter:
+            continue
+        for gpu, activity in zip(pod.gpus, pod.activity, strict=True):
+            if activity is not None:
+                held.append((node, gpu, pod, activity))
+    # every GPU of an exporter node reports (unallocated) for the last hour, so "now" sees the node's model
+    free = [(n, g) for n in history.nodes if n.exporter for g in range(n.gpus)]
+
+    def util(activity: float, profiling: bool) -> float:
+        return 90.0 if profiling and activity > 0 else round(100 * activity, 6)
+
+    w.family("DCGM_FI_DEV_GPU_UTIL")
+    for node, gpu, pod, activity in held:
+        lo, hi = max(pod.start, history.start), min(pod.end, end)
+        w.series(dcgm_labels(node, gpu, pod), ((t, util(activity, node.profiling)) for t in _grid(lo, hi)))
+    for node, gpu in free:
+        w.series(dcgm_labels(node, gpu, None), ((t, 0) for t in _grid(end - HOUR, end)))
+
+    w.family("DCGM_FI_PROF_GR_ENGINE_ACTIVE")
+    for node, gpu, pod, activity in held:
+        if node.profiling:
+            lo, hi = max(pod.start, history.start), min(pod.end, end)
+            w.series(dcgm_labels(node, gpu, pod), ((t, activity) for t in _grid(lo, hi)))
+    w.close()
+    return w.samples
+
+
+def import_openmetrics(text_file: Path, data_dir: Path, timeout: float = 600) -> None:
+    """``promtool tsdb create-blocks-from openmetrics`` into ``data_dir`` (blocks up to 31 days long)."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=data_dir.parent) as tmp:
+        proc = subprocess.run(
+            [PROMTOOL, "tsdb", "create-blocks-from", "openmetrics", "--max-block-duration=744h", str(text_file), tmp],
+            capture_output=True, text=True, timeout=timeout, check=False,
+        )  # fmt: skip
+        if proc.returncode != 0:
+            raise RuntimeError(f"promtool create-blocks-from openmetrics failed:\n{proc.stderr[-3000:]}")
+        for block in Path(tmp).iterdir():
+            shutil.move(str(block), data_dir / block.name)
+
+
+# --- recording rules -------------------------------------------------------------------------------------
+
+
+def _chunks(start: int, end: int, step: int, max_points: int = 10_000) -> Iterator[tuple[int, int]]:
+    span = step * (max_points - 1)
+    lo = start
+    while lo <= end:
+        hi = min(end, lo + span)
+        yield lo, hi
+        lo = hi + step
+
+
+def backfill_rules(server: PrometheusServer, start: int, end: int, workdir: Path, step: int = MINUTE) -> int:
+    """Record every usage rule at each minute of [start, end] into ``server``'s TSDB (then restart it).
+
+    Each rule is evaluated with the rules it reads inlined (:func:`gpustack.report.queries.inline`), so
+    one pass does: reading a recorded series instead would see it 5 minutes past its end (lookback), where
+    a live rule engine writes a staleness marker -- a marker OpenMetrics text cannot carry. Returns the
+    number of samples written."""
+    text_file = workdir / "rules.om"
+    with text_file.open("w", encoding="utf-8") as out:
+        w = _Writer(out)
+        by_name: dict[str, list[RecordRule]] = {}
+        for rule in rules():
+            by_name.setdefault(rule.record, []).append(rule)
+        for name, defs in by_name.items():
+            w.family(name)
+            for rule in defs:
+                expr = inline(rule.expr)
+                series: dict[tuple[tuple[str, str], ...], list[tuple[int, float]]] = {}
+                for lo, hi in _chunks(start, end, step):
+                    params = {"query": expr, "start": str(lo), "end": str(hi), "step": f"{step}s"}
+                    for row in server.api("query_range", params, timeout=600)["result"]:
+                        labels = {k: v for k, v in row["metric"].items() if k != "__name__"} | dict(rule.labels)
+                        key = tuple(sorted(labels.items()))
+                        series.setdefault(key, []).extend((int(t), float(v)) for t, v in row["values"])
+                for key, points in series.items():
+                    w.series(dict(key), points)
+        w.close()
+    server.stop()
+    import_openmetrics(text_file, server.data_dir)
+    text_file.unlink()
+    server.start(timeout=120)
+    return w.samples
+
+
+# --- the CI scenario --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What the report must say about :func:`ci_history` (hours are GPU-hours)."""
+
+    allocated_by_namespace: dict[str, float]
+    used: dict[tuple[str, str], float]  # (namespace, pod) -> used GPU-hours
+    idle: dict[tuple[str, str, str], float]  # (namespace, pod, gpu) -> idle GPU-hours
+    daily: list[float]  # average GPUs allocated per day, oldest first
+    capacity: int
+    pending_now: float
+    pending_h: float
+    allocatable_now: float
+    allocated_now: float
+    starting_now: float
+    teams: dict[str, str]
+
+
+H100 = "NVIDIA H100 80GB HBM3"
+A100 = "NVIDIA A100-SXM4-80GB"
+
+
+def ci_history(end: int, days: int = 30) -> tuple[History, Expected]:
+    """Three 4-GPU nodes over ``days`` days ending at ``end`` (a multiple of 60):
+
+    - node-a (H100, profiling metrics) and node-b (A100, GPU_UTIL only) run dcgm-exporter; node-c
+      (L40S) does not: its allocation has no activity data;
+    - ml/train-a holds 2 H100s for exactly 3 h at 50 % graphics-engine activity (GPU_UTIL says 90 %: the
+      profiling metric wins) after 10 minutes Pending on its node: 6.0 GPU-hours allocated, 3.0 used;
+    - vision/notebook-x holds an A100 for 10 h doing nothing: 10 GPU-hours idle;
+    - infra/serve-0 holds A100s 1 and 2 for the last 48 h, still running: GPU 1 at 30 %, GPU 2 idle;
+    - ml/wait-0 waits unscheduled for 4 GPUs for the last 6 h; ml/starting-0 is bound, Pending, 1 GPU;
+    - infra/base-0 holds one node-c GPU for the whole window; batch/grow-N pods on node-c top every day
+      up so the day's average allocation is exactly 1 + 0.1 x day (day 0 the oldest): a linear trend that
+      reaches the 12 allocatable GPUs 81 days after the end;
+    - teams: ml and vision are "research" (vision was "perception" until day 20), infra "platform",
+      batch has no team label.
+    """
+    start = end - days * DAY + MINUTE  # the first sample; (end - days, end] holds days x 1440 samples
+    day0 = end - days * DAY  # day i is (day0 + i d, day0 + (i + 1) d]
+    nodes = [Node("node-a", H100, 4), Node("node-b", A100, 4, profiling=False), Node("node-c", "NVIDIA L40S", 4,
+             profiling=False, exporter=False)]  # fmt: skip
+    train_start = day0 + 20 * DAY + 15 * HOUR
+    pods = [
+        Pod("ml", "train-a", "node-a", (0, 1), train_start, train_start + 3 * HOUR, (0.5, 0.5), pending_s=10 * MINUTE),
+        Pod("vision", "notebook-x", "node-b", (0,), day0 + 25 * DAY + 2 * HOUR, day0 + 25 * DAY + 12 * HOUR, (0.0,)),
+        Pod("infra", "serve-0", "node-b", (1, 2), end - 2 * DAY + MINUTE, end + MINUTE, (0.3, 0.0)),
+        Pod("ml", "wait-0", "", (0, 1, 2, 3), end - 6 * HOUR + MINUTE, end + MINUTE),
+        Pod("ml", "starting-0", "node-a", (3,), end + 2 * MINUTE, end + HOUR, (None,), pending_s=10 * MINUTE),
+        Pod("infra", "base-0", "node-c", (0,), start, end + MINUTE, (None,)),
+    ]
+
+    def running_hours_in_day(pod: Pod, i: int) -> float:
+        lo, hi = day0 + i * DAY + MINUTE, day0 + (i + 1) * DAY + MINUTE  # samples of day i
+        return pod.count * max(0, min(hi, pod.end) - max(lo, pod.start)) / HOUR if pod.node else 0.0
+
+    daily = [1 + 0.1 * i for i in range(days)]
+    for i in range(days):
+        others = sum(running_hours_in_day(p, i) for p in pods if p.name != "base-0")
+        grow_h = (daily[i] - 1) * 24 - others  # GPU-hours the grow pod must add to hit the line
+        if grow_h < 0:
+            raise ValueError(f"day {i}: the scenario's other pods exceed the trend")
+        seconds = round(grow_h / 3 * HOUR / MINUTE) * MINUTE
+        if seconds:
+            begin = day0 + i * DAY + MINUTE
+            pods.append(Pod("batch", f"grow-{i}", "node-c", (1, 2, 3), begin, begin + seconds, (None, None, None)))
+    teams = [
+        TeamLabel("ml", "research", start),
+        TeamLabel("vision", "perception", start),
+        TeamLabel("vision", "research", day0 + 20 * DAY),
+        TeamLabel("infra", "platform", start),
+        TeamLabel("batch", None, start),
+    ]
+    history = History(start, end, nodes, pods, teams)
+
+    alloc: dict[str, float] = {}
+    for pod in pods:
+        running = max(0, min(pod.end, end + MINUTE) - max(pod.start, start)) if pod.node else 0
+        alloc[pod.namespace] = alloc.get(pod.namespace, 0.0) + pod.count * running / HOUR
+    expected = Expected(
+        allocated_by_namespace={k: v for k, v in alloc.items() if v},
+        used={("ml", "train-a"): 3.0, ("vision", "notebook-x"): 0.0, ("infra", "serve-0"): 0.3 * 48},
+        idle={("vision", "notebook-x", "0"): 10.0, ("infra", "serve-0", "2"): 48.0},
+        daily=daily,
+        capacity=12,
+        pending_now=4,
+        pending_h=4 * 6.0,
+        allocatable_now=12,
+        allocated_now=3,  # serve-0 (2) and base-0 (1): every grow pod ends within its day
+        starting_now=1,
+        teams={"ml": "research", "vision": "research", "infra": "platform", "batch": "(none)"},
+    )
+    return history, expected
+
+
+def bench_history(end: int, gpus: int = 100, days: int = 30, seed: int = 7) -> History:
+    """``gpus`` GPUs (8 per node) over ``days`` days, one sample a minute: every GPU runs a sequence of
+    1-GPU pods (2-48 h, 10 namespaces, 4 teams) with gaps, at a steady activity each; half the nodes
+    collect profiling metrics."""
+    rng = random.Random(seed)
+    start = end - days * DAY + MINUTE
+    nodes = []
+    for i in range(0, gpus, 8):
+        nodes.append(Node(f"gpu-{i // 8:03d}", H100 if (i // 8) % 2 == 0 else A100, min(8, gpus - i),
+                          profiling=(i // 8) % 2 == 0))  # fmt: skip
+    namespaces = [f"team{i % 4}-ns{i}" for i in range(10)]
+    pods: list[Pod] = []
+    for node in nodes:
+        for gpu in range(node.gpus):
+            t = start + rng.randrange(0, 12) * HOUR
+            while t < end:
+                length = rng.randrange(2, 49) * HOUR
+                activity = rng.choice([0.0, 0.05, 0.3, 0.6, 0.9])
+                pod_end = min(t + length, end + MINUTE)
+                pods.append(Pod(rng.choice(namespaces), f"job-{len(pods)}", node.name, (gpu,), t, pod_end, (activity,)))
+                t = pod_end + rng.randrange(0, 13) * HOUR
+    teams = [TeamLabel(ns, ns.split("-")[0], start) for ns in namespaces]
+    return History(start, end, nodes, pods, teams)
+
+
+def load_history(history: History, data_dir: Path, workdir: Path) -> int:
+    """Write the history as OpenMetrics and import it into ``data_dir``; returns the sample count."""
+    text_file = workdir / "history.om"
+    with text_file.open("w", encoding="utf-8") as out:
+        samples = write_openmetrics(history, out)
+    import_openmetrics(text_file, data_dir)
+    text_file.unlink()
+    return samples
+
+
+def prometheus_yml(path: Path, rule_files: Sequence[Path] = ()) -> Path:
+    """A Prometheus config that scrapes nothing (the data is backfilled) and loads ``rule_files``."""
+    import yaml
+
+    config: dict[str, Any] = {"global": {"scrape_interval": "1m", "evaluation_interval": "1m"}}
+    if rule_files:
+        config["rule_files"] = [str(p) for p in rule_files]
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    return path
+
+
+@dataclass
+class Backfilled:
+    """Two Prometheus servers over the same history: ``raw`` without gpustack's usage rules, ``rules`` with
+    them loaded and recorded over the whole history."""
+
+    history: History
+    expected: Expected | None
+    raw: PrometheusServer
+    rules: PrometheusServer
+
+    def stop(self) -> None:
+        self.raw.stop()
+        self.rules.stop()
+
+
+def backfilled(workdir: Path, history: History, expected: Expected | None, retention: str = "400d") -> Backfilled:
+    """Import ``history``, start the raw server, copy its blocks for the rules server, record the rules there."""
+    from gpustack.monitoring.rules import usage_rules_path
+
+    load_history(history, workdir / "raw", workdir)
+    raw = PrometheusServer(
+        prometheus_yml(workdir / "raw.yml"), workdir / "raw", workdir / "raw.log", retention=retention
+    )
+    shutil.copytree(workdir / "raw", workdir / "rules")
+    rules_server = PrometheusServer(
+        prometheus_yml(workdir / "rules.yml", [usage_rules_path()]), workdir / "rules", workdir / "rules.log",
+        retention=retention,
+    )  # fmt: skip
+    raw.start(timeout=120)
+    try:
+        rules_server.start(timeout=120)
+        backfill_rules(rules_server, history.start, history.end, workdir)
+    except BaseException:
+        raw.stop()
+        rules_server.stop()
+        raise
+    return Backfilled(history, expected, raw, rules_server)

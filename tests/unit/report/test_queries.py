@@ -1,0 +1,110 @@
+"""gpustack.report.queries: the report's PromQL comes from the recording rules, inlined for raw mode."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from gpustack.monitoring.rules import load_usage_rules, record_rules
+from gpustack.report import queries as q
+
+WINDOW = q.Window(end=1_800_000_000, seconds=30 * 86400)
+RULE_NAME = re.compile(r"gpustack:[a-z_]+:[a-z_]+")
+
+
+def test_the_group_records_every_minute() -> None:
+    [group] = load_usage_rules()["groups"]
+    assert group["name"] == q.GROUP and group["interval"] == "1m" and q.STEP_S == 60
+
+
+def test_every_rule_reads_only_rules_recorded_before_it() -> None:
+    """Prometheus evaluates a group's rules in order: a rule reading a later one would see the last minute's."""
+    seen: set[str] = set()
+    for rule in q.rules():
+        assert set(RULE_NAME.findall(rule.expr)) <= seen, rule.record
+        seen.add(rule.record)
+
+
+def test_the_report_reads_rules_that_exist() -> None:
+    names = {r["record"] for r in record_rules()}
+    for name in (q.ALLOCATED, q.STARTING, q.PENDING, q.ALLOCATABLE, q.CLUSTER_ALLOCATABLE, q.CLUSTER_ALLOCATED,
+                 q.CLUSTER_PENDING, q.ACTIVITY, q.IDLE, q.BUCKET):  # fmt: skip
+        assert name in names
+    assert q.IDLE_BELOW == 0.01 and "< bool 0.01" in next(r.expr for r in q.rules() if r.record == q.IDLE)
+
+
+def test_every_rule_inlines_to_raw_series() -> None:
+    for rule in q.rules():
+        raw = q.inline(rule.expr)
+        assert not RULE_NAME.search(raw), rule.record
+        assert raw.count("(") == raw.count(")")
+    assert "kube_pod_status_phase" in q.rule_expr(q.CLUSTER_ALLOCATED)
+
+
+def test_inline_refuses_what_it_cannot_do() -> None:
+    fake = (
+        q.RecordRule("a:x:sum", "sum(up)", {}),
+        q.RecordRule("b:x:sum", 'a:x:sum{job="x"}', {}),
+        q.RecordRule("c:x:sum", "a:x:sum[5m]", {}),
+        q.RecordRule("d:x:sum", "d:x:sum + 1", {}),
+        q.RecordRule("e:x:sum", "1", {"le": "1"}),
+        q.RecordRule("e:x:sum", "2", {"le": "2"}),
+    )
+    assert q.inline("a:x:sum * 2", fake) == "(sum(up)) * 2"
+    assert q.inline("aa:x:sum + a:x:summary", fake) == "aa:x:sum + a:x:summary"  # whole names only
+    with pytest.raises(ValueError, match="selector inside the rule"):
+        q.inline("b:x:sum", fake)
+    with pytest.raises(ValueError, match="selector inside the rule"):
+        q.inline("c:x:sum", fake)
+    with pytest.raises(ValueError, match="cycle"):
+        q.inline("d:x:sum", fake)
+    with pytest.raises(ValueError, match="2 label sets"):
+        q.inline("e:x:sum", fake)
+
+
+def test_raw_and_rules_window_queries_ask_the_same_questions() -> None:
+    rules = q.window_query(WINDOW, use_rules=True)
+    raw = q.window_query(WINDOW, use_rules=False)
+    parts = ["allocated", "used", "measured", "idle", "capacity", "pending", "bucket"]
+    for expr in (rules, raw):
+        assert re.findall(rf'"{q.PART_LABEL}", "(\w+)"', expr) == parts
+    assert "[30d]" in rules and "[30d:1m]" not in rules
+    assert "[30d:1m]" in raw and not RULE_NAME.search(raw)
+    assert f"sum_over_time({q.ALLOCATED}[30d])" in rules
+    assert 'count_values("activity_pct"' in raw  # one evaluation of the activity for the histogram
+
+
+def test_now_coverage_and_trend_queries() -> None:
+    now = q.now_query(WINDOW, "label_team")
+    assert not RULE_NAME.search(now) and "label_team" in now and "[30d:1h]" in now
+    assert q.CLUSTER_ALLOCATABLE in q.coverage_query(WINDOW)
+    assert "avg_over_time(gpustack:cluster_gpu_allocated:sum[1d])" in q.trend_query(True)
+    raw_trend = q.trend_query(False)
+    assert "[1d:1m]" in raw_trend and not RULE_NAME.search(raw_trend)
+
+
+def test_window() -> None:
+    w = q.Window(end=1000 + 86400 * 3, seconds=86400 * 3 + 7200, step_s=30)
+    assert (w.range, w.step, w.days, w.start) == ("3d2h", "30s", 3, 1000 - 7200)
+
+
+def test_union_tags_every_part() -> None:
+    assert q.union({"a": "up", "b": "vector(1)"}) == (
+        f'label_replace(up, "{q.PART_LABEL}", "a", "", "")\n or label_replace(vector(1), "{q.PART_LABEL}", "b", "", "")'
+    )
+
+
+def test_the_rules_read_only_exported_dcgm_metrics_and_kube_state_metrics() -> None:
+    from gpustack.monitoring.counters import load_counters
+    from gpustack.monitoring.promql import metric_names
+
+    exported = set(load_counters().metrics)
+    read = {m for r in q.rules() for m in metric_names(q.inline(r.expr))}
+    assert {m for m in read if m.startswith("DCGM_")} == {"DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_DEV_GPU_UTIL"}
+    assert {m for m in read if m.startswith("DCGM_")} <= exported
+    assert {m for m in read if not m.startswith("DCGM_")} == {
+        "kube_node_status_allocatable",
+        "kube_pod_container_resource_requests",
+        "kube_pod_status_phase",
+    }
