@@ -1,10 +1,7 @@
-"""The one place ``gpustack diag`` and ``gpustack health`` get their Kubernetes client.
-
-Today exactly as verify/doctor resolve theirs: ``--kubeconfig FILE``, else the admin.conf ``gpustack up``
-fetched for the configured cluster (never ``$KUBECONFIG``; docs/decisions.md "verify/doctor: collect
-once"). The scheduled evaluation runs inside the cluster with its own ServiceAccount
-(``--in-cluster``). When the shared kubeconfig resolution (``--kubeconfig``, ``$KUBECONFIG``,
-``--context``) lands, only :func:`connect` changes.
+"""The one place ``gpustack diag`` and ``gpustack health`` get their Kubernetes client: the one kubeconfig
+resolution (:func:`gpustack.runners.kubeconfig.resolve_kubeconfig`: ``--kubeconfig``, ``$KUBECONFIG``,
+gpustack's admin.conf, ``~/.kube/config``), or, for the scheduled evaluation inside the cluster, its own
+ServiceAccount (``--in-cluster``).
 """
 
 from __future__ import annotations
@@ -13,19 +10,21 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gpustack.errors import ClusterUnreachableError, ConfigError, UsageError
-from gpustack.paths import kubeconfig_path
+from gpustack.errors import ConfigError
 from gpustack.runners.kube import REQUEST_TIMEOUT, Kube
+from gpustack.runners.kubeconfig import connect as connect_target
+from gpustack.runners.kubeconfig import resolve_kubeconfig
 
 
 def connect(
     cluster_name: str,
     kubeconfig: Path | None = None,
     *,
+    context: str | None = None,
     in_cluster: bool = False,
     request_timeout: float = REQUEST_TIMEOUT,
 ) -> Kube:
-    """A :class:`Kube` for the cluster: in-cluster credentials, ``kubeconfig``, or gpustack's admin.conf."""
+    """A :class:`Kube` for the cluster: in-cluster credentials, or the resolved kubeconfig."""
     if in_cluster:
         from kubernetes import client as k8s_client
         from kubernetes import config as k8s_config
@@ -37,18 +36,8 @@ def connect(
             raise ConfigError(f"--in-cluster: no in-cluster credentials: {exc}",
                               hint="--in-cluster is for gpustack's own CronJob; use --kubeconfig elsewhere") from None  # fmt: skip
         return Kube(k8s_client.ApiClient(configuration), request_timeout=request_timeout)
-    if kubeconfig is not None and not kubeconfig.is_file():
-        raise UsageError(f"--kubeconfig {kubeconfig}: no such file")
-    path = kubeconfig or kubeconfig_path(cluster_name)
-    if not path.is_file():
-        raise ClusterUnreachableError(
-            f"no kubeconfig for cluster {cluster_name!r} ({path})",
-            hint="run `gpustack up` first, or pass --kubeconfig FILE for another cluster",
-        )
-    try:
-        return Kube.from_kubeconfig(path, request_timeout=request_timeout)
-    except Exception as exc:  # a malformed kubeconfig: the kubernetes client raises many kinds
-        raise ConfigError(f"cannot load the kubeconfig {path}: {exc}") from None
+    target = resolve_kubeconfig(kubeconfig=kubeconfig, context=context, cluster_name=cluster_name)
+    return connect_target(target, request_timeout=request_timeout)
 
 
 def list_all(kube: Kube, path: str, query: Mapping[str, str] | None = None, *, page: int = 500) -> list[dict[str, Any]]:

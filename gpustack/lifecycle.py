@@ -269,7 +269,7 @@ def run_preflight(
 ) -> tuple[dict[str, Any], list[Finding]]:
     """Collect every host's facts (read-only) and check them; returns (facts by node, findings)."""
     facts_dir = ensure_private_dir(run_dir / "facts")
-    # what the selected stages will download, tried from every host (P20, P21)
+    # what the selected stages will download, tried from every host (P24, P25)
     probes = sources.probe_list(cfg, [s.id for s in opts.stages], full=opts.full, run_vars=opts.extravars)
     result = run_playbook(
         cfg, opts, playbook="preflight.yml", tags=(), private_dir=run_dir / "ansible-preflight",

@@ -12,12 +12,17 @@ For 1, 10, 100 and 1000 nodes (8 GPUs each, ~10 pods per node) a TEST DOUBLE API
   the interpreter start and imports, which are constant.
 
 The layers are kubernetes and gpu-operator: the ones whose data grows with the node count and that the
-fake API server serves (hosts are reached over SSH, Prometheus/Grafana through the API-server proxy
-with a constant number of queries). ``requests`` are counted by the server. Targets (issue 4):
-requests flat with the node count (pagination pages aside); the command's wall time at 1000 nodes
-<= 5x the 1-node time. The engine ratio is printed too: it shows how analysis + JSON decoding scale.
+fake API server serves (hosts are reached over SSH). ``requests`` are counted by the server. Targets
+(issue 4): requests flat with the node count (pagination pages aside); the command's wall time at 1000
+nodes <= 5x the 1-node time. The engine ratio is printed too: it shows how analysis + JSON decoding scale.
 
-    python3 scripts/bench_doctor.py [--sizes 1,10,100,1000] [--repeat 3]
+``--monitoring`` adds the monitoring and grafana layers (issue 11): per size, a REAL Prometheus scraping a
+replayed fleet of that many nodes (tests/prometheus/fleet.py; needs Debian's prometheus) and the fake
+Grafana on it, both behind the fake API server's service proxy, the Grafana password only in the cluster's
+Secret. Then ``requests`` also counts the proxied Prometheus/Grafana calls; the verdict (every check's
+status) must be the same at every size.
+
+    python3 scripts/bench_doctor.py [--sizes 1,10,100,1000] [--repeat 3] [--monitoring]
 """
 
 from __future__ import annotations
@@ -48,11 +53,13 @@ PAGE_SIZE = 500
 
 
 class Server:
-    """The fake API server in a child process."""
+    """The fake API server in a child process (``upstreams``: its service proxy's ``NS/SERVICE/PORT=URL``)."""
 
-    def __init__(self, nodes: int, kubeconfig: Path) -> None:
+    def __init__(self, nodes: int, kubeconfig: Path, upstreams: tuple[str, ...] = ()) -> None:
+        extra = [a for u in upstreams for a in ("--upstream", u)]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.fakes.serve_kube_api", "--nodes", str(nodes), "--kubeconfig", str(kubeconfig)],
+            [sys.executable, "-m", "tests.fakes.serve_kube_api", "--nodes", str(nodes), "--kubeconfig", str(kubeconfig),
+             *extra],
             cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
         )  # fmt: skip
         assert self.proc.stdout is not None
@@ -79,11 +86,16 @@ class Server:
         self.proc.wait(timeout=30)
 
 
-def run_cli(server: Server, command: str, kubeconfig: Path, home: Path) -> tuple[int, float, int]:
-    """(requests, seconds, findings) for one CLI run in a fresh process."""
+Verdict = tuple[tuple[str, str], ...]  # sorted (check id, status) pairs
+
+
+def run_cli(
+    server: Server, command: str, kubeconfig: Path, home: Path, layers: tuple[str, ...] = LAYERS
+) -> tuple[int, float, int, Verdict]:
+    """(requests, seconds, findings, verdict) for one CLI run in a fresh process."""
     env = {**os.environ, "GPUSTACK_STATE_DIR": str(home / "state"), "HOME": str(home), "NO_COLOR": "1"}
     argv = [sys.executable, "-m", "gpustack", *COMMANDS[command], "--kubeconfig", str(kubeconfig),
-            "--layer", ",".join(LAYERS), "--output", "json"]  # fmt: skip
+            "--layer", ",".join(layers), "--output", "json"]  # fmt: skip
     server.reset()
     started = time.perf_counter()
     proc = subprocess.run(argv, cwd=home, env=env, capture_output=True, text=True, timeout=600)
@@ -99,7 +111,55 @@ def run_cli(server: Server, command: str, kubeconfig: Path, home: Path) -> tuple
     fails = [c["id"] for c in report["checks"] if c["status"] == "fail"]
     if fails:
         print(f"  warning: healthy cluster reported failures: {fails}", file=sys.stderr)
-    return server.requests(), elapsed, len(report["checks"])
+    verdict = tuple(sorted({(c["id"], c["status"]) for c in report["checks"]}))
+    return server.requests(), elapsed, len(report["checks"]), verdict
+
+
+def bench_monitoring(sizes: list[int], repeat: int) -> int:
+    """doctor with all four cluster layers against a real Prometheus per size (see the module docstring)."""
+    sys.path.insert(0, str(ROOT))
+    from gpustack.constants import (
+        GRAFANA_PORT,
+        GRAFANA_SERVICE,
+        MONITORING_NAMESPACE,
+        PROMETHEUS_PORT,
+        PROMETHEUS_SERVICE,
+    )
+    from gpustack.monitoring.dashboard import load_capacity_dashboard, load_dashboard
+    from gpustack.render.manifests import EXPORTER_TARGETS
+    from tests.fakes.grafana_api import FakeGrafana
+    from tests.fakes.scenarios import GRAFANA_PASSWORD
+    from tests.prometheus.fleet import running_fleet
+
+    layers = (*LAYERS, "monitoring", "grafana")
+    results: dict[int, tuple[int, float, Verdict]] = {}
+    print(f"{'nodes':>6} {'requests':>9} {'doctor s':>9} {'checks':>7}  (layers {','.join(layers)})")
+    for n in sizes:
+        with tempfile.TemporaryDirectory() as tmp:
+            home = Path(tmp)
+            with running_fleet(home / "fleet", n, timeout=300) as fleet, \
+                    FakeGrafana.running(fleet.prometheus.url, password=GRAFANA_PASSWORD) as grafana:  # fmt: skip
+                grafana.add_dashboard(load_dashboard())
+                grafana.add_dashboard(load_capacity_dashboard())
+                exporter = EXPORTER_TARGETS["standalone"]
+                upstreams = (f"{MONITORING_NAMESPACE}/{PROMETHEUS_SERVICE}/{PROMETHEUS_PORT}={fleet.prometheus.url}",
+                             f"{MONITORING_NAMESPACE}/{GRAFANA_SERVICE}/{GRAFANA_PORT}={grafana.url}",
+                             f"{exporter.namespace}/{exporter.service}/{exporter.port}=http://{fleet.address}")  # fmt: skip
+                kc = home / "kubeconfig"
+                server = Server(n, kc, upstreams)
+                try:
+                    run_cli(server, "doctor", kc, home, layers)  # warm-up
+                    runs = [run_cli(server, "doctor", kc, home, layers) for _ in range(repeat)]
+                finally:
+                    server.close()
+            results[n] = (runs[-1][0], statistics.median(r[1] for r in runs), runs[-1][3])
+            print(f"{n:>6} {runs[-1][0]:>9} {results[n][1]:>9.2f} {runs[-1][2]:>7}")
+    lo, hi = min(sizes), max(sizes)
+    same = results[lo][2] == results[hi][2]
+    print(f"doctor (4 cluster layers): {hi}/{lo} nodes: requests {results[hi][0]}/{results[lo][0]}; wall time "
+          f"{results[hi][1]:.2f}/{results[lo][1]:.2f} s = {results[hi][1] / results[lo][1]:.2f}x; "
+          f"verdict {'the same' if same else 'DIFFERENT'}")  # fmt: skip
+    return 0 if same else 1
 
 
 def run_engine(server: Server, command: str, kube: Kube) -> tuple[int, float, int]:
@@ -119,8 +179,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="1,10,100,1000")
     ap.add_argument("--repeat", type=int, default=3, help="runs per size and command (the median is reported)")
+    ap.add_argument(
+        "--monitoring", action="store_true", help="also the monitoring and grafana layers (real Prometheus)"
+    )
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
+    if args.monitoring:
+        return bench_monitoring(sizes, args.repeat)
     cli: dict[tuple[str, int], tuple[int, float]] = {}
     eng: dict[tuple[str, int], tuple[int, float]] = {}
     print(f"{'command':<8} {'nodes':>6} {'objects':>8} {'requests':>9} {'cli s':>8} {'engine s':>9} {'checks':>7}")

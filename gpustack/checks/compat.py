@@ -6,6 +6,7 @@ Each reads the host's facts and the matrix line of the configured Kubernetes min
 
 from __future__ import annotations
 
+from gpustack.checks import hostrules
 from gpustack.checks.model import Finding
 from gpustack.checks.preflight import Context, _f, check
 from gpustack.config import compat, pins
@@ -17,22 +18,8 @@ def _os(ctx: Context) -> pins.OsRelease | None:
 
 @check
 def cgroup_v2(ctx: Context) -> Finding:
-    kl = compat.line(ctx.cfg)
-    if ctx.facts.get("cgroup_v2"):
-        return _f(ctx, "P17-cgroup-v2", "pass", "cgroup v2 (unified hierarchy)")
-    fix = (
-        "boot with the unified hierarchy: add systemd.unified_cgroup_hierarchy=1 to the kernel command line and reboot"
-    )
-    if kl.cgroup_v2_required:
-        return _f(
-            ctx,
-            "P17-cgroup-v2",
-            "fail",
-            f"cgroup v1: the kubelet of Kubernetes {kl.minor} refuses to start on it (failCgroupV1)",
-            "/sys/fs/cgroup/cgroup.controllers is missing",
-            fix,
-        )
-    return _f(ctx, "P17-cgroup-v2", "warn", f"cgroup v1 is deprecated (Kubernetes {kl.minor} still runs)", fix=fix)
+    v = hostrules.cgroup_v2(ctx.facts, compat.line(ctx.cfg).minor)
+    return _f(ctx, "P17-cgroup-v2", v.status, v.summary, v.evidence if v.status != "pass" else "", v.fix)
 
 
 @check

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from gpustack.checks import hostrules
 from gpustack.checks.model import Finding, Status
 from gpustack.config import pins
 from gpustack.config.model import Config, Node
@@ -322,6 +323,46 @@ def kernel_modules(ctx: Context) -> Finding:
     return _f(
         ctx, "P15-kernel-modules", "warn", f"{', '.join(missing)} not loaded yet; the os stage loads and persists them"
     )
+
+
+# --- rules doctor judges too (gpustack.checks.hostrules) ------------------------------------------------
+
+
+def _operator_builds(ctx: Context) -> bool:
+    """The GPU Operator's driver container will build the driver here: GPUs, and no preinstalled driver."""
+    preinstalled = bool(ctx.facts.get("nvidia_driver_version")) or ctx.cfg.gpu.driver == "preinstalled"
+    return bool(ctx.facts.get("nvidia_pci_devices")) and not preinstalled
+
+
+def _rule(ctx: Context, id_: str, v: hostrules.Verdict) -> Finding:
+    return _f(
+        ctx, id_, v.status, v.summary, v.evidence if v.status != "pass" else "", v.fix if v.status != "pass" else ""
+    )
+
+
+@check
+def containerd_drop_ins(ctx: Context) -> Finding:
+    """Drop-ins (the NVIDIA toolkit's 99-nvidia.toml) the current config.toml does not import: a warning before
+    ``up``, whose containerd stage keeps an edited config's imports but not a config it regenerates."""
+    v = hostrules.containerd_drop_ins(ctx.facts)
+    return _rule(ctx, "P20-containerd-drop-ins", v if v.status == "pass" else replace(v, status="warn"))
+
+
+@check
+def unattended_upgrades(ctx: Context) -> Finding:
+    built = hostrules.driver_is_built(ctx.facts, _operator_builds(ctx))
+    return _rule(ctx, "P21-unattended-upgrades", hostrules.unattended_upgrades(ctx.facts, built))
+
+
+@check
+def next_kernel_headers(ctx: Context) -> Finding:
+    built = hostrules.driver_is_built(ctx.facts, _operator_builds(ctx))
+    return _rule(ctx, "P22-next-kernel-headers", hostrules.next_kernel_headers(ctx.facts, built))
+
+
+@check
+def fabric_manager(ctx: Context) -> Finding:
+    return _rule(ctx, "P23-fabric-manager", hostrules.fabric_manager(ctx.facts, _operator_builds(ctx)))
 
 
 def run_checks(cfg: Config, facts_by_host: Mapping[str, Facts], nodes: Sequence[str] | None = None) -> list[Finding]:

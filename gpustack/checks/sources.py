@@ -3,7 +3,7 @@ preflight checks, like gpustack/checks/compat.py).
 
 :func:`probe_list` says what the selected stages will download on which hosts; the preflight
 playbook hands it to the gpustack_facts module, which tries each source from the host through
-the configured proxy (``facts.sources``); P20 and P21 turn the results into findings that name the
+the configured proxy (``facts.sources``); P24 and P25 turn the results into findings that name the
 host, the source, the proxy and the error. So an ``up`` on a host without egress fails in its
 preflight, before the first change, instead of 25 s into the kubernetes stage.
 """
@@ -129,11 +129,11 @@ def _proxied(r: Mapping[str, Any]) -> bool:
 
 @check
 def package_sources(ctx: Context) -> Finding:
-    """P20: the apt repositories (the host's own and Kubernetes'), the apt key, and the containerd,
+    """P24: the apt repositories (the host's own and Kubernetes'), the apt key, and the containerd,
     runc, Helm and Flannel downloads the selected stages fetch on this host."""
     return _finding(
         ctx,
-        "P20-package-sources",
+        "P24-package-sources",
         "package source",
         _results(ctx, registries=False),
         "{node} has no route to {hosts}: set proxy.http/proxy.https in gpustack.yaml, or point sources: "
@@ -143,10 +143,10 @@ def package_sources(ctx: Context) -> Finding:
 
 @check
 def image_registries(ctx: Context) -> Finding:
-    """P21: the image registries containerd on this host pulls from (preflight.registries)."""
+    """P25: the image registries containerd on this host pulls from (preflight.registries)."""
     return _finding(
         ctx,
-        "P21-image-registries",
+        "P25-image-registries",
         "image registry",
         _results(ctx, registries=True),
         "{node} has no route to {hosts}: set proxy.http/proxy.https in gpustack.yaml, or list the registry "

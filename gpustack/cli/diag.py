@@ -8,6 +8,7 @@ import typer
 
 from gpustack.cli.options import (
     ConfigOpt,
+    ContextOpt,
     KubeconfigOpt,
     OutputOpt,
     SaveOpt,
@@ -50,6 +51,7 @@ def diag(
     save: SaveOpt = None,
     config: ConfigOpt = None,
     kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
     verbose: VerboseOpt = 0,
 ) -> None:
     """Run DCGM diagnostics on GPU nodes and report per test and per GPU. Exit 0 pass, 1 failures, 2 usage, 3 unreachable.
@@ -74,17 +76,18 @@ def diag(
     spec = DiagSpec(mode="health" if health else "diag", level=level or 1, timeout=timeout)
     console = console_for(verbose)
     cfg = load_config(config).config
-    kube = connect(cfg.cluster.name, kubeconfig)
+    kube = connect(cfg.cluster.name, kubeconfig, context=context)
     findings = run_diag(
         kube, DiagOptions(spec=spec, nodes=tuple(split_csv(node)), force=force), fix_console(console, output)
     )
     command = "diag --health" if health else f"diag --level {spec.level}"
     if output == "table":
-        report.print_table(command, findings, console)
+        report.print_table(command, findings, console, target=kube.target)
     else:
-        console.out.print(report.render(command, findings, output), markup=False, end="")
+        console.out.print(report.render(command, findings, output, target=kube.target), markup=False, end="")
     if save is not None:
         save.write_text(
-            report.render(command, findings, "junit" if save.suffix == ".xml" else "json"), encoding="utf-8"
+            report.render(command, findings, "junit" if save.suffix == ".xml" else "json", target=kube.target),
+            encoding="utf-8",
         )
     raise typer.Exit(report.exit_code(findings))

@@ -10,6 +10,7 @@ import typer
 
 from gpustack.cli.options import (
     ConfigOpt,
+    ContextOpt,
     KubeconfigOpt,
     OutputOpt,
     SaveOpt,
@@ -115,6 +116,7 @@ def health(
     in_cluster: InClusterOpt = False,
     config: ConfigOpt = None,
     kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
     verbose: VerboseOpt = 0,
 ) -> None:
     """Evaluate the GPU fault policy on every GPU node; --apply quarantines (cordon + taint gpustack.io/gpu-health=fatal:NoSchedule).
@@ -133,25 +135,26 @@ def health(
 
     if output not in OUTPUTS:
         raise UsageError(f"--output {output}: choose one of {', '.join(OUTPUTS)}")
-    if in_cluster and kubeconfig is not None:
-        raise UsageError("--in-cluster and --kubeconfig exclude each other")
+    if in_cluster and (kubeconfig is not None or context is not None):
+        raise UsageError("--in-cluster and --kubeconfig/--context exclude each other")
     flags = {"max_nodes_per_window": max_nodes, "max_percent_per_window": max_percent, "window": window,
              "xid_lookback": xid_lookback, "rows_growth_window": rows_growth_window, "allocatable_hold": allocatable_hold}  # fmt: skip
     settings, name = _settings(config, in_cluster, flags)
     console = console_for(verbose)
-    kube = connect(name, kubeconfig, in_cluster=in_cluster)
+    kube = connect(name, kubeconfig, context=context, in_cluster=in_cluster)
     opts = HealthOptions(
         settings=settings, apply=apply, nodes=tuple(split_csv(node)), by=_by(in_cluster, "gpustack health --apply")
     )
     findings = run_health(kube, opts, fix_console(console, output))
     command = "health --apply" if apply else "health (dry run)"
     if output == "table":
-        report.print_table(command, findings, console)
+        report.print_table(command, findings, console, target=kube.target)
     else:
-        console.out.print(report.render(command, findings, output), markup=False, end="")
+        console.out.print(report.render(command, findings, output, target=kube.target), markup=False, end="")
     if save is not None:
         save.write_text(
-            report.render(command, findings, "junit" if save.suffix == ".xml" else "json"), encoding="utf-8"
+            report.render(command, findings, "junit" if save.suffix == ".xml" else "json", target=kube.target),
+            encoding="utf-8",
         )
     raise typer.Exit(report.exit_code(findings))
 
@@ -162,6 +165,7 @@ def release(
     yes: YesOpt = False,
     config: ConfigOpt = None,
     kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
     verbose: VerboseOpt = 0,
 ) -> None:
     """Release a node gpustack quarantined: only after `gpustack diag --node NODE --level 2` passed since the quarantine.
@@ -172,6 +176,6 @@ def release(
 
     settings, name = _settings(config, False, {})
     console = console_for(verbose)
-    kube = connect(name, kubeconfig)
+    kube = connect(name, kubeconfig, context=context)
     opts = HealthOptions(settings=settings, by=_by(False, "gpustack health release"))
     release_node(kube, node, opts, console, confirm=lambda q: console.confirm(q, assume_yes=yes))

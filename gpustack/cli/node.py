@@ -117,7 +117,7 @@ def remove(
         verbosity=max(0, verbose - 1),
         accept_new_host_keys=accept_new_host_keys,
     )
-    kube = cluster_access.client(cfg)
+    kube = cluster_access.client(cfg, own_only=True)  # it changes the cluster in gpustack.yaml
     found = assess(cfg, kube, opts)
     console.print(f"[stage]node remove[/stage] cluster {cfg.cluster.name}{' (dry run)' if dry_run else ''}:")
     for line in describe(found, opts):

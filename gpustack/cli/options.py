@@ -115,7 +115,14 @@ SnapInOpt = Annotated[
 SnapOutOpt = Annotated[Path | None, typer.Option("--save-snapshot", help="write what was collected to FILE (JSON)")]
 KubeconfigOpt = Annotated[
     Path | None,
-    typer.Option("--kubeconfig", help="the cluster to check (default: the admin.conf `gpustack up` wrote for it)"),
+    typer.Option(
+        "--kubeconfig",
+        help="kubeconfig of the cluster (default: $KUBECONFIG, else the admin.conf `gpustack up` fetched, "
+        "else ~/.kube/config)",
+    ),
+]
+ContextOpt = Annotated[
+    str | None, typer.Option("--context", help="kubeconfig context to use (default: its current-context)")
 ]
 
 
@@ -133,6 +140,7 @@ class CheckArgs:
     from_snapshot: SnapInOpt = None
     save_snapshot: SnapOutOpt = None
     kubeconfig: KubeconfigOpt = None
+    context: ContextOpt = None
     verbose: VerboseOpt = 0
 
     def selection(self) -> dict[str, Any]:
@@ -146,6 +154,7 @@ class CheckArgs:
             "snapshot_in": self.from_snapshot,
             "snapshot_out": self.save_snapshot,
             "kubeconfig": self.kubeconfig,
+            "context": self.context,
         }
 
 

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from gpustack.cli.options import ConfigOpt, KubeconfigOpt, VerboseOpt, console_for, load_config
+from gpustack.cli.options import ConfigOpt, ContextOpt, KubeconfigOpt, VerboseOpt, console_for, load_config
 
 
 def report(
@@ -28,6 +28,7 @@ def report(
         str | None, typer.Option("--prometheus-url", help="Prometheus itself (default: the API server's proxy)")
     ] = None,
     kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
     verbose: VerboseOpt = 0,
 ) -> None:
     """GPU-hours allocated, used and idle, cost, capacity and its forecast. Exit 0 ok, 1 failure, 2 usage,
@@ -46,7 +47,7 @@ def report(
     console = console_for(verbose)
     cfg = load_config(config).config  # bad options fail above, before the config is read
     request = Request(end, seconds, group, label or cfg.monitoring.team_label, prices)
-    prom = Prometheus(endpoint(cfg, kubeconfig, prometheus_url))
+    prom = Prometheus(endpoint(cfg, kubeconfig, prometheus_url, context))
     result, elapsed = make_report(prom, request)
     console.debug(f"{prom.requests} Prometheus requests via {prom.ep.describe()} in {elapsed:.2f} s")
     if fmt == "json":

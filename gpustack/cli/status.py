@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from gpustack.cli.options import ConfigOpt, KubeconfigOpt, VerboseOpt, console_for, load_config
+from gpustack.cli.options import ConfigOpt, ContextOpt, KubeconfigOpt, VerboseOpt, console_for, load_config
 from gpustack.errors import ClusterUnreachableError, UsageError
 
 
@@ -15,6 +15,7 @@ def status(
     config: ConfigOpt = None,
     output: Annotated[str, typer.Option("--output", "-o", help="table or json")] = "table",
     kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
     verbose: VerboseOpt = 0,
 ) -> None:
     """Show the cluster: nodes (kubelet versions against the control plane), Helm releases against
@@ -28,7 +29,7 @@ def status(
     console = console_for(verbose)
     cfg = load_config(config).config
     try:
-        kube = cluster_access.client(cfg, kubeconfig)
+        kube = cluster_access.client(cfg, kubeconfig, context=context)
         error = None
     except ClusterUnreachableError as exc:
         kube, error = None, exc.message

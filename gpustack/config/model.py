@@ -644,7 +644,7 @@ class Preflight(_Model):
     min_disk_gib: Annotated[float, Field(gt=0)] = 20
     registries: list[str] = Field(
         default_factory=lambda: list(pins.IMAGE_REGISTRIES),
-        description="image registries every node must reach (P21): where containerd pulls from; with "
+        description="image registries every node must reach (P25): where containerd pulls from; with "
         "registry mirrors, list the mirrors (host[:port], or http://host:port for a plain-HTTP one)",
     )
 

@@ -59,6 +59,16 @@ KUBERNETES_LINES: dict[str, KubernetesLine] = {
 PAUSE_IMAGE = "registry.k8s.io/pause:{tag}"
 
 
+def kubernetes_line(minor: str) -> KubernetesLine:
+    """The matrix line of a running kubelet's minor: its own, else the nearest (a minor newer than the newest line
+    needs at least what the newest needs; one older than the oldest, what the oldest needs)."""
+    if minor in KUBERNETES_LINES:
+        return KUBERNETES_LINES[minor]
+    lines = sorted(KUBERNETES_LINES.values(), key=lambda kl: version_tuple(kl.minor))
+    below = [kl for kl in lines if version_tuple(kl.minor) <= version_tuple(minor)]
+    return below[-1] if below else lines[0]
+
+
 @dataclass(frozen=True)
 class OsRelease:
     """A supported host OS. ``distribution_containerd``: the minor the OS archive ships (the
@@ -117,6 +127,18 @@ CONTAINERD_SHA256: dict[str, dict[str, str]] = {
         "arm64": "2fbc3053b09812092f6bf316a509d849960eb0cb9332ec88c2f49676d648fd67",
     },
 }
+# the config.toml version each containerd line writes (`containerd config default`), from the first release of
+# the line: 1.x writes 2, 2.0-2.2 write 3, 2.3 writes 4. Older versions are migrated in memory at every start,
+# newer ones refused ("unsupported config version").
+CONTAINERD_CONFIG_VERSIONS: tuple[tuple[str, int], ...] = (("1.0", 2), ("2.0", 3), ("2.3", 4))
+
+
+def containerd_config_version(containerd: str) -> int | None:
+    """The config version ``containerd`` (e.g. "2.1.9") writes and expects; None for an unparsable version."""
+    found = [cv for first, cv in CONTAINERD_CONFIG_VERSIONS if version_tuple(containerd) >= version_tuple(first)]
+    return found[-1] if found and version_tuple(containerd) else None
+
+
 RUNC_VERSION = "1.3.6"
 # sha256 of https://github.com/opencontainers/runc/releases/download/v<v>/runc.<arch> (a static binary)
 RUNC_SHA256: dict[str, dict[str, str]] = {

@@ -1,5 +1,5 @@
-"""GPU Operator checks (G01..G09): ClusterPolicy, operands, validator stages, runtime, driver,
-allocatable GPUs, exporters, NVML. Pure functions of the snapshot (see checks_kubernetes for the
+"""GPU Operator checks (G01..G11): ClusterPolicy, operands, validator stages, runtime, driver,
+allocatable GPUs, exporters, NVML, the CUDA test pod, failed driver upgrades. Pure functions of the snapshot (see checks_kubernetes for the
 tolerant object helpers they share)."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from gpustack.checks.hostrules import DEV_CHAR_FIX
 from gpustack.checks.model import Finding
 from gpustack.constants import GPU_NAMESPACE
 from gpustack.diagnose.checks_kubernetes import (
@@ -413,11 +414,50 @@ def nvml_unknown_error(snap: Snapshot) -> list[Finding]:
                     "GPU pods lost access to the devices (Failed to initialize NVML: Unknown Error)"
                     + (f" on {listed(nodes)}" if nodes else ""),
                     evidence="\n".join(f"{k}: {line}" for k, line in hits[:MAX_LISTED]),
-                    fix=f"ssh {node} sudo nvidia-ctk system create-dev-char-symlinks --create-all\n"
-                        "# persist it: a udev rule running the same command when the nvidia driver loads "
-                        "(/lib/udev/rules.d/71-nvidia-dev-char.rules)\n"
-                        f"kubectl -n {first.split('/')[0]} delete pod {first.split('/')[-1]}   # restart the affected pod",
+                    fix=f"on {node}: {DEV_CHAR_FIX.split('   (', 1)[0]}\n"
+                        f"kubectl -n {first.split('/')[0]} delete pod {first.split('/')[-1]}   # the recreated pod "
+                        "gets its GPUs back",
                     host=nodes[0] if len(nodes) == 1 else None, layer=LAYER)]  # fmt: skip
+
+
+# --- G11 ------------------------------------------------------------------------------------------
+
+#: the GPU Operator's driver upgrade controller records each node's state in this label (k8s-operator-libs
+#: upgrade/consts.go: "nvidia.com/%s-driver-upgrade-state" with "gpu"); "upgrade-failed" stays until the node's
+#: driver pod is Ready again, then the controller moves the node on (uncordon-required)
+UPGRADE_STATE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
+DRIVER_APP = "nvidia-driver-daemonset"
+
+
+@register("G11-driver-upgrade-failed", LAYER, title="no node whose GPU driver upgrade failed (upgrade-failed label)",
+          reads="nodes (label nvidia.com/gpu-driver-upgrade-state), driver pods", commands=("doctor",),
+          needs=("Node",))  # fmt: skip
+def driver_upgrade_failed(snap: Snapshot) -> list[Finding]:
+    drivers = {node_of(p): p for p in items(snap, "Pod") if labels_of(p).get("app") == DRIVER_APP}
+    out = []
+    for node in items(snap, "Node"):
+        if labels_of(node).get(UPGRADE_STATE_LABEL) != "upgrade-failed":
+            continue
+        name = name_of(node)
+        cordoned = bool(as_dict(node.get("spec")).get("unschedulable"))
+        pod = drivers.get(name)
+        if pod is not None:
+            state = pod_problem(pod) or "Running and Ready"
+            where = f"driver pod {ref(pod)}: {state}"
+            fix = (f"kubectl -n {ns_of(pod)} logs {name_of(pod)} --all-containers --tail=50   # why the new driver did "
+                   f"not come up; fix that, then restart it: kubectl -n {ns_of(pod)} delete pod {name_of(pod)}   "
+                   "(once it is Ready the upgrade controller moves the node on and uncordons it)")  # fmt: skip
+        else:
+            where = f"no {DRIVER_APP} pod on the node"
+            fix = (f"kubectl -n {GPU_NAMESPACE} get pods -l app={DRIVER_APP} -o wide --field-selector "
+                   f"spec.nodeName={name}; kubectl -n {GPU_NAMESPACE} get ds {DRIVER_APP}   # the driver DaemonSet "
+                   "must schedule a pod there; once it is Ready the upgrade controller moves the node on")  # fmt: skip
+        out.append(finding("G11-driver-upgrade-failed", "fail",
+                           f"{name}: the GPU Operator's driver upgrade failed"
+                           + (" (the node stays cordoned)" if cordoned else ""),
+                           evidence=f"label {UPGRADE_STATE_LABEL}=upgrade-failed; {where}"
+                           + ("; spec.unschedulable=true" if cordoned else ""), fix=fix, host=name))  # fmt: skip
+    return out
 
 
 # --- G10 ------------------------------------------------------------------------------------------

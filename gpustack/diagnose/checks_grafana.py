@@ -1,12 +1,14 @@
-"""Grafana checks (R01..R04): healthy, Prometheus datasource present and answering, gpustack's DCGM and
-"GPU capacity and cost" dashboards present, and their panels returning data through Grafana. Pure functions
-of the snapshot."""
+"""Grafana checks (R01..R05): healthy (``/api/health``, no login), Prometheus datasource present and answering,
+gpustack's DCGM and "GPU capacity and cost" dashboards present, their panels returning data through Grafana,
+and gpustack able to log in (credentials from the state file or the Secret Grafana's Deployment references).
+Pure functions of the snapshot."""
 
 from __future__ import annotations
 
 import re
 
 from gpustack.checks.model import Finding
+from gpustack.constants import GRAFANA_ADMIN_SECRET, GRAFANA_SERVICE, MONITORING_NAMESPACE
 from gpustack.diagnose.collect_grafana import (
     CAPACITY_PREFIX,
     CAPACITY_UID,
@@ -15,7 +17,7 @@ from gpustack.diagnose.collect_grafana import (
     prometheus_datasource,
 )
 from gpustack.diagnose.registry import register
-from gpustack.diagnose.snapshot import Snapshot
+from gpustack.diagnose.snapshot import Obj, Snapshot
 from gpustack.monitoring.dashboard import load_capacity_dashboard, load_dashboard, panel_queries
 
 BOTH = ("doctor", "verify")
@@ -45,14 +47,8 @@ def grafana_healthy(snap: Snapshot) -> list[Finding]:
         return [Finding("", "", "fail", "Grafana could not be reached",
                         evidence=snap.errors.get("grafana", "not queried"),
                         fix="kubectl -n monitoring get pods -l app.kubernetes.io/name=grafana; " + GRAFANA_LOGS)]  # fmt: skip
-    if "grafana" in snap.errors:  # answered /api/health but the API calls failed (auth?)
-        err = snap.errors["grafana"]
-        auth = "401" in err or "403" in err or "login" in err or "password" in err
-        return [Finding("", "", "fail", "Grafana answers but its API refused gpustack" if auth else
-                        "Grafana API calls failed", evidence=err,
-                        fix="the admin password is kept in the state dir (gpustack.cluster.password_path) and the "
-                            "Secret gpustack-grafana-admin; re-sync with gpustack up --only cluster" if auth
-                        else GRAFANA_LOGS)]  # fmt: skip
+    if "grafana" in snap.errors:  # answered /api/health, then an API call failed (not on the login: R05)
+        return [Finding("", "", "fail", "Grafana API calls failed", evidence=snap.errors["grafana"], fix=GRAFANA_LOGS)]
     db = str(snap.grafana.health.get("database", ""))
     if db and db != "ok":
         return [Finding("", "", "fail", f"Grafana database is {db!r}", evidence=str(snap.grafana.health),
@@ -158,3 +154,58 @@ def _panel_findings(snap: Snapshot, uid: str, results: dict[str, int], unqueried
             )
         )
     return out
+
+
+def _reset_password_fix(login: Obj) -> str:
+    """Grafana keeps the admin password it first started with in its database: a Secret (or state file) changed
+    later no longer matches. The fix sets Grafana's password to the one gpustack reads."""
+    ns, _, name = str(login.get("deployment") or f"{MONITORING_NAMESPACE}/{GRAFANA_SERVICE}").partition("/")
+    if login.get("file"):
+        value = f'"$(cat {login["file"]})"'
+    elif login.get("secret"):
+        sns, _, sname = str(login["secret"]).partition("/")
+        value = f"\"$(kubectl -n {sns} get secret {sname} -o jsonpath='{{.data.{login.get('key')}}}' | base64 -d)\""
+    else:
+        value = "'<the password gpustack uses>'"
+    return f"kubectl -n {ns} exec deploy/{name} -c grafana -- grafana cli admin reset-admin-password {value}"
+
+
+@register("R05-grafana-login", "grafana", title="gpustack logs in to Grafana (credentials from the state or the cluster)",
+          reads="state file, Grafana Deployment env -> Secret, Grafana /login", commands=BOTH)  # fmt: skip
+def grafana_login(snap: Snapshot) -> list[Finding]:
+    login = snap.grafana.login
+    if not snap.grafana.reachable:
+        return [Finding("", "", "skip", "Grafana not reached (see R01-grafana-healthy)")]
+    state = str(login.get("state") or "")
+    if state == "ok":
+        return []
+    detail = str(login.get("detail") or snap.errors.get("grafana:login") or "no login attempted")
+    deployment, secret = str(login.get("deployment") or ""), str(login.get("secret") or "")
+    ns, _, name = (deployment or f"{MONITORING_NAMESPACE}/{GRAFANA_SERVICE}").partition("/")
+    show_env = (f"kubectl -n {ns} get deploy {name} -o jsonpath='{{.spec.template.spec.containers[?(@.name==\"grafana\")]"
+                ".env}'")  # fmt: skip
+    if state == "refused":
+        return [Finding("", "", "fail", f"Grafana refused the admin credentials from {login.get('source')}",
+                        evidence=detail, fix=_reset_password_fix(login))]  # fmt: skip
+    if state in ("secret-missing", "secret-key-missing"):
+        sns, _, sname = secret.partition("/")
+        fix = (f"gpustack up --only cluster   (recreates {secret})" if sname == GRAFANA_ADMIN_SECRET
+               else f"kubectl -n {sns} get secret {sname}; recreate it with the keys {show_env} references")  # fmt: skip
+        return [Finding("", "", "fail", f"the Secret Grafana's Deployment {deployment} references for its admin "
+                        "password is missing or incomplete", evidence=detail, fix=fix)]  # fmt: skip
+    if state == "secret-forbidden":
+        sns, _, sname = secret.partition("/")
+        return [Finding("", "", "fail", f"the kubeconfig's user may not read Secret {secret} (Grafana's admin "
+                        "password)", evidence=detail,
+                        fix=f"kubectl auth can-i get secret/{sname} -n {sns}   # use a kubeconfig that may (an admin's), "
+                            f"or grant get on that one Secret: kubectl -n {sns} create role grafana-admin-reader "
+                            f"--verb=get --resource=secrets --resource-name={sname}")]  # fmt: skip
+    if state == "no-deployment":
+        return [Finding("", "", "fail", "no Grafana admin credentials: no state file for this cluster and no Grafana "
+                        "Deployment to read them from", evidence=detail,
+                        fix="kubectl get deploy -A -l app.kubernetes.io/name=grafana   # gpustack reads the Secret its "
+                            "GF_SECURITY_ADMIN_PASSWORD references")]  # fmt: skip
+    return [Finding("", "", "fail", f"Grafana's admin password cannot be read from Deployment {deployment or '?'}",
+                    evidence=detail,
+                    fix=f"{show_env}   # give GF_SECURITY_ADMIN_PASSWORD from a Secret (Grafana chart: "
+                        "admin.existingSecret, admin.userKey, admin.passwordKey)")]  # fmt: skip

@@ -8,8 +8,10 @@ commands that fix it. A node whose facts could not be read is reported once, by 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
+from gpustack.checks import hostrules
 from gpustack.checks.model import Finding, Status
 from gpustack.diagnose.registry import register
 from gpustack.diagnose.snapshot import Obj, Snapshot
@@ -19,7 +21,6 @@ BOTH = ("doctor", "verify")
 
 FIREWALL_FIX = "gpustack up --only firewall"
 NODE_EXPORTER_FIX = "gpustack up --only cluster  (moves the cluster's node-exporter off 9100: the host one is known)"
-DEV_CHAR_FIX = "sudo nvidia-ctk system create-dev-char-symlinks --create-all"
 SWAP_FIX = "sudo swapoff -a && sudo sed -ri.bak '/^[^#].*\\sswap\\s/ s/^/#/' /etc/fstab   (or: gpustack up --only os)"
 BRIDGE_FIX = (
     "sudo modprobe br_netfilter && sudo sysctl -w net.bridge.bridge-nf-call-iptables=1 "
@@ -46,6 +47,18 @@ def _each(
         found = fn(name, hosts[name])
         out.append(found if found is not None else _f(id_, layer, "pass", what, name))
     return out
+
+
+def _rule(
+    snap: Snapshot, id_: str, layer: str, verdict: Callable[[str, Facts], hostrules.Verdict], *, what: str
+) -> list[Finding]:
+    """A :mod:`gpustack.checks.hostrules` rule per node (the preflight judges the same rule before ``up``)."""
+
+    def one(name: str, facts: Facts) -> Finding | None:
+        v = verdict(name, facts)
+        return None if v.status == "pass" else _f(id_, layer, v.status, v.summary, name, v.evidence, v.fix)
+
+    return _each(snap, id_, layer, one, what=what)
 
 
 def _listeners(facts: Facts, port: int, proto: str = "tcp") -> list[Mapping[str, Any]]:
@@ -316,16 +329,37 @@ def kernel_headers(snap: Snapshot) -> list[Finding]:
 @register("H11-dev-char-symlinks", "host", title="/dev/char links to the NVIDIA devices (NVML Unknown Error)",
           reads="host facts: nvidia_dev_char_symlinks")  # fmt: skip
 def dev_char_symlinks(snap: Snapshot) -> list[Finding]:
-    def one(name: str, facts: Facts) -> Finding | None:
-        if facts.get("nvidia_dev_char_symlinks") is not False:
-            return None
-        return _f("H11-dev-char-symlinks", "host", "fail",
-                  "/dev/char has no links to the NVIDIA devices: long-running GPU pods fail with "
-                  "'Failed to initialize NVML: Unknown Error' after a systemd reload", name,
-                  "NVIDIA driver loaded; no /dev/char/<major>:<minor> -> nvidia* link",
-                  f"{DEV_CHAR_FIX}   (persist with a udev rule: see the NVIDIA container toolkit troubleshooting)")  # fmt: skip
+    return _rule(snap, "H11-dev-char-symlinks", "host", lambda _name, facts: hostrules.dev_char_symlinks(facts),
+                 what="/dev/char links present or no driver loaded")  # fmt: skip
 
-    return _each(snap, "H11-dev-char-symlinks", "host", one, what="/dev/char links present or no driver loaded")
+
+@register("H12-fabric-manager", "host", title="Fabric Manager runs on NVSwitch systems (host driver)",
+          reads="host facts: nvidia_nvswitches, fabricmanager, nvidia_smi; ClusterPolicy")  # fmt: skip
+def fabric_manager(snap: Snapshot) -> list[Finding]:
+    return _rule(snap, "H12-fabric-manager", "host",
+                 lambda _name, facts: hostrules.fabric_manager(facts, _operator_builds_driver(snap, facts)),
+                 what="Fabric Manager running or not needed")  # fmt: skip
+
+
+def _built(snap: Snapshot, facts: Facts) -> bool:
+    return hostrules.driver_is_built(facts, _operator_builds_driver(snap, facts))
+
+
+@register("H13-unattended-upgrades", "host",
+          title="unattended-upgrades cannot install a kernel without headers or a driver under the loaded one",
+          reads="host facts: unattended_upgrades (apt-config dump), gpu_packages (dpkg status); ClusterPolicy")  # fmt: skip
+def unattended(snap: Snapshot) -> list[Finding]:
+    return _rule(snap, "H13-unattended-upgrades", "host",
+                 lambda _name, facts: hostrules.unattended_upgrades(facts, _built(snap, facts)),
+                 what="unattended-upgrades off or harmless")  # fmt: skip
+
+
+@register("H14-next-kernel-headers", "host", title="a kernel installed to boot next has its headers",
+          reads="host facts: kernels, kernel, gpu_packages; ClusterPolicy")  # fmt: skip
+def next_kernel_headers(snap: Snapshot) -> list[Finding]:
+    return _rule(snap, "H14-next-kernel-headers", "host",
+                 lambda _name, facts: hostrules.next_kernel_headers(facts, _built(snap, facts)),
+                 what="installed kernels have headers")  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------- runtime
@@ -378,3 +412,52 @@ def cri(snap: Snapshot) -> list[Finding]:
                   "(if it fails: sudo journalctl -u containerd -n 50)")  # fmt: skip
 
     return _each(snap, "C02-cri", "runtime", one, what="CRI up")
+
+
+def _kubelet_minor(facts: Facts) -> str | None:
+    return hostrules.minor_of(facts.get("kubelet_version"))
+
+
+@register("C03-cgroup-v2", "runtime", title="cgroup v2 where the kubelet requires it (Kubernetes 1.35+)",
+          reads="host facts: cgroup_v2, kubelet_version")  # fmt: skip
+def cgroup_v2(snap: Snapshot) -> list[Finding]:
+    def one(name: str, facts: Facts) -> hostrules.Verdict:
+        minor = _kubelet_minor(facts)
+        if minor is None:
+            return hostrules.Verdict("skip", "no kubelet on this host")
+        v = hostrules.cgroup_v2(facts, minor)
+        return v if v.status == "pass" else replace(v, evidence=f"{v.evidence}; kubelet {facts.get('kubelet_version')}")
+
+    return _rule(snap, "C03-cgroup-v2", "runtime", one, what="cgroup v2")
+
+
+@register("C04-containerd-version", "runtime", title="containerd new enough for the kubelet (2.0 from Kubernetes 1.36)",
+          reads="host facts: containerd.version, kubelet_version")  # fmt: skip
+def containerd_version(snap: Snapshot) -> list[Finding]:
+    def one(name: str, facts: Facts) -> hostrules.Verdict:
+        minor, found = _kubelet_minor(facts), (facts.get("containerd") or {}).get("version")
+        if minor is None or not found:
+            return hostrules.Verdict("skip", "no kubelet or no containerd on this host (see C02-cri)")
+        return hostrules.containerd_for_kubelet(str(found), minor)
+
+    return _rule(snap, "C04-containerd-version", "runtime", one, what="containerd version")
+
+
+@register("C05-containerd-config-version", "runtime", title="containerd's config.toml version is the one it writes",
+          reads="host facts: containerd.version, containerd.config_version")  # fmt: skip
+def containerd_config_version(snap: Snapshot) -> list[Finding]:
+    def one(name: str, facts: Facts) -> hostrules.Verdict:
+        containerd: Obj = dict(facts.get("containerd") or {})
+        if not containerd.get("version"):
+            return hostrules.Verdict("skip", "no containerd on this host (see C02-cri)")
+        return hostrules.containerd_config(str(containerd["version"]), containerd.get("config_version"))
+
+    return _rule(snap, "C05-containerd-config-version", "runtime", one, what="containerd config version")
+
+
+@register("C06-containerd-drop-ins", "runtime",
+          title="config.toml imports the drop-in directory the NVIDIA toolkit writes to (/etc/containerd/conf.d)",
+          reads="host facts: containerd.imports, containerd.drop_ins")  # fmt: skip
+def containerd_drop_ins(snap: Snapshot) -> list[Finding]:
+    return _rule(snap, "C06-containerd-drop-ins", "runtime", lambda _name, facts: hostrules.containerd_drop_ins(facts),
+                 what="drop-ins imported")  # fmt: skip

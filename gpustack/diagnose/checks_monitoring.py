@@ -9,7 +9,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpustack.checks.model import Finding
-from gpustack.diagnose.collect_prometheus import QUERIES
+from gpustack.config.pins import version_tuple
+from gpustack.diagnose.collect_prometheus import EXPORTER_UP, QUERIES, SCRAPE_POOL_FILTER
 from gpustack.diagnose.registry import register
 from gpustack.diagnose.snapshot import Obj, Snapshot
 from gpustack.monitoring.rules import EXPORTER_JOB, load_rules, load_usage_rules
@@ -127,35 +128,78 @@ def exporter_metrics(snap: Snapshot) -> list[Finding]:
 
 
 def _exporter_targets(snap: Snapshot) -> list[Obj]:
+    """Exporter targets from a snapshot saved before the target queries existed (every active target)."""
     return [t for t in snap.prometheus.targets
             if (t.get("labels") or {}).get("job") == EXPORTER_JOB or "dcgm" in str(t.get("scrapePool", ""))]  # fmt: skip
 
 
+def down_exporters(snap: Snapshot) -> list[Obj]:
+    """The exporter targets that are not up, as ``{"labels", "scrapeUrl", "lastError", "detail"}``: from the
+    ``up == 0`` series, with the scrape error of the same target when its scrape pool was read."""
+    if "exporter_down" not in snap.prometheus.queries:  # an older snapshot: the whole target list
+        return [{**t, "detail": ""} for t in _exporter_targets(snap) if t.get("health") != "up"]
+    details = {str((t.get("labels") or {}).get("instance")): t for t in snap.prometheus.targets}
+    old = version_tuple(snap.prometheus.version) < SCRAPE_POOL_FILTER
+    why_not = snap.prometheus.query_errors.get("targets") or (
+        f"Prometheus {snap.prometheus.version or '(version unknown)'} cannot list one scrape pool's targets "
+        f"(needs {'.'.join(map(str, SCRAPE_POOL_FILTER))} or newer)" if old else "no scrape error recorded")  # fmt: skip
+    out = []
+    for row in snap.prometheus.queries["exporter_down"]:
+        labels = {str(k): str(v) for k, v in (row.get("metric") or {}).items()}
+        found = details.get(labels.get("instance", ""))
+        if found is not None:
+            out.append({**found, "labels": {**labels, **(found.get("labels") or {})}, "detail": ""})
+        else:
+            out.append({"labels": labels, "scrapeUrl": labels.get("instance"), "health": "down", "lastError": "",
+                        "detail": why_not})  # fmt: skip
+    return out
+
+
+def _target_query_error(snap: Snapshot) -> str:
+    errors = snap.prometheus.query_errors
+    return "; ".join(errors[k] for k in ("exporter_targets", "exporter_down") if k in errors)
+
+
+DIRECT_QUERY = ("kubectl -n monitoring port-forward svc/kube-prometheus-stack-prometheus 9090:9090 & "
+                "curl -sG localhost:9090/api/v1/query --data-urlencode 'query={q}'")  # fmt: skip
+NO_TARGET_FIX = ("gpustack doctor --check M06,M07  # the ServiceMonitor is missing, does not match the Service, or "
+                 "is not selected by Prometheus")  # fmt: skip
+
+
 @register("M03-exporter-target-up", "monitoring", title="Prometheus scrapes dcgm-exporter (targets up)",
-          reads="Prometheus /api/v1/targets", commands=BOTH)  # fmt: skip
+          reads="Prometheus up{job=~\".*dcgm.*\"} (count, == 0); the down targets' scrape pool", commands=BOTH)  # fmt: skip
 def exporter_target_up(snap: Snapshot) -> list[Finding]:
     if not snap.prometheus.reachable:
         why = snap.errors.get("prometheus", "Prometheus was not queried")
         return [Finding("", "", "fail", "Prometheus could not be reached", evidence=why,
                         fix="kubectl -n monitoring get pods -l app.kubernetes.io/name=prometheus; "
                             "kubectl -n monitoring get svc kube-prometheus-stack-prometheus")]  # fmt: skip
-    targets = _exporter_targets(snap)
-    if not targets:
+    failed = _target_query_error(snap)
+    if failed:
+        return [Finding("", "", "fail", "Prometheus did not answer the exporter-target queries", evidence=failed,
+                        fix=DIRECT_QUERY.format(q=QUERIES["exporter_down"]))]  # fmt: skip
+    if "exporter_targets" in snap.prometheus.queries:
+        if not sum(_by_node(snap.prometheus.queries["exporter_targets"], "job").values()):
+            return [Finding("", "", "fail", "Prometheus has no dcgm-exporter target",
+                            evidence=f"{EXPORTER_UP} matches no series", fix=NO_TARGET_FIX)]  # fmt: skip
+    elif not _exporter_targets(snap):
         return [Finding("", "", "fail", "Prometheus has no dcgm-exporter target",
                         evidence=f"{len(snap.prometheus.targets)} active targets, none with job={EXPORTER_JOB}",
-                        fix="gpustack doctor --check M06,M07  # the ServiceMonitor is missing, does not match the "
-                            "Service, or is not selected by Prometheus")]  # fmt: skip
+                        fix=NO_TARGET_FIX)]  # fmt: skip
     out = []
-    for t in targets:
-        if t.get("health") != "up":
-            labels = t.get("labels") or {}
-            where = labels.get("node") or labels.get("instance") or t.get("scrapeUrl")
-            out.append(Finding("", "", "fail", f"dcgm-exporter target down on {where}",
-                               evidence=f"{t.get('scrapeUrl')}: health={t.get('health')} lastError="
-                                        f"{t.get('lastError') or '(none)'}",
-                               fix=f"kubectl -n {labels.get('namespace', 'gpu-operator')} describe pod "
-                                   f"{labels.get('pod', '<exporter pod>')}; check the firewall allows "
-                                   "port 9400 from the pod network", host=str(labels.get("node") or "") or None))  # fmt: skip
+    for t in down_exporters(snap):
+        labels = t.get("labels") or {}
+        where = labels.get("node") or labels.get("instance") or t.get("scrapeUrl")
+        error = (
+            f"scrape error not read: {t['detail']}"
+            if t.get("detail")
+            else f"lastError={t.get('lastError') or '(none)'}"
+        )
+        out.append(Finding("", "", "fail", f"dcgm-exporter target down on {where}",
+                           evidence=f"{t.get('scrapeUrl')}: health={t.get('health', 'down')} {error}",
+                           fix=f"kubectl -n {labels.get('namespace', 'gpu-operator')} describe pod "
+                               f"{labels.get('pod', '<exporter pod>')}; check the firewall allows "
+                               "port 9400 from the pod network", host=str(labels.get("node") or "") or None))  # fmt: skip
     return out
 
 
@@ -174,8 +218,10 @@ def _by_node(rows: list[Obj], label: str = "node") -> dict[str, float]:
 def gpus_reporting(snap: Snapshot) -> list[Finding]:
     errors = {k: v for k, v in snap.prometheus.query_errors.items() if k in ("gpu_util_by_node", "gpu_allocatable")}
     if errors:
+        capped = any("cap of" in v for v in errors.values())
         return [Finding("", "", "fail", "GPU queries failed in Prometheus", evidence="; ".join(errors.values()),
-                        fix="kubectl -n monitoring logs prometheus-kube-prometheus-stack-prometheus-0 --tail=50")]  # fmt: skip
+                        fix=DIRECT_QUERY.format(q=QUERIES["gpu_util_by_node"]) if capped else
+                        "kubectl -n monitoring logs prometheus-kube-prometheus-stack-prometheus-0 --tail=50")]  # fmt: skip
     reporting = _by_node(snap.prometheus.queries.get("gpu_util_by_node", []))
     allocatable = {n: v for n, v in _by_node(snap.prometheus.queries.get("gpu_allocatable", [])).items() if v > 0}
     if not reporting:
@@ -183,7 +229,7 @@ def gpus_reporting(snap: Snapshot) -> list[Finding]:
                         evidence=f"query {QUERIES['gpu_util_by_node']!r} is empty; allocatable GPUs: "
                                  f"{int(sum(allocatable.values()))}",
                         fix="gpustack doctor --check M01,M02,M03,M06,M07  # follow the path exporter -> target")]  # fmt: skip
-    down = {str((t.get("labels") or {}).get("node") or "") for t in _exporter_targets(snap) if t.get("health") != "up"}
+    down = {str((t.get("labels") or {}).get("node") or "") for t in down_exporters(snap)}
     out = []
     for node in sorted(set(reporting) | set(allocatable)):
         got, want = int(reporting.get(node, 0)), int(allocatable.get(node, 0))

@@ -11,10 +11,14 @@ import concurrent.futures as cf
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpustack.config.model import Config
 from gpustack.diagnose.snapshot import Snapshot
+
+if TYPE_CHECKING:
+    from gpustack.runners.kube import Kube
+    from gpustack.runners.kubeconfig import KubeTarget
 
 
 @dataclass
@@ -27,6 +31,24 @@ class CollectContext:
     load: bool = False  # verify --load: dcgmproftester
     layers: tuple[str, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)  # injected clients in tests
+    #: the resolved cluster (:func:`gpustack.runners.kubeconfig.resolve_kubeconfig`); None: ``kubeconfig`` (a
+    #: file) is resolved on first use, or there is no cluster (``no_cluster`` says why)
+    target: KubeTarget | None = None
+    no_cluster: str = ""
+
+    def kube(self, request_timeout: float | None = None) -> Kube | None:
+        """A client for the cluster: ``extra["kube"]`` (tests), else one connected to :attr:`target` (or to the
+        ``kubeconfig`` file); None when there is no cluster to talk to."""
+        given = self.extra.get("kube")
+        if given is not None:
+            return given  # type: ignore[no-any-return]
+        from gpustack.runners.kubeconfig import connect, resolve_kubeconfig
+
+        if self.target is None and self.kubeconfig is not None:
+            self.target = resolve_kubeconfig(kubeconfig=self.kubeconfig)
+        if self.target is None:
+            return None
+        return connect(self.target, request_timeout=request_timeout)
 
 
 SourceFn = Callable[[CollectContext, Snapshot], None]

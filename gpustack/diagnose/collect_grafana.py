@@ -9,8 +9,16 @@ How it reaches Grafana:
   The API server strips ``Authorization`` before proxying, so the source logs in with ``POST /login``
   and sends Grafana's session cookie instead.
 
-Credentials: user ``monitoring.grafana_admin_user``; password ``ctx.extra["grafana_password"]`` or the
-file :func:`gpustack.cluster.password_path` (written by ``gpustack up``).
+Health first: ``GET /api/health`` needs no login, so "Grafana answers" never depends on credentials.
+
+Credentials (:func:`grafana_credentials`), first that exists: ``ctx.extra["grafana_password"]`` (tests); the
+state file :func:`gpustack.cluster.password_path` that ``gpustack up`` wrote -- only when the cluster looked
+at is gpustack's own (a state file of this machine's cluster says nothing about another one); then the
+cluster itself: Grafana's Deployment, its ``grafana`` container's ``GF_SECURITY_ADMIN_PASSWORD`` (and
+``GF_SECURITY_ADMIN_USER``) followed exactly as the kubelet does -- a ``value``, a ``valueFrom.secretKeyRef``
+(one GET of that Secret, never a LIST), an ``envFrom`` Secret, or ``..._FILE`` inside a Secret volume --
+never a guessed name. The password is never stored: ``snap.grafana.login`` records where the credentials
+came from (or why there are none: ``state`` + ``detail``) for R05.
 
 Stored: ``snap.grafana`` -- ``health``; ``datasources`` (/api/datasources entries) and ``dashboards``
 (/api/search hits), both as Grafana returned them, cut to the fields checks read;
@@ -20,14 +28,17 @@ name); ``panel_results[title]`` = series returned (-1 = query error) and ``panel
 = ``{title: error}`` for gpustack's dashboard (``"(dashboard)"`` when its model could not be read); the
 same for the "GPU capacity and cost" dashboard, its titles prefixed with :data:`CAPACITY_PREFIX`
 (``"(rules)"`` when gpustack's usage recording rules have no data yet, so its panels were not run).
-Unreachable -> ``snap.errors["grafana"]``.
+Unreachable -> ``snap.errors["grafana"]``; no usable credentials, a refused login or a refused API call ->
+``snap.errors["grafana:login"]`` (R05; R02-R04 skip pointing at it).
 """
 
 from __future__ import annotations
 
+import base64
+import concurrent.futures as cf
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.cookies import SimpleCookie
 from typing import Any
 
@@ -46,6 +57,7 @@ CAPACITY_PREFIX = "GPU capacity and cost: "
 USAGE_PROBE_EXPR = "count(gpustack:cluster_gpu_allocatable:sum)"
 REQUEST_TIMEOUT = 10.0
 PROBE_EXPR = "vector(1)"
+PANEL_WORKERS = 4  # panel queries in flight at once
 
 
 def dashboard_uid() -> str:
@@ -94,30 +106,196 @@ def _set_cookies(resp: Response) -> dict[str, str]:
     return out
 
 
-def grafana_password(ctx: CollectContext) -> str:
+class CredentialError(Exception):
+    """No usable Grafana credentials: ``state`` names the case for R05, ``detail`` what was seen."""
+
+    def __init__(self, state: str, detail: str, **where: str) -> None:
+        super().__init__(detail)
+        self.state, self.detail, self.where = state, detail, where
+
+
+@dataclass(frozen=True)
+class Credentials:
+    user: str
+    password: str = field(repr=False)
+    source: str = ""  # where they came from, for the report (never the password)
+    where: dict[str, str] = field(default_factory=dict)  # deployment / secret + key / file that held the password
+
+
+def _meta(obj: Obj) -> Obj:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, dict) else {}
+
+
+def grafana_deployment(snap: Snapshot) -> Obj | None:
+    """Grafana's Deployment: kube-prometheus-stack's (``monitoring/kube-prometheus-stack-grafana``), else the
+    one labelled ``app.kubernetes.io/name=grafana`` (the Grafana chart's label), gpustack's namespace first."""
+    deployments = [d for d in snap.items("Deployment") if isinstance(d, dict)]
+    for d in deployments:
+        if _meta(d).get("namespace") == MONITORING_NAMESPACE and _meta(d).get("name") == GRAFANA_SERVICE:
+            return d
+    labelled = [d for d in deployments if (_meta(d).get("labels") or {}).get("app.kubernetes.io/name") == "grafana"]
+    labelled.sort(key=lambda d: (_meta(d).get("namespace") != MONITORING_NAMESPACE, str(_meta(d).get("name"))))
+    return labelled[0] if labelled else None
+
+
+def _grafana_container(deployment: Obj) -> Obj:
+    spec = ((deployment.get("spec") or {}).get("template") or {}).get("spec") or {}
+    containers = [c for c in spec.get("containers") or [] if isinstance(c, dict)]
+    for c in containers:
+        if c.get("name") == "grafana":
+            return c
+    for c in containers:
+        names = {e.get("name") for e in c.get("env") or [] if isinstance(e, dict)}
+        if names & {"GF_SECURITY_ADMIN_PASSWORD", "GF_SECURITY_ADMIN_PASSWORD__FILE"}:
+            return c
+    return containers[0] if containers else {}
+
+
+class _Secrets:
+    """Secrets read by name (one GET each, cached); errors become :class:`CredentialError`."""
+
+    def __init__(self, kube: Any, namespace: str) -> None:
+        self.kube, self.namespace = kube, namespace
+        self.cache: dict[str, Obj] = {}
+
+    def get(self, name: str) -> Obj:
+        if name not in self.cache:
+            from gpustack.runners.kube import KubeError
+
+            ref = f"{self.namespace}/{name}"
+            try:
+                secret = self.kube.get("v1", "Secret", name, self.namespace)
+            except KubeError as exc:
+                state = "secret-forbidden" if exc.status in (401, 403) else "secret-unreadable"
+                raise CredentialError(state, f"cannot read Secret {ref}: {exc.message}", secret=ref) from None
+            if secret is None:
+                raise CredentialError("secret-missing", f"Secret {ref} does not exist", secret=ref)
+            self.cache[name] = dict(secret)
+        return self.cache[name]
+
+    def value(self, name: str, key: str, *, optional: bool = False) -> str | None:
+        data = self.get(name).get("data") or {}
+        if key not in data:
+            if optional:
+                return None
+            raise CredentialError("secret-key-missing", f"Secret {self.namespace}/{name} has no key {key!r} "
+                                  f"(keys: {', '.join(sorted(data)) or 'none'})", secret=f"{self.namespace}/{name}")  # fmt: skip
+        try:
+            return base64.b64decode(str(data[key])).decode("utf-8").strip()
+        except (ValueError, UnicodeDecodeError):
+            raise CredentialError("secret-key-missing", f"Secret {self.namespace}/{name} key {key!r} is not "
+                                  "base64 text", secret=f"{self.namespace}/{name}") from None  # fmt: skip
+
+
+Found = tuple[str, str, dict[str, str]]  # (value, where it came from, {"secret": ns/name, "key": key})
+
+
+def _env_value(container: Obj, volumes: list[Obj], secrets: _Secrets, var: str) -> Found | None:
+    """(value, where, refs) of one Grafana setting, followed as the kubelet would; None when the container does not
+    set it."""
+    for env in container.get("env") or []:
+        if not isinstance(env, dict):
+            continue
+        if env.get("name") == var:
+            if "value" in env:
+                return str(env["value"]), f"{var} (a literal value in the Deployment)", {}
+            ref = (env.get("valueFrom") or {}).get("secretKeyRef") or {}
+            if ref.get("name") and ref.get("key"):
+                value = secrets.value(str(ref["name"]), str(ref["key"]))
+                refs = {"secret": f"{secrets.namespace}/{ref['name']}", "key": str(ref["key"])}
+                return str(value), f"Secret {refs['secret']} key {ref['key']} ({var})", refs
+            raise CredentialError("unsupported", f"{var} comes from {sorted(env.get('valueFrom') or {})}, "
+                                  "not a Secret gpustack can read")  # fmt: skip
+        if env.get("name") == f"{var}__FILE" and env.get("value"):
+            return _file_value(str(env["value"]), container, volumes, secrets, var)
+    for src in container.get("envFrom") or []:
+        ref = (src or {}).get("secretRef") or {}
+        if ref.get("name"):
+            value = secrets.value(str(ref["name"]), var, optional=True)
+            if value is not None:
+                refs = {"secret": f"{secrets.namespace}/{ref['name']}", "key": var}
+                return value, f"Secret {refs['secret']} key {var} (envFrom)", refs
+    return None
+
+
+def _file_value(path: str, container: Obj, volumes: list[Obj], secrets: _Secrets, var: str) -> Found:
+    """``<var>__FILE``: the file must lie in a mounted Secret volume; its key is the path below the mount."""
+    for mount in container.get("volumeMounts") or []:
+        base = str((mount or {}).get("mountPath") or "").rstrip("/")
+        if not base or not path.startswith(base + "/"):
+            continue
+        rel = path[len(base) + 1 :]
+        vol = next((v for v in volumes if v.get("name") == mount.get("name")), {})
+        secret = vol.get("secret") or {}
+        if not secret.get("secretName"):
+            break
+        key = next((i.get("key") for i in secret.get("items") or [] if i.get("path") == rel), rel)
+        value = secrets.value(str(secret["secretName"]), str(key))
+        refs = {"secret": f"{secrets.namespace}/{secret['secretName']}", "key": str(key)}
+        return str(value), f"Secret {refs['secret']} key {key} ({var}__FILE={path})", refs
+    raise CredentialError("unsupported", f"{var}__FILE={path} is not inside a mounted Secret volume")
+
+
+def credentials_from_cluster(snap: Snapshot, kube: Any, default_user: str) -> Credentials:
+    """Grafana's admin user and password as its Deployment gets them (see the module docstring)."""
+    if "Deployment" not in snap.kube:
+        why = snap.errors.get("kubernetes:Deployment") or snap.errors.get("kubernetes") or "not collected"
+        raise CredentialError("no-deployment", f"Deployments could not be read: {why}")
+    deployment = grafana_deployment(snap)
+    if deployment is None:
+        raise CredentialError("no-deployment", f"no Grafana Deployment ({MONITORING_NAMESPACE}/{GRAFANA_SERVICE}, "
+                              "or one labelled app.kubernetes.io/name=grafana)")  # fmt: skip
+    ns, name = str(_meta(deployment).get("namespace") or "default"), str(_meta(deployment).get("name"))
+    container = _grafana_container(deployment)
+    volumes = [v for v in (((deployment.get("spec") or {}).get("template") or {}).get("spec") or {}).get("volumes")
+               or [] if isinstance(v, dict)]  # fmt: skip
+    secrets = _Secrets(kube, ns)
+    try:
+        password = _env_value(container, volumes, secrets, "GF_SECURITY_ADMIN_PASSWORD")
+        if password is None:
+            raise CredentialError("not-set", f"container {container.get('name')!r} sets no GF_SECURITY_ADMIN_PASSWORD "
+                                  "(nor _FILE, nor an envFrom Secret with it)")  # fmt: skip
+        user = _env_value(container, volumes, secrets, "GF_SECURITY_ADMIN_USER")
+    except CredentialError as exc:
+        exc.where.setdefault("deployment", f"{ns}/{name}")
+        raise
+    return Credentials(user[0] if user else default_user, password[0], f"{password[1]} of Deployment {ns}/{name}",
+                       {"deployment": f"{ns}/{name}", **password[2]})  # fmt: skip
+
+
+def grafana_credentials(ctx: CollectContext, snap: Snapshot) -> Credentials:
+    """The admin credentials (see the module docstring for the order); :class:`CredentialError` when none."""
+    user = ctx.cfg.monitoring.grafana_admin_user
     if ctx.extra.get("grafana_password") is not None:
-        return str(ctx.extra["grafana_password"])
+        return Credentials(user, str(ctx.extra["grafana_password"]), "given to the collector")
     from gpustack.cluster import password_path
 
     path = password_path(ctx.cfg)
-    try:
-        return path.read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        raise HttpError(f"cannot read the Grafana admin password from {path}: {exc.strerror}") from None
+    own = ctx.target is None or ctx.target.own
+    if own and path.is_file():
+        try:
+            value = path.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise CredentialError("state-unreadable", f"cannot read {path}: {exc.strerror}", file=str(path)) from None
+        if value:
+            return Credentials(user, value, f"gpustack's state file {path}", {"file": str(path)})
+    kube = kube_client(ctx)
+    if kube is None:
+        raise CredentialError("no-deployment", "no Kubernetes client to read Grafana's Deployment with")
+    return credentials_from_cluster(snap, kube, user)
 
 
-def grafana_client(ctx: CollectContext, snap: Snapshot, timeout: float) -> GrafanaClient | None:
-    user = ctx.cfg.monitoring.grafana_admin_user
+def grafana_endpoint(ctx: CollectContext, snap: Snapshot) -> Endpoint | None:
+    """Where Grafana answers: ``ctx.extra["grafana_url"]`` (tests) or the API server's service proxy."""
     url = ctx.extra.get("grafana_url")
     if url:
-        password = grafana_password(ctx)
-        return GrafanaClient(DirectEndpoint(str(url), auth=(user, password)), user, password, timeout)
+        return DirectEndpoint(str(url))
     kube = kube_client(ctx)
     if kube is None:
         return None
     port = service_port(snap, MONITORING_NAMESPACE, GRAFANA_SERVICE, GRAFANA_PORT)
-    ep = KubeProxyEndpoint(kube, MONITORING_NAMESPACE, GRAFANA_SERVICE, port)
-    return GrafanaClient(ep, user, grafana_password(ctx), timeout)
+    return KubeProxyEndpoint(kube, MONITORING_NAMESPACE, GRAFANA_SERVICE, port)
 
 
 def series_count(result: Mapping[str, Any]) -> int:
@@ -131,23 +309,39 @@ def series_count(result: Mapping[str, Any]) -> int:
     return count
 
 
-def ds_query(client: GrafanaClient, ds: Obj, exprs: list[str]) -> tuple[int, str]:
-    """Run ``exprs`` as one panel through Grafana: (series returned, first error or "")."""
+def counted_series(result: Mapping[str, Any]) -> int:
+    """The series a ``count(...)`` query counted: the sum of its frames' last values (0 for an empty result)."""
+    total = 0
+    for frame in result.get("frames") or []:
+        values = ((frame or {}).get("data") or {}).get("values") or []
+        column = values[-1] if values and isinstance(values[-1], list) else []
+        try:
+            total += int(float(column[-1])) if column else 0
+        except (TypeError, ValueError):
+            continue
+    return total
+
+
+def ds_query(client: GrafanaClient, ds: Obj, exprs: list[str], *, count: bool = False) -> tuple[int, str]:
+    """Run ``exprs`` as one panel through Grafana: (series returned, first error or "").
+
+    ``count``: ask Grafana for ``count((expr))`` and read the number, not the series themselves: whether a panel
+    has data, and how many series, at the same small answer size on one node or a thousand."""
     ref = {"uid": ds.get("uid"), "type": ds.get("type", "prometheus")}
     queries = [
-        {"refId": chr(ord("A") + i), "datasource": ref, "expr": e, "instant": True, "range": False,
-         "intervalMs": 30000, "maxDataPoints": 100}
+        {"refId": chr(ord("A") + i), "datasource": ref, "expr": f"count(({e}))" if count else e, "instant": True,
+         "range": False, "intervalMs": 30000, "maxDataPoints": 100}
         for i, e in enumerate(exprs[:26])
     ]  # fmt: skip
     body = client.post("/api/ds/query", {"queries": queries, "from": "now-5m", "to": "now"})
     results = (body or {}).get("results") or {}
     total, errors = 0, []
-    for q in queries:
+    for q, expr in zip(queries, exprs[: len(queries)], strict=True):
         res = results.get(q["refId"]) or {}
         if res.get("error") or int(res.get("status") or 200) >= 400:
-            errors.append(f"{q['expr']}: {res.get('error') or res.get('status')}")
+            errors.append(f"{expr}: {res.get('error') or res.get('status')}")
             continue
-        total += series_count(res)
+        total += counted_series(res) if count else series_count(res)
     return total, errors[0] if errors else ""
 
 
@@ -169,29 +363,48 @@ def prometheus_datasource(datasources: list[Obj]) -> Obj | None:
     return proms[0] if proms else None
 
 
+def _login_failed(snap: Snapshot, login: Obj, detail: str) -> None:
+    snap.grafana.login = {**login, "detail": detail}
+    snap.errors["grafana:login"] = detail
+
+
 @source("grafana", layers=("grafana",), after=("kubernetes",))
 def collect_grafana(ctx: CollectContext, snap: Snapshot) -> None:
-    """Fill ``snap.grafana``; unreachable or unauthenticated -> ``snap.errors["grafana"]``."""
+    """Fill ``snap.grafana``: health (no login), then credentials, login and the API (see the module docstring)."""
     timeout = min(REQUEST_TIMEOUT, max(1.0, ctx.timeout / 4))
     deadline = time.monotonic() + max(2.0, ctx.timeout * 0.8)
-    try:
-        client = grafana_client(ctx, snap, timeout)
-    except HttpError as exc:
-        snap.errors["grafana"] = str(exc)
-        return
-    if client is None:
+    ep = grafana_endpoint(ctx, snap)
+    if ep is None:
         snap.errors["grafana"] = "no kubeconfig and no Grafana URL: cannot reach Grafana"
         return
     try:
-        health = client.get("/api/health")
-        snap.grafana.health = health if isinstance(health, dict) else {"raw": str(health)[:200]}
-        snap.grafana.reachable = True
+        health = ep.request("GET", "/api/health", timeout=timeout).json()
+    except HttpError as exc:
+        snap.errors["grafana"] = f"Grafana via {ep.describe()}: {exc}"
+        return
+    snap.grafana.health = health if isinstance(health, dict) else {"raw": str(health)[:200]}
+    snap.grafana.reachable = True
+    try:
+        creds = grafana_credentials(ctx, snap)
+    except CredentialError as exc:
+        _login_failed(snap, {"state": exc.state, **exc.where}, exc.detail)
+        return
+    login: Obj = {"state": "ok", "user": creds.user, "source": creds.source, **creds.where}
+    snap.grafana.login = dict(login)
+    if isinstance(ep, DirectEndpoint):
+        ep = DirectEndpoint(ep.base_url, auth=(creds.user, creds.password))
+    client = GrafanaClient(ep, creds.user, creds.password, timeout)
+    try:
         if isinstance(client.ep, KubeProxyEndpoint):
             client.login()
         datasources = client.get("/api/datasources")
         search = client.get("/api/search", {"type": "dash-db"})
     except HttpError as exc:
-        snap.errors["grafana"] = f"Grafana via {client.ep.describe()}: {exc}"
+        detail = f"Grafana via {client.ep.describe()}: {exc}"
+        if exc.status in (401, 403) or "session cookie" in str(exc):
+            _login_failed(snap, {**login, "state": "refused"}, detail)
+        else:
+            snap.errors["grafana"] = detail
         return
     keep_ds = ("uid", "name", "type", "url", "isDefault", "access")
     snap.grafana.datasources = [{k: d.get(k) for k in keep_ds if k in d} for d in datasources or []
@@ -235,19 +448,26 @@ def _query_dashboard(
     except HttpError as exc:
         snap.grafana.panel_errors[uid] = {"(dashboard)": str(exc)}
         return
-    errors: dict[str, str] = {}
-    for title, exprs in _panels(model).items():
-        key = prefix + title
+
+    # a panel's queries may take seconds on a large cluster: each may use what is left of the source's time
+    panel_client = replace(client, timeout=max(client.timeout, deadline - time.monotonic()))
+
+    def panel(item: tuple[str, list[str]]) -> tuple[int, str]:
         if time.monotonic() > deadline:
-            errors[key] = "not run: the Grafana source ran out of time"
-            snap.grafana.panel_results[key] = -1
-            continue
+            return -1, "not run: the Grafana source ran out of time"
         try:
-            count, err = ds_query(client, ds, exprs)
+            count, err = ds_query(panel_client, ds, item[1], count=True)
         except HttpError as exc:
             count, err = -1, str(exc)
-        if err and count <= 0:
-            count = -1
-            errors[key] = err
-        snap.grafana.panel_results[key] = count
+        return (-1, err) if err and count <= 0 else (count, "")
+
+    # a few panels at a time, as Grafana itself runs a dashboard's queries: the wall time stays a few round trips
+    panels = list(_panels(model).items())
+    with cf.ThreadPoolExecutor(max_workers=PANEL_WORKERS) as pool:
+        results = list(pool.map(panel, panels))
+    errors: dict[str, str] = {}
+    for (title, _), (count, err) in zip(panels, results, strict=True):
+        snap.grafana.panel_results[prefix + title] = count
+        if err:
+            errors[prefix + title] = err
     snap.grafana.panel_errors[uid] = errors

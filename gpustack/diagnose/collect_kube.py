@@ -65,11 +65,9 @@ class CountingKube(Kube):
 
 def _kube_for(ctx: CollectContext) -> Kube | None:
     given = ctx.extra.get("kube")
-    if isinstance(given, Kube):
-        return given
-    if ctx.kubeconfig is None:
+    if given is not None and not isinstance(given, Kube):
         return None
-    return Kube.from_kubeconfig(ctx.kubeconfig)
+    return ctx.kube()
 
 
 def _list_all(kube: Kube, path: str, query: Mapping[str, str], page_size: int) -> list[Obj]:
@@ -180,10 +178,11 @@ def collect_kubernetes(ctx: CollectContext, snap: Snapshot) -> None:
     try:
         base = _kube_for(ctx)
     except Exception as exc:  # a broken kubeconfig file
-        snap.errors["kubernetes"] = f"cannot load the kubeconfig {ctx.kubeconfig}: {exc}"
+        where = ", ".join(str(f) for f in ctx.target.files) if ctx.target is not None else ctx.kubeconfig
+        snap.errors["kubernetes"] = f"cannot load the kubeconfig {where}: {getattr(exc, 'message', exc)}"
         return
     if base is None:
-        snap.errors["kubernetes"] = NO_KUBECONFIG
+        snap.errors["kubernetes"] = ctx.no_cluster or NO_KUBECONFIG
         return
     kube = CountingKube(base, request_timeout=min(base.request_timeout, max(0.5, ctx.timeout / 4)))
     kube_data: dict[str, list[Obj]] = {}

@@ -9,10 +9,21 @@ How it reaches them:
 - the exporter: ``ctx.extra["exporter_url"]`` (tests) or the service proxy to the exporter Service of
   ``gpu.exporter`` (:data:`gpustack.render.manifests.EXPORTER_TARGETS`), first 64 KiB of ``/metrics``.
 
-What it stores: ``snap.prometheus`` (targets trimmed to what checks read, rule groups, the
-:data:`QUERIES` results in ``queries``, their errors in ``query_errors``). The exporter scrape is one
-record (:func:`scrape_exporter`) in ``snap.prometheus.exporter_scrape``. Prometheus unreachable ->
-``snap.errors["prometheus"]``; the exporter scrape is recorded either way.
+What it asks -- only what the checks need, so the answers stay small at any cluster size (a 1,000-node
+cluster's whole ``/api/v1/targets`` is several MiB, over the body cap):
+
+- ``/api/v1/status/buildinfo``: reachable, and the version (what the filters below need);
+- the :data:`QUERIES` (aggregated by node, or only the exporter targets that are down: ``up == 0``);
+- ``/api/v1/rules``, filtered to gpustack's rule groups (``rule_group[]``, Prometheus 2.44+);
+- only when an exporter target is down: its scrape pool's targets (``/api/v1/scrape_pools`` and
+  ``/api/v1/targets?scrapePool=...&state=active``, both Prometheus 2.42+), for the scrape error of the
+  down ones. Older Prometheus: no target details (the ``up`` series still name the target).
+
+What it stores: ``snap.prometheus`` (``version``; the down exporter targets' details in ``targets``; rule
+groups; the :data:`QUERIES` results in ``queries``, their errors in ``query_errors``: an answer over the
+body cap is such an error, naming the cap). The exporter scrape is one record (:func:`scrape_exporter`) in
+``snap.prometheus.exporter_scrape``. Prometheus unreachable -> ``snap.errors["prometheus"]``; the exporter
+scrape is recorded either way.
 """
 
 from __future__ import annotations
@@ -21,36 +32,44 @@ import json
 import re
 from typing import Any
 
+from gpustack.config.pins import version_tuple
 from gpustack.constants import MONITORING_NAMESPACE, PROMETHEUS_PORT, PROMETHEUS_SERVICE
 from gpustack.diagnose.collect import CollectContext, source
-from gpustack.diagnose.http import DirectEndpoint, Endpoint, HttpError, KubeProxyEndpoint
+from gpustack.diagnose.http import BodyTooLarge, DirectEndpoint, Endpoint, HttpError, KubeProxyEndpoint, Query
 from gpustack.diagnose.snapshot import Obj, Snapshot
 from gpustack.render.manifests import EXPORTER_TARGETS, exporter_target
 
 METRICS_LIMIT = 64 * 1024
 REQUEST_TIMEOUT = 10.0
 
-#: name -> instant query. Checks read these by name.
+#: the dcgm-exporter's targets: gpustack's ServiceMonitor sets job="dcgm-exporter"; others keep "dcgm" in the job
+EXPORTER_UP = 'up{job=~".*dcgm.*"}'
+#: name -> instant query. Checks read these by name. Each answer is bounded by the node count (one series per
+#: node at most) or, on a healthy cluster, empty (the down targets): none returns every target.
 QUERIES: dict[str, str] = {
     "gpu_util_by_node": "count by (node) (DCGM_FI_DEV_GPU_UTIL)",
     "gr_engine_by_node": "count by (node) (DCGM_FI_PROF_GR_ENGINE_ACTIVE)",
     "tensor_by_node": "count by (node) (DCGM_FI_PROF_PIPE_TENSOR_ACTIVE)",
     "gpu_models": "count by (modelName) (DCGM_FI_DEV_GPU_UTIL)",
-    "exporter_up": 'up{job="dcgm-exporter"}',
-    "gpu_allocatable": 'kube_node_status_allocatable{resource="nvidia_com_gpu"}',
+    "exporter_targets": f"count by (job) ({EXPORTER_UP})",
+    "exporter_down": f"{EXPORTER_UP} == 0",
+    "gpu_allocatable": 'sum by (node) (kube_node_status_allocatable{resource="nvidia_com_gpu"})',
 }
+#: the Prometheus release that added /api/v1/scrape_pools and /api/v1/targets?scrapePool= (prometheus#11142)
+SCRAPE_POOL_FILTER = (2, 42)
+#: the Prometheus release that added /api/v1/rules?rule_group[]= (prometheus#12270)
+RULE_GROUP_FILTER = (2, 44)
 _TARGET_KEYS = ("scrapePool", "scrapeUrl", "health", "lastError", "lastScrape", "labels")
 _GPU_UTIL_LINE = re.compile(rb"^DCGM_FI_DEV_GPU_UTIL[{ ]", re.M)
 
 
 def kube_client(ctx: CollectContext) -> Any:
-    """The Kubernetes client: ``ctx.extra["kube"]`` or one built from ``ctx.kubeconfig`` (cached in extra)."""
+    """The Kubernetes client: ``ctx.extra["kube"]`` or one connected to the resolved cluster (cached in extra)."""
     kube = ctx.extra.get("kube")
-    if kube is None and ctx.kubeconfig is not None:
-        from gpustack.runners.kube import Kube
-
-        kube = Kube.from_kubeconfig(ctx.kubeconfig, request_timeout=REQUEST_TIMEOUT)
-        ctx.extra["kube"] = kube
+    if kube is None:
+        kube = ctx.kube(REQUEST_TIMEOUT)
+        if kube is not None:
+            ctx.extra["kube"] = kube
     return kube
 
 
@@ -93,7 +112,7 @@ def exporter_endpoint(ctx: CollectContext, snap: Snapshot) -> Endpoint | None:
                              service_port(snap, target.namespace, target.service, target.port))  # fmt: skip
 
 
-def api_data(ep: Endpoint, path: str, query: dict[str, str] | None = None, timeout: float = REQUEST_TIMEOUT) -> Any:
+def api_data(ep: Endpoint, path: str, query: Query | None = None, timeout: float = REQUEST_TIMEOUT) -> Any:
     """GET ``/api/v1/<path>`` and return ``data``; :class:`HttpError` on a transport or API error."""
     try:
         body = ep.request("GET", f"/api/v1/{path}", query=query, timeout=timeout).json()
@@ -161,6 +180,35 @@ def scrape_exporter(ep: Endpoint, timeout: float = REQUEST_TIMEOUT) -> Obj:
     return record
 
 
+def _rule_groups(ep: Endpoint, version: tuple[int, ...], timeout: float) -> list[Obj]:
+    """gpustack's rule groups (filtered by Prometheus when it can, else every group, trimmed)."""
+    from gpustack.monitoring.rules import load_rules
+
+    query: Query | None = None
+    if version >= RULE_GROUP_FILTER:
+        query = {"rule_group[]": [str(g["name"]) for g in load_rules()["groups"]]}
+    rules = api_data(ep, "rules", query, timeout)
+    groups = rules.get("groups") if isinstance(rules, dict) else None
+    return [_trim_group(g) for g in groups or [] if isinstance(g, dict)]
+
+
+def down_target_details(ep: Endpoint, version: tuple[int, ...], timeout: float) -> list[Obj]:
+    """The exporter targets that are not up, with their scrape error: the targets of the dcgm scrape pools only
+    (``scrapePool=``, Prometheus 2.42+); [] on an older Prometheus. :class:`HttpError` (e.g. over the cap)."""
+    if version < SCRAPE_POOL_FILTER:
+        return []
+    pools = api_data(ep, "scrape_pools", None, timeout)
+    names = (
+        [str(p) for p in (pools or {}).get("scrapePools") or [] if "dcgm" in str(p)] if isinstance(pools, dict) else []
+    )
+    out: list[Obj] = []
+    for pool in names:
+        data = api_data(ep, "targets", {"scrapePool": pool, "state": "active"}, timeout)
+        active = data.get("activeTargets") if isinstance(data, dict) else None
+        out += [_trim_target(t) for t in active or [] if isinstance(t, dict) and t.get("health") != "up"]
+    return out
+
+
 @source("prometheus", layers=("monitoring", "grafana"), after=("kubernetes",))
 def collect_prometheus(ctx: CollectContext, snap: Snapshot) -> None:
     """Fill ``snap.prometheus``; record unreachability in ``snap.errors`` instead of raising."""
@@ -173,21 +221,30 @@ def collect_prometheus(ctx: CollectContext, snap: Snapshot) -> None:
         snap.errors["prometheus"] = "no kubeconfig and no Prometheus URL: cannot reach Prometheus"
         return
     try:
-        data = api_data(ep, "targets", {"state": "active"}, timeout)
+        info = api_data(ep, "status/buildinfo", None, timeout)
+        snap.prometheus.version = str((info or {}).get("version") or "") if isinstance(info, dict) else ""
     except HttpError as exc:
-        snap.errors["prometheus"] = f"Prometheus unreachable via {ep.describe()}: {exc}"
-        return
-    snap.prometheus.reachable = True
-    active = data.get("activeTargets") if isinstance(data, dict) else None
-    snap.prometheus.targets = [_trim_target(t) for t in active or [] if isinstance(t, dict)]
-    try:
-        rules = api_data(ep, "rules", None, timeout)
-        groups = rules.get("groups") if isinstance(rules, dict) else None
-        snap.prometheus.rule_groups = [_trim_group(g) for g in groups or [] if isinstance(g, dict)]
-    except HttpError as exc:
-        snap.prometheus.query_errors["rules"] = str(exc)
+        if exc.status != 404:  # 404: older than 2.14 (no buildinfo): the queries below tell whether it answers
+            snap.errors["prometheus"] = f"Prometheus unreachable via {ep.describe()}: {exc}"
+            return
+    version = version_tuple(snap.prometheus.version)
     for name, expr in QUERIES.items():
         try:
             snap.prometheus.queries[name] = instant(ep, expr, timeout)
+        except BodyTooLarge as exc:
+            snap.prometheus.query_errors[name] = f"query {expr!r}: {exc}"
         except HttpError as exc:
+            if exc.status is None and not snap.prometheus.queries:  # nothing answered at all
+                snap.errors["prometheus"] = f"Prometheus unreachable via {ep.describe()}: {exc}"
+                return
             snap.prometheus.query_errors[name] = str(exc)
+    snap.prometheus.reachable = True
+    try:
+        snap.prometheus.rule_groups = _rule_groups(ep, version, timeout)
+    except HttpError as exc:
+        snap.prometheus.query_errors["rules"] = str(exc)
+    if snap.prometheus.queries.get("exporter_down"):
+        try:
+            snap.prometheus.targets = down_target_details(ep, version, timeout)
+        except HttpError as exc:
+            snap.prometheus.query_errors["targets"] = f"the down targets' scrape errors could not be read: {exc}"

@@ -13,7 +13,7 @@ from gpustack.diagnose import registry, report
 from gpustack.diagnose.collect import CollectContext, collect
 from gpustack.diagnose.snapshot import Snapshot
 from gpustack.errors import UsageError
-from gpustack.paths import kubeconfig_path
+from gpustack.runners.kubeconfig import ENV, HOME, KubeconfigNotFound, KubeTarget, resolve_kubeconfig
 
 OUTPUTS = ("table", "json", "junit")
 
@@ -35,7 +35,8 @@ class DiagnoseOptions:
     fix: bool = False  # doctor --fix: offer the safe fixes for the failures, apply, check again
     assume_yes: bool = False  # --yes: apply without asking
     bundle: Path | None = None  # doctor --bundle FILE: redacted support bundle
-    kubeconfig: Path | None = None  # --kubeconfig: another cluster's (else gpustack's admin.conf for the cluster)
+    kubeconfig: Path | None = None  # --kubeconfig FILE (else $KUBECONFIG, gpustack's admin.conf, ~/.kube/config)
+    context: str | None = None  # --context NAME of the resolved kubeconfig (else its current-context)
 
 
 def validate(opts: DiagnoseOptions) -> None:
@@ -55,19 +56,50 @@ def validate(opts: DiagnoseOptions) -> None:
         raise UsageError("--fix needs the live cluster: it cannot be combined with --from-snapshot")
 
 
-def gather(cfg: Config, opts: DiagnoseOptions, layers: tuple[str, ...] = ()) -> Snapshot:
+def target_for(cfg: Config, opts: DiagnoseOptions) -> tuple[KubeTarget | None, str]:
+    """The cluster to check (:func:`~gpustack.runners.kubeconfig.resolve_kubeconfig`), or None and why not.
+    A bad ``--kubeconfig``/``--context`` is a usage error (exit 2); no kubeconfig anywhere is data (K00)."""
+    if opts.snapshot_in is not None:
+        return None, ""
+    try:
+        return resolve_kubeconfig(kubeconfig=opts.kubeconfig, context=opts.context, cluster_name=cfg.cluster.name), ""
+    except KubeconfigNotFound as exc:
+        return None, exc.message + (f" ({exc.hint})" if exc.hint else "")
+
+
+def refuse_unattended_fix(opts: DiagnoseOptions, target: KubeTarget | None) -> None:
+    """``doctor --fix --yes`` changes a cluster without asking: only one the user named (``--kubeconfig``,
+    ``--context``) or gpustack's own, never one a stray ``$KUBECONFIG`` or ``~/.kube/config`` points at."""
+    if not (opts.fix and opts.assume_yes) or target is None or target.own or opts.context is not None:
+        return
+    if target.source in (ENV, HOME):
+        raise UsageError(
+            f"doctor --fix --yes would change {target.describe()} without asking",
+            hint=f"name the cluster: add --context {target.context} (or --kubeconfig FILE), or drop --yes to be asked",
+        )
+
+
+def gather(
+    cfg: Config,
+    opts: DiagnoseOptions,
+    layers: tuple[str, ...] = (),
+    target: tuple[KubeTarget | None, str] | None = None,
+) -> Snapshot:
     """Collect what the selected checks read: only the sources serving their ``layers``."""
     if opts.snapshot_in is not None:
         try:
             return Snapshot.from_json(json.loads(opts.snapshot_in.read_text(encoding="utf-8")))
         except (OSError, ValueError, TypeError) as exc:
             raise UsageError(f"--snapshot {opts.snapshot_in}: cannot load: {exc}") from None
-    kc = opts.kubeconfig or kubeconfig_path(cfg.cluster.name)
+    resolved, why = target if target is not None else target_for(cfg, opts)
     ctx = CollectContext(
-        cfg=cfg, command=opts.command, kubeconfig=kc if kc.is_file() else None, timeout=opts.timeout,
-        workload=opts.workload, load=opts.load, layers=layers or opts.layers, extra=dict(opts.extra),
+        cfg=cfg, command=opts.command, kubeconfig=None, timeout=opts.timeout, workload=opts.workload,
+        load=opts.load, layers=layers or opts.layers, extra=dict(opts.extra), target=resolved, no_cluster=why,
     )  # fmt: skip
-    return collect(ctx)
+    snap = collect(ctx)
+    if resolved is not None:
+        snap.target = resolved.to_json()
+    return snap
 
 
 def cluster_unreachable(snap: Snapshot) -> bool:
@@ -79,8 +111,10 @@ def diagnose(cfg: Config, opts: DiagnoseOptions, console: Console) -> tuple[int,
     specs = registry.select(opts.command, layers=opts.layers, checks=opts.checks, ignore=opts.ignore)
     if not specs:
         raise UsageError(f"no {opts.command} check matches the selection (`gpustack {opts.command} --list`)")
+    target = target_for(cfg, opts)
+    refuse_unattended_fix(opts, target[0])
     # `--check H04` needs the hosts, not the cluster: collect for the selected checks' layers only
-    snap = gather(cfg, opts, tuple(sorted({s.layer for s in specs})))
+    snap = gather(cfg, opts, tuple(sorted({s.layer for s in specs})), target)
     if opts.snapshot_out is not None:
         opts.snapshot_out.write_text(json.dumps(snap.to_json(), indent=1, default=str) + "\n", encoding="utf-8")
     findings = registry.run(specs, snap)
@@ -91,7 +125,7 @@ def diagnose(cfg: Config, opts: DiagnoseOptions, console: Console) -> tuple[int,
     # with --fix and json/junit output, stdout carries one report: the one after the fixes (if any ran)
     deferred = opts.fix and opts.output != "table"
     if not deferred:
-        _print_report(opts, findings, console, unreachable)
+        _print_report(opts, findings, console, snap, unreachable)
     if opts.bundle is not None:
         from gpustack.diagnose.bundle import last_run, write_bundle
         from gpustack.paths import state_dir
@@ -106,10 +140,8 @@ def diagnose(cfg: Config, opts: DiagnoseOptions, console: Console) -> tuple[int,
 
         fix_con = fixes.fix_console(console, opts.output)
         extra = dict(opts.extra)
-        if opts.kubeconfig is not None and "kube" not in extra:  # fixes talk to the cluster that was checked
-            from gpustack.runners.kube import Kube
-
-            extra["kube"] = Kube.from_kubeconfig(opts.kubeconfig)
+        if target[0] is not None:  # fixes talk to the cluster that was checked
+            extra.setdefault("target", target[0])
         outcome = fixes.offer_and_apply(cfg, snap, findings, fix_con, assume_yes=opts.assume_yes, extra=extra)
         if outcome.ran:
             fix_con.print("[stage]▶ checking again after the fixes[/stage]")
@@ -117,15 +149,17 @@ def diagnose(cfg: Config, opts: DiagnoseOptions, console: Console) -> tuple[int,
             fixes.report_after(outcome, findings, fix_con)
             return (1 if outcome.failed and code == 0 else code), findings, snap
         if deferred:
-            _print_report(opts, findings, console, unreachable)
+            _print_report(opts, findings, console, snap, unreachable)
     if opts.save is not None:
         fmt = "junit" if opts.save.suffix == ".xml" else "json"
-        opts.save.write_text(report.render(opts.command, findings, fmt), encoding="utf-8")
+        opts.save.write_text(report.render(opts.command, findings, fmt, target=snap.target), encoding="utf-8")
     return code, findings, snap
 
 
-def _print_report(opts: DiagnoseOptions, findings: list[Finding], console: Console, unreachable: bool) -> None:
+def _print_report(
+    opts: DiagnoseOptions, findings: list[Finding], console: Console, snap: Snapshot, unreachable: bool
+) -> None:
     if opts.output == "table":
-        report.print_table(opts.command, findings, console, cluster_unreachable=unreachable)
+        report.print_table(opts.command, findings, console, target=snap.target, cluster_unreachable=unreachable)
     else:
-        console.out.print(report.render(opts.command, findings, opts.output), markup=False, end="")
+        console.out.print(report.render(opts.command, findings, opts.output, target=snap.target), markup=False, end="")

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
 
+from rich.markup import escape
+
 from gpustack.checks.model import Finding
 from gpustack.config.model import Config
 from gpustack.console import Console
@@ -70,20 +72,19 @@ class FixContext:
     _kube: Any = None
 
     def kube(self) -> Any:
-        """The Kubernetes client (admin kubeconfig), created on first use."""
+        """The Kubernetes client of the cluster that was checked (``extra["target"]``), created on first use."""
         if self._kube is None:
             seam = self.extra.get("kube")
             if seam is not None:
                 self._kube = seam
             else:
-                from gpustack.paths import kubeconfig_path
-                from gpustack.runners.kube import Kube
+                from gpustack.runners.kubeconfig import KubeTarget, connect
 
-                kc = kubeconfig_path(self.cfg.cluster.name)
-                if not kc.is_file():
-                    raise StageError(f"no admin kubeconfig at {kc}", stage="doctor --fix",
-                                     hint="run `gpustack up` (control-plane stage) first")  # fmt: skip
-                self._kube = Kube.from_kubeconfig(kc)
+                target = self.extra.get("target")
+                if not isinstance(target, KubeTarget):
+                    raise StageError("no kubeconfig: doctor --fix cannot reach the cluster", stage="doctor --fix",
+                                     hint="pass --kubeconfig FILE (or set $KUBECONFIG), or run `gpustack up` first")  # fmt: skip
+                self._kube = connect(target)
         return self._kube
 
 
@@ -364,6 +365,13 @@ def fix_console(console: Console, output: str) -> Console:
     return Console(verbosity=console.verbosity, stream=sys.stderr)
 
 
+def target_text(snap: Snapshot) -> str:
+    """The cluster the fixes change, for the confirmation: server, context and where the kubeconfig came from."""
+    from gpustack.diagnose.report import cluster_line
+
+    return cluster_line(snap.target) if snap.target else "none (only the hosts in gpustack.yaml are changed)"
+
+
 def offer_and_apply(
     cfg: Config, snap: Snapshot, findings: Sequence[Finding], console: Console, *, assume_yes: bool,
     extra: Mapping[str, object] | None = None,
@@ -380,11 +388,15 @@ def offer_and_apply(
         return outcome
     console.table("doctor --fix will run", ["check", "fix", "runs"],
                   [["\n".join(a.check_ids), a.title, "\n".join(a.shows)] for a in actions])  # fmt: skip
+    where = target_text(snap)
+    console.print(f"on cluster {escape(where)}")
     if not assume_yes:
         if not (console.interactive and sys.stdin.isatty()):
             console.print("[warn]not applied: no terminal to confirm on; pass --yes to apply these fixes[/warn]")
             return outcome
-        if not console.confirm(f"Apply {len(actions)} fix(es)?", assume_yes=False):
+        context = snap.target.get("context") if snap.target else None
+        question = f"Apply {len(actions)} fix(es)" + (f" to context {context}" if context else "") + "?"
+        if not console.confirm(question, assume_yes=False):
             console.print("[skip]not applied[/skip]")
             return outcome
     for action in actions:

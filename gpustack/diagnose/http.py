@@ -25,7 +25,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 DEFAULT_TIMEOUT = 10.0
-DEFAULT_LIMIT = 4 * 1024 * 1024  # bytes read from a body at most (Prometheus target lists at 1,000 nodes fit)
+DEFAULT_LIMIT = 4 * 1024 * 1024  # bytes read from a body at most: every source asks only for what its checks need
+
+
+Query = Mapping[str, str | list[str]]  # a list value repeats the parameter (``rule_group[]=a&rule_group[]=b``)
 
 
 class HttpError(Exception):
@@ -37,6 +40,23 @@ class HttpError(Exception):
         self.body = body
 
 
+class BodyTooLarge(HttpError):
+    """The answer was larger than the cap on a body: only the first ``limit`` bytes were read."""
+
+    def __init__(self, limit: int, *, status: int | None = None) -> None:
+        super().__init__(f"the answer is larger than gpustack's cap of {cap_text(limit)} on a response body "
+                         "(gpustack.diagnose.http.DEFAULT_LIMIT): not read", status=status)  # fmt: skip
+        self.limit = limit
+
+
+def cap_text(limit: int) -> str:
+    """``4 MiB`` / ``64 KiB`` / ``100 B``."""
+    for unit, size in (("MiB", 1024 * 1024), ("KiB", 1024)):
+        if limit >= size and limit % size == 0:
+            return f"{limit // size} {unit}"
+    return f"{limit} B"
+
+
 @dataclass(frozen=True)
 class Response:
     """A response body (at most ``limit`` bytes of it) with its status and headers."""
@@ -45,12 +65,16 @@ class Response:
     body: bytes
     headers: Mapping[str, str] = field(default_factory=dict)
     truncated: bool = False
+    limit: int = DEFAULT_LIMIT  # the cap the body was read with
 
     def text(self) -> str:
         return self.body.decode("utf-8", errors="replace")
 
     def json(self) -> Any:
-        """The body as JSON; :class:`HttpError` when it is not JSON (e.g. an HTML login page)."""
+        """The body as JSON; :class:`BodyTooLarge` when it was cut at the cap, :class:`HttpError` when it is not
+        JSON (e.g. an HTML login page)."""
+        if self.truncated:
+            raise BodyTooLarge(self.limit, status=self.status)
         try:
             return json.loads(self.body or b"null")
         except ValueError:
@@ -65,7 +89,7 @@ class Endpoint(Protocol):
         method: str,
         path: str,
         *,
-        query: Mapping[str, str] | None = None,
+        query: Query | None = None,
         body: Any = None,
         headers: Mapping[str, str] | None = None,
         limit: int = DEFAULT_LIMIT,
@@ -75,9 +99,17 @@ class Endpoint(Protocol):
     def describe(self) -> str: ...
 
 
-def _join(path: str, query: Mapping[str, str] | None) -> str:
+def query_items(query: Query | None) -> list[tuple[str, str]]:
+    """The query as (name, value) pairs, list values repeated."""
+    out: list[tuple[str, str]] = []
+    for key, value in (query or {}).items():
+        out += [(key, v) for v in value] if isinstance(value, list) else [(key, value)]
+    return out
+
+
+def _join(path: str, query: Query | None) -> str:
     path = "/" + path.lstrip("/")
-    return f"{path}?{urllib.parse.urlencode(dict(query))}" if query else path
+    return f"{path}?{urllib.parse.urlencode(query_items(query))}" if query else path
 
 
 def _encode(body: Any, headers: dict[str, str]) -> bytes | None:
@@ -119,7 +151,7 @@ class DirectEndpoint:
         method: str,
         path: str,
         *,
-        query: Mapping[str, str] | None = None,
+        query: Query | None = None,
         body: Any = None,
         headers: Mapping[str, str] | None = None,
         limit: int = DEFAULT_LIMIT,
@@ -134,7 +166,7 @@ class DirectEndpoint:
         try:
             with urllib.request.urlopen(req, timeout=timeout) as resp:
                 raw = resp.read(limit + 1)
-                return Response(int(resp.status), raw[:limit], _headers(resp.headers), len(raw) > limit)
+                return Response(int(resp.status), raw[:limit], _headers(resp.headers), len(raw) > limit, limit)
         except urllib.error.HTTPError as exc:
             text = exc.read(2048).decode("utf-8", errors="replace")
             raise HttpError(f"{method} {url}: HTTP {exc.code} {exc.reason}", status=exc.code, body=text) from None
@@ -169,7 +201,7 @@ class KubeProxyEndpoint:
         method: str,
         path: str,
         *,
-        query: Mapping[str, str] | None = None,
+        query: Query | None = None,
         body: Any = None,
         headers: Mapping[str, str] | None = None,
         limit: int = DEFAULT_LIMIT,
@@ -184,7 +216,7 @@ def kube_raw(
     method: str,
     path: str,
     *,
-    query: Mapping[str, str] | None = None,
+    query: Query | None = None,
     body: Any = None,
     headers: Mapping[str, str] | None = None,
     limit: int = DEFAULT_LIMIT,
@@ -200,7 +232,7 @@ def kube_raw(
     api = kube.api
     try:
         serialized = api.param_serialize(
-            method, path, query_params=list((query or {}).items()), header_params=hdrs, body=body,
+            method, path, query_params=query_items(query), header_params=hdrs, body=body,
             auth_settings=["BearerToken"],
         )  # fmt: skip
         resp = api.call_api(*serialized, _request_timeout=timeout)
@@ -221,4 +253,4 @@ def kube_raw(
     if not 200 <= status <= 299:
         text = raw[:2048].decode("utf-8", errors="replace")
         raise HttpError(f"{method} {path}: HTTP {status}: {text[:200]}", status=status, body=text)
-    return Response(status, raw[:limit], resp_headers, len(raw) > limit)
+    return Response(status, raw[:limit], resp_headers, len(raw) > limit, limit)

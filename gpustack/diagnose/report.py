@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from itertools import groupby
 from typing import Any
@@ -55,9 +55,19 @@ def exit_code(findings: Sequence[Finding], *, cluster_unreachable: bool = False)
     return 1 if any(f.status == "fail" for f in findings) else 0
 
 
-def to_json(command: str, findings: Sequence[Finding]) -> dict[str, Any]:
+def cluster_line(target: Mapping[str, Any] | None) -> str:
+    """The cluster a report is about: ``server (context C, kubeconfig from SOURCE: FILES)``."""
+    if not target:
+        return "no cluster (no kubeconfig found, or only host facts were collected)"
+    files = ":".join(str(f) for f in target.get("kubeconfig") or [])
+    own = ", gpustack's cluster" if target.get("gpustack_cluster") else ""
+    return f"{target.get('server')} (context {target.get('context')}{own}; kubeconfig from {target.get('source')}: {files})"
+
+
+def to_json(command: str, findings: Sequence[Finding], target: Mapping[str, Any] | None = None) -> dict[str, Any]:
     return {
         "command": command,
+        "cluster": dict(target) if target else None,
         "checks": [
             {"id": f.id, "layer": f.layer, "status": f.status, "summary": f.summary, "evidence": f.evidence,
              "fix": f.fix, **({"host": f.host} if f.host else {})}
@@ -67,9 +77,13 @@ def to_json(command: str, findings: Sequence[Finding]) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def to_junit(command: str, findings: Sequence[Finding]) -> str:
+def to_junit(command: str, findings: Sequence[Finding], target: Mapping[str, Any] | None = None) -> str:
     s = summary(findings)
     suites = ET.Element("testsuites", name=f"gpustack {command}", tests=str(len(findings)), failures=str(s["fail"]))
+    if target:
+        props = ET.SubElement(suites, "properties")
+        for key in ("server", "context", "source"):
+            ET.SubElement(props, "property", name=f"cluster.{key}", value=str(target.get(key) or ""))
     for layer in layers_of(findings):
         layer_findings = [f for f in findings if f.layer == layer]
         if not layer_findings:
@@ -95,11 +109,11 @@ def to_junit(command: str, findings: Sequence[Finding]) -> str:
     return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
 
 
-def render(command: str, findings: Sequence[Finding], fmt: str) -> str:
+def render(command: str, findings: Sequence[Finding], fmt: str, *, target: Mapping[str, Any] | None = None) -> str:
     if fmt == "json":
-        return json.dumps(to_json(command, findings), indent=2) + "\n"
+        return json.dumps(to_json(command, findings, target), indent=2) + "\n"
     if fmt == "junit":
-        return to_junit(command, findings)
+        return to_junit(command, findings, target)
     raise ValueError(fmt)
 
 
@@ -127,11 +141,18 @@ def _layers(findings: Sequence[Finding]) -> str:
 
 
 def print_table(
-    command: str, findings: Sequence[Finding], console: Console, *, cluster_unreachable: bool = False
+    command: str,
+    findings: Sequence[Finding],
+    console: Console,
+    *,
+    target: Mapping[str, Any] | None = None,
+    cluster_unreachable: bool = False,
 ) -> None:
-    """One table per layer, then the verdict. Skipped checks that share their reason share one
-    row (their ids, one per line): a cause is said once, not restated in every row."""
+    """The cluster checked, one table per layer, then the verdict. Skipped checks that share their
+    reason share one row (their ids, one per line): a cause is said once, not restated in every row."""
     style = {"pass": "ok", "warn": "warn", "fail": "fail", "skip": "skip"}
+    if target is not None:  # verify/doctor pass {} when they found no cluster: that is said too
+        console.print(f"cluster: {escape(cluster_line(target))}", soft_wrap=False, overflow="fold")
     for layer in layers_of(findings):
         rows = []
         shown = [

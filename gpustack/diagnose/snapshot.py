@@ -38,7 +38,10 @@ LEGACY_PANEL_ERRORS_KEY = "_panel_errors"  # injected into a ``grafana.dashboard
 @dataclass
 class PrometheusData:
     reachable: bool = False
-    targets: list[Obj] = field(default_factory=list)  # /api/v1/targets activeTargets
+    version: str = ""  # /api/v1/status/buildinfo version ("" when unknown)
+    #: /api/v1/targets activeTargets of the dcgm scrape pools that are not up (snapshots before 2026-11: every
+    #: active target)
+    targets: list[Obj] = field(default_factory=list)
     rule_groups: list[Obj] = field(default_factory=list)  # /api/v1/rules groups
     queries: dict[str, list[Obj]] = field(default_factory=dict)  # name -> instant vector result
     query_errors: dict[str, str] = field(default_factory=dict)  # query name (or "rules") -> error
@@ -64,6 +67,10 @@ class GrafanaData:
     datasource_probes: dict[str, Obj] = field(default_factory=dict)
     #: dashboard uid -> panel title (or ``"(dashboard)"`` when the model could not be read) -> query error
     panel_errors: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: how gpustack logged in (never the password): ``state`` ("ok", "refused", "not-set", "secret-missing",
+    #: "secret-forbidden", ...), ``user``, ``source`` (where the credentials came from), ``detail``, and
+    #: ``deployment``/``secret``/``file`` naming what was read; empty when Grafana was not reached
+    login: Obj = field(default_factory=dict)
 
     def probe(self, ds: Obj) -> Obj:
         """The probe result of datasource ``ds`` (``{}`` when it was not probed)."""
@@ -75,6 +82,9 @@ class Snapshot:
     """One look at the cluster. ``kube[kind]`` is the item list of that kind (all namespaces)."""
 
     cluster: str = "gpustack"
+    #: the cluster looked at (:meth:`gpustack.runners.kubeconfig.KubeTarget.to_json`: server, context, where the
+    #: kubeconfig came from); empty when no kubeconfig was found or only the hosts were collected
+    target: Obj = field(default_factory=dict)
     kube: dict[str, list[Obj]] = field(default_factory=dict)
     events: list[Obj] = field(default_factory=list)  # only for objects that are failing
     pod_logs: dict[str, str] = field(default_factory=dict)  # "ns/pod/container" -> tail (failing pods)
@@ -100,6 +110,8 @@ class Snapshot:
                         "",
                     )
             elif need == "grafana":
+                if "grafana:login" in self.errors:
+                    return "Grafana's API not read: no login (see R05-grafana-login)", self.errors["grafana:login"]
                 if not self.grafana.reachable or "grafana" in self.errors:
                     return f"Grafana data unavailable: {self.errors.get('grafana', 'not queried')}", ""
             elif "kubernetes" in self.errors:

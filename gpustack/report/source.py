@@ -1,8 +1,9 @@
 """The one place ``gpustack report`` reaches Prometheus, and the queries it sends.
 
 Where Prometheus answers (:func:`endpoint`): ``--prometheus-url URL``, else the API server's service proxy to
-``monitoring/kube-prometheus-stack-prometheus:http-web`` with ``--kubeconfig`` or the admin.conf ``gpustack
-up`` fetched for the cluster -- exactly as verify/doctor reach it (gpustack.diagnose.collect_prometheus).
+``monitoring/kube-prometheus-stack-prometheus:http-web`` of the cluster the one kubeconfig resolution finds
+(``--kubeconfig``, ``$KUBECONFIG``, gpustack's admin.conf, ``~/.kube/config``; ``--context``) -- exactly as
+verify/doctor reach it (gpustack.diagnose.collect_prometheus).
 
 What it sends (:func:`collect`), whatever the cluster size or window:
 
@@ -47,27 +48,26 @@ HINT = (
 )
 
 
-def endpoint(cfg: Config, kubeconfig: Path | None, url: str | None) -> Endpoint:
-    """Where Prometheus answers. Reaches the cluster the way verify/doctor do today (one place to switch)."""
+def endpoint(cfg: Config, kubeconfig: Path | None, url: str | None, context: str | None = None) -> Endpoint:
+    """Where Prometheus answers: ``url``, else the API server's proxy of the cluster the one kubeconfig resolution
+    finds (``--kubeconfig``, ``$KUBECONFIG``, gpustack's admin.conf, ``~/.kube/config``)."""
     if url:
         if not url.startswith(("http://", "https://")):
             raise UsageError(f"--prometheus-url {url!r}: not an http:// or https:// URL")
         return DirectEndpoint(url.rstrip("/"))
-    from gpustack.paths import kubeconfig_path
+    from gpustack.kubeconnect import connect
+    from gpustack.runners.kubeconfig import KubeconfigNotFound
 
     if kubeconfig is not None and not kubeconfig.is_file():
         raise UsageError(f"--kubeconfig {kubeconfig}: no such file")
-    path = kubeconfig or kubeconfig_path(cfg.cluster.name)
-    if not path.is_file():
-        raise ClusterUnreachableError(
-            f"no kubeconfig for cluster {cfg.cluster.name!r} ({path}) and no --prometheus-url", hint=HINT
-        )
-    from gpustack.runners.kube import Kube
-
     try:
-        kube = Kube.from_kubeconfig(path, request_timeout=QUERY_TIMEOUT)
-    except Exception as exc:  # the kubernetes client raises its own ConfigException and plain errors
-        raise UsageError(f"--kubeconfig {path}: not a usable kubeconfig: {exc}") from None
+        kube = connect(cfg.cluster.name, kubeconfig, context=context, request_timeout=QUERY_TIMEOUT)
+    except KubeconfigNotFound as exc:
+        raise ClusterUnreachableError(f"{exc.message}, and no --prometheus-url", hint=HINT) from None
+    except UsageError as exc:  # a kubeconfig without a usable context
+        raise UsageError(
+            f"--kubeconfig {kubeconfig or 'of the cluster'}: not a usable kubeconfig: {exc.message}"
+        ) from None
     return KubeProxyEndpoint(kube, MONITORING_NAMESPACE, PROMETHEUS_SERVICE, PROMETHEUS_PORT)
 
 

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from kubernetes import client as k8s_client
-from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as Urllib3Error
 
@@ -137,15 +136,20 @@ class Kube:
     def __init__(self, api_client: k8s_client.ApiClient, *, request_timeout: float = REQUEST_TIMEOUT) -> None:
         self.api = api_client
         self.request_timeout = request_timeout
+        #: the cluster it talks to, when it came from :func:`gpustack.runners.kubeconfig.connect` (reports name it)
+        self.target: dict[str, Any] | None = None
         self._discovery: dict[str, dict[str, ApiResource]] = {}
 
     @classmethod
     def from_kubeconfig(
         cls, path: Path, *, context: str | None = None, request_timeout: float = REQUEST_TIMEOUT
     ) -> Kube:
-        """Build from a kubeconfig file (e.g. the admin.conf gpustack fetched from the control plane)."""
-        api = k8s_config.new_client_from_config(config_file=str(path), context=context)  # type: ignore[no-untyped-call]
-        return cls(api, request_timeout=request_timeout)
+        """Build from one kubeconfig file (e.g. the admin.conf gpustack fetched from the control plane), through
+        the one resolution path (:mod:`gpustack.runners.kubeconfig`)."""
+        from gpustack.runners.kubeconfig import connect, resolve_kubeconfig
+
+        kube = connect(resolve_kubeconfig(kubeconfig=path, context=context), request_timeout=request_timeout)
+        return kube if cls is Kube else cls(kube.api, request_timeout=request_timeout)
 
     # -- raw requests ---------------------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ it runs with whatever python3 the target has (3.8 or newer); the TOML key splitt
 from __future__ import annotations
 
 import concurrent.futures
+import fnmatch
 import glob
 import ipaddress
 import json
@@ -525,6 +526,85 @@ def derive_dev_char_symlinks(driver_loaded: bool, links: dict[str, str]) -> bool
     return any("nvidia" in os.path.basename(target) for target in links.values())
 
 
+def parse_kubelet_version(rc: int | None, out: str) -> str | None:
+    """``kubelet --version`` ("Kubernetes v1.36.4") -> "1.36.4"."""
+    m = re.search(r"\bv?(\d+\.\d+\.\d+)", out) if rc == 0 else None
+    return m.group(1) if m else None
+
+
+def parse_containerd_imports(text: str | None) -> list[str] | None:
+    """The top-level ``imports = [...]`` of a containerd config.toml (one line or several); None when the key is
+    absent (``containerd config default`` of 2.x writes ``imports = []``: present, empty)."""
+    lines: list[str] = []
+    collecting = False
+    for raw in (text or "").splitlines():
+        line = raw.split("#", 1)[0].strip() if not collecting else raw.strip()
+        if not collecting:
+            if line.startswith("["):
+                break
+            if re.match(r"^imports\s*=", line):
+                collecting = True
+                line = line.split("=", 1)[1]
+        if collecting:
+            lines.append(line)
+            if "]" in line:
+                break
+    return re.findall(r"""["']([^"']+)["']""", " ".join(lines)) if collecting else None
+
+
+def derive_drop_ins(files: list[str], imports: list[str] | None, config_dir: str) -> list[dict[str, object]]:
+    """Each drop-in file and whether an ``imports`` entry of config.toml (a glob; relative entries are relative
+    to the config's directory, as containerd resolves them) names it."""
+    patterns = [i if os.path.isabs(i) else os.path.join(config_dir, i) for i in imports or []]
+    return [{"path": f, "imported": any(fnmatch.fnmatchcase(f, p) for p in patterns)} for f in sorted(files)]
+
+
+def parse_nvswitches(devices: list[dict[str, str]]) -> int:
+    """NVSwitch chips among PCI devices: NVIDIA bridges (class 0x0680xx, "Bridge: other"), e.g. 0x22a3 on HGX H100."""
+    return sum(
+        1
+        for dev in devices
+        if dev.get("vendor", "").strip().lower() == NVIDIA_VENDOR
+        and dev.get("class", "").strip().lower().startswith("0x0680")
+    )
+
+
+def parse_apt_config(text: str) -> dict[str, object]:
+    """What unattended-upgrades will do, from ``apt-config dump``: enabled (APT::Periodic::Unattended-Upgrade),
+    the origins it upgrades from, its package blacklist, and whether it reboots on its own."""
+    values: dict[str, list[str]] = {}
+    for raw in text.splitlines():
+        m = re.match(r'^([A-Za-z0-9:_-]+?)(::)?\s+"(.*)";\s*$', raw.strip())
+        if m:
+            values.setdefault(m.group(1), []).append(m.group(3))
+    periodic = values.get("APT::Periodic::Unattended-Upgrade")
+    return {
+        "enabled": bool(periodic) and periodic[-1] not in ("0", "") if periodic is not None else False,
+        "origins": [v for k in ("Unattended-Upgrade::Allowed-Origins", "Unattended-Upgrade::Origins-Pattern")
+                    for v in values.get(k, []) if v],
+        "blacklist": [v for v in values.get("Unattended-Upgrade::Package-Blacklist", []) if v],
+        "automatic_reboot": (values.get("Unattended-Upgrade::Automatic-Reboot") or ["false"])[-1] == "true",
+    }  # fmt: skip
+
+
+GPU_STACK_PACKAGES = re.compile(r"^(linux-(image|headers|modules)(-.*)?|nvidia-.*|libnvidia-.*|cuda-drivers.*)$")
+
+
+def parse_dpkg_status(text: str) -> list[dict[str, object]]:
+    """Installed kernel and NVIDIA driver packages from /var/lib/dpkg/status: name, version, held."""
+    out: list[dict[str, object]] = []
+    for stanza in text.split("\n\n"):
+        fields: dict[str, str] = {}
+        for line in stanza.splitlines():
+            if line and not line[0].isspace() and ":" in line:
+                key, _, value = line.partition(":")
+                fields[key] = value.strip()
+        name, status = fields.get("Package", ""), fields.get("Status", "").split()
+        if GPU_STACK_PACKAGES.match(name) and status[-1:] == ["installed"]:
+            out.append({"name": name, "version": fields.get("Version", ""), "held": status[0] == "hold"})
+    return sorted(out, key=lambda p: str(p["name"]))
+
+
 def nearest_existing(path: str, exists=os.path.exists) -> str:
     """The path itself or its closest existing parent."""
     path = os.path.abspath(path)
@@ -639,7 +719,7 @@ def collect_listening() -> list[dict[str, object]]:
     return merge_listening(sockets, collect_socket_owners())
 
 
-def collect_pci() -> list[dict[str, str]]:
+def collect_pci_raw() -> list[dict[str, str]]:
     base = "/sys/bus/pci/devices"
     devices = []
     try:
@@ -651,7 +731,45 @@ def collect_pci() -> list[dict[str, str]]:
         for attr in ("vendor", "device", "class"):
             dev[attr] = (_read_text(f"{base}/{slot}/{attr}") or "").strip()
         devices.append(dev)
-    return parse_pci_devices(devices)
+    return devices
+
+
+def collect_pci() -> list[dict[str, str]]:
+    return parse_pci_devices(collect_pci_raw())
+
+
+def collect_kernels() -> list[dict[str, object]]:
+    """Every installed kernel (/lib/modules/<release>): headers (its build link) and an image in /boot."""
+    out: list[dict[str, object]] = []
+    try:
+        releases = sorted(os.listdir("/lib/modules"))
+    except OSError:
+        return out
+    for release in releases:
+        if os.path.isdir(f"/lib/modules/{release}/kernel") or os.path.exists(f"/boot/vmlinuz-{release}"):
+            out.append({"release": release, "headers": os.path.exists(f"/lib/modules/{release}/build"),
+                        "image": os.path.exists(f"/boot/vmlinuz-{release}")})  # fmt: skip
+    return out
+
+
+def collect_unattended_upgrades() -> dict[str, object] | None:
+    """None when unattended-upgrades is not installed."""
+    if not os.path.exists("/usr/bin/unattended-upgrade"):
+        return None
+    apt_config = _which("apt-config")
+    rc, out = _run([apt_config, "dump"]) if apt_config else (None, "")
+    facts = (
+        parse_apt_config(out)
+        if rc == 0
+        else {"enabled": None, "origins": [], "blacklist": [], "automatic_reboot": False}
+    )
+    return {"installed": True, **facts}
+
+
+def collect_fabricmanager(systemctl: str | None) -> dict[str, object]:
+    binary = _which("nv-fabricmanager")
+    active = parse_systemctl_is_active(*_run([systemctl, "is-active", "nvidia-fabricmanager"])) if systemctl else None
+    return {"installed": binary is not None, "active": active}
 
 
 def collect_disk_free(paths: list[str]) -> dict[str, int]:
@@ -888,6 +1006,11 @@ def collect(probe_sudo: bool, peers: list[str], peer_port: int, peer_timeout: fl
     driver_loaded = nvidia_version_text is not None or os.path.isdir("/sys/module/nvidia")
     containerd_bin = _which("containerd")
     containerd_version = parse_containerd_version(*_run([containerd_bin, "--version"])) if containerd_bin else None
+    kubelet_bin = _which("kubelet")
+    containerd_dir = "/etc/containerd"
+    drop_in_files = sorted(glob.glob(f"{containerd_dir}/conf.d/*.toml"))
+    pci_raw = collect_pci_raw()
+    nvswitches = parse_nvswitches(pci_raw)
 
     facts = {
         "hostname": socket.gethostname(),
@@ -902,7 +1025,9 @@ def collect(probe_sudo: bool, peers: list[str], peer_port: int, peer_timeout: fl
         "swap_active": parse_proc_swaps(_read_text("/proc/swaps") or ""),
         "fstab_swap_lines": parse_fstab_swap(_read_text("/etc/fstab") or ""),
         "listening": [{k: v for k, v in e.items() if not k.startswith("_")} for e in listening],
-        "nvidia_pci_devices": collect_pci(),
+        "nvidia_pci_devices": parse_pci_devices(pci_raw),
+        "nvidia_nvswitches": nvswitches,
+        "fabricmanager": collect_fabricmanager(systemctl) if nvswitches else None,
         "nvidia_driver_version": parse_nvidia_version(nvidia_version_text)
         if nvidia_version_text
         else (_read_text("/sys/module/nvidia/version") or "").strip() or None,
@@ -927,7 +1052,13 @@ def collect(probe_sudo: bool, peers: list[str], peer_port: int, peer_timeout: fl
             "version": containerd_version,
             "config_version": parse_containerd_config_version(containerd_conf),
             "systemd_cgroup": parse_containerd_systemd_cgroup(containerd_conf) if containerd_conf is not None else None,
+            "imports": parse_containerd_imports(containerd_conf),
+            "drop_ins": derive_drop_ins(drop_in_files, parse_containerd_imports(containerd_conf), containerd_dir),
         },
+        "kubelet_version": parse_kubelet_version(*_run([kubelet_bin, "--version"])) if kubelet_bin else None,
+        "kernels": collect_kernels(),
+        "unattended_upgrades": collect_unattended_upgrades(),
+        "gpu_packages": parse_dpkg_status(_read_text("/var/lib/dpkg/status") or ""),
         "sudo_nopasswd": sudo_nopasswd,
         "is_root": is_root,
         "time_synced": time_synced,

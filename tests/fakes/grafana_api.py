@@ -15,7 +15,7 @@ Every request is recorded in ``requests`` as ``(method, path)``, and whether it 
 ``Authorization`` header and with which cookie names in ``auth_seen`` as ``(path, authorization scheme or "",
 sorted cookie names)``.
 
-``/api/ds/query`` runs each query's ``expr`` as an instant query on ``prometheus_url`` and answers
+``/api/ds/query`` runs each query's ``expr`` (concurrently) as an instant query on ``prometheus_url`` and answers
 like Grafana's Prometheus datasource: one data frame per series (``schema.fields`` Time/Value with the
 series labels, ``data.values`` [[ts], [value]]); an empty result is one frame without values; a
 Prometheus error is ``results[refId].error`` with status 400; an unknown datasource uid is a 404
@@ -25,6 +25,7 @@ Prometheus error is ``results[refId].error`` with status 400; an unknown datasou
 from __future__ import annotations
 
 import base64
+import concurrent.futures as cf
 import json
 import secrets
 import threading
@@ -41,6 +42,7 @@ from urllib.parse import parse_qs, urlparse
 
 Obj = dict[str, Any]
 SESSION_SECONDS = 2592000  # Grafana's login_maximum_lifetime_duration default (30 days)
+DATAPROXY_TIMEOUT = 30  # Grafana [dataproxy] timeout default (seconds)
 
 
 class FakeGrafana:
@@ -182,21 +184,24 @@ class FakeGrafana:
         ]  # fmt: skip
 
     def ds_query(self, body: Obj) -> Obj:
+        """The queries of one request run concurrently, as Grafana's query service runs them."""
         uids = {d["uid"] for d in self.datasources}
-        results: Obj = {}
-        for q in body.get("queries") or []:
-            ref = str(q.get("refId", "A"))
+        queries = [q for q in body.get("queries") or [] if isinstance(q, dict)]
+
+        def one(q: Obj) -> Obj:
             uid = (q.get("datasource") or {}).get("uid")
             if uid not in uids:
-                results[ref] = {"status": 404, "error": f"data source not found: {uid}", "frames": []}
-                continue
-            results[ref] = self._prometheus(str(q.get("expr", "")))
-        return results
+                return {"status": 404, "error": f"data source not found: {uid}", "frames": []}
+            return self._prometheus(str(q.get("expr", "")))
+
+        with cf.ThreadPoolExecutor(max_workers=max(1, len(queries))) as pool:
+            answers = list(pool.map(one, queries))
+        return {str(q.get("refId", "A")): a for q, a in zip(queries, answers, strict=True)}
 
     def _prometheus(self, expr: str) -> Obj:
         url = f"{self.prometheus_url.rstrip('/')}/api/v1/query?{urllib.parse.urlencode({'query': expr})}"
         try:
-            with urllib.request.urlopen(url, timeout=10) as resp:
+            with urllib.request.urlopen(url, timeout=DATAPROXY_TIMEOUT) as resp:
                 data = json.loads(resp.read())
         except urllib.error.HTTPError as exc:
             data = json.loads(exc.read() or b"{}")

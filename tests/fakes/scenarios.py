@@ -9,13 +9,14 @@ and names the check id that must fail. ``scenario.load(api)`` seeds a :class:`Fa
 
 from __future__ import annotations
 
+import base64
 import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpustack.config.model import Config
-from gpustack.constants import GPU_NAMESPACE, MONITORING_NAMESPACE
+from gpustack.constants import GPU_NAMESPACE, GRAFANA_ADMIN_SECRET, GRAFANA_SERVICE, MONITORING_NAMESPACE
 from gpustack.monitoring.rules import prometheus_rule
 from gpustack.render.manifests import EXPORTER_TARGETS, service_monitor
 from tests.fakes.kube_api import FakeKubeAPI
@@ -193,6 +194,34 @@ def endpoints(name: str, ns: str, labels: Obj, addresses: list[tuple[str, str]],
     }  # fmt: skip
 
 
+#: the Grafana admin password of the scenario clusters: only in the cluster (the Secret below), never in a state file
+GRAFANA_PASSWORD = "scenario-grafana-pw"
+
+
+def grafana_admin(objs: list[Obj]) -> list[Obj]:
+    """Grafana's admin credentials as kube-prometheus-stack renders them with gpustack's values
+    (``grafana.admin.existingSecret``): the grafana container's env from the Secret; returns the Secret."""
+    dep = next(o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"] == GRAFANA_SERVICE)
+    ref = {"name": GRAFANA_ADMIN_SECRET}
+    dep["spec"]["template"] = {
+        "metadata": {"labels": dict(dep["spec"]["selector"]["matchLabels"])},
+        "spec": {"containers": [
+            {"name": "grafana-sc-dashboard", "image": "quay.io/kiwigrid/k8s-sidecar:1.30.0",
+             "env": [{"name": "REQ_PASSWORD", "valueFrom": {"secretKeyRef": {**ref, "key": "admin-password"}}}]},
+            {"name": "grafana", "image": "docker.io/grafana/grafana:13.2.0", "env": [
+                {"name": "GF_SECURITY_ADMIN_USER", "valueFrom": {"secretKeyRef": {**ref, "key": "admin-user"}}},
+                {"name": "GF_SECURITY_ADMIN_PASSWORD", "valueFrom": {"secretKeyRef": {**ref, "key": "admin-password"}}},
+                {"name": "GF_PATHS_DATA", "value": "/var/lib/grafana/"}]},
+        ]},
+    }  # fmt: skip
+    return [{
+        "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+        "metadata": {"name": GRAFANA_ADMIN_SECRET, "namespace": MONITORING_NAMESPACE},
+        "data": {"admin-user": base64.b64encode(b"admin").decode(),
+                 "admin-password": base64.b64encode(GRAFANA_PASSWORD.encode()).decode()},
+    }]  # fmt: skip
+
+
 def healthy(nodes: int = 1, *, exporter: str = "standalone") -> Scenario:
     """A healthy gpustack cluster: ``nodes`` GPU nodes (node 0 is the control plane), 8 GPUs each."""
     objs: list[Obj] = []
@@ -251,6 +280,7 @@ def healthy(nodes: int = 1, *, exporter: str = "standalone") -> Scenario:
     for ns, name, labels in singles:
         objs.append(deployment(name, ns, 1, labels))
         objs.append(pod(f"{name}-6c9f7b8d5-x2x7q", ns, cp, labels=labels, owner=("ReplicaSet", f"{name}-6c9f7b8d5")))
+    objs += grafana_admin(objs)
     prom_labels = {"app.kubernetes.io/name": "prometheus", "prometheus": "kube-prometheus-stack-prometheus"}
     objs.append(pod("prometheus-kube-prometheus-stack-prometheus-0", MONITORING_NAMESPACE, cp, labels=prom_labels,
                     owner=("StatefulSet", "prometheus-kube-prometheus-stack-prometheus"),
@@ -589,6 +619,22 @@ def m_nvml_unknown_error(s: Scenario) -> str:
     return "G09-nvml-unknown-error"
 
 
+def m_driver_upgrade_failed(s: Scenario) -> str:
+    """The GPU Operator's upgrade controller gave up on the last node: label upgrade-failed, the node left cordoned,
+    its new driver pod crash-looping (the kernel module cannot be built)."""
+    n = s.nodes()[-1]
+    n["metadata"]["labels"]["nvidia.com/gpu-driver-upgrade-state"] = "upgrade-failed"
+    n["spec"]["unschedulable"] = True
+    name = n["metadata"]["name"]
+    p = next(p for p in s.pods("nvidia-driver-daemonset-", GPU_NAMESPACE) if p["spec"]["nodeName"] == name)
+    _crashloop(p)
+    s.logs[(GPU_NAMESPACE, p["metadata"]["name"], "nvidia-driver-ctr")] = (
+        "Installing NVIDIA driver kernel modules...\nCould not resolve Linux kernel version\n"
+    )
+    _ds_degraded(s, "nvidia-driver-daemonset")
+    return "G11-driver-upgrade-failed"
+
+
 #: failure name -> (nodes the base cluster needs, mutation returning the id that must fail)
 FAILURES: dict[str, tuple[int, Callable[[Scenario], str]]] = {
     "node-not-ready": (3, m_node_not_ready),
@@ -616,6 +662,7 @@ FAILURES: dict[str, tuple[int, Callable[[Scenario], str]]] = {
     "exporter-oomkilled": (1, m_exporter_oomkilled),
     "exporter-crashloop": (1, m_exporter_crashloop),
     "nvml-unknown-error": (1, m_nvml_unknown_error),
+    "driver-upgrade-failed": (3, m_driver_upgrade_failed),
 }
 
 

@@ -5,7 +5,8 @@ the measured process (or its GIL), as a real one would not.
 
     python3 -m tests.fakes.serve_kube_api --nodes 100 --kubeconfig /tmp/kc
 
-seeds ``scenarios.healthy(nodes)``, writes a kubeconfig pointing at itself, prints one line
+seeds ``scenarios.healthy(nodes)`` (``--upstream NS/SERVICE/PORT=URL``: where its service proxy forwards,
+e.g. to a Prometheus), writes a kubeconfig pointing at itself, prints one line
 ``ready <url> <objects>`` on stdout and serves until stdin closes or it is terminated.
 ``GET /_fake/requests`` answers ``{"requests": n}`` (the requests received before it, not counting
 itself or other ``/_fake/`` calls); ``POST /_fake/reset`` empties the request log.
@@ -45,10 +46,16 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--nodes", type=int, default=1)
     ap.add_argument("--kubeconfig", type=Path, required=True)
+    ap.add_argument("--upstream", action="append", default=[], metavar="NS/SERVICE/PORT=URL",
+                    help="where the service proxy forwards a Service port (repeatable)")  # fmt: skip
     args = ap.parse_args(argv)
     scenario = scenarios.healthy(args.nodes)
     api = ServedFakeKubeAPI()
     api.seed(scenario.objects)
+    for spec in args.upstream:
+        where, _, url = spec.partition("=")
+        ns, name, port = where.split("/")
+        api.proxy_upstreams[(ns, name, port)] = url
     api.start()
     api.write_kubeconfig(args.kubeconfig)
     done = threading.Event()

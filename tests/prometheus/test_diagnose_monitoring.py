@@ -110,6 +110,7 @@ def test_exporter_down_reports_target_down_with_last_error(scenario_stack: Stack
     assert finding.host == "node-b"
     assert "lastError=" in finding.evidence and "connection refused" in finding.evidence.lower()
     assert "(none)" not in finding.evidence
+    assert [t["labels"]["node"] for t in snap.prometheus.targets] == ["node-b"], "only the down target's details"
 
 
 def without_profiling(counters: CounterFile) -> CounterFile:
@@ -193,8 +194,9 @@ def test_broken_datasource_and_wrong_password(stack: Stack) -> None:
     result = run(snap, GRAFANA_CHECKS)
     assert result["R02"][0].status == "fail" and "127.0.0.1:9" in result["R02"][0].evidence
     assert result["R04"][0].status == "fail"
-    bad_result = run(bad, GRAFANA_CHECKS)
-    assert bad_result["R01"][0].status == "fail" and "401" in bad_result["R01"][0].evidence
+    bad_result = run(bad, (*GRAFANA_CHECKS, "R05"))
+    assert bad_result["R01"][0].status == "pass", "Grafana is healthy; the password is R05's finding"
+    assert bad_result["R05"][0].status == "fail" and "401" in bad_result["R05"][0].evidence
     assert {f.status for k in ("R02", "R03", "R04") for f in bad_result[k]} == {"skip"}
 
 
@@ -212,7 +214,9 @@ def test_through_the_api_server_service_proxy(stack: Stack, tmp_path: Path) -> N
         snap = collect(context, ["prometheus"])
         proxied = [p for _, p, _ in api.requests if "/proxy/" in p]
     assert "prometheus" not in snap.errors, snap.errors
-    assert any("/services/kube-prometheus-stack-prometheus:http-web/proxy/api/v1/targets" in p for p in proxied)
+    prom = "/services/kube-prometheus-stack-prometheus:http-web/proxy/api/v1/"
+    assert any(prom + "status/buildinfo" in p for p in proxied) and any(prom + "query?" in p for p in proxied)
+    assert not any(prom + "targets" in p for p in proxied), "a healthy cluster's target list is never fetched"
     assert any("/services/dcgm-exporter:metrics/proxy/metrics" in p for p in proxied)
     result = run(snap, PROM_CHECKS)
     assert statuses(result) == {k: {"pass"} for k in PROM_CHECKS}, result

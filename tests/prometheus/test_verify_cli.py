@@ -38,7 +38,7 @@ from gpustack.diagnose.collect_grafana import GRAFANA_PORT, GRAFANA_SERVICE
 from gpustack.diagnose.collect_prometheus import PROMETHEUS_PORT, PROMETHEUS_SERVICE
 from gpustack.diagnose.collect_workload import VERIFY_NAMESPACE
 from gpustack.monitoring.dashboard import load_capacity_dashboard, load_dashboard
-from gpustack.render.manifests import EXPORTER_TARGETS
+from gpustack.render.manifests import EXPORTER_TARGETS, render_secrets
 from tests.fakes import scenarios as sc
 from tests.fakes.grafana_api import FakeGrafana
 from tests.fakes.kube_api import FakeKubeAPI
@@ -60,7 +60,7 @@ EXPECTED = {
     "kubernetes": {"K00", "K01", "K03", "K05", "K06", "K09"},
     "gpu-operator": {"G01", "G02", "G06", "G10"},
     "monitoring": {"M01", "M02", "M03", "M04", "M05", "M06", "M07", "M08", "M09", "M11"},
-    "grafana": {"R01", "R02", "R03", "R04"},
+    "grafana": {"R01", "R02", "R03", "R04", "R05"},
 }
 #: the one check that does not run without ``--load`` (test_verify_load.py covers it)
 LOAD_ONLY = "M11"
@@ -127,6 +127,7 @@ def cluster(stack: Stack, workdir: Path) -> Iterator[Cluster]:
     exporter = EXPORTER_TARGETS["standalone"]
     with FakeKubeAPI.running() as api, FakeGrafana.running(stack.prometheus.url, password=password) as grafana:
         api.seed(cluster_objects())
+        api.seed(render_secrets(Config(), password, {}))  # the admin Secret as `gpustack up` applies it
         grafana.add_dashboard(load_dashboard())
         grafana.add_dashboard(load_capacity_dashboard())
         api.proxy_upstreams[(MONITORING_NAMESPACE, PROMETHEUS_SERVICE, PROMETHEUS_PORT)] = stack.prometheus.url
@@ -158,8 +159,9 @@ def report_of(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
         report = json.loads(proc.stdout)
     except ValueError:
         raise AssertionError(f"stdout is not JSON (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}") from None
-    assert isinstance(report, dict) and set(report) == {"command", "checks", "summary"}, report
+    assert isinstance(report, dict) and set(report) == {"command", "cluster", "checks", "summary"}, report
     assert report["command"] == "verify"
+    assert set(report["cluster"]) == {"server", "context", "cluster", "source", "kubeconfig", "gpustack_cluster"}
     for check in report["checks"]:
         assert set(FIELDS) <= set(check) <= {*FIELDS, "host"}, check
         assert all(isinstance(check[k], str) for k in FIELDS), check

@@ -94,7 +94,7 @@ def write_config(
 
 
 def registry_of(sources: Sources) -> str:
-    """The bed's stand-in for the image registries preflight checks (P21): the file server, which
+    """The bed's stand-in for the image registries preflight checks (P25): the file server, which
     answers ``GET /v2/`` (a directory) as a registry's API endpoint answers."""
     (sources.http.root / "v2").mkdir(exist_ok=True)
     return sources.http.url

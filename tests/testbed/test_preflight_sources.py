@@ -50,8 +50,8 @@ def test_sources_are_checked_from_the_host_through_the_proxy_before_any_stage(
     assert "▶ os" not in r.stdout, "no stage started"
     flat = " ".join(r.stdout.split())
     for needle in (
-        "P20-package-sources",
-        "P21-image-registries",
+        "P24-package-sources",
+        "P25-image-registries",
         "Kubernetes apt repository",
         "https://pkgs.k8s.io/core:/stable:/v1.36/deb/InRelease",
         f"through {proxy}",

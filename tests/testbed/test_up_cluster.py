@@ -137,7 +137,7 @@ def test_three_nodes_through_failures_to_convergence(
     )
     untouched(bed)
 
-    # 3. a failing apt source (wrong repository path): the preflight finds it on every host (P20,
+    # 3. a failing apt source (wrong repository path): the preflight finds it on every host (P24,
     #    HTTP 404), nothing changed; told to go on anyway, the run stops at the kubernetes stage,
     #    naming the stage and every host
     broken = yaml.safe_load(cfg.read_text())
@@ -148,7 +148,7 @@ def test_three_nodes_through_failures_to_convergence(
     assert r.rc == 1, r.output
     assert "preflight failed: 3 problem(s) on cp, w1, w2; nothing was changed" in r.stderr, r.stderr
     flat = " ".join(r.stdout.split())
-    assert "P20-package-sources" in flat and "/nowhere/v1.36/deb/InRelease (direct): HTTP 404" in flat, r.stdout
+    assert "P24-package-sources" in flat and "/nowhere/v1.36/deb/InRelease (direct): HTTP 404" in flat, r.stdout
     untouched(bed)
     r = up(broken_cfg, state, "--ignore-preflight", "nouveau,package-sources")
     assert r.rc == 1, r.output

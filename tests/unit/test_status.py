@@ -165,6 +165,7 @@ def test_a_run_that_was_killed_is_not_shown_as_running(tmp_path: Path) -> None:
 def _cli(args: list[str], state: Path, cfg: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "GPUSTACK_STATE_DIR": str(state), "NO_COLOR": "1", "COLUMNS": "200", "PYTHONPATH": str(ROOT)}
     env.pop("GPUSTACK_CONFIG", None)
+    env.pop("KUBECONFIG", None)  # status follows $KUBECONFIG like kubectl: not the developer's own cluster
     return subprocess.run(
         [sys.executable, "-m", "gpustack", *args, "-c", str(cfg)],
         capture_output=True,

@@ -98,3 +98,45 @@ def test_debian_gpu_host_needs_a_preinstalled_driver() -> None:
     assert found.status == "fail" and "no driver container for Debian 12" in found.summary
     cpu_only = check(facts(os_id="debian", os_version_id="12", nvidia_pci_devices=[]))["P19-gpu-operator"]
     assert cpu_only.status == "pass"
+
+
+# --- rules the preflight shares with doctor (gpustack.checks.hostrules) ------------------------------------
+
+
+def test_shared_host_rules_pass_on_a_good_host() -> None:
+    found = check(facts())
+    for cid in ("P20-containerd-drop-ins", "P21-unattended-upgrades", "P22-next-kernel-headers", "P23-fabric-manager"):
+        assert found[cid].status == "pass", found[cid]
+
+
+def test_unimported_toolkit_drop_in_is_a_warning_before_up() -> None:
+    drop_in = {"path": "/etc/containerd/conf.d/99-nvidia.toml", "imported": False}
+    found = check(facts(containerd={"path": "/usr/bin/containerd", "version": "1.7.24", "imports": [],
+                                    "drop_ins": [drop_in]}))["P20-containerd-drop-ins"]  # fmt: skip
+    assert found.status == "warn" and "99-nvidia.toml" in found.summary and "imports" in found.fix
+
+
+def test_unattended_upgrades_without_kernel_headers_where_the_operator_builds_the_driver() -> None:
+    uu = {"installed": True, "enabled": True, "blacklist": [], "origins": [], "automatic_reboot": False}
+    pkgs = [{"name": "linux-image-generic", "version": "6.8.0.48.48", "held": False}]
+    found = check(facts(unattended_upgrades=uu, gpu_packages=pkgs))["P21-unattended-upgrades"]
+    assert found.status == "warn" and "without headers" in found.summary
+    assert "apt-mark hold linux-image-generic" in found.fix
+    preinstalled = check(facts(unattended_upgrades=uu, gpu_packages=pkgs), gpu=Gpu(driver="preinstalled"))
+    assert preinstalled["P21-unattended-upgrades"].status == "pass", "no driver to build: the headers do not matter"
+
+
+def test_next_kernel_without_headers_fails_where_the_operator_builds_the_driver() -> None:
+    kernels = [{"release": "5.15.0-119-generic", "headers": True, "image": True},
+               {"release": "5.15.0-124-generic", "headers": False, "image": True}]  # fmt: skip
+    found = check(facts(kernel="5.15.0-119-generic", kernels=kernels))["P22-next-kernel-headers"]
+    assert found.status == "fail" and "linux-headers-5.15.0-124-generic" in found.fix
+
+
+def test_nvswitch_host_driver_without_fabric_manager() -> None:
+    f = facts(nvidia_nvswitches=4, nvidia_driver_version="595.91.07", nvidia_smi=True,
+              fabricmanager={"installed": False, "active": None})  # fmt: skip
+    found = check(f)["P23-fabric-manager"]
+    assert found.status == "fail" and "nvidia-fabricmanager-595" in found.fix
+    operator = check(facts(nvidia_nvswitches=4))["P23-fabric-manager"]
+    assert operator.status == "pass" and "driver container" in operator.summary

@@ -1,5 +1,5 @@
 """Package sources in the preflight: what each stage selection probes on which hosts (probe_list),
-and P20/P21 on recorded probe results (the module's side: tests/unit/playbooks/test_gpustack_facts_sources.py)."""
+and P24/P25 on recorded probe results (the module's side: tests/unit/playbooks/test_gpustack_facts_sources.py)."""
 
 from __future__ import annotations
 
@@ -75,12 +75,12 @@ def test_unreachable_through_the_proxy_names_host_source_proxy_and_error() -> No
         {"name": "image registry nvcr.io", "url": "https://nvcr.io/v2/", "kind": "registry", "via": PROXY,
          "ok": True, "status": 401},
     ])  # fmt: skip
-    p20 = found["P20-package-sources"]
+    p20 = found["P24-package-sources"]
     assert p20.status == "fail" and p20.host == "cp1"
     assert p20.summary == "cannot reach 1 package source(s): Kubernetes apt repository"
     assert f"https://pkgs.k8s.io/core:/stable:/v1.36/deb/InRelease (through {PROXY}): Tunnel connection" in p20.evidence
     assert PROXY in p20.fix and "cp1" in p20.fix and "pkgs.k8s.io" in p20.fix
-    assert found["P21-image-registries"].status == "pass"
+    assert found["P25-image-registries"].status == "pass"
 
 
 def test_unreachable_without_a_proxy_suggests_one() -> None:
@@ -90,10 +90,10 @@ def test_unreachable_without_a_proxy_suggests_one() -> None:
         {"name": "Helm download", "url": "https://get.helm.sh/helm-v4.2.4-linux-amd64.tar.gz", "kind": "file",
          "via": "direct", "ok": False, "status": 404, "error": "HTTP 404 Not Found"},
     ])  # fmt: skip
-    p21 = found["P21-image-registries"]
+    p21 = found["P25-image-registries"]
     assert p21.status == "fail" and "(direct): [Errno -3]" in p21.evidence
     assert "proxy.http" in p21.fix and "preflight.registries" in p21.fix and "registry-1.docker.io" in p21.fix
-    p20 = found["P20-package-sources"]
+    p20 = found["P24-package-sources"]
     assert p20.status == "fail" and "HTTP 404 Not Found" in p20.evidence
     assert p20.fix.startswith(
         "https://get.helm.sh/helm-v4.2.4-linux-amd64.tar.gz answered with an error: check the URL"
@@ -112,7 +112,7 @@ def test_unreachable_without_a_proxy_suggests_one() -> None:
     ],
 )  # fmt: skip
 def test_nothing_to_reach_or_all_reached_passes(results: list[dict[str, Any]], summary: str) -> None:
-    p20 = run(results)["P20-package-sources"]
+    p20 = run(results)["P24-package-sources"]
     assert p20.status == "pass" and p20.summary == summary
 
 
@@ -121,4 +121,4 @@ def test_ignore_preflight_downgrades_by_name() -> None:
                                                          "kind": "registry", "ok": False, "error": "x"}]}},
                              nodes=["cp1"])  # fmt: skip
     ignored = {f.id: f for f in pf.apply_ignores(findings, ["image-registries"])}
-    assert ignored["P21-image-registries"].status == "warn"
+    assert ignored["P25-image-registries"].status == "warn"

@@ -35,9 +35,6 @@ from tests.fakes.kube_api import FakeKubeAPI
 SECRET = "pl4nted-Gr4fana-s3cret"  # the value of a Secret in the cluster; also where a careless pod leaks it
 CP_TAINT_KEY = "node-role.kubernetes.io/control-plane"
 
-#: the CLI under test is this checkout (not whichever gpustack is installed)
-THIS_CHECKOUT = {"PYTHONPATH": os.environ["PYTHONPATH"]} if "PYTHONPATH" in os.environ else {}
-
 
 def admin_conf(api: FakeKubeAPI, state: Path) -> Path:
     """Where `gpustack up` writes the admin kubeconfig of the default cluster ("gpustack")."""
@@ -47,8 +44,10 @@ def admin_conf(api: FakeKubeAPI, state: Path) -> Path:
 
 
 def cli_env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    return {"PATH": "/usr/bin:/bin", **THIS_CHECKOUT, "HOME": str(tmp_path), "GPUSTACK_STATE_DIR": str(tmp_path / "state"),
-            "NO_COLOR": "1", "COLUMNS": "250", **extra}  # fmt: skip
+    """A clean environment (no $KUBECONFIG, HOME in tmp_path); PYTHONPATH kept so the CLI runs this checkout."""
+    keep = {k: os.environ[k] for k in ("PYTHONPATH",) if k in os.environ}
+    return {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "GPUSTACK_STATE_DIR": str(tmp_path / "state"),
+            "NO_COLOR": "1", "COLUMNS": "250", **keep, **extra}  # fmt: skip
 
 
 # --- doctor --bundle ---------------------------------------------------------------------------------
@@ -209,7 +208,8 @@ def test_fix_answered_no_applies_nothing(
     taint_cluster(fake_api)
     code, status, out, stdin = doctor_fix_at_a_terminal("n", fake_api, tmp_path, monkeypatch)
     assert "doctor --fix will run" in out and f"kubectl taint nodes gpu-node-1 {CP_TAINT_KEY}-" in out
-    assert "Apply 1 fix(es)?" in out
+    assert "Apply 1 fix(es) to context fake?" in out
+    assert f"on cluster {fake_api.url} (context fake, gpustack's cluster" in out, "the cluster it would change"
     assert stdin.tell() == len("n\n"), "the answer was read"
     assert "not applied" in out and "no terminal" not in out
     assert fake_api.mutating_requests() == []
@@ -222,7 +222,7 @@ def test_fix_answered_yes_removes_the_taint_and_checks_again(
 ) -> None:
     taint_cluster(fake_api)
     code, status, out, stdin = doctor_fix_at_a_terminal("y", fake_api, tmp_path, monkeypatch)
-    assert "Apply 1 fix(es)?" in out and stdin.tell() == len("y\n")
+    assert "Apply 1 fix(es) to context fake?" in out and stdin.tell() == len("y\n")
     assert [(m, p.split("?")[0]) for m, p, _ in fake_api.mutating_requests()] == [("PATCH", "/api/v1/nodes/gpu-node-1")]
     assert node_taints(fake_api) == []
     assert "removed the control-plane taint from node gpu-node-1" in out
@@ -262,8 +262,8 @@ def test_cli_fix_asks_on_a_real_terminal(answer: str, fake_api: FakeKubeAPI, tmp
     )  # fmt: skip
     os.close(terminal)
     try:
-        before = _read_until(controller, b"Apply 1 fix(es)?", timeout=60)
-        assert b"Apply 1 fix(es)?" in before, before.decode(errors="replace")
+        before = _read_until(controller, b"Apply 1 fix(es) to context fake?", timeout=60)
+        assert b"Apply 1 fix(es) to context fake?" in before, before.decode(errors="replace")
         assert fake_api.mutating_requests() == [], "nothing is applied before the answer"
         os.write(controller, answer.encode() + b"\n")
         after = _read_until(controller, b"\x00never", timeout=60).decode(errors="replace")

@@ -59,3 +59,22 @@ def test_oom_fix_raises_the_limit(fake_api: FakeKubeAPI, kubeconfig: Path) -> No
     scenario.load(fake_api)
     [f] = [f for f in sc.run_checks(sc.collect_kube(fake_api, kubeconfig)) if f.id == "G08-exporter-health"]
     assert "OOMKilled" in f.evidence and "1Gi" in f.fix
+
+
+def test_driver_upgrade_failed_names_the_node_and_its_driver_pod(fake_api: FakeKubeAPI, kubeconfig: Path) -> None:
+    scenario, _ = sc.failure("driver-upgrade-failed")
+    scenario.load(fake_api)
+    [f] = [f for f in sc.run_checks(sc.collect_kube(fake_api, kubeconfig)) if f.id == "G11-driver-upgrade-failed"]
+    assert f.status == "fail" and f.host == "gpu-node-2" and "stays cordoned" in f.summary
+    assert "nvidia.com/gpu-driver-upgrade-state=upgrade-failed" in f.evidence and "CrashLoopBackOff" in f.evidence
+    assert "logs nvidia-driver-daemonset-00002 --all-containers" in f.fix
+    assert "delete pod nvidia-driver-daemonset-00002" in f.fix
+
+
+def test_driver_upgrade_done_passes(fake_api: FakeKubeAPI, kubeconfig: Path) -> None:
+    scenario = sc.healthy(3)
+    for node in scenario.nodes():
+        node["metadata"]["labels"]["nvidia.com/gpu-driver-upgrade-state"] = "upgrade-done"
+    scenario.load(fake_api)
+    findings = [f for f in sc.run_checks(sc.collect_kube(fake_api, kubeconfig)) if f.id == "G11-driver-upgrade-failed"]
+    assert [f.status for f in findings] == ["pass"]

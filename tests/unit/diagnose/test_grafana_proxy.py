@@ -8,17 +8,21 @@ bearer token, had the proxy leaked it)."""
 
 from __future__ import annotations
 
+import base64
+import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from gpustack.checks.model import Finding
 from gpustack.config.model import Config
-from gpustack.constants import MONITORING_NAMESPACE
+from gpustack.constants import GRAFANA_ADMIN_SECRET, MONITORING_NAMESPACE
 from gpustack.diagnose import checks_grafana, registry
 from gpustack.diagnose.collect import CollectContext, collect
-from gpustack.diagnose.collect_grafana import GRAFANA_PORT, GRAFANA_SERVICE
+from gpustack.diagnose.collect_grafana import GRAFANA_PORT, GRAFANA_SERVICE, CredentialError, credentials_from_cluster
 from gpustack.diagnose.snapshot import Snapshot
 from gpustack.monitoring.dashboard import load_capacity_dashboard, load_dashboard
 from tests.fakes import scenarios as sc
@@ -48,7 +52,7 @@ def grafana_snapshot(kubeconfig: Path, password: str) -> Snapshot:
 
 def r_checks(snap: Snapshot) -> dict[str, Finding]:
     assert checks_grafana.BOTH
-    specs = sorted((s for s in registry.REGISTRY.values() if s.id[:3] in ("R01", "R02", "R03", "R04")),
+    specs = sorted((s for s in registry.REGISTRY.values() if s.id[:3] in ("R01", "R02", "R03", "R04", "R05")),
                    key=lambda s: s.id)  # fmt: skip
     return {f.id[:3]: f for f in registry.run(specs, snap)}
 
@@ -89,15 +93,18 @@ def test_logs_in_through_the_proxy_and_reads_with_the_session_cookie(
 def test_wrong_password_is_a_finding(fake_api: FakeKubeAPI, kubeconfig: Path, grafana: FakeGrafana) -> None:
     snap = grafana_snapshot(kubeconfig, "wrong-pw")
 
-    assert "401" in snap.errors["grafana"] and "/login" in snap.errors["grafana"]
+    assert "401" in snap.errors["grafana:login"] and "/login" in snap.errors["grafana:login"]
+    assert "grafana" not in snap.errors
     assert snap.grafana.reachable, "/api/health answered"
     assert not snap.grafana.datasources and not snap.grafana.dashboards
     assert not grafana.sessions
     assert [p for _, p in grafana.requests] == ["/api/health", "/login"], "nothing else tried without a session"
     result = r_checks(snap)
-    assert result["R01"].status == "fail"
-    assert "refused" in result["R01"].summary and "password" in result["R01"].fix
+    assert result["R01"].status == "pass", "Grafana is healthy: the login is a separate finding"
+    assert result["R05"].status == "fail" and "refused" in result["R05"].summary
+    assert "grafana cli admin reset-admin-password" in result["R05"].fix
     assert {result[k].status for k in ("R02", "R03", "R04")} == {"skip"}
+    assert all("R05-grafana-login" in result[k].summary for k in ("R02", "R03", "R04")), "one cause, named once"
 
 
 def test_the_proxy_passes_cookies_and_drops_authorization(fake_api: FakeKubeAPI, kubeconfig: Path,
@@ -117,3 +124,127 @@ def test_the_proxy_passes_cookies_and_drops_authorization(fake_api: FakeKubeAPI,
         ep.request("GET", "/api/datasources", headers={"Authorization": "Basic YWRtaW46cmlnaHQtcHc="})
     assert exc.value.status == 401
     assert grafana.auth_seen[-1] == ("/api/datasources", "", ())
+
+
+# --- credentials only in the cluster ------------------------------------------------------------------
+
+SECRET_PATH = f"/api/v1/namespaces/{MONITORING_NAMESPACE}/secrets/{GRAFANA_ADMIN_SECRET}"
+
+
+def cluster_snapshot(kubeconfig: Path, **extra: object) -> Snapshot:
+    """doctor's grafana layer with no password given: the state (empty) or the cluster must provide it."""
+    ctx = CollectContext(cfg=Config(), command="doctor", kubeconfig=kubeconfig, timeout=20, layers=("grafana",),
+                         extra=dict(extra))  # fmt: skip
+    return collect(ctx, sources=["kubernetes", "grafana"])
+
+
+@pytest.fixture
+def cluster_grafana(fake_api: FakeKubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeGrafana]:
+    """The scenario cluster (its Grafana Deployment reads the admin password from gpustack-grafana-admin) and
+    a Grafana that accepts only that password; an empty state directory."""
+    monkeypatch.setenv("GPUSTACK_STATE_DIR", str(tmp_path / "state"))
+    sc.healthy(1).load(fake_api)
+    with FakeGrafana.running(NO_PROMETHEUS, password=sc.GRAFANA_PASSWORD) as fake:
+        fake.add_dashboard(load_dashboard())
+        fake.add_dashboard(load_capacity_dashboard())
+        fake_api.proxy_upstreams[(MONITORING_NAMESPACE, GRAFANA_SERVICE, GRAFANA_PORT)] = fake.url
+        yield fake
+
+
+def test_credentials_read_from_the_secret_grafanas_deployment_references(
+    fake_api: FakeKubeAPI, kubeconfig: Path, cluster_grafana: FakeGrafana
+) -> None:
+    snap = cluster_snapshot(kubeconfig)
+    assert "grafana:login" not in snap.errors and "grafana" not in snap.errors, snap.errors
+    assert len(cluster_grafana.sessions) == 1
+    secret_reads = [(m, p) for m, p, _ in fake_api.requests if "/secrets" in p]
+    assert secret_reads == [("GET", SECRET_PATH)], "one GET of the referenced Secret, never a LIST"
+    assert snap.grafana.login == {
+        "state": "ok", "user": "admin", "deployment": f"{MONITORING_NAMESPACE}/{GRAFANA_SERVICE}",
+        "secret": f"{MONITORING_NAMESPACE}/{GRAFANA_ADMIN_SECRET}", "key": "admin-password",
+        "source": f"Secret {MONITORING_NAMESPACE}/{GRAFANA_ADMIN_SECRET} key admin-password "
+                  f"(GF_SECURITY_ADMIN_PASSWORD) of Deployment {MONITORING_NAMESPACE}/{GRAFANA_SERVICE}",
+    }  # fmt: skip
+    assert sc.GRAFANA_PASSWORD not in json.dumps(snap.to_json()), "the password is never kept"
+    result = r_checks(snap)
+    assert result["R05"].status == "pass" and result["R01"].status == "pass" and result["R03"].status == "pass"
+
+
+@pytest.mark.parametrize(
+    ("fault", "state", "summary", "fix"),
+    [(403, "secret-forbidden", "may not read Secret", "kubectl auth can-i get secret/gpustack-grafana-admin"),
+     (404, "secret-missing", "is missing or incomplete", "gpustack up --only cluster")],
+)  # fmt: skip
+def test_an_unreadable_secret_is_one_finding(
+    fake_api: FakeKubeAPI, kubeconfig: Path, cluster_grafana: FakeGrafana, fault: int, state: str, summary: str,
+    fix: str,
+) -> None:  # fmt: skip
+    fake_api.fail(re.escape(SECRET_PATH), fault)
+    snap = cluster_snapshot(kubeconfig)
+    assert snap.grafana.login["state"] == state and snap.grafana.reachable
+    assert [p for _, p in cluster_grafana.requests] == ["/api/health"], "no login attempted without a password"
+    result = r_checks(snap)
+    assert result["R01"].status == "pass", "Grafana answers /api/health: not 'could not be reached'"
+    assert result["R05"].status == "fail" and summary in result["R05"].summary and fix in result["R05"].fix
+    assert f"{MONITORING_NAMESPACE}/{GRAFANA_ADMIN_SECRET}" in result["R05"].evidence
+    assert {result[k].status for k in ("R02", "R03", "R04")} == {"skip"}
+    assert not any("logs" in result[k].fix for k in result), "no `kubectl logs` cascade"
+
+
+def test_the_state_file_is_used_only_for_gpustacks_own_cluster(
+    fake_api: FakeKubeAPI, tmp_path: Path, cluster_grafana: FakeGrafana
+) -> None:
+    from gpustack.cluster import password_path
+    from gpustack.paths import kubeconfig_path
+
+    stale = password_path(Config())
+    stale.parent.mkdir(parents=True, mode=0o700)
+    stale.write_text("this-machines-other-cluster\n")
+    elsewhere = fake_api.write_kubeconfig(tmp_path / "other.conf")
+    snap = cluster_snapshot(elsewhere)  # another cluster (no admin.conf for this server): the Secret
+    assert snap.grafana.login["state"] == "ok" and "Secret" in snap.grafana.login["source"]
+    fake_api.write_kubeconfig(kubeconfig_path("gpustack"))  # now it is gpustack's own cluster: the state file
+    snap = cluster_snapshot(elsewhere)
+    assert snap.grafana.login["source"] == f"gpustack's state file {stale}" and snap.grafana.login["state"] == "refused"
+    result = r_checks(snap)["R05"]
+    assert result.status == "fail" and f'reset-admin-password "$(cat {stale})"' in result.fix
+
+
+def _deployment(container: dict[str, Any], volumes: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return {"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "grafana", "namespace": "observability", "labels": {"app.kubernetes.io/name": "grafana"}},
+            "spec": {"template": {"spec": {"containers": [{"name": "grafana", **container}],
+                                           "volumes": volumes or []}}}}  # fmt: skip
+
+
+def _secret(name: str, data: dict[str, str]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": "observability"},
+            "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("container", "volumes", "user", "source"),
+    [
+        ({"env": [{"name": "GF_SECURITY_ADMIN_PASSWORD", "value": "pw"}]}, None, "admin",
+         "GF_SECURITY_ADMIN_PASSWORD (a literal value in the Deployment)"),
+        ({"envFrom": [{"secretRef": {"name": "grafana-env"}}]}, None, "ops",
+         "Secret observability/grafana-env key GF_SECURITY_ADMIN_PASSWORD (envFrom)"),
+        ({"env": [{"name": "GF_SECURITY_ADMIN_PASSWORD__FILE", "value": "/etc/secrets/admin/pass"}],
+          "volumeMounts": [{"name": "admin", "mountPath": "/etc/secrets/admin"}]},
+         [{"name": "admin", "secret": {"secretName": "grafana-files", "items": [{"key": "password", "path": "pass"}]}}],
+         "admin", "Secret observability/grafana-files key password (GF_SECURITY_ADMIN_PASSWORD__FILE=/etc/secrets/admin/pass)"),
+    ],
+)  # fmt: skip
+def test_credentials_follow_the_container_spec(
+    fake_api: FakeKubeAPI, kube: Any, container: dict[str, Any], volumes: Any, user: str, source: str
+) -> None:
+    fake_api.seed([_secret("grafana-env", {"GF_SECURITY_ADMIN_PASSWORD": "pw", "GF_SECURITY_ADMIN_USER": "ops"}),
+                   _secret("grafana-files", {"password": "pw"})])  # fmt: skip
+    snap = Snapshot(kube={"Deployment": [_deployment(container, volumes)]})
+    creds = credentials_from_cluster(snap, kube, "admin")
+    assert (creds.user, creds.password) == (user, "pw")
+    assert creds.source == f"{source} of Deployment observability/grafana"
+    assert "pw" not in repr(creds)
+    with pytest.raises(CredentialError) as exc:
+        credentials_from_cluster(Snapshot(kube={"Deployment": [_deployment({"env": []})]}), kube, "admin")
+    assert exc.value.state == "not-set"

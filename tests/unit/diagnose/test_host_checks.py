@@ -50,7 +50,19 @@ HEALTHY: dict[str, Any] = {
     },
     "nvidia_dev_char_symlinks": True,
     "node_exporter_on_9100": False,
+    "cgroup_v2": True,
+    "kubelet_version": "1.36.4",
+    "nvidia_nvswitches": 0,
+    "fabricmanager": None,
+    "kernels": [{"release": "6.8.0-45-generic", "headers": True, "image": True}],
+    "unattended_upgrades": None,
+    "gpu_packages": [],
 }
+HEALTHY["containerd"] = {"path": "/usr/local/bin/containerd", "systemd_cgroup": True, "version": "2.2.7",
+                         "config_version": 3, "imports": [], "drop_ins": []}  # fmt: skip
+UNATTENDED_ON = {"installed": True, "enabled": True, "blacklist": [], "automatic_reboot": False,
+                 "origins": ["${distro_id}:${distro_codename}-security"]}  # fmt: skip
+TOOLKIT_DROP_IN = "/etc/containerd/conf.d/99-nvidia.toml"
 
 
 def facts(**changes: Any) -> dict[str, Any]:
@@ -121,6 +133,25 @@ BREAKAGES: list[tuple[str, dict[str, Any], str, str]] = [
     ("C02-cri", {"containerd_active": False}, "not active", "systemctl restart containerd"),
     ("C02-cri", {"cri_socket": False}, "containerd.sock is missing", "systemctl restart containerd"),
     ("C02-cri", {"containerd": {"path": None}}, "no containerd", "gpustack up --only containerd"),
+    ("C03-cgroup-v2", {"cgroup_v2": False}, "cgroup v1); kubelet 1.36.4", "systemd.unified_cgroup_hierarchy=1"),
+    ("C04-containerd-version", {"containerd": {"version": "1.7.24", "config_version": 2}}, "containerd --version: 1.7.24",
+     "gpustack up --only containerd"),
+    ("C05-containerd-config-version", {"containerd": {"config_version": 4}}, "version = 4; containerd 2.2.7 writes version 3",
+     "containerd config migrate"),
+    ("C06-containerd-drop-ins", {"containerd": {"imports": None, "drop_ins": [{"path": TOOLKIT_DROP_IN, "imported": False}]}},
+     "no imports key", "sudo sed -i '1i imports = [\"/etc/containerd/conf.d/*.toml\"]' /etc/containerd/config.toml"),
+    ("C06-containerd-drop-ins", {"containerd": {"drop_ins": [{"path": TOOLKIT_DROP_IN, "imported": False}]}},
+     "imports: []", 's#^imports *= *\\[#imports = ["/etc/containerd/conf.d/*.toml", #'),  # containerd's default
+    ("C06-containerd-drop-ins", {"containerd": {"imports": ["/etc/containerd/extra.toml"],
+                                                "drop_ins": [{"path": TOOLKIT_DROP_IN, "imported": False}]}},
+     "imports: ['/etc/containerd/extra.toml']", 's#^imports *= *\\[#imports = ["/etc/containerd/conf.d/*.toml", #'),
+    ("H12-fabric-manager", {"nvidia_nvswitches": 4, "nvidia_smi": True, "fabricmanager": {"installed": True, "active": False}},
+     "4 NVSwitches", "systemctl enable --now nvidia-fabricmanager"),
+    ("H12-fabric-manager", {"nvidia_nvswitches": 4, "nvidia_smi": True, "fabricmanager": {"installed": False, "active": False}},
+     "not installed", "apt-get install -y nvidia-fabricmanager-595"),
+    ("H14-next-kernel-headers", {"kernels": [{"release": "6.8.0-45-generic", "headers": True, "image": True},
+                                             {"release": "6.8.0-48-generic", "headers": False, "image": True}]},
+     "6.8.0-48-generic", "apt-get install -y linux-headers-6.8.0-48-generic"),
 ]  # fmt: skip
 
 
@@ -269,3 +300,60 @@ def test_malformed_cluster_objects_never_crash(junk: Any) -> None:
     host = facts(nvidia_driver_version=None, node_exporter_on_9100=True)
     snap = Snapshot(hosts={"h": host}, kube={"DaemonSet": [junk], "ClusterPolicy": [junk]})
     assert not [f for f in run(snap) if "could not evaluate" in f.summary]
+
+
+NEW_RULES = ("C03-cgroup-v2", "C04-containerd-version", "C05-containerd-config-version", "C06-containerd-drop-ins",
+             "H12-fabric-manager", "H13-unattended-upgrades", "H14-next-kernel-headers")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [{},  # every new rule passes on the healthy host
+     {"nvidia_nvswitches": 4, "fabricmanager": None},  # the operator's driver container runs Fabric Manager
+     {"nvidia_nvswitches": 4, "nvidia_smi": True, "fabricmanager": {"installed": True, "active": True}},
+     {"containerd": {"imports": ["/etc/containerd/conf.d/*.toml"],
+                     "drop_ins": [{"path": TOOLKIT_DROP_IN, "imported": True}]}},
+     {"containerd": {"version": "1.7.24", "config_version": 2}, "kubelet_version": "1.35.8"},
+     {"cgroup_v2": False, "kubelet_version": None},  # no kubelet yet: C03 cannot judge (skip, not fail)
+     {"unattended_upgrades": UNATTENDED_ON, "gpu_packages": [
+         {"name": "linux-image-generic", "version": "6.8.0.48.48", "held": False},
+         {"name": "linux-headers-generic", "version": "6.8.0.48.48", "held": False}]},  # headers come along
+     {"unattended_upgrades": {**UNATTENDED_ON, "blacklist": ["linux-", "nvidia-"]}, "nvidia_smi": True,
+      "gpu_packages": [{"name": "linux-image-generic", "version": "1", "held": False},
+                       {"name": "nvidia-driver-595-server", "version": "595.91.07-0ubuntu1", "held": False}]},
+     {"unattended_upgrades": {**UNATTENDED_ON, "enabled": False},
+      "gpu_packages": [{"name": "linux-image-generic", "version": "1", "held": False}]},
+     {"kernels": [{"release": "6.8.0-40-generic", "headers": False, "image": True},  # older: never boots first
+                  {"release": "6.8.0-45-generic", "headers": True, "image": True}]}],
+)  # fmt: skip
+def test_new_rules_pass(changes: dict[str, Any]) -> None:
+    findings = [f for f in run(Snapshot(hosts={"solo": facts(**changes)})) if f.id in NEW_RULES]
+    assert {f.id for f in findings} == set(NEW_RULES)
+    assert {f.status for f in findings} <= {"pass", "skip"}, [f for f in findings if f.status not in ("pass", "skip")]
+
+
+def test_unattended_upgrades_warn_names_the_packages_and_holds_them() -> None:
+    host = facts(unattended_upgrades={**UNATTENDED_ON, "automatic_reboot": True}, nvidia_smi=True, gpu_packages=[
+        {"name": "linux-image-generic", "version": "6.8.0.48.48", "held": False},
+        {"name": "nvidia-driver-595-server", "version": "595.91.07-0ubuntu1", "held": False},
+        {"name": "libnvidia-compute-595-server", "version": "595.91.07-0ubuntu1", "held": True},
+        {"name": "nvidia-dkms-595-server", "version": "595.91.07-0ubuntu1", "held": False}])  # fmt: skip
+    [f] = [f for f in run(Snapshot(hosts={"solo": host})) if f.id == "H13-unattended-upgrades"]
+    assert f.status == "warn" and "new kernels without headers" in f.summary and "new NVIDIA driver" in f.summary
+    assert "linux-headers-generic not installed" in f.summary, "DKMS builds the host driver: headers matter"
+    assert "Automatic-Reboot" in f.evidence and "-security" in f.evidence
+    assert f.fix.startswith("sudo apt-mark hold linux-image-generic nvidia-dkms-595-server nvidia-driver-595-server")
+    assert "libnvidia-compute-595-server" not in f.fix.split(";")[0], "already held"
+    assert "sudo apt-get install -y linux-headers-generic" in f.fix
+
+
+def test_config_version_older_than_containerd_writes_is_a_warning() -> None:
+    [f] = [f for f in run(Snapshot(hosts={"solo": facts(containerd={"config_version": 2})}))
+           if f.id == "C05-containerd-config-version"]  # fmt: skip
+    assert f.status == "warn" and "migrates it to version 3 at every start" in f.summary
+
+
+def test_kubelet_1_34_on_cgroup_v1_is_a_warning() -> None:
+    [f] = [f for f in run(Snapshot(hosts={"solo": facts(cgroup_v2=False, kubelet_version="1.34.11")}))
+           if f.id == "C03-cgroup-v2"]  # fmt: skip
+    assert f.status == "warn" and "deprecated" in f.summary

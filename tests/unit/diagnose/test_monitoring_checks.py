@@ -6,6 +6,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import pytest
+
 from gpustack.checks.model import Finding
 from gpustack.diagnose import checks_monitoring, registry
 from gpustack.diagnose.checks_monitoring import selector_matches
@@ -189,3 +191,54 @@ def test_malformed_objects_never_crash() -> None:
     for prefix in ("M01", "M06", "M07", "M09"):
         for f in check(s, prefix):
             assert "could not evaluate" not in f.summary, (prefix, f)
+
+
+# --- M03 from PromQL over up{} (no target list), and the body cap ------------------------------------------
+
+
+def targets_snapshot(up: int, down: list[dict[str, str]], version: str = "3.14.0", details: list[Obj] | None = None,
+                     errors: dict[str, str] | None = None) -> Snapshot:  # fmt: skip
+    s = Snapshot()
+    s.prometheus.reachable, s.prometheus.version = True, version
+    s.prometheus.queries = {
+        "exporter_targets": [{"metric": {"job": "dcgm-exporter"}, "value": [0, str(up)]}] if up else [],
+        "exporter_down": [{"metric": {"job": "dcgm-exporter", **m}, "value": [0, "0"]} for m in down],
+    }
+    s.prometheus.targets = list(details or [])
+    s.prometheus.query_errors = dict(errors or {})
+    return s
+
+
+def test_m03_healthy_from_the_up_series_alone() -> None:
+    assert [f.status for f in check(targets_snapshot(1000, []), "M03")] == ["pass"]
+
+
+def test_m03_no_exporter_target() -> None:
+    [f] = check(targets_snapshot(0, []), "M03")
+    assert f.status == "fail" and "no dcgm-exporter target" in f.summary and 'up{job=~".*dcgm.*"}' in f.evidence
+
+
+def test_m03_down_target_with_its_scrape_error() -> None:
+    node = {"node": "gpu-node-7", "instance": "10.244.7.3:9400", "pod": "dcgm-exporter-x", "namespace": "gpu-operator"}
+    detail = {"scrapeUrl": "http://10.244.7.3:9400/metrics", "health": "down", "scrapePool": "serviceMonitor/m/d/0",
+              "lastError": "context deadline exceeded", "labels": dict(node)}  # fmt: skip
+    [f] = check(targets_snapshot(1000, [node], details=[detail]), "M03")
+    assert (f.status, f.host) == ("fail", "gpu-node-7")
+    assert "lastError=context deadline exceeded" in f.evidence and "dcgm-exporter-x" in f.fix
+    [old] = check(targets_snapshot(1000, [node], version="2.41.0"), "M03")  # no scrapePool filter: up's labels only
+    assert old.host == "gpu-node-7" and "needs 2.42 or newer" in old.evidence
+
+
+def test_an_answer_over_the_cap_is_a_finding_naming_the_cap() -> None:
+    from gpustack.diagnose.http import DEFAULT_LIMIT, BodyTooLarge, Response
+
+    with pytest.raises(BodyTooLarge) as exc:
+        Response(200, b'{"status":"success","data":{"result":[', truncated=True, limit=DEFAULT_LIMIT).json()
+    capped = f"query 'up == 0': {exc.value}"
+    assert "cap of 4 MiB" in capped
+    [f] = check(targets_snapshot(1000, [], errors={"exporter_down": capped}), "M03")
+    assert f.status == "fail" and "4 MiB" in f.evidence and "could not be reached" not in f.summary
+    assert "port-forward" in f.fix
+    s = targets_snapshot(1000, [], errors={"gpu_util_by_node": capped})
+    [m04] = check(s, "M04")
+    assert m04.status == "fail" and "4 MiB" in m04.evidence

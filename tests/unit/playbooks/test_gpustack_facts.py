@@ -76,6 +76,12 @@ SCHEMA_KEYS = {
     "containerd_active",
     "firewall",
     "nvidia_dev_char_symlinks",
+    "nvidia_nvswitches",
+    "fabricmanager",
+    "kubelet_version",
+    "kernels",
+    "unattended_upgrades",
+    "gpu_packages",
 }
 
 
@@ -343,7 +349,7 @@ def test_collect_on_this_machine(facts_module: ModuleType) -> None:
         "kubeadm_path",
         "kubelet_active",
     }
-    assert set(facts["containerd"]) == {"path", "version", "config_version", "systemd_cgroup"}
+    assert set(facts["containerd"]) == {"path", "version", "config_version", "systemd_cgroup", "imports", "drop_ins"}
     assert set(facts["peers"]) == {"127.0.0.1", "192.0.2.254"}
     assert all(isinstance(v, bool) for v in facts["peers"].values())
     assert all(set(e) == {"proto", "address", "port", "process"} for e in facts["listening"])
@@ -439,3 +445,98 @@ def test_collect_new_fact_types(facts_module: ModuleType) -> None:
         "gpustack_chain", "jump", "input_policy", "drops_before_jump", "drop_rules", "pod_api_rule",
     }  # fmt: skip
     json.dumps(facts)
+
+
+def test_kubelet_version(facts_module: ModuleType) -> None:
+    assert facts_module.parse_kubelet_version(0, "Kubernetes v1.36.4\n") == "1.36.4"
+    assert facts_module.parse_kubelet_version(1, "Kubernetes v1.36.4\n") is None
+    assert facts_module.parse_kubelet_version(0, "garbage") is None
+
+
+def test_containerd_imports_and_drop_ins(facts_module: ModuleType) -> None:
+    one_line = 'imports = ["/etc/containerd/conf.d/*.toml"]\nversion = 3\n[plugins]\n'
+    several = (
+        "version = 2\nimports = [\n  '/etc/containerd/conf.d/*.toml',  # toolkit\n  \"extra.toml\",\n]\n[plugins]\n"
+    )
+    in_a_table = 'version = 3\n[plugins."x"]\nimports = ["/nope/*.toml"]\n'
+    assert facts_module.parse_containerd_imports(one_line) == ["/etc/containerd/conf.d/*.toml"]
+    assert facts_module.parse_containerd_imports(several) == ["/etc/containerd/conf.d/*.toml", "extra.toml"]
+    assert facts_module.parse_containerd_imports(in_a_table) is None, "not a top-level key: no imports"
+    assert facts_module.parse_containerd_imports(None) is None
+    default_2x = "disabled_plugins = []\nimports = []\noom_score = 0\nversion = 3\n[plugins]\n"
+    assert facts_module.parse_containerd_imports(default_2x) == [], "present and empty (containerd config default)"
+    files = ["/etc/containerd/conf.d/99-nvidia.toml", "/etc/containerd/conf.d/10-mirror.toml"]
+    assert facts_module.derive_drop_ins(files, ["/etc/containerd/conf.d/*.toml"], "/etc/containerd") == [
+        {"path": "/etc/containerd/conf.d/10-mirror.toml", "imported": True},
+        {"path": "/etc/containerd/conf.d/99-nvidia.toml", "imported": True},
+    ]
+    relative = facts_module.derive_drop_ins(files, ["conf.d/99-*.toml"], "/etc/containerd")
+    assert [d["imported"] for d in relative] == [False, True], "relative to the config's directory"
+    assert not any(d["imported"] for d in facts_module.derive_drop_ins(files, [], "/etc/containerd"))
+    assert not any(d["imported"] for d in facts_module.derive_drop_ins(files, None, "/etc/containerd"))
+
+
+def test_nvswitches(facts_module: ModuleType) -> None:
+    devices = [
+        {"slot": "0000:05:00.0", "vendor": "0x10de", "device": "0x22a3", "class": "0x068000"},  # NVSwitch (HGX H100)
+        {"slot": "0000:06:00.0", "vendor": "0x10de", "device": "0x22a3", "class": "0x068000"},
+        {"slot": "0000:18:00.0", "vendor": "0x10de", "device": "0x2330", "class": "0x030200"},  # H100
+        {"slot": "0000:00:1f.0", "vendor": "0x8086", "device": "0x1234", "class": "0x068000"},  # not NVIDIA
+    ]
+    assert facts_module.parse_nvswitches(devices) == 2
+    assert facts_module.parse_nvswitches([]) == 0
+
+
+APT_DUMP = """\
+APT "";
+APT::Periodic "";
+APT::Periodic::Update-Package-Lists "1";
+APT::Periodic::Unattended-Upgrade "1";
+Unattended-Upgrade "";
+Unattended-Upgrade::Origins-Pattern "";
+Unattended-Upgrade::Origins-Pattern:: "origin=Debian,codename=${distro_codename},label=Debian-Security";
+Unattended-Upgrade::Origins-Pattern:: "origin=Debian,codename=${distro_codename}-security,label=Debian-Security";
+Unattended-Upgrade::Package-Blacklist "";
+Unattended-Upgrade::Package-Blacklist:: "nvidia-";
+"""
+
+
+def test_apt_config(facts_module: ModuleType) -> None:
+    got = facts_module.parse_apt_config(APT_DUMP)
+    assert got == {"enabled": True, "blacklist": ["nvidia-"], "automatic_reboot": False, "origins": [
+        "origin=Debian,codename=${distro_codename},label=Debian-Security",
+        "origin=Debian,codename=${distro_codename}-security,label=Debian-Security"]}  # fmt: skip
+    off = APT_DUMP.replace('Unattended-Upgrade "1"', 'Unattended-Upgrade "0"')
+    assert facts_module.parse_apt_config(off)["enabled"] is False
+    assert facts_module.parse_apt_config("")["enabled"] is False
+
+
+DPKG_STATUS = """\
+Package: linux-image-amd64
+Status: install ok installed
+Version: 6.1.158-1
+
+Package: linux-image-6.1.0-41-amd64
+Status: install ok installed
+Version: 6.1.158-1
+
+Package: nvidia-driver
+Status: hold ok installed
+Version: 535.247.01-1~deb12u1
+
+Package: linux-headers-6.1.0-40-amd64
+Status: deinstall ok config-files
+Version: 6.1.153-1
+
+Package: bash
+Status: install ok installed
+Version: 5.2.15-2+b8
+"""
+
+
+def test_dpkg_status(facts_module: ModuleType) -> None:
+    assert facts_module.parse_dpkg_status(DPKG_STATUS) == [
+        {"name": "linux-image-6.1.0-41-amd64", "version": "6.1.158-1", "held": False},
+        {"name": "linux-image-amd64", "version": "6.1.158-1", "held": False},
+        {"name": "nvidia-driver", "version": "535.247.01-1~deb12u1", "held": True},
+    ]

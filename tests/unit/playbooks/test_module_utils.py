@@ -76,4 +76,4 @@ def test_preflight_module_finds_its_module_utils_under_ansible_runner(tmp_path: 
     result = ar.run_playbook(kwargs, ar.StageTracker())
     assert result.rc == 0, [f.message for f in result.failures]
     facts = json.loads((tmp_path / "facts" / "me.json").read_text())
-    assert set(facts["containerd"]) == {"path", "version", "config_version", "systemd_cgroup"}
+    assert set(facts["containerd"]) == {"path", "version", "config_version", "systemd_cgroup", "imports", "drop_ins"}
