@@ -61,7 +61,7 @@ def test_verify_without_a_kubeconfig_says_one_cause_and_exits_3(user: Path, caps
     assert code == 3, out + err
     assert fits(out), out
     last = out.strip().splitlines()[-1]
-    assert last.startswith("UNREACHABLE: the Kubernetes API cannot be read (no kubeconfig for this cluster"), last
+    assert last.startswith("UNREACHABLE: the Kubernetes API cannot be read (no kubeconfig for cluster 'gpustack'"), last
     assert "FAIL" not in out
     specs = registry.select("verify", layers=CLUSTER_LAYERS.split(","))
     for spec in specs:
