@@ -30,6 +30,7 @@ from typing import Any
 from rich.markup import escape
 
 from gpustack.checks import preflight as pf
+from gpustack.checks import sources
 from gpustack.checks.model import Finding
 from gpustack.config.model import Config
 from gpustack.console import Console
@@ -212,6 +213,7 @@ def run_playbook(
     console: Console,
     facts_dir: Path | None = None,
     stage_patterns: Mapping[str, str] | None = None,
+    extra: Mapping[str, Any] | None = None,
 ) -> ar.PlaybookResult:
     """One run of a shipped playbook with the stages' tags and the run's host limit, with progress."""
     kubeconfig = kubeconfig_path(cfg.cluster.name)
@@ -220,6 +222,7 @@ def run_playbook(
     # `node add` prepared is converged for the next `up`
     inv = stage_inventory(cfg, ev)
     ev.update(opts.extravars)
+    ev.update(extra or {})  # this run's own (the preflight's sources to probe)
     if stage_patterns:
         ev["gpustack_stage_hosts"] = dict(stage_patterns)
     kwargs = ar.build_runner_kwargs(
@@ -266,9 +269,12 @@ def run_preflight(
 ) -> tuple[dict[str, Any], list[Finding]]:
     """Collect every host's facts (read-only) and check them; returns (facts by node, findings)."""
     facts_dir = ensure_private_dir(run_dir / "facts")
+    # what the selected stages will download, tried from every host (P24, P25)
+    probes = sources.probe_list(cfg, [s.id for s in opts.stages], full=opts.full, run_vars=opts.extravars)
     result = run_playbook(
         cfg, opts, playbook="preflight.yml", tags=(), private_dir=run_dir / "ansible-preflight",
         ident="preflight", check=False, console=console, facts_dir=facts_dir,
+        extra={"gpustack_preflight_sources": probes},
     )  # fmt: skip
     facts: dict[str, Any] = {}
     for name in targets(cfg, opts.limit):

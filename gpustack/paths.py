@@ -55,13 +55,19 @@ def ensure_private_dir(path: Path) -> Path:
         if cur.parent == cur:
             break
         cur = cur.parent
-    for d in reversed(missing):
-        try:
-            d.mkdir(mode=0o700)
-        except FileExistsError:
-            continue
-        d.chmod(0o700)
-    path.chmod(0o700)
+    try:
+        for d in reversed(missing):
+            try:
+                d.mkdir(mode=0o700)
+            except FileExistsError:
+                continue
+            d.chmod(0o700)
+        path.chmod(0o700)
+    except OSError as exc:  # a file where a directory should be, no permission: bad environment
+        raise ConfigError(
+            f"cannot create directory {path}: {exc.strerror or exc}",
+            hint="GPUSTACK_STATE_DIR moves gpustack's state directory (docs/configuration.md)",
+        ) from None
     return path
 
 

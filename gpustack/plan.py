@@ -60,6 +60,8 @@ class CommandPlan:
         """Resolve --only/--from/--skip into the ordered stages to run.
 
         Preflight runs before any selection that changes hosts, unless it is skipped explicitly.
+        Contradictions are usage errors, never "run nothing" or "run everything": a stage named by
+        both --only and --skip, --from a stage that --skip names, --only with --from.
         """
         self._check(only, "--only")
         self._check(skip, "--skip")
@@ -67,6 +69,13 @@ class CommandPlan:
             self._check([from_], "--from")
         if only and from_:
             raise UsageError("--only and --from cannot be combined")
+        both = [s for s in self.stage_ids if s in only and s in skip]
+        if both:
+            raise UsageError(f"--only and --skip both name {', '.join(both)}: say which one you mean")
+        if from_ is not None and from_ in skip:
+            after = self.stage_ids[self.stage_ids.index(from_) + 1 :]
+            hint = f" (to start after it: --from {after[0]})" if after else ""
+            raise UsageError(f"--from {from_} and --skip {from_} contradict each other{hint}")
         stages = list(self.stages)
         if from_:
             stages = stages[self.stage_ids.index(from_) :]
@@ -94,7 +103,8 @@ PREFLIGHT = Stage(
     "preflight",
     "all",
     "nothing: reads OS, CPU, memory, disk, swap, ports, GPUs, Secure Boot, existing Kubernetes, sudo, time sync, "
-    "reachability, cgroup v2, containerd version, GPU Operator support (driver container, kernel headers)",
+    "reachability, cgroup v2, containerd version, GPU Operator support (driver container, kernel headers); tries "
+    "the package sources and image registries the selected stages need, through the proxy",
 )
 
 UP_STAGES: tuple[Stage, ...] = (

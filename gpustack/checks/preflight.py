@@ -413,3 +413,4 @@ def check_names() -> list[str]:
 
 
 from gpustack.checks import compat as _compat  # noqa: E402,F401 - registers the compatibility-matrix checks
+from gpustack.checks import sources as _sources  # noqa: E402,F401 - registers the package-source checks

@@ -9,9 +9,11 @@ from __future__ import annotations
 import signal
 import sys
 from types import FrameType
+from typing import Annotated
 
 import typer
 
+from gpustack import __version__
 from gpustack.cli import (
     bundle,
     doctor,
@@ -38,9 +40,30 @@ app = typer.Typer(
     help="Fresh Ubuntu/Debian GPU servers -> a monitored Kubernetes GPU cluster, proven to work.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    # --install-completion / --show-completion (bash, zsh, fish), for the `gpustack` executable
+    add_completion=True,
+    # click's plain help: it never cuts an option's name and wraps at any terminal width (rich's
+    # help boxes cut `--accept-new-host…` at 80 columns)
+    rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"gpustack {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", is_eager=True, callback=_print_version, help="print gpustack's version and exit"),
+    ] = False,
+) -> None:
+    """Fresh Ubuntu/Debian GPU servers -> a monitored Kubernetes GPU cluster, proven to work."""
+
 
 # The commands, in the order `gpustack --help` lists them: one line each.
 app.command("up")(up.up)
@@ -71,14 +94,13 @@ def main(argv: list[str] | None = None) -> None:
 
     Ctrl-C and SIGTERM raise :class:`Interrupted` (click would turn a KeyboardInterrupt into
     "Aborted!" and exit 1): exit 130 with what was interrupted and how to resume."""
-    console = Console()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _raise_interrupted)
     try:
-        app(args=argv)
+        app(args=argv, prog_name="gpustack")
     except GpustackError as exc:
-        console.error(exc.message, exc.hint)
+        Console().error(exc.message, exc.hint)
         sys.exit(exc.exit_code)
     except Interrupted as exc:
-        console.error(exc.message, exc.hint or "run the command again: every stage is idempotent and resumes safely")
+        Console().error(exc.message, exc.hint or "run the command again: every stage is idempotent and resumes safely")
         sys.exit(Interrupted.exit_code)

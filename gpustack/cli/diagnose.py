@@ -19,9 +19,25 @@ def run_diagnose(command: str, args: CheckArgs, **own: Any) -> None:
     raise typer.Exit(code)
 
 
-def list_checks(command: str) -> None:
-    from gpustack.diagnose import registry
+def list_checks(command: str, args: CheckArgs) -> None:
+    """``--list``: the checks the same selection (--layer, --check, --ignore) would run, as a
+    table or (``-o json``) as ``{"command", "checks": [{"id", "layer", "title", "reads", "fixable"}]}``."""
+    import json
 
-    console = console_for()
-    rows = [[s.id, s.layer, s.title, s.reads] for s in registry.select(command)]
-    console.table(f"gpustack {command} checks", ["id", "layer", "checks", "reads"], rows)
+    from gpustack.diagnose import registry
+    from gpustack.diagnose.engine import DiagnoseOptions, validate
+    from gpustack.errors import UsageError
+
+    opts = DiagnoseOptions(command=command, **args.selection())
+    validate(opts)
+    if opts.output not in ("table", "json"):
+        raise UsageError(f"--list --output {opts.output}: the list is a table or json")
+    specs = registry.select(command, layers=opts.layers, checks=opts.checks, ignore=opts.ignore)
+    if opts.output == "json":
+        checks = [
+            {"id": s.id, "layer": s.layer, "title": s.title, "reads": s.reads, "fixable": s.fixable} for s in specs
+        ]
+        typer.echo(json.dumps({"command": command, "checks": checks}, indent=2))
+        return
+    rows = [[s.id, s.layer, s.title, s.reads] for s in specs]
+    console_for().table(f"gpustack {command} checks", ["id", "layer", "checks", "reads"], rows)

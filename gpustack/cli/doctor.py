@@ -29,7 +29,7 @@ def doctor(
     restart, ServiceMonitor release label, node-exporter port) after showing them; without a terminal
     it needs --yes. Everything else prints its fix."""
     if args.list_:
-        return list_checks("doctor")
+        return list_checks("doctor", args)
     if yes and not fix:
         raise UsageError("--yes only applies to --fix")
     run_diagnose("doctor", args, workload=False, fix=fix, assume_yes=yes, bundle=bundle)

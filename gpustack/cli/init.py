@@ -12,7 +12,7 @@ from gpustack.cli.options import console_for
 
 def init(
     path: Annotated[Path, typer.Argument(help="where to write the example")] = Path("gpustack.yaml"),
-    force: Annotated[bool, typer.Option(help="overwrite an existing file")] = False,
+    force: Annotated[bool, typer.Option("--force", help="overwrite an existing file")] = False,
 ) -> None:
     """Write a commented example gpustack.yaml."""
     from gpustack.config.example import write_example

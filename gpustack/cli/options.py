@@ -15,7 +15,10 @@ from typing import Annotated, Any
 
 import typer
 
+from gpustack import plan as plans
 from gpustack.console import Console
+from gpustack.diagnose.registry import LAYERS
+from gpustack.errors import UsageError
 
 ConfigOpt = Annotated[
     Path | None,
@@ -26,15 +29,53 @@ ConfigOpt = Annotated[
     ),
 ]
 VerboseOpt = Annotated[int, typer.Option("--verbose", "-v", count=True, help="more output (-vv: Ansible -v)")]
-StagesOpt = Annotated[list[str] | None, typer.Option(help="stage id(s), comma-separated or repeated")]
-FromOpt = Annotated[str | None, typer.Option("--from", help="start at this stage")]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="do not ask for confirmation")]
+AcceptKeysOpt = Annotated[
+    bool, typer.Option("--accept-new-host-keys", help="trust and record SSH host keys seen for the first time")
+]
 
 
-def split_csv(values: list[str] | None) -> list[str]:
+def complete_stages(ctx: typer.Context, incomplete: str) -> list[str]:
+    """Shell completion of a stage id: `up`'s; for `gpustack plan`, every command's (click has not
+    parsed plan's COMMAND argument yet when an option's value is completed)."""
+    if ctx.info_name in plans.SEQUENCES:
+        ids: tuple[str, ...] = plans.SEQUENCES[ctx.info_name].stage_ids
+    else:
+        ids = tuple(dict.fromkeys(s for seq in plans.SEQUENCES.values() for s in seq.stage_ids))
+    done, _, last = incomplete.rpartition(",")
+    return [f"{done}," * bool(done) + s for s in ids if s.startswith(last)]
+
+
+def _complete_layers(incomplete: str) -> list[str]:
+    return [layer for layer in LAYERS if layer.startswith(incomplete)]
+
+
+_UP_STAGES = ", ".join(plans.STAGE_IDS)
+StagesOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        metavar="STAGE,...",
+        help=f"stage id(s), comma-separated or repeated: {_UP_STAGES}",
+        autocompletion=complete_stages,
+    ),
+]
+FromOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--from", metavar="STAGE", help="start at this stage (one of --only's)", autocompletion=complete_stages
+    ),
+]
+
+
+def split_csv(values: list[str] | None, flag: str = "") -> list[str]:
+    """``["a,b", "c"]`` -> ``["a", "b", "c"]``. A value that names nothing (``--only ,``,
+    ``--skip ''``) is a usage error: it would otherwise select everything or nothing."""
     out: list[str] = []
     for v in values or []:
-        out += [x.strip() for x in v.split(",") if x.strip()]
+        items = [x.strip() for x in v.split(",") if x.strip()]
+        if not items:
+            raise UsageError(f"{flag or 'option'} {v!r}: names nothing (give one or more names, comma-separated)")
+        out += items
     return out
 
 
@@ -50,10 +91,22 @@ def console_for(verbose: int = 0) -> Console:
 
 # --- verify / doctor: one definition of the options they share ------------------------------------
 
-LayerOpt = Annotated[list[str] | None, typer.Option("--layer", help="only these layers (comma-separated or repeated)")]
-CheckOpt = Annotated[list[str] | None, typer.Option("--check", help="only these check ids (or id prefixes like K02)")]
-IgnoreOpt = Annotated[list[str] | None, typer.Option("--ignore", help="check ids to leave out")]
-OutputOpt = Annotated[str, typer.Option("--output", "-o", help="table, json or junit")]
+LayerOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--layer",
+        metavar="LAYER,...",
+        help=f"only these layers (comma-separated or repeated): {', '.join(LAYERS)}",
+        autocompletion=_complete_layers,
+    ),
+]
+CheckOpt = Annotated[
+    list[str] | None,
+    typer.Option("--check", metavar="ID,...", help="only these check ids (or id prefixes like K02; see --list)"),
+]
+IgnoreOpt = Annotated[list[str] | None, typer.Option("--ignore", metavar="ID,...", help="check ids to leave out")]
+#: -o is always --output, the report's format (as in kubectl); never a path
+OutputOpt = Annotated[str, typer.Option("--output", "-o", metavar="FORMAT", help="table, json or junit")]
 SaveOpt = Annotated[Path | None, typer.Option("--save", help="also write the report to FILE (.xml: JUnit, else JSON)")]
 ListOpt = Annotated[bool, typer.Option("--list", help="list the checks (id, layer, what they read) and exit")]
 SnapInOpt = Annotated[
@@ -93,9 +146,9 @@ class CheckArgs:
     def selection(self) -> dict[str, Any]:
         """The DiagnoseOptions fields these options set."""
         return {
-            "layers": tuple(split_csv(self.layer)),
-            "checks": tuple(split_csv(self.check)),
-            "ignore": tuple(split_csv(self.ignore)),
+            "layers": tuple(split_csv(self.layer, "--layer")),
+            "checks": tuple(split_csv(self.check, "--check")),
+            "ignore": tuple(split_csv(self.ignore, "--ignore")),
             "output": self.output,
             "save": self.save,
             "snapshot_in": self.from_snapshot,

@@ -6,28 +6,43 @@ from typing import Annotated
 
 import typer
 
-from gpustack.cli.options import ConfigOpt, FromOpt, StagesOpt, console_for, load_config, split_csv
+from gpustack import plan as plans
+from gpustack.cli.options import ConfigOpt, FromOpt, complete_stages, console_for, load_config, split_csv
+
+_EVERY = "; ".join(f"{c}: {', '.join(s.stage_ids)}" for c, s in plans.SEQUENCES.items() if c != "components")
+PlanStagesOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        metavar="STAGE,...",
+        help=f"stage id(s) of COMMAND, comma-separated or repeated ({_EVERY})",
+        autocompletion=complete_stages,
+    ),
+]
 
 
 def plan(
-    command: Annotated[str, typer.Argument(help="the command whose stages to show")] = "up",
+    command: Annotated[
+        str, typer.Argument(metavar="COMMAND", help=f"the command whose stages to show: {', '.join(plans.SEQUENCES)}")
+    ] = "up",
     names: Annotated[
-        list[str] | None, typer.Argument(help="node-add, node-remove, reset: the nodes the command names")
+        list[str] | None,
+        typer.Argument(metavar="[NODE]...", help="node-add, node-remove, reset: the nodes the command names"),
     ] = None,
     config: ConfigOpt = None,
-    only: StagesOpt = None,
+    only: PlanStagesOpt = None,
     from_: FromOpt = None,
-    skip: StagesOpt = None,
-    to: Annotated[str | None, typer.Option("--to", help="upgrade: the target version (shows each node's turn)")] = None,
+    skip: PlanStagesOpt = None,
+    to: Annotated[
+        str | None, typer.Option("--to", metavar="VERSION", help="upgrade: the target version (shows each node's turn)")
+    ] = None,
 ) -> None:
     """Print the ordered stages a command (default: up) would run and what each changes; touches nothing."""
-    from gpustack import plan as plans
     from gpustack.cli.version import print_versions
     from gpustack.config import target
 
     console = console_for()
     seq = plans.sequence(command)
-    stages = seq.select(only=split_csv(only), from_=from_, skip=split_csv(skip))
+    stages = seq.select(only=split_csv(only, "--only"), from_=from_, skip=split_csv(skip, "--skip"))
     loaded = load_config(config)
     cfg = loaded.config
     console.print(target.announcement(loaded), markup=False)
@@ -42,7 +57,7 @@ def plan(
     if names:
         from gpustack.lifecycle import targets
 
-        where["targets"] = ", ".join(targets(cfg, split_csv(names)))
+        where["targets"] = ", ".join(targets(cfg, split_csv(names, "NODE")))
     if seq.command == "node-remove":
         where["control-plane"] = "a remaining control-plane node (control-plane removals only)"
     rows = [[str(i), s.id, where[s.hosts], s.changes] for i, s in enumerate(stages, 1)]

@@ -12,7 +12,9 @@ from gpustack.errors import UsageError
 
 
 def render(
-    out: Annotated[Path, typer.Option("--out", "-o", help="directory to write into")],
+    out: Annotated[
+        Path, typer.Option("--out", metavar="DIR", help="directory to write into (-o is --output elsewhere: a format)")
+    ],
     config: ConfigOpt = None,
     facts: Annotated[
         Path | None,

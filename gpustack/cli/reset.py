@@ -6,14 +6,15 @@ from typing import Annotated
 
 import typer
 
-from gpustack.cli.options import ConfigOpt, VerboseOpt, YesOpt, console_for, load_config, split_csv
+from gpustack.cli.options import AcceptKeysOpt, ConfigOpt, VerboseOpt, YesOpt, console_for, load_config, split_csv
 from gpustack.errors import UsageError
 
 
 def reset(
     config: ConfigOpt = None,
     node: Annotated[
-        list[str] | None, typer.Option("--node", help="reset only these nodes (comma-separated or repeated)")
+        list[str] | None,
+        typer.Option("--node", metavar="NAME,...", help="reset only these nodes (comma-separated or repeated)"),
     ] = None,
     purge: Annotated[
         bool, typer.Option("--purge", help="also remove the Kubernetes packages and the files gpustack wrote")
@@ -26,9 +27,7 @@ def reset(
     ] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Ansible check mode: change nothing")] = False,
     yes: YesOpt = False,
-    accept_new_host_keys: Annotated[
-        bool, typer.Option(help="trust and record SSH host keys seen for the first time")
-    ] = False,
+    accept_new_host_keys: AcceptKeysOpt = False,
     verbose: VerboseOpt = 0,
 ) -> None:
     """Tear the cluster (or --node NAME) down: kubeadm reset, Kubernetes' files, links and iptables chains,
@@ -39,7 +38,7 @@ def reset(
     console = console_for(verbose)
     cfg = load_config(config).config
     opts = ResetOptions(
-        nodes=split_csv(node),
+        nodes=split_csv(node, "--node"),
         purge=purge,
         restore=restore,
         forget=forget,

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from gpustack.cli.options import (
+    AcceptKeysOpt,
     ConfigOpt,
     FromOpt,
     StagesOpt,
@@ -37,14 +38,14 @@ def up(
         bool, typer.Option("--dry-run", help="Ansible check mode: show what would change, change nothing")
     ] = False,
     yes: YesOpt = False,
-    accept_new_host_keys: Annotated[
-        bool, typer.Option(help="trust and record SSH host keys seen for the first time")
-    ] = False,
+    accept_new_host_keys: AcceptKeysOpt = False,
     ignore_preflight: Annotated[
-        list[str] | None, typer.Option(help="preflight check ids/names to downgrade to warnings, or 'all'")
+        list[str] | None,
+        typer.Option(metavar="ID,...", help="preflight check ids/names to downgrade to warnings, or 'all'"),
     ] = None,
     kubernetes_version: Annotated[
-        str | None, typer.Option(help="Kubernetes minor or patch (overrides versions.kubernetes)")
+        str | None,
+        typer.Option(metavar="VERSION", help="Kubernetes minor or patch (overrides versions.kubernetes)"),
     ] = None,
     no_verify: Annotated[
         bool, typer.Option("--no-verify", help="do not run `gpustack verify` after the cluster stage")
@@ -77,7 +78,7 @@ def up(
     from gpustack.up import up as run_up
 
     console = console_for(verbose)
-    stages = plan.sequence("up").select(only=split_csv(only), from_=from_, skip=split_csv(skip))
+    stages = plan.sequence("up").select(only=split_csv(only, "--only"), from_=from_, skip=split_csv(skip, "--skip"))
     loaded = load_config(config, version_flags(kubernetes_version))
     cfg = loaded.config
     console.print(target.announcement(loaded), markup=False)
@@ -97,7 +98,7 @@ def up(
             verbosity=max(0, verbose - 1),
             assume_yes=yes,
             accept_new_host_keys=accept_new_host_keys,
-            ignore_preflight=split_csv(ignore_preflight),
+            ignore_preflight=split_csv(ignore_preflight, "--ignore-preflight"),
             full=full,
         ),
         console,

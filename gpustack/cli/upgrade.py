@@ -3,19 +3,24 @@ gpustack/components.py run them."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from gpustack.cli.options import ConfigOpt, VerboseOpt, YesOpt, console_for, load_config, split_csv
-from gpustack.config.model import Config
-from gpustack.console import Console
+from gpustack.cli.options import AcceptKeysOpt, ConfigOpt, VerboseOpt, YesOpt, console_for, load_config, split_csv
 from gpustack.errors import UsageError
+
+if TYPE_CHECKING:  # the config model is heavy: `gpustack --help` must not import it
+    from gpustack.config.model import Config
+    from gpustack.console import Console
 
 
 def upgrade(
     to: Annotated[
-        str | None, typer.Option("--to", help="target Kubernetes version: a pinned minor (1.36) or patch (1.36.4)")
+        str | None,
+        typer.Option(
+            "--to", metavar="VERSION", help="target Kubernetes version: a pinned minor (1.36) or patch (1.36.4)"
+        ),
     ] = None,
     components: Annotated[
         bool,
@@ -28,12 +33,10 @@ def upgrade(
         bool, typer.Option("--dry-run", help="check the skew policy and run Ansible in check mode: change nothing")
     ] = False,
     ignore_preflight: Annotated[
-        list[str] | None, typer.Option(help="preflight check ids/names to downgrade to warnings")
+        list[str] | None, typer.Option(metavar="ID,...", help="preflight check ids/names to downgrade to warnings")
     ] = None,
     yes: YesOpt = False,
-    accept_new_host_keys: Annotated[
-        bool, typer.Option(help="trust and record SSH host keys seen for the first time")
-    ] = False,
+    accept_new_host_keys: AcceptKeysOpt = False,
     verbose: VerboseOpt = 0,
 ) -> None:
     """Upgrade Kubernetes one minor (or patch): control plane first, workers drained one at a time.
@@ -51,7 +54,7 @@ def upgrade(
     cfg = load_config(config).config
     if components:
         _components(cfg, console, dry_run=dry_run, yes=yes, accept_new_host_keys=accept_new_host_keys,
-                    ignore_preflight=split_csv(ignore_preflight), verbose=verbose)  # fmt: skip
+                    ignore_preflight=split_csv(ignore_preflight, "--ignore-preflight"), verbose=verbose)  # fmt: skip
         return
     assert to is not None
     target = skew.resolve_target(to)
@@ -70,7 +73,7 @@ def upgrade(
         dry_run=dry_run,
         verbosity=max(0, verbose - 1),
         accept_new_host_keys=accept_new_host_keys,
-        ignore_preflight=tuple(split_csv(ignore_preflight)),
+        ignore_preflight=tuple(split_csv(ignore_preflight, "--ignore-preflight")),
     )
     run_upgrade(cfg, opts, console)
 

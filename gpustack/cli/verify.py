@@ -22,5 +22,5 @@ def verify(
 ) -> None:
     """Prove every layer works end to end. Exit 0 all pass, 1 failures, 2 usage, 3 cluster unreachable."""
     if args.list_:
-        return list_checks("verify")
+        return list_checks("verify", args)
     run_diagnose("verify", args, load=load, workload=not no_workload)

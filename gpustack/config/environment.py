@@ -52,6 +52,29 @@ NON_CONFIG: dict[str, EnvVar] = {
 }
 
 
+def check_own(environ: Mapping[str, str]) -> None:
+    """The values of gpustack's own variables that a run would otherwise trip over late (after
+    taking the cluster's lock): ConfigError (exit 2) naming the variable, before anything happens."""
+    from pathlib import Path
+
+    from gpustack.errors import ConfigError
+    from gpustack.paths import keep_runs
+
+    keep_runs(environ)
+    raw = environ.get("GPUSTACK_STATE_DIR")
+    if raw:
+        path = Path(raw).expanduser()
+        for cur in (path, *path.parents):
+            if cur.exists():
+                if not cur.is_dir():
+                    where = "" if cur == path else f" ({cur} is not a directory)"
+                    raise ConfigError(
+                        f"environment variable GPUSTACK_STATE_DIR={raw!r}: not a directory{where}",
+                        hint="point it at a directory (created 0700 when missing), or unset it",
+                    )
+                break
+
+
 def _model_of(annotation: Any) -> type[BaseModel] | None:
     """The BaseModel inside ``X`` or ``X | None``, else None (lists, dicts, scalars)."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):

@@ -299,6 +299,7 @@ def load(
 ) -> Loaded:
     environ = os.environ if environ is None else environ
     cwd = Path.cwd() if cwd is None else cwd
+    environment.check_own(environ)
     file = find_config_file(path, environ, cwd)
     data: dict[str, Any] = {}
     lines: dict[Key, int] = {}

@@ -642,6 +642,22 @@ class Preflight(_Model):
     min_cpus: Annotated[int, Field(ge=1)] = 2
     min_memory_gib: Annotated[float, Field(gt=0)] = 4
     min_disk_gib: Annotated[float, Field(gt=0)] = 20
+    registries: list[str] = Field(
+        default_factory=lambda: list(pins.IMAGE_REGISTRIES),
+        description="image registries every node must reach (P25): where containerd pulls from; with "
+        "registry mirrors, list the mirrors (host[:port], or http://host:port for a plain-HTTP one)",
+    )
+
+    @field_validator("registries")
+    @classmethod
+    def _registries(cls, v: list[str]) -> list[str]:
+        for entry in v:
+            if not re.fullmatch(r"(https?://)?[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:[0-9]{1,5})?/?", entry):
+                raise ValueError(
+                    f"{entry!r} is not a registry: host[:port] (e.g. nvcr.io, mirror.example.com:5000) "
+                    "or http(s)://host[:port]"
+                )
+        return v
 
 
 WINDOW_RE = r"^[1-9][0-9]*(s|m|h|d)$"

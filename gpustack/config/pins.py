@@ -227,6 +227,10 @@ KUBERNETES_APT_KEY_URL = "https://pkgs.k8s.io/core:/stable:/v{minor}/deb/Release
 KUBERNETES_APT_KEY_FINGERPRINT = "DE15B14486CD377B9E876E1A234654DA9A296436"
 HELM_URL = "https://get.helm.sh/helm-v{version}-linux-{arch}.tar.gz"
 FLANNEL_MANIFEST_URL = "https://github.com/flannel-io/flannel/releases/download/v{version}/kube-flannel.yml"
+#: The image registries a cluster gpustack builds pulls from (kubeadm's control plane, pause and
+#: CoreDNS; Flannel; the GPU Operator and dcgm-exporter; Prometheus, Alertmanager, node-exporter
+#: and their operator; Grafana). Preflight checks every node reaches each (preflight.registries).
+IMAGE_REGISTRIES = ("registry.k8s.io", "ghcr.io", "nvcr.io", "quay.io", "docker.io")
 
 # --- air-gapped bundles (gpustack bundle create / up --bundle) ----------------------------
 

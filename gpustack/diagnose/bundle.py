@@ -2,8 +2,11 @@
 
 Members: ``snapshot.json`` (everything collected: cluster objects, Prometheus/Grafana data, host
 facts, collection errors), ``findings.json`` (the report, same contract as ``--output json``),
-``hosts/<node>.json``, ``logs/<namespace>_<pod>_<container>.log`` (failing pods' log tails) and
-``version.json``. The file is written 0600, atomically.
+``hosts/<node>.json``, ``logs/<namespace>_<pod>_<container>.log`` (failing pods' log tails),
+``version.json``, ``config.json`` (the effective config the command ran with) and, when this machine
+ran ``gpustack up`` for the cluster, ``last-up/``: that run's directory name, summary, preflight
+findings and facts, its config, and the tail (:data:`LOG_TAIL_BYTES`) of each Ansible run's stdout.
+The file is written 0600, atomically.
 
 Redaction (applied to every member; :func:`redact` is pure and unit-tested):
 
@@ -52,6 +55,10 @@ ASSIGN_RE = re.compile(
 BEARER_RE = re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]+")
 PEM_RE = re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----", re.S)
 WEBHOOK_HINTS = ("hook", "slack.com", "discord", "office.com", "pagerduty", "opsgenie")
+#: how much of an Ansible run's stdout goes into the bundle (its end: where a failure is)
+LOG_TAIL_BYTES = 1 << 20
+#: files of a run directory the bundle carries (JSON, redacted), besides facts/ and the Ansible stdout
+RUN_FILES = ("run.json", "summary.json", "preflight.json", "config.json")
 
 
 def _redact_url(m: re.Match[str]) -> str:
@@ -134,8 +141,72 @@ def _safe_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_")[:150] or "unnamed"
 
 
-def bundle_members(snap: Snapshot, findings: Sequence[Finding], command: str) -> dict[str, bytes]:
-    """Member name -> content, everything redacted."""
+def last_run(runs: Path, cluster: str, command: str = "up") -> Path | None:
+    """The newest run directory under ``runs`` of ``command`` for ``cluster``: its ``run.json`` says
+    so, or (a run from before run.json existed) its config names the cluster and it ran site.yml."""
+    if not runs.is_dir():
+        return None
+    for run in sorted((p for p in runs.iterdir() if p.is_dir()), reverse=True):
+        meta = _json_file(run / "run.json")
+        if isinstance(meta, dict) and meta:
+            if meta.get("command") == command and meta.get("cluster") == cluster:
+                return run
+            continue
+        cfg = _json_file(run / "config.json")
+        name = (cfg.get("cluster") or {}).get("name", "gpustack") if isinstance(cfg, dict) else None
+        if command == "up" and name == cluster and any(run.glob("ansible*/artifacts/site")):
+            return run
+    return None
+
+
+def _json_file(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _tail(path: Path, limit: int = LOG_TAIL_BYTES) -> str:
+    with path.open("rb") as fh:
+        size = fh.seek(0, os.SEEK_END)
+        fh.seek(max(0, size - limit))
+        data = fh.read()
+    cut = f"[... first {size - limit:,} bytes left out ...]\n" if size > limit else ""
+    return cut + data.decode("utf-8", errors="replace")
+
+
+def run_members(run: Path) -> dict[str, bytes]:
+    """A run directory's files for the bundle (names relative to it), redacted."""
+
+    def dump(data: Any) -> bytes:
+        return (json.dumps(redact(data), indent=1, sort_keys=True, default=str) + "\n").encode()
+
+    out: dict[str, bytes] = {"run-directory.txt": f"{run}\n".encode()}
+    for name in RUN_FILES:
+        data = _json_file(run / name)
+        if data is not None:
+            out[name] = dump(data)
+    for facts in sorted((run / "facts").glob("*.json")):
+        data = _json_file(facts)
+        if data is not None:
+            out[f"facts/{_safe_name(facts.name)}"] = dump(data)
+    for stdout in sorted(run.glob("ansible*/artifacts/*/stdout")):
+        out[f"ansible/{_safe_name(stdout.parts[-4])}-{_safe_name(stdout.parts[-2])}.log"] = redact_text(
+            _tail(stdout)
+        ).encode()
+    return out
+
+
+def bundle_members(
+    snap: Snapshot,
+    findings: Sequence[Finding],
+    command: str,
+    *,
+    config: Mapping[str, Any] | None = None,
+    up_run: Path | None = None,
+) -> dict[str, bytes]:
+    """Member name -> content, everything redacted. ``config``: the effective config (JSON-like);
+    ``up_run``: the last ``gpustack up`` run directory of the cluster (:func:`last_run`)."""
 
     def dump(data: Any) -> bytes:
         return (json.dumps(redact(data), indent=1, sort_keys=True, default=str) + "\n").encode()
@@ -151,12 +222,24 @@ def bundle_members(snap: Snapshot, findings: Sequence[Finding], command: str) ->
         members[f"hosts/{_safe_name(node)}.json"] = dump(facts)
     for key, text in sorted(snap.pod_logs.items()):
         members[f"logs/{_safe_name(key.replace('/', '_'))}.log"] = redact_text(str(text)).encode()
+    if config is not None:
+        members["config.json"] = dump(config)
+    if up_run is not None:
+        members.update({f"last-up/{name}": data for name, data in run_members(up_run).items()})
     return members
 
 
-def write_bundle(path: Path, snap: Snapshot, findings: Sequence[Finding], command: str = "doctor") -> Path:
+def write_bundle(
+    path: Path,
+    snap: Snapshot,
+    findings: Sequence[Finding],
+    command: str = "doctor",
+    *,
+    config: Mapping[str, Any] | None = None,
+    up_run: Path | None = None,
+) -> Path:
     """Write the support bundle (gzip tar, mode 0600, atomic rename); returns the path."""
-    members = bundle_members(snap, findings, command)
+    members = bundle_members(snap, findings, command, config=config, up_run=up_run)
     path = path.expanduser()
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".gpustack-bundle-", suffix=".tar.gz", dir=path.parent)

@@ -118,15 +118,22 @@ def diagnose(cfg: Config, opts: DiagnoseOptions, console: Console) -> tuple[int,
     if opts.snapshot_out is not None:
         opts.snapshot_out.write_text(json.dumps(snap.to_json(), indent=1, default=str) + "\n", encoding="utf-8")
     findings = registry.run(specs, snap)
-    code = report.exit_code(findings, cluster_unreachable=cluster_unreachable(snap))
+    unreachable = cluster_unreachable(snap)
+    if unreachable:  # one cause, said once: what is read through the API server was not checked
+        findings = report.attribute_to_api(findings)
+    code = report.exit_code(findings, cluster_unreachable=unreachable)
     # with --fix and json/junit output, stdout carries one report: the one after the fixes (if any ran)
     deferred = opts.fix and opts.output != "table"
     if not deferred:
-        _print_report(opts, findings, console, snap)
+        _print_report(opts, findings, console, snap, unreachable)
     if opts.bundle is not None:
-        from gpustack.diagnose.bundle import write_bundle
+        from gpustack.diagnose.bundle import last_run, write_bundle
+        from gpustack.paths import state_dir
 
-        written = write_bundle(opts.bundle, snap, findings, opts.command)
+        written = write_bundle(
+            opts.bundle, snap, findings, opts.command, config=cfg.model_dump(mode="json"),
+            up_run=last_run(state_dir() / "runs", cfg.cluster.name),
+        )  # fmt: skip
         (console.err if opts.output != "table" else console.out).print(f"support bundle (redacted): {written}")
     if opts.fix:
         from gpustack.diagnose import fixes
@@ -142,15 +149,17 @@ def diagnose(cfg: Config, opts: DiagnoseOptions, console: Console) -> tuple[int,
             fixes.report_after(outcome, findings, fix_con)
             return (1 if outcome.failed and code == 0 else code), findings, snap
         if deferred:
-            _print_report(opts, findings, console, snap)
+            _print_report(opts, findings, console, snap, unreachable)
     if opts.save is not None:
         fmt = "junit" if opts.save.suffix == ".xml" else "json"
         opts.save.write_text(report.render(opts.command, findings, fmt, target=snap.target), encoding="utf-8")
     return code, findings, snap
 
 
-def _print_report(opts: DiagnoseOptions, findings: list[Finding], console: Console, snap: Snapshot) -> None:
+def _print_report(
+    opts: DiagnoseOptions, findings: list[Finding], console: Console, snap: Snapshot, unreachable: bool
+) -> None:
     if opts.output == "table":
-        report.print_table(opts.command, findings, console, target=snap.target)
+        report.print_table(opts.command, findings, console, target=snap.target, cluster_unreachable=unreachable)
     else:
         console.out.print(report.render(opts.command, findings, opts.output, target=snap.target), markup=False, end="")

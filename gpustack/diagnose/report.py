@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from itertools import groupby
 from typing import Any
 from xml.etree import ElementTree as ET
 
@@ -15,6 +17,25 @@ from gpustack.console import Console
 from gpustack.diagnose.registry import LAYERS
 
 STATUSES = ("pass", "warn", "fail", "skip")
+#: the check that says the Kubernetes API server cannot be read
+API_CHECK = "K00-api-unreachable"
+#: layers whose data is read through the API server (Prometheus and Grafana through its service proxy)
+API_LAYERS = ("kubernetes", "gpu-operator", "monitoring", "grafana")
+NOT_CHECKED = f"not checked: the Kubernetes API cannot be read (see {API_CHECK})"
+
+
+def attribute_to_api(findings: Sequence[Finding]) -> list[Finding]:
+    """The report of a run whose API server could not be read: every finding of a layer read
+    through it, other than K00's own, is a consequence of that one cause, so it is a ``skip``
+    saying so (a check that reported "Prometheus could not be reached" or "the CUDA test pod could
+    not be run" was not a second problem). Host-layer findings (read over SSH) stay as they are."""
+    out = []
+    for f in findings:
+        if f.layer in API_LAYERS and f.id != API_CHECK and f.status in ("fail", "skip"):
+            evidence = f.summary + (f"\n{f.evidence}" if f.evidence else "")
+            f = replace(f, status="skip", summary=NOT_CHECKED, evidence=evidence, fix="")
+        out.append(f)
+    return out
 
 
 def layers_of(findings: Sequence[Finding]) -> list[str]:
@@ -96,34 +117,70 @@ def render(command: str, findings: Sequence[Finding], fmt: str, *, target: Mappi
     raise ValueError(fmt)
 
 
-def verdict(findings: Sequence[Finding]) -> str:
+def verdict(findings: Sequence[Finding], *, cluster_unreachable: bool = False) -> str:
+    """The last line of the table, consistent with the exit code (:func:`exit_code`)."""
     s = summary(findings)
+    if cluster_unreachable:
+        cause = next((f for f in findings if f.id == API_CHECK), None)
+        why = f" ({cause.evidence.splitlines()[0]})" if cause is not None and cause.evidence else ""
+        others = [f for f in findings if f.status == "fail" and f.id != API_CHECK]
+        more = f"; {len(others)} other problem(s) in {_layers(others)}" if others else ""
+        not_run = sum(f.summary == NOT_CHECKED for f in findings)
+        return f"UNREACHABLE: the Kubernetes API cannot be read{why}; {not_run} check(s) not run{more}"
     if s["fail"]:
-        order = layers_of(findings)
-        layers = sorted({f.layer for f in findings if f.status == "fail"}, key=order.index)
-        return f"FAIL: {s['fail']} problem(s) in {', '.join(layers)}; {s['pass']} passed, {s['warn']} warning(s)"
+        failed = [f for f in findings if f.status == "fail"]
+        return f"FAIL: {s['fail']} problem(s) in {_layers(failed)}; {s['pass']} passed, {s['warn']} warning(s)"
     if s["warn"]:
         return f"OK with {s['warn']} warning(s): {s['pass']} passed"
     return f"OK: all {s['pass']} checks passed" + (f" ({s['skip']} skipped)" if s["skip"] else "")
 
 
+def _layers(findings: Sequence[Finding]) -> str:
+    order = layers_of(findings)
+    return ", ".join(sorted({f.layer for f in findings}, key=order.index))
+
+
 def print_table(
-    command: str, findings: Sequence[Finding], console: Console, *, target: Mapping[str, Any] | None = None
+    command: str,
+    findings: Sequence[Finding],
+    console: Console,
+    *,
+    target: Mapping[str, Any] | None = None,
+    cluster_unreachable: bool = False,
 ) -> None:
+    """The cluster checked, one table per layer, then the verdict. Skipped checks that share their
+    reason share one row (their ids, one per line): a cause is said once, not restated in every row."""
     style = {"pass": "ok", "warn": "warn", "fail": "fail", "skip": "skip"}
     if target is not None:  # verify/doctor pass {} when they found no cluster: that is said too
         console.print(f"cluster: {escape(cluster_line(target))}", soft_wrap=False, overflow="fold")
     for layer in layers_of(findings):
         rows = []
-        for f in findings:
-            if f.layer != layer or (f.status == "pass" and console.verbosity == 0 and command == "doctor"):
+        shown = [
+            f
+            for f in findings
+            if f.layer == layer and not (f.status == "pass" and console.verbosity == 0 and command == "doctor")
+        ]
+        for (status, reason), group in groupby(shown, key=lambda f: (f.status, _skip_reason(f))):
+            same = list(group)
+            if status == "skip" and reason is not None and len(same) > 1:
+                rows.append(["\n".join(f.id for f in same), "[skip]skip[/]", escape(reason), ""])
                 continue
-            what = f.summary + (f" [dim]({f.host})[/dim]" if f.host else "")
-            if f.evidence and f.status != "pass":
-                what += f"\n[dim]{f.evidence}[/dim]"
-            rows.append(
-                [f.id, f"[{style[f.status]}]{f.status}[/]", what, f.fix if f.status in {"fail", "warn"} else ""]
-            )
+            for f in same:
+                what = escape(f.summary) + (f" [dim]({escape(f.host)})[/dim]" if f.host else "")
+                if f.evidence and f.status != "pass" and f.summary != NOT_CHECKED:
+                    what += f"\n[dim]{escape(f.evidence)}[/dim]"
+                fix = escape(f.fix) if f.status in {"fail", "warn"} else ""
+                rows.append([f.id, f"[{style[f.status]}]{f.status}[/]", what, fix])
         if rows:
             console.table(f"{layer}", ["check", "status", "finding", "fix"], rows)
-    console.print(("[fail]" if any(f.status == "fail" for f in findings) else "[ok]") + verdict(findings) + "[/]")
+    failed = cluster_unreachable or any(f.status == "fail" for f in findings)
+    line = verdict(findings, cluster_unreachable=cluster_unreachable)
+    console.print(("[fail]" if failed else "[ok]") + escape(line) + "[/]")
+
+
+def _skip_reason(f: Finding) -> str | None:
+    """What a skipped finding says when it says nothing of its own check (its data was not
+    collected: the summary is the reason), else None."""
+    if f.status != "skip" or f.host:
+        return None
+    return f.summary if f.summary == NOT_CHECKED or not f.evidence else None

@@ -80,7 +80,7 @@ def write_config(
         # The machine's kernel runs cgroup v1 (hybrid), so every bed host does: P17 rightly fails
         # for Kubernetes 1.35+ (whose kubelet refuses v1). The bed's kubelet is a double, so the
         # bed runs downgrade exactly that check to a warning.
-        "preflight": {"min_disk_gib": 1, "ignore": ["cgroup-v2"]},
+        "preflight": {"min_disk_gib": 1, "ignore": ["cgroup-v2"], "registries": [registry_of(sources)]},
     }
     if via_proxy:
         cfg["proxy"] = {"http": sources.proxy.url, "https": sources.proxy.url}
@@ -91,6 +91,13 @@ def write_config(
             cfg[key] = value
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     return path
+
+
+def registry_of(sources: Sources) -> str:
+    """The bed's stand-in for the image registries preflight checks (P25): the file server, which
+    answers ``GET /v2/`` (a directory) as a registry's API endpoint answers."""
+    (sources.http.root / "v2").mkdir(exist_ok=True)
+    return sources.http.url
 
 
 def sha256_of_url(sources: Sources) -> str:

@@ -22,6 +22,7 @@ import ipaddress
 import select
 import shutil
 import socket
+import sys
 import tarfile
 import tempfile
 import textwrap
@@ -83,6 +84,13 @@ class _Recorder:
 class _ThreadedServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # a client that hangs up mid-answer (the preflight reads the first byte of a large file
+        # and closes; this server ignores Range) is not an error worth a traceback
+        if isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+            return
+        super().handle_error(request, client_address)
 
 
 class _ServerThread:

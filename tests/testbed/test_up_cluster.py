@@ -137,13 +137,20 @@ def test_three_nodes_through_failures_to_convergence(
     )
     untouched(bed)
 
-    # 3. a failing apt source (wrong repository path): the run stops at the kubernetes stage,
+    # 3. a failing apt source (wrong repository path): the preflight finds it on every host (P24,
+    #    HTTP 404), nothing changed; told to go on anyway, the run stops at the kubernetes stage,
     #    naming the stage and every host
     broken = yaml.safe_load(cfg.read_text())
     broken["sources"]["kubernetes_apt_url"] = sources.http.url.rstrip("/") + "/nowhere/v{minor}/deb/"
     broken_cfg = tmp_path / "broken.yaml"
     broken_cfg.write_text(yaml.safe_dump(broken))
     r = up(broken_cfg, state, "--ignore-preflight", "nouveau")
+    assert r.rc == 1, r.output
+    assert "preflight failed: 3 problem(s) on cp, w1, w2; nothing was changed" in r.stderr, r.stderr
+    flat = " ".join(r.stdout.split())
+    assert "P24-package-sources" in flat and "/nowhere/v1.36/deb/InRelease (direct): HTTP 404" in flat, r.stdout
+    untouched(bed)
+    r = up(broken_cfg, state, "--ignore-preflight", "nouveau,package-sources")
     assert r.rc == 1, r.output
     assert "stage 'kubernetes' failed on" in r.stderr
     assert all(h.name in r.stderr.split("stage 'kubernetes' failed on", 1)[1].splitlines()[0] for h in bed.hosts)

@@ -49,6 +49,26 @@ def test_bad_selection(kwargs: dict[str, object]) -> None:
     assert ei.value.exit_code == 2
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"only": ["os"], "skip": ["os"]}, "--only and --skip both name os"),
+        ({"only": ["os", "helm"], "skip": ["helm", "os"]}, "--only and --skip both name os, helm"),
+        ({"from_": "cluster", "skip": ["cluster"]}, "--from cluster and --skip cluster contradict"),
+        ({"from_": "network", "skip": ["network"]}, "(to start after it: --from helm)"),
+    ],
+)
+def test_contradictory_selection_is_refused_not_run(kwargs: dict[str, object], needle: str) -> None:
+    """`--only os --skip os` used to run the preflight alone; `--from cluster --skip cluster` nothing."""
+    with pytest.raises(UsageError, match=needle.replace("(", r"\(").replace(")", r"\)")):
+        plan.select(**kwargs)  # type: ignore[arg-type]
+
+
+def test_skipping_a_stage_the_selection_leaves_out_anyway_is_fine() -> None:
+    assert ids(plan.select(only=["os"], skip=["cluster"])) == ["preflight", "os"]
+    assert ids(plan.select(from_="helm", skip=["os"])) == ["preflight", "helm", "cluster"]
+
+
 def test_every_command_has_a_sequence_and_up_is_the_default_one() -> None:
     assert plan.sequence("up").stages == plan.STAGES
     assert plan.sequence("up").playbook == "site.yml"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
 from datetime import datetime, timezone
@@ -31,6 +32,9 @@ CFG = Config.model_validate(
     }
 )
 OLD, NEW = "1.35.8", "1.36.4"
+
+#: the CLI under test is this checkout (not whichever gpustack is installed)
+THIS_CHECKOUT = {"PYTHONPATH": os.environ["PYTHONPATH"]} if "PYTHONPATH" in os.environ else {}
 
 
 def facts(**versions: str) -> dict[str, Any]:
@@ -157,7 +161,13 @@ def cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
         "nodes:\n  - {name: cp1, address: 192.0.2.10, role: control-plane}\n  - {name: w1, address: 192.0.2.11}\n"
         "versions: {kubernetes: '1.35'}\n"
     )
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "GPUSTACK_STATE_DIR": str(tmp_path / "s"), "NO_COLOR": "1"}
+    env = {
+        "PATH": "/usr/bin:/bin",
+        **THIS_CHECKOUT,
+        "HOME": str(tmp_path),
+        "GPUSTACK_STATE_DIR": str(tmp_path / "s"),
+        "NO_COLOR": "1",
+    }
     env["COLUMNS"] = "200"
     return subprocess.run(
         [sys.executable, "-m", "gpustack", *args, "-c", str(cfg)],

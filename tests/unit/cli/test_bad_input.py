@@ -278,6 +278,12 @@ CASES: list[Case] = [
         GOOD + "alerting: {receivers: [{type: email, name: m, to: 'a@b, c@d', from: e@f, smarthost: 'smtp:25'}]}\n",
         ("alerting.receivers[0].to: 'a@b, c@d' is not an e-mail address",),
     ),
+    Case(
+        "registry-with-path",
+        GOOD + "preflight: {registries: ['https://nvcr.io/nvidia']}\n",
+        ("gpustack.yaml:4: preflight.registries: 'https://nvcr.io/nvidia' is not a registry: host[:port]",),
+    ),
+    Case("registry-space", GOOD + "preflight: {registries: ['my mirror']}\n", ("preflight.registries: 'my mirror'",)),
     # ---- render --out and init: the path itself
     Case(
         "render-out-is-file",
@@ -311,6 +317,155 @@ CASES: list[Case] = [
     Case("verify-bad-config", "", ("the config file is empty",), argv=("verify",)),
     Case("doctor-bad-config", GOOD + "bogus: 1\n", ("bogus: unknown key",), argv=("doctor",)),
     Case("password-bad-config", "", ("the config file is empty",), argv=("grafana-password",)),
+    # ---- flags: contradictions and empty lists are refused, never "run nothing" or "run everything"
+    Case(
+        "only-and-skip-same",
+        GOOD,
+        ("--only and --skip both name os",),
+        argv=("up", "--only", "os", "--skip", "os", "--yes"),
+    ),
+    Case(
+        "from-and-skip-same",
+        GOOD,
+        ("--from cluster and --skip cluster contradict",),
+        argv=("up", "--from", "cluster", "--skip", "cluster", "--yes"),
+    ),
+    Case("only-comma", GOOD, ("--only ',': names nothing",), argv=("up", "--only", ",", "--yes")),
+    Case("only-empty", GOOD, ("--only '': names nothing",), argv=("up", "--only", "", "--dry-run")),
+    Case("skip-blank", GOOD, ("--skip ' , ': names nothing",), argv=("plan", "--skip", " , ")),
+    Case(
+        "only-and-from",
+        GOOD,
+        ("--only and --from cannot be combined",),
+        argv=("plan", "--only", "os", "--from", "helm"),
+    ),
+    Case(
+        "only-unknown",
+        GOOD,
+        ("--only: unknown stage nope", "stages are: preflight, os"),
+        argv=("up", "--only", "nope", "--yes"),
+    ),
+    Case("from-unknown", GOOD, ("--from: unknown stage etcd",), argv=("up", "--from", "etcd", "--yes")),
+    Case(
+        "only-preflight-skip-preflight",
+        GOOD,
+        ("--only and --skip both name preflight",),
+        argv=("up", "--only", "preflight", "--skip", "preflight", "--dry-run"),
+    ),
+    Case(
+        "reset-stage-from-up", GOOD, ("unknown stage os", "reset, local-state"), argv=("plan", "reset", "--only", "os")
+    ),
+    Case("plan-unknown-command", GOOD, ("no plan for 'deploy'",), argv=("plan", "deploy")),
+    Case(
+        "ignore-preflight-comma",
+        GOOD,
+        ("--ignore-preflight ',': names nothing",),
+        argv=("up", "--ignore-preflight", ",", "--yes"),
+    ),
+    Case("up-no-terminal", GOOD, ("no terminal to confirm on: pass --yes",), argv=("up",)),
+    Case("up-extra-argument", GOOD, ("unexpected extra argument", "cp1"), argv=("up", "cp1")),
+    Case("up-unknown-flag", GOOD, ("No such option: --nodes",), argv=("up", "--nodes", "cp1")),
+    Case(
+        "kubernetes-version-flag",
+        GOOD,
+        ("command-line flag: versions.kubernetes",),
+        argv=("up", "--kubernetes-version", "1.20", "--yes"),
+    ),
+    Case("render-dash-o", GOOD, ("No such option: -o",), argv=("render", "-o", "out")),
+    Case("render-no-out", GOOD, ("Missing option '--out'",), argv=("render",)),
+    Case("reset-node-comma", GOOD, ("--node ',': names nothing",), argv=("reset", "--node", ",", "--yes")),
+    Case("reset-node-unknown", GOOD, ("no node named nope",), argv=("reset", "--node", "nope", "--yes")),
+    Case("reset-no-terminal", GOOD, ("no terminal to confirm on",), argv=("reset",)),
+    Case("upgrade-nothing", GOOD, ("needs --to VERSION", "--components"), argv=("upgrade",)),
+    Case("upgrade-both", GOOD, ("one at a time",), argv=("upgrade", "--to", "1.36", "--components")),
+    Case(
+        "upgrade-unpinned",
+        GOOD,
+        ("--to 1.99: not a Kubernetes version gpustack pins",),
+        argv=("upgrade", "--to", "1.99", "--yes"),
+    ),
+    Case(
+        "plan-upgrade-banana",
+        GOOD,
+        ("--to banana: not a Kubernetes version",),
+        argv=("plan", "upgrade", "--to", "banana"),
+    ),
+    Case("verify-layer-unknown", GOOD, ("--layer gpu: layers are host, runtime",), argv=("verify", "--layer", "gpu")),
+    Case("verify-layer-comma", GOOD, ("--layer ',': names nothing",), argv=("verify", "--layer", ",")),
+    Case(
+        "verify-output-yaml", GOOD, ("--output yaml: choose one of table, json, junit",), argv=("verify", "-o", "yaml")
+    ),
+    Case("verify-check-unknown", GOOD, ("unknown check id(s): Z99",), argv=("verify", "--check", "Z99")),
+    Case(
+        "verify-ignore-everything",
+        GOOD,
+        ("no verify check matches",),
+        argv=("verify", "--layer", "host", "--ignore", "H00,H01,H02,H03,C02"),
+    ),
+    Case(
+        "verify-list-junit",
+        GOOD,
+        ("--list --output junit: the list is a table or json",),
+        argv=("verify", "--list", "-o", "junit"),
+    ),
+    Case("verify-list-check-unknown", GOOD, ("unknown check id(s): K99",), argv=("verify", "--list", "--check", "K99")),
+    Case(
+        "verify-kubeconfig-missing",
+        GOOD,
+        ("--kubeconfig missing.conf: no such file",),
+        argv=("verify", "--kubeconfig", "missing.conf"),
+    ),
+    Case(
+        "verify-snapshot-missing",
+        GOOD,
+        ("--snapshot nope.json: cannot load",),
+        argv=("verify", "--from-snapshot", "nope.json"),
+    ),
+    Case("doctor-yes-without-fix", GOOD, ("--yes only applies to --fix",), argv=("doctor", "--yes")),
+    Case(
+        "doctor-fix-snapshot",
+        GOOD,
+        ("--fix needs the live cluster",),
+        argv=("doctor", "--fix", "--from-snapshot", "s.json"),
+    ),
+    Case("version-output-yaml", GOOD, ("--output yaml: use table or json",), argv=("version", "-o", "yaml")),
+    Case(
+        "bundle-os-unknown",
+        GOOD,
+        ("--os windows-11: not a supported OS",),
+        argv=("bundle", "list", "--os", "windows-11"),
+    ),
+    Case("no-such-command", GOOD, ("No such command 'deploy'",), argv=("deploy",)),
+    # ---- gpustack's own environment variables: checked before anything is taken or written
+    Case(
+        "keep-runs-zero",
+        GOOD,
+        ("GPUSTACK_KEEP_RUNS='0': must be a whole number",),
+        env={"GPUSTACK_KEEP_RUNS": "0"},
+        argv=("up", "--yes"),
+    ),
+    Case("keep-runs-words", GOOD, ("GPUSTACK_KEEP_RUNS='all'",), env={"GPUSTACK_KEEP_RUNS": "all"}),
+    Case(
+        "state-dir-is-a-file",
+        GOOD,
+        ("GPUSTACK_STATE_DIR='gpustack.yaml/state': not a directory (gpustack.yaml is not a directory)",),
+        env={"GPUSTACK_STATE_DIR": "gpustack.yaml/state"},
+        argv=("up", "--yes"),
+    ),
+    Case(
+        "config-env-empty-file",
+        "",
+        ("the config file is empty",),
+        env={"GPUSTACK_CONFIG": "gpustack.yaml"},
+        argv=("up", "--dry-run"),
+    ),
+    Case("env-unknown-own-looking", GOOD, ("GPUSTACK_STATEDIR",), env={"GPUSTACK_STATEDIR": "/tmp/x"}),
+    Case(
+        "env-section-only",
+        GOOD,
+        ("GPUSTACK_CLUSTER", "expected GPUSTACK_<SECTION>__<FIELD>"),
+        env={"GPUSTACK_CLUSTER": "x"},
+    ),
     # ---- report: every option's value checked before Prometheus is asked anything
     Case("report-since-words", GOOD, ("--since '30 days': not a duration",), argv=("report", "--since", "30 days")),
     Case(
@@ -433,3 +588,6 @@ def test_bad_input_exits_2_naming_it_and_writes_nothing(
 
 def test_the_corpus_is_large_enough() -> None:
     assert len(CASES) >= 60
+    assert len({c.id for c in CASES}) == len(CASES), "case ids are unique"
+    commands = {c.argv[0] for c in CASES}
+    assert {"up", "plan", "render", "init", "verify", "doctor", "reset", "upgrade", "version", "bundle"} <= commands

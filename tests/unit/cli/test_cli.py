@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,10 +14,14 @@ import yaml
 
 GOOD = "nodes:\n  - {name: cp1, address: 192.0.2.10, role: control-plane}\n  - {name: w1, address: 192.0.2.11}\n"
 
+#: the CLI under test is this checkout (not whichever gpustack is installed)
+THIS_CHECKOUT = {"PYTHONPATH": os.environ["PYTHONPATH"]} if "PYTHONPATH" in os.environ else {}
+
 
 def run(*args: str, cwd: Path, env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     env = {
         "PATH": "/usr/bin:/bin",
+        **THIS_CHECKOUT,
         "HOME": str(cwd),
         "GPUSTACK_STATE_DIR": str(cwd / "state"),
         "NO_COLOR": "1",

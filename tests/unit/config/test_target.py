@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,9 @@ from gpustack.config.load import load
 from gpustack.config.target import announcement, confirm_question
 
 GOOD = "nodes:\n  - {name: cp1, address: 192.0.2.10, role: control-plane}\n  - {name: w1, address: 192.0.2.11}\n"
+
+#: the CLI under test is this checkout (not whichever gpustack is installed)
+THIS_CHECKOUT = {"PYTHONPATH": os.environ["PYTHONPATH"]} if "PYTHONPATH" in os.environ else {}
 
 
 def test_no_file_is_this_machine_and_says_so(tmp_path: Path) -> None:
@@ -38,7 +42,7 @@ def test_many_nodes_are_abbreviated(tmp_path: Path) -> None:
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(cwd), "GPUSTACK_STATE_DIR": str(cwd / "state"), "COLUMNS": "200",
+    env = {"PATH": "/usr/bin:/bin", **THIS_CHECKOUT, "HOME": str(cwd), "GPUSTACK_STATE_DIR": str(cwd / "state"), "COLUMNS": "200",
            "NO_COLOR": "1"}  # fmt: skip
     return subprocess.run([sys.executable, "-m", "gpustack", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=60, stdin=subprocess.DEVNULL)  # fmt: skip

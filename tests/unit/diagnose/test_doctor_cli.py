@@ -91,9 +91,35 @@ def read_members(path: Path) -> dict[str, bytes]:
         return out
 
 
+def plant_runs(state: Path) -> None:
+    """Run directories as `gpustack up` and `gpustack reset` leave them: the bundle carries the last
+    `up` of the cluster (not the newer reset, not the older up), redacted."""
+
+    def run(stamp: str, command: str, stdout: str) -> None:
+        d = state / "runs" / stamp
+        (d / "facts").mkdir(parents=True)
+        (d / "ansible/artifacts/site").mkdir(parents=True)
+        (d / "run.json").write_text(json.dumps({"command": command, "cluster": "gpustack"}))
+        (d / "summary.json").write_text(json.dumps([{"stage": "os", "status": "failed"}]))
+        (d / "config.json").write_text(json.dumps({"proxy": {"http": f"http://ops:{SECRET}@proxy.example.com:3128"}}))
+        (d / "facts/gpu-node-1.json").write_text(json.dumps({"hostname": "gpu-node-1", "os_id": "ubuntu"}))
+        (d / "ansible/artifacts/site/stdout").write_text(stdout)
+
+    run("20261101T000000.000000Z", "up", "an older up\n")
+    run("20261102T000000.000000Z", "up", f"TASK [os_prep : Install] fatal: [gpu-node-1]: token={SECRET} apt failed\n")
+    run("20261103T000000.000000Z", "reset", "a later reset\n")
+
+
 def test_doctor_bundle_from_the_cli(tmp_path: Path) -> None:
     scenario, failing, log_member = crashloop_with_planted_secret()
     bundle = tmp_path / "support" / "bundle.tar.gz"
+    (tmp_path / "gpustack.yaml").write_text(
+        "nodes: [{name: gpu-node-1, address: 192.0.2.10, role: control-plane}]\n"
+        "alerting: {receivers: [{type: webhook, name: hook, url: 'https://hooks.example.com/services/"
+        + SECRET
+        + "'}]}\n"
+    )
+    plant_runs(tmp_path / "state")
     with FakeKubeAPI.running() as api:
         scenario.load(api)
         admin_conf(api, tmp_path / "state")
@@ -109,7 +135,13 @@ def test_doctor_bundle_from_the_cli(tmp_path: Path) -> None:
     assert [p.name for p in bundle.parent.iterdir()] == ["bundle.tar.gz"], "no temporary file left behind"
 
     members = read_members(bundle)
-    assert set(members) == {"version.json", "snapshot.json", "findings.json", log_member}
+    last_up = {f"last-up/{m}" for m in ("run-directory.txt", "run.json", "summary.json", "config.json",
+                                        "facts/gpu-node-1.json", "ansible/ansible-site.log")}  # fmt: skip
+    assert set(members) == {"version.json", "snapshot.json", "findings.json", "config.json", log_member} | last_up
+    assert members["last-up/run-directory.txt"].decode().strip().endswith("20261102T000000.000000Z")
+    assert "apt failed" in members["last-up/ansible/ansible-site.log"].decode()
+    assert json.loads(members["config.json"])["nodes"][0]["name"] == "gpu-node-1"
+    assert json.loads(members["last-up/facts/gpu-node-1.json"])["os_id"] == "ubuntu"
     snap = json.loads(members["snapshot.json"])
     names = {(o["kind"], o["metadata"]["name"]) for kind in ("Node", "Pod", "DaemonSet") for o in snap["kube"][kind]}
     assert ("Node", "gpu-node-1") in names and ("DaemonSet", "nvidia-device-plugin-daemonset") in names

@@ -38,7 +38,7 @@ STAGES = [
 # names in playbooks/ that look like variables but are not (the preflight module)
 #: module names, not variables
 NOT_VARIABLES = {"gpustack_facts", "gpustack_stage_stamp", "gpustack_stage", "gpustack_netfilter_cleanup",
-                 "gpustack_etcd_members_to_remove"}  # fmt: skip
+                 "gpustack_etcd_members_to_remove", "gpustack_service_stale"}  # fmt: skip
 
 
 def sample_config() -> Config:
@@ -98,6 +98,8 @@ def test_every_gpustack_variable_comes_from_python() -> None:
     ev = extravars(cfg, kubeconfig_dest=Path("/k"), facts_dir=Path("/f"))
     # up.run_host_layer adds the converged-stage host patterns (gpustack/render/converge.py)
     provided = set(ev) | {"gpustack_stage_hosts"}
+    # lifecycle.run_preflight adds the package sources the preflight tries (gpustack/checks/sources.py)
+    provided.add("gpustack_preflight_sources")
     provided |= set(reset_extravars(ResetOptions()))
     provided |= set(upgrade_extravars(cfg, {}))
     provided |= set(add_extravars(["w1"], {}))
@@ -180,7 +182,8 @@ def test_preflight_runs_read_only_on_this_machine(tmp_path: Path) -> None:
     )
     assert r.returncode == 0, r.stdout + r.stderr
     facts = json.loads((tmp_path / "facts" / "me.json").read_text())
-    assert set(facts) == SCHEMA_KEYS
+    # the playbook adds what the module found of the package sources ([]: none asked for)
+    assert set(facts) == SCHEMA_KEYS | {"sources"} and facts["sources"] == []
     assert set(facts["peers"]) == {"127.0.0.2"}
     assert oct((tmp_path / "facts" / "me.json").stat().st_mode & 0o777) == "0o600"
 

@@ -1,0 +1,123 @@
+"""Output at 80 columns, as users see it in a default terminal: tables fit, the names a user copies
+into a flag (check ids, stage ids, hosts) are never cut mid-word, and a report says one cause once
+with a verdict that agrees with the exit code."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from gpustack import lifecycle, plan
+from gpustack.checks.model import Finding
+from gpustack.cli.app import main
+from gpustack.console import Console
+from gpustack.diagnose import registry
+from gpustack.errors import PreflightError
+
+GOOD = "nodes:\n  - {name: cp1, address: 192.0.2.10, role: control-plane}\n  - {name: w1, address: 192.0.2.11}\n"
+CLUSTER_LAYERS = "kubernetes,gpu-operator,monitoring,grafana"
+
+
+@pytest.fixture
+def user(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A working directory with a config, an empty state directory, an 80-column terminal."""
+    for name in [n for n in os.environ if n.startswith("GPUSTACK_") or n == "KUBECONFIG"]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("GPUSTACK_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.setenv("COLUMNS", "80")
+    (tmp_path / "gpustack.yaml").write_text(GOOD, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as ei:
+        main(list(argv))
+    out, err = capsys.readouterr()
+    return int(ei.value.code or 0), out, err
+
+
+def whole(name: str, text: str) -> bool:
+    """``name`` appears unbroken, as a word of its own, on some line."""
+    return re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", text) is not None
+
+
+def fits(text: str, width: int = 80) -> bool:
+    """Every table line fits (prose lines are soft-wrapped by the terminal, so that a long
+    message or command stays one greppable line)."""
+    return all(len(line) <= width for line in text.splitlines() if re.search("[┃│┏┗┡└]", line))
+
+
+def test_verify_without_a_kubeconfig_says_one_cause_and_exits_3(user: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """It used to print ~230 lines restating the cause in every row, mark downstream checks `fail`
+    and end with "FAIL: 6 problem(s)" while exiting 3."""
+    code, out, err = run(capsys, "verify", "--layer", CLUSTER_LAYERS)
+    assert code == 3, out + err
+    assert fits(out), out
+    last = out.strip().splitlines()[-1]
+    assert last.startswith("UNREACHABLE: the Kubernetes API cannot be read (no kubeconfig for cluster 'gpustack'"), last
+    assert "FAIL" not in out
+    specs = registry.select("verify", layers=CLUSTER_LAYERS.split(","))
+    for spec in specs:
+        assert whole(spec.id, out), f"{spec.id} cut or missing:\n{out}"
+    # the consequence is said once per layer table, not once per check
+    assert out.count("not checked:") == 4, out
+    assert len(out.splitlines()) < 80, f"{len(out.splitlines())} lines:\n{out}"
+
+    code, out, _ = run(capsys, "verify", "--layer", CLUSTER_LAYERS, "-o", "json")
+    report = json.loads(out)
+    assert code == 3
+    failed = [c["id"] for c in report["checks"] if c["status"] == "fail"]
+    assert failed == ["K00-api-unreachable"], "downstream checks are skips, not failures"
+    assert report["summary"] == {"pass": 0, "warn": 0, "fail": 1, "skip": len(specs) - 1}
+
+
+def test_list_honours_the_output_format_and_the_selection(user: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "verify", "--list", "--check", "K00,G10", "-o", "json")
+    assert code == 0
+    listed = json.loads(out)
+    assert listed["command"] == "verify"
+    assert [c["id"] for c in listed["checks"]] == ["K00-api-unreachable", "G10-cuda-test-pod"]
+    assert set(listed["checks"][0]) == {"id", "layer", "title", "reads", "fixable"}
+
+    code, out, _ = run(capsys, "doctor", "--list", "--layer", "grafana", "--ignore", "R04")
+    assert code == 0 and fits(out), out
+    ids = [s.id for s in registry.select("doctor", layers=["grafana"], ignore=["R04"])]
+    assert ids and all(whole(i, out) for i in ids), out
+    assert "R04-panels-have-data" not in out and "K00" not in out
+
+
+def test_plan_at_80_columns_keeps_stage_ids_whole(user: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "plan")
+    assert code == 0 and fits(out), out
+    assert all(whole(s, out) for s in plan.STAGE_IDS), out
+
+
+def test_preflight_report_and_summary_at_80_columns() -> None:
+    out = io.StringIO()
+    console = Console(stream=out, color=False)
+    console.out.width = 80
+    long_host = "gpu-node-with-a-long-name-17"
+    findings = [
+        Finding("P11-existing-kubernetes", "host", "fail", "a kubelet from another installation runs " * 3,
+                host=long_host, evidence="/etc/kubernetes/kubelet.conf exists", fix="kubeadm reset -f " * 4),
+        Finding("P19-gpu-operator", "host", "warn", "the GPU Operator has no driver container for this OS " * 2,
+                host=long_host),
+    ]  # fmt: skip
+    with pytest.raises(PreflightError):
+        lifecycle.report_preflight(findings, console)
+    rows = [
+        lifecycle.StageSummary("cluster:kube-prometheus-stack", "changed", 41.5, 1, note="upgraded 1 -> 2 " * 5),
+        lifecycle.StageSummary("control-plane", "interrupted", 3.0, 0, hosts=[long_host, "gpu-node-2"]),
+    ]
+    lifecycle.print_summary(rows, console, dry_run=False)
+    text = out.getvalue()
+    assert fits(text), text
+    for name in ("P11-existing-kubernetes", "P19-gpu-operator", long_host, "cluster:kube-prometheus-stack"):
+        assert whole(name, text), f"{name} cut:\n{text}"
