@@ -81,10 +81,13 @@ def _host_path(name: str, path: str, type_: str | None = None) -> dict[str, Any]
     return {"name": name, "hostPath": hp}
 
 
+def _field(path: str) -> dict[str, Any]:
+    return {"fieldRef": {"fieldPath": path}}
+
+
 def _daemonset(cfg: Config) -> dict[str, Any]:
     flannel_image, cni_plugin_image = images(cfg)
     node_labels = {"tier": "node", "app": "flannel"}
-    field = lambda path: {"fieldRef": {"fieldPath": path}}  # noqa: E731
     pod_spec: dict[str, Any] = {
         "affinity": {
             "nodeAffinity": {
@@ -128,8 +131,8 @@ def _daemonset(cfg: Config) -> dict[str, Any]:
                 "resources": {"requests": {"cpu": "100m", "memory": "50Mi"}},
                 "securityContext": {"privileged": False, "capabilities": {"add": ["NET_ADMIN", "NET_RAW"]}},
                 "env": [
-                    {"name": "POD_NAME", "valueFrom": field("metadata.name")},
-                    {"name": "POD_NAMESPACE", "valueFrom": field("metadata.namespace")},
+                    {"name": "POD_NAME", "valueFrom": _field("metadata.name")},
+                    {"name": "POD_NAMESPACE", "valueFrom": _field("metadata.namespace")},
                     {"name": "EVENT_QUEUE_DEPTH", "value": "5000"},
                     {"name": "CONT_WHEN_CACHE_NOT_READY", "value": "false"},
                 ],
