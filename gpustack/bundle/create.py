@@ -4,8 +4,8 @@ a connected machine.
 Order: the files (verified against their pinned sha256 as they arrive), the charts (``helm
 pull`` at the pinned versions), the apt packages (:mod:`gpustack.bundle.apt`: resolved by apt
 for each OS release and architecture, published as signed flat repositories), then the images:
-those the pins name and those the fetched artifacts name (Flannel's manifest, ``helm template`` of
-each chart with gpustack's values, ``kubeadm config images list`` from the fetched kubeadm), each
+those the pins name (Flannel's among them: gpustack renders its manifest) and those the fetched
+artifacts name (``helm template`` of each chart with gpustack's values, ``kubeadm config images list`` from the fetched kubeadm), each
 an OCI archive (:mod:`gpustack.bundle.registry`).
 
 Resumable: ``bundle.json`` is rewritten (atomically) after every artifact, and an artifact whose

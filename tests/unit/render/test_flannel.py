@@ -3,6 +3,7 @@ config's pod CIDR and interface, the same bytes every time."""
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import json
 from pathlib import Path
@@ -12,7 +13,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from gpustack.config import pins
+from gpustack.bundle import want
+from gpustack.config import compat, pins
 from gpustack.config.model import Config
 from gpustack.render import flannel
 from gpustack.render.ansible import extravars
@@ -104,3 +106,12 @@ def test_byte_identical_across_renders_and_the_same_everywhere_it_is_used() -> N
     # handed to Ansible as an extra var: nothing in it may look like a Jinja2 expression
     assert not any(mark in text for mark in ("{{", "{%", "{#"))
     assert flannel.manifest_sha256(CUSTOM) != flannel.manifest_sha256(DEFAULT)
+
+
+def test_version_and_bundle_name_the_rendering_and_its_images_not_a_download() -> None:
+    (row,) = compat.rendered(CUSTOM)
+    assert row.checksum == "sha256:" + hashlib.sha256(flannel.flannel_manifest(CUSTOM).encode()).hexdigest()
+    assert FLANNEL_IMAGE in row.url and CNI_PLUGIN_IMAGE in row.url
+    assert "kube-flannel.yml" not in {a.name for a in compat.artifacts(CUSTOM)}, "nothing is downloaded"
+    pinned = {w.ref for w in want.pinned_images(CUSTOM)}
+    assert {FLANNEL_IMAGE, CNI_PLUGIN_IMAGE} <= pinned, "the bundle carries both images"
