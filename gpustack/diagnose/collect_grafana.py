@@ -19,6 +19,8 @@ cluster itself: Grafana's Deployment, its ``grafana`` container's ``GF_SECURITY_
 (one GET of that Secret, never a LIST), an ``envFrom`` Secret, or ``..._FILE`` inside a Secret volume --
 never a guessed name. The password is never stored: ``snap.grafana.login`` records where the credentials
 came from (or why there are none: ``state`` + ``detail``) for R05.
+``gpustack grafana-password`` follows the same rules with the same code (:func:`state_credentials`,
+:func:`cluster_credentials`).
 
 Stored: ``snap.grafana`` -- ``health``; ``datasources`` (/api/datasources entries) and ``dashboards``
 (/api/search hits), both as Grafana returned them, cut to the fields checks read;
