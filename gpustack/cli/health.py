@@ -131,7 +131,7 @@ def health(
     from gpustack.diagnose.fixes import fix_console
     from gpustack.errors import UsageError
     from gpustack.health.runner import HealthOptions, run_health
-    from gpustack.kubeconnect import connect
+    from gpustack.runners.kubeconfig import cluster_client
 
     if output not in OUTPUTS:
         raise UsageError(f"--output {output}: choose one of {', '.join(OUTPUTS)}")
@@ -141,7 +141,7 @@ def health(
              "xid_lookback": xid_lookback, "rows_growth_window": rows_growth_window, "allocatable_hold": allocatable_hold}  # fmt: skip
     settings, name = _settings(config, in_cluster, flags)
     console = console_for(verbose)
-    kube = connect(name, kubeconfig, context=context, in_cluster=in_cluster)
+    kube = cluster_client(name, kubeconfig, context=context, in_cluster=in_cluster)
     opts = HealthOptions(
         settings=settings, apply=apply, nodes=tuple(split_csv(node)), by=_by(in_cluster, "gpustack health --apply")
     )
@@ -172,10 +172,10 @@ def release(
 
     Removes gpustack's taint, label and annotations and uncordons the node only if gpustack cordoned it."""
     from gpustack.health.runner import HealthOptions, release_node
-    from gpustack.kubeconnect import connect
+    from gpustack.runners.kubeconfig import cluster_client
 
     settings, name = _settings(config, False, {})
     console = console_for(verbose)
-    kube = connect(name, kubeconfig, context=context)
+    kube = cluster_client(name, kubeconfig, context=context)
     opts = HealthOptions(settings=settings, by=_by(False, "gpustack health release"))
     release_node(kube, node, opts, console, confirm=lambda q: console.confirm(q, assume_yes=yes))
