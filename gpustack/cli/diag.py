@@ -81,13 +81,7 @@ def diag(
         kube, DiagOptions(spec=spec, nodes=tuple(split_csv(node)), force=force), fix_console(console, output)
     )
     command = "diag --health" if health else f"diag --level {spec.level}"
-    if output == "table":
-        report.print_table(command, findings, console, target=kube.target)
-    else:
-        console.out.print(report.render(command, findings, output, target=kube.target), markup=False, end="")
+    report.show(command, findings, console, output, target=kube.target)
     if save is not None:
-        save.write_text(
-            report.render(command, findings, "junit" if save.suffix == ".xml" else "json", target=kube.target),
-            encoding="utf-8",
-        )
+        report.save(save, command, findings, target=kube.target)
     raise typer.Exit(report.exit_code(findings))
