@@ -65,7 +65,7 @@ def diag(
     from gpustack.diagnose import report
     from gpustack.diagnose.fixes import fix_console
     from gpustack.errors import UsageError
-    from gpustack.kubeconnect import connect
+    from gpustack.runners.kubeconfig import cluster_client
 
     if output not in OUTPUTS:
         raise UsageError(f"--output {output}: choose one of {', '.join(OUTPUTS)}")
@@ -76,18 +76,12 @@ def diag(
     spec = DiagSpec(mode="health" if health else "diag", level=level or 1, timeout=timeout)
     console = console_for(verbose)
     cfg = load_config(config).config
-    kube = connect(cfg.cluster.name, kubeconfig, context=context)
+    kube = cluster_client(cfg.cluster.name, kubeconfig, context=context)
     findings = run_diag(
         kube, DiagOptions(spec=spec, nodes=tuple(split_csv(node)), force=force), fix_console(console, output)
     )
     command = "diag --health" if health else f"diag --level {spec.level}"
-    if output == "table":
-        report.print_table(command, findings, console, target=kube.target)
-    else:
-        console.out.print(report.render(command, findings, output, target=kube.target), markup=False, end="")
+    report.show(command, findings, console, output, target=kube.target)
     if save is not None:
-        save.write_text(
-            report.render(command, findings, "junit" if save.suffix == ".xml" else "json", target=kube.target),
-            encoding="utf-8",
-        )
+        report.save(save, command, findings, target=kube.target)
     raise typer.Exit(report.exit_code(findings))

@@ -1,17 +1,43 @@
-"""``gpustack grafana-password``: print the Grafana admin password gpustack generated."""
+"""``gpustack grafana-password``: print Grafana's admin password, found the way ``doctor`` finds it."""
 
 from __future__ import annotations
 
-from gpustack.cli.options import ConfigOpt, console_for, load_config
-from gpustack.errors import UsageError
+from gpustack.cli.options import ConfigOpt, ContextOpt, KubeconfigOpt, console_for, load_config
+
+HINT = (
+    "for gpustack's own cluster run `gpustack up` first; for another cluster pass --kubeconfig FILE "
+    "(and --context NAME) of a cluster whose Grafana reads GF_SECURITY_ADMIN_PASSWORD from a Secret"
+)
 
 
-def grafana_password(config: ConfigOpt = None) -> None:
-    """Print the Grafana admin password (kept 0600 in the state directory; never printed otherwise)."""
+def grafana_password(config: ConfigOpt = None, kubeconfig: KubeconfigOpt = None, context: ContextOpt = None) -> None:
+    """Print the Grafana admin password, and nothing else, on stdout.
+
+    gpustack's own cluster: the password `gpustack up` generated (kept 0600 in the state directory). Another
+    cluster (--kubeconfig, $KUBECONFIG, ~/.kube/config), or no state file: the Secret that Grafana's Deployment
+    reads GF_SECURITY_ADMIN_PASSWORD from, as `gpustack doctor` finds it. Exit 2 when there is no password to
+    find, 3 when the cluster cannot be reached."""
     from gpustack.cluster import password_path
+    from gpustack.diagnose.collect_grafana import CredentialError, cluster_credentials, state_credentials
+    from gpustack.errors import ClusterUnreachableError, ConfigError
+    from gpustack.runners.kubeconfig import QUICK_TIMEOUT, KubeconfigNotFound, connect, resolve_kubeconfig
 
     cfg = load_config(config).config
-    path = password_path(cfg)
-    if not path.is_file():
-        raise UsageError(f"no Grafana password yet ({path}): run `gpustack up` first")
-    console_for().print(path.read_text(encoding="utf-8").strip())
+    try:
+        target = resolve_kubeconfig(kubeconfig=kubeconfig, context=context, cluster_name=cfg.cluster.name)
+        no_kubeconfig = ""
+    except KubeconfigNotFound as exc:
+        target, no_kubeconfig = None, exc.message
+    try:
+        found = state_credentials(cfg, own=target is None or target.own)
+        if found is None:
+            if target is None:
+                raise ClusterUnreachableError(
+                    f"no Grafana password: no state file {password_path(cfg)}, and {no_kubeconfig}", hint=HINT
+                )
+            kube = connect(target, request_timeout=QUICK_TIMEOUT)
+            found = cluster_credentials(kube, cfg.monitoring.grafana_admin_user)
+    except CredentialError as exc:
+        where = f" (cluster {target.describe()})" if target is not None else ""
+        raise ConfigError(f"no Grafana password{where}: {exc.detail}", hint=HINT) from None
+    console_for().out.print(found.password, markup=False, highlight=False, emoji=False, soft_wrap=True)

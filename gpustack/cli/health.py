@@ -131,7 +131,7 @@ def health(
     from gpustack.diagnose.fixes import fix_console
     from gpustack.errors import UsageError
     from gpustack.health.runner import HealthOptions, run_health
-    from gpustack.kubeconnect import connect
+    from gpustack.runners.kubeconfig import cluster_client
 
     if output not in OUTPUTS:
         raise UsageError(f"--output {output}: choose one of {', '.join(OUTPUTS)}")
@@ -141,21 +141,15 @@ def health(
              "xid_lookback": xid_lookback, "rows_growth_window": rows_growth_window, "allocatable_hold": allocatable_hold}  # fmt: skip
     settings, name = _settings(config, in_cluster, flags)
     console = console_for(verbose)
-    kube = connect(name, kubeconfig, context=context, in_cluster=in_cluster)
+    kube = cluster_client(name, kubeconfig, context=context, in_cluster=in_cluster)
     opts = HealthOptions(
         settings=settings, apply=apply, nodes=tuple(split_csv(node)), by=_by(in_cluster, "gpustack health --apply")
     )
     findings = run_health(kube, opts, fix_console(console, output))
     command = "health --apply" if apply else "health (dry run)"
-    if output == "table":
-        report.print_table(command, findings, console, target=kube.target)
-    else:
-        console.out.print(report.render(command, findings, output, target=kube.target), markup=False, end="")
+    report.show(command, findings, console, output, target=kube.target)
     if save is not None:
-        save.write_text(
-            report.render(command, findings, "junit" if save.suffix == ".xml" else "json", target=kube.target),
-            encoding="utf-8",
-        )
+        report.save(save, command, findings, target=kube.target)
     raise typer.Exit(report.exit_code(findings))
 
 
@@ -172,10 +166,10 @@ def release(
 
     Removes gpustack's taint, label and annotations and uncordons the node only if gpustack cordoned it."""
     from gpustack.health.runner import HealthOptions, release_node
-    from gpustack.kubeconnect import connect
+    from gpustack.runners.kubeconfig import cluster_client
 
     settings, name = _settings(config, False, {})
     console = console_for(verbose)
-    kube = connect(name, kubeconfig, context=context)
+    kube = cluster_client(name, kubeconfig, context=context)
     opts = HealthOptions(settings=settings, by=_by(False, "gpustack health release"))
     release_node(kube, node, opts, console, confirm=lambda q: console.confirm(q, assume_yes=yes))

@@ -103,8 +103,9 @@ def remove(
     """Take nodes out of the cluster: PodDisruptionBudgets checked with a server-side dry run before
     anything is cordoned, then cordon, drain, reset the host (not with --offline), delete the node.
     Refuses the last control-plane node and removals that would break etcd quorum."""
-    from gpustack import cluster_access, drain
+    from gpustack import drain
     from gpustack.node_remove import RemoveOptions, assess, describe, remove
+    from gpustack.runners.kubeconfig import QUICK_TIMEOUT, cluster_client
 
     console = console_for(verbose)
     cfg = load_config(config).config
@@ -117,7 +118,9 @@ def remove(
         verbosity=max(0, verbose - 1),
         accept_new_host_keys=accept_new_host_keys,
     )
-    kube = cluster_access.client(cfg, own_only=True)  # it changes the cluster in gpustack.yaml
+    kube = cluster_client(
+        cfg.cluster.name, own_only=True, request_timeout=QUICK_TIMEOUT
+    )  # it changes the cluster in gpustack.yaml
     found = assess(cfg, kube, opts)
     console.print(f"[stage]node remove[/stage] cluster {cfg.cluster.name}{' (dry run)' if dry_run else ''}:")
     for line in describe(found, opts):

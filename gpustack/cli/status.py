@@ -21,7 +21,7 @@ def status(
     """Show the cluster: nodes (kubelet versions against the control plane), Helm releases against
     gpustack's pins, the last run and its result, an upgrade in progress. Read-only. Exit 0, or 3
     when the cluster is unreachable (what this machine knows is still shown)."""
-    from gpustack import cluster_access
+    from gpustack.runners.kubeconfig import QUICK_TIMEOUT, cluster_client
     from gpustack.status import exit_code, gather, print_status, status_json
 
     if output not in ("table", "json"):
@@ -29,7 +29,7 @@ def status(
     console = console_for(verbose)
     cfg = load_config(config).config
     try:
-        kube = cluster_access.client(cfg, kubeconfig, context=context)
+        kube = cluster_client(cfg.cluster.name, kubeconfig, context=context, request_timeout=QUICK_TIMEOUT)
         error = None
     except ClusterUnreachableError as exc:
         kube, error = None, exc.message

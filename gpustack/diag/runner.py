@@ -38,7 +38,6 @@ from gpustack.diag.job import (
     workload_gpu_pods,
 )
 from gpustack.errors import BusyError, GpustackError, Interrupted, UsageError
-from gpustack.kubeconnect import list_all
 from gpustack.runners.kube import Kube
 
 Obj = dict[str, Any]
@@ -166,7 +165,7 @@ class DiagJobs:
         if self.kube.resource("batch/v1", "Job") is None:
             raise GpustackError("the API server does not serve batch/v1 Jobs")
         try:
-            jobs = list_all(self.kube, self._jobs_path(), {"labelSelector": f"{PART_OF}=gpustack"})
+            jobs = self.kube.list_all(self._jobs_path(), {"labelSelector": f"{PART_OF}=gpustack"})
         except ApiException as exc:
             if exc.status == 404:  # the namespace does not exist yet
                 return
@@ -255,8 +254,8 @@ class DiagJobs:
 
     def _poll(self, busy: Mapping[str, list[str]]) -> None:
         selector = {"labelSelector": f"{RUN_LABEL}={self.run_id}"}
-        pods = list_all(self.kube, f"/api/v1/namespaces/{DIAG_NAMESPACE}/pods", selector)
-        jobs = {str((j.get("metadata") or {}).get("name")): j for j in list_all(self.kube, self._jobs_path(), selector)}
+        pods = self.kube.list_all(f"/api/v1/namespaces/{DIAG_NAMESPACE}/pods", selector)
+        jobs = {str((j.get("metadata") or {}).get("name")): j for j in self.kube.list_all(self._jobs_path(), selector)}
         by_node: dict[str, Obj] = {}  # node -> its pod
         for item in pods:
             by_node.setdefault(self._pod_node(item), item)
@@ -363,12 +362,12 @@ def _pod_state(pod: Obj) -> tuple[str, str, str]:
 def run_diag(kube: Kube, opts: DiagOptions, console: Console, *, by: str | None = None,
              clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> list[Finding]:  # fmt: skip
     """Select the nodes, run the Jobs, return every finding (and record diag verdicts on the nodes)."""
-    nodes = list_all(kube, "/api/v1/nodes")
+    nodes = kube.list_all("/api/v1/nodes")
     if not opts.nodes and not gpu_nodes(nodes):
         return [Finding(fd.RUN_ID, fd.LAYER, "fail", f"no node has {GPU} capacity: nothing to diagnose",
                         evidence=f"{len(nodes)} node(s), none with {GPU}",
                         fix="gpustack doctor --layer gpu-operator (is the NVIDIA device plugin running?)")]  # fmt: skip
-    pods = list_all(kube, "/api/v1/pods", {"fieldSelector": "status.phase!=Succeeded,status.phase!=Failed"})
+    pods = kube.list_all("/api/v1/pods", {"fieldSelector": "status.phase!=Succeeded,status.phase!=Failed"})
     selection = select_nodes(nodes, pods, opts)
     run = DiagJobs(kube, opts, console, clock=clock, sleep=sleep)
     outcomes = run.execute(selection) if selection.run else [

@@ -19,6 +19,8 @@ cluster itself: Grafana's Deployment, its ``grafana`` container's ``GF_SECURITY_
 (one GET of that Secret, never a LIST), an ``envFrom`` Secret, or ``..._FILE`` inside a Secret volume --
 never a guessed name. The password is never stored: ``snap.grafana.login`` records where the credentials
 came from (or why there are none: ``state`` + ``detail``) for R05.
+``gpustack grafana-password`` follows the same rules with the same code (:func:`state_credentials`,
+:func:`cluster_credentials`).
 
 Stored: ``snap.grafana`` -- ``health``; ``datasources`` (/api/datasources entries) and ``dashboards``
 (/api/search hits), both as Grafana returned them, cut to the fields checks read;
@@ -42,6 +44,7 @@ from dataclasses import dataclass, field, replace
 from http.cookies import SimpleCookie
 from typing import Any
 
+from gpustack.config.model import Config
 from gpustack.constants import GRAFANA_PORT, GRAFANA_SERVICE, MONITORING_NAMESPACE
 from gpustack.diagnose.collect import CollectContext, source
 from gpustack.diagnose.collect_prometheus import kube_client, service_port
@@ -264,22 +267,44 @@ def credentials_from_cluster(snap: Snapshot, kube: Any, default_user: str) -> Cr
                        {"deployment": f"{ns}/{name}", **password[2]})  # fmt: skip
 
 
+def state_credentials(cfg: Config, *, own: bool) -> Credentials | None:
+    """The password ``gpustack up`` wrote to the state file, only for gpustack's own cluster (``own``); None when
+    there is none (or it is empty), :class:`CredentialError` when it cannot be read."""
+    from gpustack.cluster import password_path
+
+    path = password_path(cfg)
+    if not own or not path.is_file():
+        return None
+    try:
+        value = path.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise CredentialError("state-unreadable", f"cannot read {path}: {exc.strerror}", file=str(path)) from None
+    if not value:
+        return None
+    return Credentials(cfg.monitoring.grafana_admin_user, value, f"gpustack's state file {path}", {"file": str(path)})
+
+
+def cluster_credentials(kube: Any, default_user: str) -> Credentials:
+    """:func:`credentials_from_cluster` without a doctor snapshot: one paged LIST of Deployments (all namespaces, as
+    the ``kubernetes`` source reads them), then the same rules (``gpustack grafana-password``)."""
+    from kubernetes.client.exceptions import ApiException
+
+    snap = Snapshot()
+    try:
+        snap.kube["Deployment"] = kube.list_all("/apis/apps/v1/deployments")
+    except ApiException as exc:
+        snap.errors["kubernetes:Deployment"] = f"LIST Deployment: HTTP {exc.status} {exc.reason or ''}".strip()
+    return credentials_from_cluster(snap, kube, default_user)
+
+
 def grafana_credentials(ctx: CollectContext, snap: Snapshot) -> Credentials:
     """The admin credentials (see the module docstring for the order); :class:`CredentialError` when none."""
     user = ctx.cfg.monitoring.grafana_admin_user
     if ctx.extra.get("grafana_password") is not None:
         return Credentials(user, str(ctx.extra["grafana_password"]), "given to the collector")
-    from gpustack.cluster import password_path
-
-    path = password_path(ctx.cfg)
-    own = ctx.target is None or ctx.target.own
-    if own and path.is_file():
-        try:
-            value = path.read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise CredentialError("state-unreadable", f"cannot read {path}: {exc.strerror}", file=str(path)) from None
-        if value:
-            return Credentials(user, value, f"gpustack's state file {path}", {"file": str(path)})
+    found = state_credentials(ctx.cfg, own=ctx.target is None or ctx.target.own)
+    if found is not None:
+        return found
     kube = kube_client(ctx)
     if kube is None:
         raise CredentialError("no-deployment", "no Kubernetes client to read Grafana's Deployment with")

@@ -12,14 +12,10 @@ an empty ``snap.kube`` (the engine maps that to exit 3); a kind the server refus
 
 from __future__ import annotations
 
-import copy
 import time
-from collections.abc import Mapping
 from typing import Any
 
-from kubernetes import client as k8s_client
 from kubernetes.client.exceptions import ApiException
-from urllib3.util.retry import Retry
 
 from gpustack.constants import FLANNEL_NAMESPACE, GPU_NAMESPACE, MONITORING_NAMESPACE
 from gpustack.diagnose.checks_kubernetes import (
@@ -35,32 +31,28 @@ from gpustack.diagnose.checks_kubernetes import (
 from gpustack.diagnose.collect import CollectContext, source
 from gpustack.diagnose.snapshot import KUBE_KINDS, Obj, Snapshot
 from gpustack.errors import ClusterUnreachableError
-from gpustack.runners.kube import Kube
+from gpustack.runners.kube import Kube, single_try_client
 
 PAGE_SIZE = 500
 LOG_TAIL_LINES = 100
 MAX_LOG_PODS = 20
 MAX_LOG_REQUESTS = 40
-MAX_PAGES = 10_000  # a server that keeps returning continue tokens must not loop forever
 #: Failing pods in these namespaces get their logs read first (gpustack's own components).
 PRIORITY_NAMESPACES = ("kube-system", FLANNEL_NAMESPACE, GPU_NAMESPACE, MONITORING_NAMESPACE)
 NO_KUBECONFIG = "no kubeconfig for this cluster: run `gpustack up` first (or pass --kubeconfig)"
 
 
 class CountingKube(Kube):
-    """A :class:`Kube` that counts its requests."""
+    """A :class:`Kube` that counts its requests, on a client that does not retry a timed-out read
+    (:func:`~gpustack.runners.kube.single_try_client`)."""
 
     def __init__(self, base: Kube, *, request_timeout: float) -> None:
-        # Own client without read retries: urllib3 would otherwise retry a timed-out read 3 times,
-        # turning one request timeout into four against a hung API server.
-        cfg = copy.deepcopy(base.api.configuration)
-        cfg.retries = Retry(total=1, connect=1, read=0, redirect=0, status=0)
-        super().__init__(k8s_client.ApiClient(configuration=cfg), request_timeout=request_timeout)
+        super().__init__(single_try_client(base.api), request_timeout=request_timeout)
         self.count = 0
 
-    def _call(self, method: str, path: str, **kw: Any) -> Any:
+    def _send(self, method: str, path: str, **kw: Any) -> Any:
         self.count += 1
-        return super()._call(method, path, **kw)
+        return super()._send(method, path, **kw)
 
 
 def _kube_for(ctx: CollectContext) -> Kube | None:
@@ -68,29 +60,6 @@ def _kube_for(ctx: CollectContext) -> Kube | None:
     if given is not None and not isinstance(given, Kube):
         return None
     return ctx.kube()
-
-
-def _list_all(kube: Kube, path: str, query: Mapping[str, str], page_size: int) -> list[Obj]:
-    """Every item of a LIST, following ``continue`` tokens (restarts once on 410 Expired)."""
-    items: list[Obj] = []
-    token = ""
-    restarted = False
-    for _ in range(MAX_PAGES):
-        q = {**query, "limit": str(page_size)}
-        if token:
-            q["continue"] = token
-        try:
-            data = kube.request("GET", path, query=q)
-        except ApiException as exc:
-            if exc.status == 410 and token and not restarted:  # the snapshot expired: start over, once
-                items, token, restarted = [], "", True
-                continue
-            raise
-        items += [i for i in as_list(data.get("items")) if isinstance(i, dict)]
-        token = str(as_dict(data.get("metadata")).get("continue") or "")
-        if not token:
-            break
-    return items
 
 
 def _api_error(exc: ApiException) -> str:
@@ -194,7 +163,7 @@ def collect_kubernetes(ctx: CollectContext, snap: Snapshot) -> None:
                 if res is None:  # not served: its CRD is not installed
                     kube_data[kind] = []
                     continue
-                kube_data[kind] = _list_all(kube, f"{res.base}/{res.plural}", {}, page_size)
+                kube_data[kind] = kube.list_all(f"{res.base}/{res.plural}", page=page_size)
             except ApiException as exc:
                 snap.errors[f"kubernetes:{kind}"] = f"LIST {kind}: {_api_error(exc)}"
             except ClusterUnreachableError as exc:
@@ -211,7 +180,7 @@ def collect_kubernetes(ctx: CollectContext, snap: Snapshot) -> None:
         failing = _failing_objects(snap)
         if failing:
             try:
-                events = _list_all(kube, "/api/v1/events", {"fieldSelector": "type!=Normal"}, page_size)
+                events = kube.list_all("/api/v1/events", {"fieldSelector": "type!=Normal"}, page=page_size)
                 snap.events = [e for e in events if involved_key(e) in failing]
             except (ApiException, ClusterUnreachableError) as exc:
                 why = _api_error(exc) if isinstance(exc, ApiException) else str(exc)

@@ -34,7 +34,7 @@ from gpustack.config import pins
 from gpustack.constants import VERIFY_NAMESPACE
 from gpustack.diagnose.collect import CollectContext, source
 from gpustack.diagnose.collect_prometheus import kube_client, prometheus_endpoint, scalar_max
-from gpustack.diagnose.http import HttpError, kube_raw
+from gpustack.diagnose.http import HttpError, KubeApiEndpoint
 from gpustack.diagnose.snapshot import Obj, Snapshot
 
 CUDA_IMAGE = pins.VERIFY_CUDA_IMAGE
@@ -134,8 +134,8 @@ def _ensure_namespace(kube: Any) -> None:
 
 def _logs(kube: Any, name: str) -> str:
     try:
-        resp = kube_raw(kube, "GET", f"/api/v1/namespaces/{VERIFY_NAMESPACE}/pods/{name}/log",
-                        query={"tailLines": "50"}, limit=LOG_LIMIT, timeout=10)  # fmt: skip
+        resp = KubeApiEndpoint(kube).request("GET", f"/api/v1/namespaces/{VERIFY_NAMESPACE}/pods/{name}/log",
+                                             query={"tailLines": "50"}, limit=LOG_LIMIT, timeout=10)  # fmt: skip
         return resp.text()
     except HttpError as exc:
         return f"(logs unavailable: {exc})"

@@ -151,15 +151,11 @@ def diagnose(cfg: Config, opts: DiagnoseOptions, console: Console) -> tuple[int,
         if deferred:
             _print_report(opts, findings, console, snap, unreachable)
     if opts.save is not None:
-        fmt = "junit" if opts.save.suffix == ".xml" else "json"
-        opts.save.write_text(report.render(opts.command, findings, fmt, target=snap.target), encoding="utf-8")
+        report.save(opts.save, opts.command, findings, target=snap.target)
     return code, findings, snap
 
 
 def _print_report(
     opts: DiagnoseOptions, findings: list[Finding], console: Console, snap: Snapshot, unreachable: bool
 ) -> None:
-    if opts.output == "table":
-        report.print_table(opts.command, findings, console, target=snap.target, cluster_unreachable=unreachable)
-    else:
-        console.out.print(report.render(opts.command, findings, opts.output, target=snap.target), markup=False, end="")
+    report.show(opts.command, findings, console, opts.output, target=snap.target, cluster_unreachable=unreachable)

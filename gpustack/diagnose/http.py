@@ -1,11 +1,13 @@
 """A small HTTP helper for the diagnose sources: GETs (and the odd POST) either to a direct URL or
 through the Kubernetes API server's proxy, always with a timeout and a cap on the body read.
 
-Two kinds of :class:`Endpoint`:
+Three kinds of :class:`Endpoint`:
 
 - :class:`DirectEndpoint`: ``http(s)://host:port`` (tests, NodePorts), optional basic auth;
+- :class:`KubeApiEndpoint`: the API server itself (pod logs as capped raw text), through the one Kubernetes
+  client path (:meth:`gpustack.runners.kube.Kube.raw`);
 - :class:`KubeProxyEndpoint`: ``/api/v1/namespaces/{ns}/services/{name}:{port}/proxy/{path}`` (or
-  ``pods/{name}:{port}``) with the kubeconfig's credentials. The API server *removes* the
+  ``pods/{name}:{port}``) with the kubeconfig's credentials, also through :meth:`~gpustack.runners.kube.Kube.raw`. The API server *removes* the
   ``Authorization`` header before proxying (kubernetes/kubernetes#38775, PR #34076), so a backend that
   needs its own credentials (Grafana) must use something else, e.g. a session cookie.
 
@@ -176,11 +178,54 @@ class DirectEndpoint:
 
 
 @dataclass
+class KubeApiEndpoint:
+    """The API server itself, through :meth:`gpustack.runners.kube.Kube.raw` (pod logs as raw text, capped).
+
+    ``kube`` is a :class:`gpustack.runners.kube.Kube`; ``base`` a path prefix (empty: the server's root)."""
+
+    kube: Any
+    base: str = ""
+
+    def describe(self) -> str:
+        return f"API server {self.base or '/'}"
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Query | None = None,
+        body: Any = None,
+        headers: Mapping[str, str] | None = None,
+        limit: int = DEFAULT_LIMIT,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> Response:
+        """The Kube's answer as a :class:`Response`; nothing answering, or a non-2xx status, -> :class:`HttpError`."""
+        from kubernetes.client.exceptions import ApiException
+
+        from gpustack.runners.kube import ApiUnreachable
+
+        full = self.base + "/" + path.lstrip("/") if self.base else path
+        try:
+            got = self.kube.raw(method, full, query=query_items(query), body=body, headers=headers, limit=limit,
+                                timeout=timeout)  # fmt: skip
+        except ApiException as exc:
+            raise HttpError(f"{method} {full}: HTTP {exc.status} {exc.reason}", status=exc.status,
+                            body=str(exc.body or "")[:2048]) from None  # fmt: skip
+        except ApiUnreachable as exc:
+            raise HttpError(f"{method} {full}: {exc.detail}") from None
+        if not 200 <= got.status <= 299:
+            text = got.body[:2048].decode("utf-8", errors="replace")
+            raise HttpError(f"{method} {full}: HTTP {got.status}: {text[:200]}", status=got.status, body=text)
+        return Response(got.status, got.body, dict(got.headers), got.truncated, limit)
+
+
+@dataclass
 class KubeProxyEndpoint:
     """A Service (or Pod) port reached through the API server's proxy subresource.
 
-    ``kube`` is a :class:`gpustack.runners.kube.Kube` (anything with ``.api``, a ``kubernetes``
-    ``ApiClient``). ``port`` is the port *name* (or number) as in ``kubectl get --raw``.
+    ``kube`` is a :class:`gpustack.runners.kube.Kube`; requests go through its :meth:`~gpustack.runners.kube.Kube.raw`
+    (:class:`KubeApiEndpoint`). ``port`` is the port *name* (or number) as in ``kubectl get --raw``.
     """
 
     kube: Any
@@ -207,50 +252,5 @@ class KubeProxyEndpoint:
         limit: int = DEFAULT_LIMIT,
         timeout: float = DEFAULT_TIMEOUT,
     ) -> Response:
-        return kube_raw(self.kube, method, self.base + "/" + path.lstrip("/"), query=query, body=body,
-                        headers=headers, limit=limit, timeout=timeout)  # fmt: skip
-
-
-def kube_raw(
-    kube: Any,
-    method: str,
-    path: str,
-    *,
-    query: Query | None = None,
-    body: Any = None,
-    headers: Mapping[str, str] | None = None,
-    limit: int = DEFAULT_LIMIT,
-    timeout: float = DEFAULT_TIMEOUT,
-) -> Response:
-    """One request to the API server returning the raw body (pod logs, proxied /metrics, proxied JSON)."""
-    from kubernetes.client.exceptions import ApiException
-    from urllib3.exceptions import HTTPError as Urllib3Error
-
-    hdrs = {"Accept": "application/json, text/plain;q=0.9, */*;q=0.5", **(headers or {})}
-    if body is not None:
-        hdrs.setdefault("Content-Type", "application/json")  # the client serialises ``body`` itself
-    api = kube.api
-    try:
-        serialized = api.param_serialize(
-            method, path, query_params=query_items(query), header_params=hdrs, body=body,
-            auth_settings=["BearerToken"],
-        )  # fmt: skip
-        resp = api.call_api(*serialized, _request_timeout=timeout)
-        raw_resp = resp.response
-        raw = raw_resp.read(limit + 1) if hasattr(raw_resp, "read") else (resp.read() or b"")
-        if hasattr(raw_resp, "release_conn"):
-            if len(raw) > limit:
-                raw_resp.close()
-            else:
-                raw_resp.release_conn()
-        status = int(resp.status)
-        resp_headers = _headers(resp.headers or {})
-    except ApiException as exc:
-        raise HttpError(f"{method} {path}: HTTP {exc.status} {exc.reason}", status=exc.status,
-                        body=str(exc.body or "")[:2048]) from None  # fmt: skip
-    except (Urllib3Error, OSError) as exc:
-        raise HttpError(f"{method} {path}: {exc}") from None
-    if not 200 <= status <= 299:
-        text = raw[:2048].decode("utf-8", errors="replace")
-        raise HttpError(f"{method} {path}: HTTP {status}: {text[:200]}", status=status, body=text)
-    return Response(status, raw[:limit], resp_headers, len(raw) > limit, limit)
+        return KubeApiEndpoint(self.kube, self.base).request(method, path, query=query, body=body, headers=headers,
+                                                             limit=limit, timeout=timeout)  # fmt: skip

@@ -7,6 +7,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from itertools import groupby
+from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree as ET
 
@@ -133,6 +134,29 @@ def verdict(findings: Sequence[Finding], *, cluster_unreachable: bool = False) -
     if s["warn"]:
         return f"OK with {s['warn']} warning(s): {s['pass']} passed"
     return f"OK: all {s['pass']} checks passed" + (f" ({s['skip']} skipped)" if s["skip"] else "")
+
+
+def show(
+    command: str,
+    findings: Sequence[Finding],
+    console: Console,
+    output: str,
+    *,
+    target: Mapping[str, Any] | None = None,
+    cluster_unreachable: bool = False,
+) -> None:
+    """The report on stdout in the chosen format: the table (with the cluster line and the verdict), or
+    json/junit alone (nothing else on stdout), for every command that reports findings."""
+    if output == "table":
+        print_table(command, findings, console, target=target, cluster_unreachable=cluster_unreachable)
+    else:
+        console.out.print(render(command, findings, output, target=target), markup=False, end="")
+
+
+def save(path: Path, command: str, findings: Sequence[Finding], *, target: Mapping[str, Any] | None = None) -> None:
+    """``--save FILE``: junit for a ``.xml`` file, json otherwise."""
+    fmt = "junit" if path.suffix == ".xml" else "json"
+    path.write_text(render(command, findings, fmt, target=target), encoding="utf-8")
 
 
 def _layers(findings: Sequence[Finding]) -> str:

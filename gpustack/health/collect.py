@@ -23,7 +23,6 @@ from gpustack.diagnose.collect_prometheus import instant
 from gpustack.diagnose.http import DirectEndpoint, Endpoint, HttpError, KubeProxyEndpoint
 from gpustack.health.actions import parse_time
 from gpustack.health.policy import GpuSample, NodeState, Settings, Snapshot
-from gpustack.kubeconnect import list_all
 from gpustack.runners.kube import Kube
 
 Obj = dict[str, Any]
@@ -97,7 +96,7 @@ def _xid_window(ep: Endpoint, timeout: float) -> int:
 def collect(kube: Kube, settings: Settings, *, prometheus_url: str | None = None, now: float | None = None,
             timeout: float = 10.0, nodes: list[Obj] | None = None) -> tuple[Snapshot, dict[str, Obj]]:  # fmt: skip
     """(the snapshot, the GPU Node objects by name). Kubernetes errors raise; Prometheus errors are recorded."""
-    objs = nodes if nodes is not None else list_all(kube, "/api/v1/nodes")
+    objs = nodes if nodes is not None else kube.list_all("/api/v1/nodes")
     gpu_objs = {str((n.get("metadata") or {}).get("name")): n for n in objs if gpu_capacity(n)[0] > 0}
     snap = Snapshot(now=time.time() if now is None else now, nodes={n: node_state(o) for n, o in gpu_objs.items()})
     ep = prometheus_endpoint(kube, prometheus_url)

@@ -55,13 +55,12 @@ def endpoint(cfg: Config, kubeconfig: Path | None, url: str | None, context: str
         if not url.startswith(("http://", "https://")):
             raise UsageError(f"--prometheus-url {url!r}: not an http:// or https:// URL")
         return DirectEndpoint(url.rstrip("/"))
-    from gpustack.kubeconnect import connect
-    from gpustack.runners.kubeconfig import KubeconfigNotFound
+    from gpustack.runners.kubeconfig import KubeconfigNotFound, cluster_client
 
     if kubeconfig is not None and not kubeconfig.is_file():
         raise UsageError(f"--kubeconfig {kubeconfig}: no such file")
     try:
-        kube = connect(cfg.cluster.name, kubeconfig, context=context, request_timeout=QUERY_TIMEOUT)
+        kube = cluster_client(cfg.cluster.name, kubeconfig, context=context, request_timeout=QUERY_TIMEOUT)
     except KubeconfigNotFound as exc:
         raise ClusterUnreachableError(f"{exc.message}, and no --prometheus-url", hint=HINT) from None
     except UsageError as exc:  # a kubeconfig without a usable context

@@ -7,14 +7,22 @@ gpustack takes over fields another manager set by hand. REST paths come from API
 (``/api/v1``, ``/apis/<group>/<version>``), cached per group-version and refreshed on a miss, so a
 kind served by a freshly installed CRD is found once it is established.
 
+This is gpustack's one Kubernetes client path: every command and collector that talks to an API server
+gets a :class:`Kube` from :mod:`gpustack.runners.kubeconfig` (``cluster_client``: the one kubeconfig
+resolution, or in-cluster ServiceAccount credentials) and goes through its methods -- JSON
+(:meth:`Kube.request`), paged LISTs (:meth:`Kube.list_all`), text (:meth:`Kube.text`, pod logs) and raw bodies
+(:meth:`Kube.raw`, the service proxy behind :class:`gpustack.diagnose.http.KubeProxyEndpoint`). All of them
+leave through :meth:`Kube._send`.
+
 Every request has a timeout; every wait has one overall deadline (:func:`wait_until`).
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -22,12 +30,15 @@ from typing import Any, TypeVar, cast
 from kubernetes import client as k8s_client
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as Urllib3Error
+from urllib3.util.retry import Retry
 
 from gpustack.constants import FIELD_MANAGER
 from gpustack.errors import ClusterUnreachableError, StageError
 
 REQUEST_TIMEOUT = 30.0
 STAGE = "cluster"
+LIST_PAGE = 500  # items per page of a paged LIST (:meth:`Kube.list_all`)
+MAX_PAGES = 10_000  # a server that keeps returning continue tokens must not loop forever
 
 Obj = dict[str, Any]
 T = TypeVar("T")
@@ -39,6 +50,45 @@ class KubeError(StageError):
     def __init__(self, message: str, *, status: int | None = None, hint: str | None = None) -> None:
         super().__init__(message, stage=STAGE, hint=hint)
         self.status = status
+
+
+class ApiUnreachable(ClusterUnreachableError):
+    """Nothing answered (refused, DNS, TLS, timeout): exit 3. ``detail`` is the transport error alone."""
+
+    def __init__(self, host: str, detail: str) -> None:
+        super().__init__(
+            f"the Kubernetes API at {host} is unreachable: {detail}",
+            hint="check that the control plane is up (kubectl get --raw /readyz) and the kubeconfig",
+        )
+        self.detail = detail
+
+
+@dataclass(frozen=True)
+class RawResponse:
+    """What :meth:`Kube.raw` read: the status (any, non-2xx included), at most ``limit`` bytes of the body, the
+    headers (repeated ones such as ``Set-Cookie`` joined with newlines), and whether the body was cut."""
+
+    status: int
+    body: bytes
+    headers: Mapping[str, str]
+    truncated: bool = False
+
+
+def _header_dict(raw: Any) -> dict[str, str]:
+    getall = getattr(raw, "getlist", None)
+    out: dict[str, str] = {}
+    for key in dict.fromkeys((raw or {}).keys()):
+        values = getall(key) if getall is not None else [raw[key]]
+        out[str(key)] = "\n".join(str(v) for v in values or [])
+    return out
+
+
+def single_try_client(api: k8s_client.ApiClient) -> k8s_client.ApiClient:
+    """A copy of ``api`` whose urllib3 does not retry a timed-out read (it would otherwise retry it 3 times,
+    turning one request timeout into four against a hung API server)."""
+    cfg = copy.deepcopy(api.configuration)
+    cfg.retries = Retry(total=1, connect=1, read=0, redirect=0, status=0)
+    return k8s_client.ApiClient(configuration=cfg)
 
 
 class WaitTimeout(StageError):
@@ -146,9 +196,9 @@ class Kube:
     ) -> Kube:
         """Build from one kubeconfig file (e.g. the admin.conf gpustack fetched from the control plane), through
         the one resolution path (:mod:`gpustack.runners.kubeconfig`)."""
-        from gpustack.runners.kubeconfig import connect, resolve_kubeconfig
+        from gpustack.runners.kubeconfig import cluster_client
 
-        kube = connect(resolve_kubeconfig(kubeconfig=path, context=context), request_timeout=request_timeout)
+        kube = cluster_client(kubeconfig=path, context=context, request_timeout=request_timeout)
         return kube if cls is Kube else cls(kube.api, request_timeout=request_timeout)
 
     # -- raw requests ---------------------------------------------------------------------------------
@@ -173,33 +223,95 @@ class Kube:
         data = self._call("GET", path, query=query, headers={"Accept": "*/*"}).data or b""
         return data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data)
 
+    def list_all(self, path: str, query: Mapping[str, str] | None = None, *, page: int = LIST_PAGE) -> list[Obj]:
+        """Every item of a LIST (``path`` such as ``/api/v1/nodes``), page by page, following ``continue``
+        tokens; a 410 Expired in the middle (the list snapshot expired) starts the LIST over, once."""
+        items: list[Obj] = []
+        token = ""
+        restarted = False
+        for _ in range(MAX_PAGES):
+            q = {**(query or {}), "limit": str(page)}
+            if token:
+                q["continue"] = token
+            try:
+                data = self.request("GET", path, query=q)
+            except ApiException as exc:
+                if exc.status == 410 and token and not restarted:
+                    items, token, restarted = [], "", True
+                    continue
+                raise
+            found = data.get("items")
+            items += [i for i in found if isinstance(i, dict)] if isinstance(found, list) else []
+            meta = data.get("metadata")
+            token = str((meta if isinstance(meta, dict) else {}).get("continue") or "")
+            if not token:
+                break
+        return items
+
+    def raw(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str] | Sequence[tuple[str, str]] | None = None,
+        body: Any = None,
+        headers: Mapping[str, str] | None = None,
+        limit: int,
+        timeout: float | None = None,
+    ) -> RawResponse:
+        """One request whose body is returned as bytes, whatever the status (a proxied service's ``/metrics`` or
+        JSON, pod logs): at most ``limit`` bytes are read. ``query`` pairs may repeat a name. Connection failures
+        -> :class:`ApiUnreachable`; a request the client cannot even send (TLS) -> ApiException."""
+        hdrs = {"Accept": "application/json, text/plain;q=0.9, */*;q=0.5", **(headers or {})}
+        if body is not None:
+            hdrs.setdefault("Content-Type", "application/json")  # the client serialises ``body`` itself
+        response, data, truncated = self._send(method, path, headers=hdrs, body=body, query=query, timeout=timeout,
+                                               limit=limit)  # fmt: skip
+        return RawResponse(int(response.status), data, _header_dict(response.headers), truncated)
+
     def _call(
         self, method: str, path: str, *, headers: Mapping[str, str], body: Any = None,
         query: Mapping[str, str] | None = None,
     ) -> Any:  # fmt: skip
-        """The one place requests go out: non-2xx -> ApiException (with the server's Status),
-        connection failures -> :class:`ClusterUnreachableError`."""
+        """A request whose whole body is read: non-2xx -> ApiException (with the server's Status)."""
+        response, _, _ = self._send(method, path, headers=headers, body=body, query=query)
+        if not 200 <= response.status <= 299:
+            self.api.response_deserialize(response, {})  # raises ApiException with the server's Status
+            raise ApiException(status=response.status, reason=response.reason)
+        return response
+
+    def _send(
+        self, method: str, path: str, *, headers: Mapping[str, str], body: Any = None,
+        query: Mapping[str, str] | Sequence[tuple[str, str]] | None = None, timeout: float | None = None,
+        limit: int | None = None,
+    ) -> tuple[Any, bytes, bool]:  # fmt: skip
+        """The one place requests go out: (the client's response, its body -- all of it, or at most ``limit``
+        bytes --, whether it was cut). Connection failures -> :class:`ApiUnreachable`."""
+        pairs = list(query.items()) if isinstance(query, Mapping) else list(query or [])
         try:
             serialized = self.api.param_serialize(
                 method,
                 path,
-                query_params=list((query or {}).items()),
+                query_params=pairs,
                 header_params=dict(headers),
                 body=body,
                 auth_settings=["BearerToken"],
             )
-            response = self.api.call_api(*serialized, _request_timeout=self.request_timeout)
-            response.read()  # type: ignore[no-untyped-call]
-            if not 200 <= response.status <= 299:
-                self.api.response_deserialize(response, {})  # raises ApiException with the server's Status
-                raise ApiException(status=response.status, reason=response.reason)
-        except Urllib3Error as exc:
-            host = self.api.configuration.host
-            raise ClusterUnreachableError(
-                f"the Kubernetes API at {host} is unreachable: {exc}",
-                hint="check that the control plane is up (kubectl get --raw /readyz) and the kubeconfig",
-            ) from None
-        return response
+            response = self.api.call_api(
+                *serialized, _request_timeout=self.request_timeout if timeout is None else timeout
+            )
+            if limit is None:
+                response.read()  # type: ignore[no-untyped-call]
+                return response, response.data or b"", False
+            stream = response.response
+            data = stream.read(limit + 1) or b""
+            if len(data) > limit:
+                stream.close()
+            else:
+                stream.release_conn()
+        except (Urllib3Error, OSError) as exc:
+            raise ApiUnreachable(str(self.api.configuration.host), str(exc)) from None
+        return response, data[:limit], len(data) > limit
 
     # -- discovery ------------------------------------------------------------------------------------
 

@@ -1,7 +1,9 @@
 """Which cluster a command talks to, and the one way to connect to it.
 
-Every command that talks to a Kubernetes cluster resolves its kubeconfig with
-:func:`resolve_kubeconfig` and gets its client from :func:`connect` (a :class:`~gpustack.runners.kube.Kube`).
+Every command that talks to a Kubernetes cluster gets its client (a :class:`~gpustack.runners.kube.Kube`) from
+:func:`cluster_client`: the kubeconfig :func:`resolve_kubeconfig` finds, connected by :func:`connect`, or, for
+gpustack's own CronJob inside the cluster (``health --in-cluster``), the pod's ServiceAccount. ``doctor``, which
+reports the resolved target before it connects, calls the two steps itself.
 
 Where the kubeconfig comes from, first match wins (docs/decisions.md, "Which cluster"):
 
@@ -34,13 +36,16 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from gpustack.errors import ClusterUnreachableError, UsageError
+from gpustack.errors import ClusterUnreachableError, ConfigError, UsageError
 
 if TYPE_CHECKING:
     from gpustack.runners.kube import Kube
 
 Obj = dict[str, Any]
 
+#: the request timeout of commands that should say "unreachable" quickly (``status``, ``node remove``), not after
+#: the 30 s default
+QUICK_TIMEOUT = 10.0
 #: where the kubeconfig came from (``KubeTarget.source``)
 FLAG, ENV, GPUSTACK, HOME = "--kubeconfig", "$KUBECONFIG", "gpustack", "~/.kube/config"
 #: kubeconfig keys whose value is a path, resolved relative to the file they are in (as kubectl does)
@@ -256,10 +261,34 @@ def connect(target: KubeTarget, *, request_timeout: float | None = None) -> Kube
     return kube
 
 
-def connect_cluster(
-    *, kubeconfig: Path | None = None, context: str | None = None, cluster_name: str = "gpustack",
-    own_only: bool = False, request_timeout: float | None = None,
-) -> tuple[Kube, KubeTarget]:  # fmt: skip
-    """:func:`resolve_kubeconfig` then :func:`connect`: the client and what it talks to."""
+def cluster_client(
+    cluster_name: str = "gpustack",
+    kubeconfig: Path | None = None,
+    *,
+    context: str | None = None,
+    own_only: bool = False,
+    in_cluster: bool = False,
+    request_timeout: float | None = None,
+) -> Kube:
+    """The client of every command that talks to a cluster: :func:`resolve_kubeconfig` then :func:`connect`
+    (``Kube.target`` says what it talks to), or with ``in_cluster`` the pod's ServiceAccount credentials (a
+    :class:`~gpustack.errors.ConfigError`, exit 2, outside a pod). ``request_timeout`` defaults to
+    :data:`gpustack.runners.kube.REQUEST_TIMEOUT`."""
+    from gpustack.runners.kube import REQUEST_TIMEOUT, Kube
+
+    timeout = REQUEST_TIMEOUT if request_timeout is None else request_timeout
+    if in_cluster:
+        if kubeconfig is not None or context is not None:
+            raise UsageError("--in-cluster and --kubeconfig/--context exclude each other")
+        from kubernetes import client as k8s_client
+        from kubernetes import config as k8s_config
+
+        configuration = k8s_client.Configuration()
+        try:
+            k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        except k8s_config.ConfigException as exc:
+            raise ConfigError(f"--in-cluster: no in-cluster credentials: {exc}",
+                              hint="--in-cluster is for gpustack's own CronJob; use --kubeconfig elsewhere") from None  # fmt: skip
+        return Kube(k8s_client.ApiClient(configuration), request_timeout=timeout)
     target = resolve_kubeconfig(kubeconfig=kubeconfig, context=context, cluster_name=cluster_name, own_only=own_only)
-    return connect(target, request_timeout=request_timeout), target
+    return connect(target, request_timeout=timeout)

@@ -93,7 +93,8 @@ def test_doctor_finds_real_host_breakage_and_fixes_the_firewall(
     facts = json.loads((tmp_path / "snap.json").read_text())["hosts"][host.name]
     assert facts["kubelet_version"] == "1.36.4" and facts["cgroup_v2"] is False
     assert facts["containerd"]["version"].startswith("2.1.") and facts["containerd"]["config_version"] == 3
-    assert facts["containerd"]["imports"] == [] and facts["containerd"]["drop_ins"] == []
+    # up's containerd stage keeps the NVIDIA toolkit's drop-in directory imported (no drop-in there yet)
+    assert facts["containerd"]["imports"] == ["/etc/containerd/conf.d/*.toml"] and facts["containerd"]["drop_ins"] == []
     assert facts["unattended_upgrades"] == {
         "installed": True, "enabled": True, "blacklist": ["nvidia-"], "automatic_reboot": False,
         "origins": ["origin=Debian,codename=${distro_codename},label=Debian-Security"]}  # fmt: skip

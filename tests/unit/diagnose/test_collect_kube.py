@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from gpustack.diagnose.collect_kube import CountingKube, _list_all
+from gpustack.diagnose.collect_kube import CountingKube
 from gpustack.errors import ClusterUnreachableError
 from gpustack.runners.kube import Kube
 from tests.fakes import scenarios as sc
@@ -39,9 +39,9 @@ def test_pagination_all_namespaces_and_namespaced(fake_api: FakeKubeAPI, kube: C
     first = kube.request("GET", "/api/v1/pods", query={"limit": "5"})
     assert len(first["items"]) == 5 and first["metadata"]["remainingItemCount"] == 7
     assert first["metadata"]["continue"]
-    assert len(_list_all(kube, "/api/v1/pods", {}, 5)) == 12
-    assert len(_list_all(kube, "/api/v1/namespaces/a/pods", {}, 2)) == 7
-    names = [p["metadata"]["name"] for p in _list_all(kube, "/api/v1/namespaces/b/pods", {}, 2)]
+    assert len(kube.list_all("/api/v1/pods", page=5)) == 12
+    assert len(kube.list_all("/api/v1/namespaces/a/pods", page=2)) == 7
+    names = [p["metadata"]["name"] for p in kube.list_all("/api/v1/namespaces/b/pods", page=2)]
     assert names == [f"p{i:03d}" for i in range(5)]
 
 
@@ -58,10 +58,10 @@ def test_bad_continue_token(fake_api: FakeKubeAPI, kube: CountingKube) -> None:
 
 def test_pagination_on_crd_and_cluster_scoped_kinds(fake_api: FakeKubeAPI, kube: CountingKube) -> None:
     fake_api.seed(sc.healthy(3).objects)
-    assert len(_list_all(kube, "/api/v1/nodes", {}, 1)) == 3
-    assert len(_list_all(kube, "/apis/nvidia.com/v1/clusterpolicies", {}, 1)) == 1
-    assert len(_list_all(kube, "/apis/monitoring.coreos.com/v1/prometheuses", {}, 1)) == 1
-    assert len(_list_all(kube, "/apis/apps/v1/namespaces/gpu-operator/daemonsets", {}, 2)) == 7
+    assert len(kube.list_all("/api/v1/nodes", page=1)) == 3
+    assert len(kube.list_all("/apis/nvidia.com/v1/clusterpolicies", page=1)) == 1
+    assert len(kube.list_all("/apis/monitoring.coreos.com/v1/prometheuses", page=1)) == 1
+    assert len(kube.list_all("/apis/apps/v1/namespaces/gpu-operator/daemonsets", page=2)) == 7
 
 
 def test_event_field_selectors(fake_api: FakeKubeAPI, kube: CountingKube) -> None:
@@ -69,10 +69,10 @@ def test_event_field_selectors(fake_api: FakeKubeAPI, kube: CountingKube) -> Non
            "involvedObject": {"kind": "Pod", "name": f"p{i % 2}", "namespace": "default"},
            "type": "Warning" if i % 3 else "Normal", "message": "m"} for i in range(6)]  # fmt: skip
     fake_api.seed(ev)
-    assert len(_list_all(kube, "/api/v1/events", {"fieldSelector": "type!=Normal"}, 2)) == 4
-    assert len(_list_all(kube, "/api/v1/events", {"fieldSelector": "type=Warning"}, 10)) == 4
-    got = _list_all(
-        kube, "/api/v1/namespaces/default/events", {"fieldSelector": "involvedObject.name=p1,type=Warning"}, 10
+    assert len(kube.list_all("/api/v1/events", {"fieldSelector": "type!=Normal"}, page=2)) == 4
+    assert len(kube.list_all("/api/v1/events", {"fieldSelector": "type=Warning"}, page=10)) == 4
+    got = kube.list_all(
+        "/api/v1/namespaces/default/events", {"fieldSelector": "involvedObject.name=p1,type=Warning"}, page=10
     )
     assert {e["metadata"]["name"] for e in got} == {"e1", "e5"}
 

@@ -7,7 +7,15 @@ from pathlib import Path
 import pytest
 
 from gpustack.errors import ClusterUnreachableError
-from gpustack.runners.kube import FIELD_MANAGER, Kube, KubeError, WaitTimeout, wait_until
+from gpustack.runners.kube import (
+    FIELD_MANAGER,
+    ApiUnreachable,
+    Kube,
+    KubeError,
+    WaitTimeout,
+    single_try_client,
+    wait_until,
+)
 from tests.fakes.kube_api import FakeKubeAPI
 
 NS = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "monitoring"}}
@@ -134,3 +142,34 @@ def test_unreachable_api(tmp_path: Path) -> None:
     kube.api.configuration.retries = 0
     with pytest.raises(ClusterUnreachableError, match="unreachable"):
         kube.apply_one(NS)
+
+
+def test_raw_reads_at_most_the_limit_and_returns_any_status(fake_api: FakeKubeAPI, kube: Kube) -> None:
+    fake_api.seed([{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
+                    "spec": {"containers": [{"name": "c"}]}}])  # fmt: skip
+    fake_api.set_log("default", "p", "c", "".join(f"line {i}\n" for i in range(100)))
+    path = "/api/v1/namespaces/default/pods/p/log"
+    whole = kube.raw("GET", path, limit=1 << 20)
+    assert whole.status == 200 and not whole.truncated and whole.body.endswith(b"line 99\n")
+    cut = kube.raw("GET", path, query=[("tailLines", "3")], limit=10)
+    assert cut.truncated and cut.body == b"line 97\nli"
+    missing = kube.raw("GET", "/api/v1/namespaces/default/pods/nope/log", limit=4096, timeout=2)
+    assert missing.status == 404 and b"not found" in missing.body  # a status, not an exception: callers decide
+
+
+def test_raw_and_list_all_unreachable_is_exit_3_with_the_transport_error(tmp_path: Path) -> None:
+    with FakeKubeAPI.running() as fake_api:
+        kc = fake_api.write_kubeconfig(tmp_path / "kc")
+    kube = Kube.from_kubeconfig(kc, request_timeout=1)
+    kube.api.configuration.retries = 0
+    with pytest.raises(ApiUnreachable) as exc:
+        kube.raw("GET", "/api/v1/nodes", limit=100)
+    assert exc.value.exit_code == 3 and exc.value.detail and exc.value.detail in exc.value.message
+    with pytest.raises(ClusterUnreachableError, match="unreachable"):
+        kube.list_all("/api/v1/nodes")
+
+
+def test_single_try_client_keeps_the_credentials_and_drops_read_retries(kube: Kube) -> None:
+    api = single_try_client(kube.api)
+    assert api is not kube.api and api.configuration.host == kube.api.configuration.host
+    assert api.configuration.retries.read == 0 and kube.api.configuration.retries != api.configuration.retries

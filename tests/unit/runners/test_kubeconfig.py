@@ -9,14 +9,16 @@ from typing import Any
 import pytest
 import yaml
 
-from gpustack.errors import UsageError
+from gpustack.errors import ConfigError, UsageError
 from gpustack.paths import kubeconfig_path
+from gpustack.runners.kube import REQUEST_TIMEOUT
 from gpustack.runners.kubeconfig import (
     ENV,
     FLAG,
     GPUSTACK,
     HOME,
     KubeconfigNotFound,
+    cluster_client,
     connect,
     merge_kubeconfigs,
     resolve_kubeconfig,
@@ -183,3 +185,40 @@ def test_connect_talks_to_the_chosen_context(tmp_path: Path, where: dict[str, An
         kube = connect(resolve(where, environ={"KUBECONFIG": str(path)}, context="b"), request_timeout=5)
         assert kube.list_objects("v1", "Node") == []
         assert b.request_count > 0 and a.request_count == 0
+
+
+def test_cluster_client_resolves_as_resolve_kubeconfig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with FakeKubeAPI.running() as own, FakeKubeAPI.running() as other:
+        monkeypatch.setenv("GPUSTACK_STATE_DIR", str(tmp_path / "state"))
+        monkeypatch.setenv("HOME", str(tmp_path))
+        kubeconfig(kubeconfig_path("c1", tmp_path / "state"), {"own": own.url}, "own")
+        monkeypatch.setenv("KUBECONFIG", str(kubeconfig(tmp_path / "other", {"other": other.url}, "other")))
+        kube = cluster_client("c1", request_timeout=7)
+        assert kube.target is not None and kube.target["source"] == ENV and kube.request_timeout == 7
+        kube = cluster_client("c1", own_only=True)  # gpustack's admin.conf, whatever $KUBECONFIG says
+        assert kube.target is not None and kube.target["source"] == GPUSTACK and kube.request_timeout == REQUEST_TIMEOUT
+        assert kube.list_objects("v1", "Node") == []
+        assert own.request_count > 0 and other.request_count == 0
+        with pytest.raises(UsageError, match="own cluster"):
+            cluster_client("c1", tmp_path / "other", own_only=True)
+
+
+def test_cluster_client_in_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kubernetes.config import incluster_config
+
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    with pytest.raises(ConfigError, match="no in-cluster credentials") as exc:
+        cluster_client(in_cluster=True)
+    assert exc.value.exit_code == 2
+    with pytest.raises(UsageError, match="exclude each other"):
+        cluster_client(kubeconfig=tmp_path / "kc", in_cluster=True)
+    # a pod's ServiceAccount: the API server's Service from the environment, the projected token and CA
+    (tmp_path / "token").write_text("sa-token")
+    (tmp_path / "ca.crt").write_text("-----BEGIN CERTIFICATE-----\n")
+    monkeypatch.setattr(incluster_config, "SERVICE_TOKEN_FILENAME", str(tmp_path / "token"))
+    monkeypatch.setattr(incluster_config, "SERVICE_CERT_FILENAME", str(tmp_path / "ca.crt"))
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    kube = cluster_client(in_cluster=True, request_timeout=4)
+    assert kube.api.configuration.host == "https://10.96.0.1:443" and kube.request_timeout == 4
+    assert kube.api.configuration.api_key["BearerToken"] == "bearer sa-token"  # the Kube sends BearerToken auth
