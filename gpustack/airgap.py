@@ -3,9 +3,10 @@
 Four kinds: ``file`` (downloads with their checksum, from :func:`gpustack.config.compat.artifacts`),
 ``apt`` (packages the playbooks install: the base set of the os stage, the OS's own extras, the
 Kubernetes packages at their pinned version), ``image`` (container images with a tag gpustack can
-name from its pins: kubeadm's control-plane images, the sandbox image, verify's images) and
+name from its pins: kubeadm's control-plane images, the sandbox image, Flannel's (gpustack renders
+its manifest), verify's images) and
 ``chart`` (Helm chart archives). Images whose tags only the fetched artifacts know (the charts'
-images, Flannel's, kubeadm's etcd and CoreDNS) are listed with the command that resolves them on
+images, kubeadm's etcd and CoreDNS) are listed with the command that resolves them on
 a connected machine; ``gpustack bundle create`` (gpustack/bundle/) runs those and fetches everything.
 """
 
@@ -19,6 +20,7 @@ import yaml
 
 from gpustack.config import compat, pins
 from gpustack.config.model import Config
+from gpustack.render import flannel
 
 CONTROL_PLANE_IMAGES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy")
 KUBERNETES_PACKAGES = ("kubelet", "kubeadm", "kubectl")
@@ -92,14 +94,15 @@ def items(cfg: Config, playbooks: Path, os_release: pins.OsRelease) -> list[Item
             "registry.k8s.io",
             note=f"resolve: kubeadm config images list --kubernetes-version v{v.kubernetes}",
         ),
-        Item(
-            "image",
-            "Flannel images",
-            v.flannel,
-            cfg.sources.flannel_manifest_url.format(version=v.flannel),
-            note="resolve: the image: lines of the pinned kube-flannel.yml",
-        ),
     ]
+    for ref in flannel.images(cfg):
+        ref, _, digest = ref.partition("@")
+        name, _, tag = ref.rpartition(":")
+        out.append(
+            Item(
+                "image", name, tag, name.split("/")[0], digest, "Flannel" + ("" if digest else " (pinned by tag only)")
+            )
+        )
     for ref in (pins.VERIFY_CUDA_IMAGE, pins.VERIFY_DCGM_IMAGE, pins.VERIFY_NET_IMAGE):
         ref, _, digest = ref.partition("@")
         name, _, tag = ref.rpartition(":")

@@ -156,7 +156,7 @@ UP_STAGES: tuple[Stage, ...] = (
         "Flannel",
         "ansible",
         "control-plane",
-        "pinned kube-flannel manifest with the cluster's pod CIDR (and interface), applied; waits for Flannel and CoreDNS",
+        "Flannel manifest rendered by gpustack (pod CIDR, interface, pinned images), applied; waits for Flannel and CoreDNS",
     ),
     Stage(
         "helm",
@@ -300,7 +300,7 @@ NODE_ADD_STAGES: tuple[Stage, ...] = (
     ),
     Stage("workers", "Worker join", "ansible", "targets", "new workers: kubeadm join with a fresh token"),
     Stage(
-        "network", "Flannel", "ansible", "targets", "new control-plane nodes: the pinned Flannel manifest (unchanged)"
+        "network", "Flannel", "ansible", "targets", "new control-plane nodes: gpustack's Flannel manifest (unchanged)"
     ),
     Stage("helm", "Helm", "ansible", "targets", "new control-plane nodes: the pinned Helm binary"),
     Stage(

@@ -29,7 +29,6 @@ from tests.testbed.hosts import Testbed  # noqa: E402
 from tests.testbed.network import BRIDGE_ADDRESS, TestbedNetwork  # noqa: E402
 from tests.testbed.pytest_plugin import (  # noqa: E402
     DOUBLES_DIR,
-    FLANNEL_MANIFEST,
     HELM_VERSION,
     HTTP_PORT,
     K8S_EXTRA_VERSIONS,
@@ -45,7 +44,6 @@ from tests.testbed.services import (  # noqa: E402
     build_helm_tarball,
     build_k8s_repo,
     doubles_with_fallback,
-    publish_flannel_manifest,
 )
 
 
@@ -72,8 +70,7 @@ def main() -> int:
         doubles = doubles_with_fallback(DOUBLES_DIR, work / "doubles")
         repo = build_k8s_repo(doubles, K8S_VERSION, http.root, K8S_MINOR, extra_versions=K8S_EXTRA_VERSIONS)
         helm = build_helm_tarball(doubles / "helm", http.root, HELM_VERSION)
-        flannel = publish_flannel_manifest(http, FLANNEL_MANIFEST)
-        sources = Sources(http, repo, helm, flannel, proxy)
+        sources = Sources(http, repo, helm, proxy)
 
         rows: list[tuple[str, float, dict[str, dict[str, Any]]]] = []
         with Testbed(["bench1"], work / "one") as bed:

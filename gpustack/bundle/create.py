@@ -4,8 +4,8 @@ a connected machine.
 Order: the files (verified against their pinned sha256 as they arrive), the charts (``helm
 pull`` at the pinned versions), the apt packages (:mod:`gpustack.bundle.apt`: resolved by apt
 for each OS release and architecture, published as signed flat repositories), then the images:
-those the pins name and those the fetched artifacts name (Flannel's manifest, ``helm template`` of
-each chart with gpustack's values, ``kubeadm config images list`` from the fetched kubeadm), each
+those the pins name (Flannel's among them: gpustack renders its manifest) and those the fetched
+artifacts name (``helm template`` of each chart with gpustack's values, ``kubeadm config images list`` from the fetched kubeadm), each
 an OCI archive (:mod:`gpustack.bundle.registry`).
 
 Resumable: ``bundle.json`` is rewritten (atomically) after every artifact, and an artifact whose
@@ -215,8 +215,8 @@ def _files(cfg: Config, opts: CreateOptions, bundle: _Bundle, http: requests.Ses
         label = f"{f.name} {f.version}" + ("" if f.arch == "all" else f" ({f.arch})")
         if f.sha256 is None:
             bundle.result.warnings.append(
-                f"{label} has no pinned sha256: the bundle records the one fetched; set versions.flannel_sha256 "
-                "after checking it once"
+                f"{label} has no pinned sha256: the bundle records the one fetched; set its sha256 in "
+                "versions: after checking it once"
             )
 
         def make(f: want.FileWant = f, label: str = label) -> Artifact:
@@ -402,9 +402,6 @@ def _resolve_images(
     finally:
         cleanup()
     resolved["kubeadm"] = want.kubeadm_images(listing)
-    flannel = next(a for a in bundle.manifest.artifacts if a.kind == "file" and a.name == "kube-flannel.yml")
-    docs = list(yaml.safe_load_all((bundle.out / flannel.path).read_text(encoding="utf-8")))
-    resolved["kube-flannel.yml"] = [f.ref for f in want.images_in_documents(docs)]
     # every optional component on (no driver or toolkit preinstalled, NFD deployed): the bundle
     # must hold whatever the hosts' facts may switch on
     values = render_values(cfg, FactsSummary())

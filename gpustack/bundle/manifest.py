@@ -4,7 +4,7 @@ checks ``up --bundle`` runs before anything else.
 Format 1::
 
     {"format": 1, "created": "...", "kubernetes": "1.36.4", "arches": ["amd64"], "os": ["debian-12"],
-     "resolved_images": {"kube-flannel.yml": [...], "gpu-operator": [...], "kubeadm": [...]},
+     "resolved_images": {"chart gpu-operator": [...], "kubeadm": [...]},
      "artifacts": [
        {"kind": "file", "name": "containerd", "version": "2.2.7", "arch": "amd64", "path": "files/...", "sha256": "...", "size": 1, "source": "https://..."},
        {"kind": "chart", "name": "gpu-operator", "version": "v26.7.0", "path": "charts/...", ...},
@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -199,7 +199,7 @@ def check_files(bundle: Path, manifest: Manifest) -> list[Problem]:
     return out
 
 
-def check_config(cfg: Config, manifest: Manifest, *, flannel_images: Sequence[str] = ()) -> list[Problem]:
+def check_config(cfg: Config, manifest: Manifest) -> list[Problem]:
     """Everything the config needs is in the manifest, and what the pin table (or gpustack.yaml)
     pins agrees with it: files by sha256, charts by version, images by digest where pinned,
     the Kubernetes packages at their pinned version. Pure (the files themselves: :func:`check_files`)."""
@@ -219,10 +219,7 @@ def check_config(cfg: Config, manifest: Manifest, *, flannel_images: Sequence[st
     for c in want.charts(cfg):
         if manifest.find("chart", c.name, version=c.version) is None:
             out.append(Problem(f"chart {c.name} {c.version}", "not in the bundle"))
-    resolved = dict(manifest.resolved_images)
-    if flannel_images:
-        resolved["kube-flannel.yml"] = list(flannel_images)
-    for image in want.image_wants(cfg, resolved):
+    for image in want.image_wants(cfg, manifest.resolved_images):
         for arch in arches:
             found = manifest.find("image", image.ref, arch=arch)
             if found is None:

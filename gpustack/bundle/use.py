@@ -22,8 +22,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-import yaml
-
 from gpustack.bundle import want
 from gpustack.bundle.manifest import (
     Manifest,
@@ -65,25 +63,13 @@ def _hint(directory: Path) -> str:
     )
 
 
-def flannel_images(directory: Path, manifest: Manifest, cfg: Config) -> list[str]:
-    """The images the bundled Flannel manifest names (read from the file, not the record)."""
-    artifact = manifest.find("file", "kube-flannel.yml", version=cfg.versions.flannel)
-    if artifact is None or not (directory / artifact.path).is_file():
-        return []
-    try:
-        docs = list(yaml.safe_load_all((directory / artifact.path).read_text(encoding="utf-8")))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        return []  # check_files names the damaged file
-    return [f.ref for f in want.images_in_documents(docs)]
-
-
 def verify(cfg: Config, directory: Path, *, playbooks: Path) -> Manifest:
     """The bundle holds what ``cfg`` needs and every file matches its manifest; else BundleMismatch."""
     try:
         manifest = load(directory)
     except ManifestError as exc:
         raise BundleMismatch(f"{exc}; nothing was changed", hint=_hint(directory)) from None
-    problems = check_config(cfg, manifest, flannel_images=flannel_images(directory, manifest, cfg))
+    problems = check_config(cfg, manifest)
     for rid in manifest.os:
         try:
             release = want.parse_release(rid)
@@ -115,16 +101,10 @@ def bundle_config(cfg: Config, url: str, manifest: Manifest, address: str) -> Co
         kubernetes_apt_key_url=f"{url}/apt/{minor_repo}/Release.key",
         kubernetes_apt_key_fingerprint=key.fingerprint,
     )
-    versions: dict[str, Any] = {}
-    flannel = manifest.find("file", "kube-flannel.yml", version=cfg.versions.flannel)
-    if cfg.versions.flannel_sha256 is None and flannel is not None:
-        # unpinned upstream: the nodes still check what they receive against the bundle's record
-        versions["flannel_sha256"] = flannel.sha256
     proxy = cfg.proxy.model_copy(update={"no_proxy": [*cfg.proxy.no_proxy, address]})
     return cfg.model_copy(
         update={
             "sources": cfg.sources.model_copy(update=sources),
-            "versions": cfg.versions.model_copy(update=versions),
             "proxy": proxy,
         }
     )

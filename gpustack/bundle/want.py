@@ -3,8 +3,8 @@ reading the shipped role variables (the os stage's package list).
 
 Known from the pin table: the downloaded files (with their pinned sha256), the charts, the apt
 packages to resolve and the images gpustack names itself (kubeadm's control plane, the sandbox
-image, verify's, kube-vip's). Known only from fetched artifacts (:func:`images_in_documents`,
-:func:`kubeadm_images`): Flannel's images (its manifest), the charts' images (``helm template``
+image, verify's, kube-vip's, Flannel's: gpustack renders its manifest). Known only from fetched
+artifacts (:func:`images_in_documents`, :func:`kubeadm_images`): the charts' images (``helm template``
 with gpustack's values) and kubeadm's etcd and CoreDNS (``kubeadm config images list``).
 """
 
@@ -19,6 +19,7 @@ from typing import Any, Literal
 from gpustack import airgap
 from gpustack.config import compat, pins
 from gpustack.config.model import Config
+from gpustack.render import flannel
 
 #: where each downloaded file lives in a bundle; the same placeholders as the ``sources:`` URL
 #: templates, so ``up --bundle`` points a template at ``<server>/<layout>``
@@ -26,14 +27,12 @@ FILE_LAYOUT: dict[str, str] = {
     "containerd": "files/containerd/{version}/{arch}/containerd-{version}-linux-{arch}.tar.gz",
     "runc": "files/runc/{version}/{arch}/runc.{arch}",
     "helm": "files/helm/{version}/{arch}/helm-v{version}-linux-{arch}.tar.gz",
-    "kube-flannel.yml": "files/flannel/{version}/kube-flannel.yml",
 }
 #: the ``sources:`` field each file's URL template lives in
 SOURCE_FIELD = {
     "containerd": "containerd_url",
     "runc": "runc_url",
     "helm": "helm_url",
-    "kube-flannel.yml": "flannel_manifest_url",
 }
 #: images only control-plane nodes run (static pods); every other image goes to every node
 CONTROL_PLANE_ONLY = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd", "kube-vip")
@@ -49,7 +48,7 @@ class FileWant:
     version: str
     arch: str  # "all" for arch-independent files
     url: str
-    sha256: str | None  # None: not pinned (Flannel's manifest unless versions.flannel_sha256 is set)
+    sha256: str | None  # None: not pinned (a version the pin table has no checksum for)
 
     @property
     def path(self) -> str:
@@ -172,7 +171,8 @@ def image_digests(cfg: Config) -> dict[str, str]:
 
 
 def files(cfg: Config, arches: Sequence[str]) -> list[FileWant]:
-    """The downloaded files (containerd, runc, Helm, Flannel's manifest) with their pinned sha256."""
+    """The downloaded files (containerd, runc, Helm) with their pinned sha256 (Flannel's manifest is
+    rendered by gpustack, not downloaded)."""
     v, s = cfg.versions, cfg.sources
     out: list[FileWant] = []
     if v.containerd_source == "release":
@@ -191,15 +191,6 @@ def files(cfg: Config, arches: Sequence[str]) -> list[FileWant]:
     hs = compat.helm_sha256(cfg)
     for arch in arches:
         out.append(FileWant("helm", v.helm, arch, s.helm_url.format(version=v.helm, arch=arch), hs.get(arch)))
-    out.append(
-        FileWant(
-            "kube-flannel.yml",
-            v.flannel,
-            "all",
-            s.flannel_manifest_url.format(version=v.flannel),
-            compat.flannel_sha256(cfg),
-        )
-    )
     return out
 
 
@@ -223,6 +214,7 @@ def pinned_images(cfg: Config) -> list[ImageWant]:
         (f"registry.k8s.io/{name}:v{v.kubernetes}", "kubeadm control plane") for name in airgap.CONTROL_PLANE_IMAGES
     ]
     refs.append((compat.sandbox_image(cfg), "sandbox (pause)"))
+    refs += [(ref, "Flannel (gpustack's manifest)") for ref in flannel.images(cfg)]
     for ref in (pins.VERIFY_CUDA_IMAGE, pins.VERIFY_DCGM_IMAGE, pins.VERIFY_NET_IMAGE):
         refs.append((ref.partition("@")[0], "verify"))
     if cfg.cluster.virtual_ip is not None:

@@ -64,9 +64,6 @@ def probe_list(
         out.append(_spec("Kubernetes apt repository", repo.rstrip("/") + "/InRelease", "apt", "kubernetes"))
         key = cfg.sources.kubernetes_apt_key_url.format(minor=minor)
         out.append(_spec("Kubernetes apt key", key, "file", "kubernetes"))
-    if "network" in ids:
-        url = cfg.sources.flannel_manifest_url.format(version=cfg.versions.flannel)
-        out.append(_spec("Flannel manifest", url, "file", "network", "control_plane"))
     if "helm" in ids:
         for arch, dl in helm_downloads(cfg).items():
             if arch in ARCHES:
@@ -130,7 +127,8 @@ def _proxied(r: Mapping[str, Any]) -> bool:
 @check
 def package_sources(ctx: Context) -> Finding:
     """P24: the apt repositories (the host's own and Kubernetes'), the apt key, and the containerd,
-    runc, Helm and Flannel downloads the selected stages fetch on this host."""
+    runc and Helm downloads the selected stages fetch on this host (Flannel's manifest is rendered by
+    gpustack: nothing to reach; its images come from a registry, P25)."""
     return _finding(
         ctx,
         "P24-package-sources",

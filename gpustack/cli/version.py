@@ -33,6 +33,11 @@ def print_versions(console: Console, cfg: object | None) -> None:
         ["artifact", "version", "arch", "checksum", "url"],
         [[a.name, a.version, a.arch, a.checksum, a.url] for a in arts],
     )
+    console.table(
+        "rendered by gpustack (nothing downloaded)",
+        ["manifest", "version", "checksum (of this rendering)", "source"],
+        [[a.name, a.version, a.checksum, a.url] for a in compat.rendered(config or Config(nodes=[]))],
+    )
 
 
 def version(

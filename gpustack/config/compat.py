@@ -41,11 +41,6 @@ def helm_sha256(cfg: Config) -> dict[str, str]:
     return dict(v.helm_sha256 or pins.HELM_SHA256.get(v.helm, {}))
 
 
-def flannel_sha256(cfg: Config) -> str | None:
-    v = cfg.versions
-    return v.flannel_sha256 or pins.FLANNEL_MANIFEST_SHA256.get(v.flannel)
-
-
 def sandbox_image(cfg: Config) -> str:
     return pins.PAUSE_IMAGE.format(tag=line(cfg).pause)
 
@@ -173,7 +168,7 @@ MATRIX_HEADERS = [
 
 @dataclass(frozen=True)
 class Artifact:
-    """One thing a run downloads: what, which version, where from, and how it is verified."""
+    """One file a run downloads (or renders): what, which version, where from, and how it is verified."""
 
     name: str
     version: str
@@ -218,16 +213,6 @@ def artifacts(cfg: Config, arches: tuple[str, ...] = ARCHES) -> list[Artifact]:
             f"gpg:{s.kubernetes_apt_key_fingerprint}",
         )
     )
-    fl = flannel_sha256(cfg)
-    out.append(
-        Artifact(
-            "kube-flannel.yml",
-            v.flannel,
-            "all",
-            s.flannel_manifest_url.format(version=v.flannel),
-            f"sha256:{fl}" if fl else "not pinned: no verified checksum (set versions.flannel_sha256)",
-        )
-    )
     hs = helm_sha256(cfg)
     for arch in arches:
         out.append(
@@ -240,6 +225,22 @@ def artifacts(cfg: Config, arches: tuple[str, ...] = ARCHES) -> list[Artifact]:
             )
         )
     return out
+
+
+def rendered(cfg: Config) -> list[Artifact]:
+    """What gpustack writes itself where others download a file: Flannel's manifest (its sha256 is
+    that of the rendering for this config; ``url`` names the images it runs)."""
+    from gpustack.render import flannel  # the renderer imports the config model
+
+    return [
+        Artifact(
+            "kube-flannel.yml",
+            cfg.versions.flannel,
+            "all",
+            "rendered by gpustack, images: " + ", ".join(flannel.images(cfg)),
+            f"sha256:{flannel.manifest_sha256(cfg)}",
+        )
+    ]
 
 
 def pin_rows(cfg: Config | None = None) -> list[list[str]]:
@@ -276,4 +277,5 @@ def report(cfg: Config | None = None) -> dict[str, object]:
         "pins": [{"component": c, "version": ver} for c, ver in pin_rows(cfg)],
         "matrix": [dict(zip(MATRIX_HEADERS, row, strict=True)) for row in matrix_rows(cfg)],
         "artifacts": [a.__dict__ for a in artifacts(full)],
+        "rendered": [a.__dict__ for a in rendered(full)],
     }

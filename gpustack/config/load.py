@@ -400,13 +400,26 @@ def _real_loc(loc: tuple[Any, ...], data: Any, *, keep_last: bool) -> Key:
     return tuple(out)
 
 
+#: Keys an earlier gpustack accepted, with why they are gone (refused like any unknown key, exit 2).
+_FLANNEL_RENDERED = (
+    "no longer a setting: gpustack renders Flannel's manifest itself, nothing is downloaded "
+    "(remove the key; see docs/decisions.md)"
+)
+REMOVED_KEYS: dict[Key, str] = {
+    ("versions", "flannel_sha256"): _FLANNEL_RENDERED,
+    ("sources", "flannel_manifest_url"): _FLANNEL_RENDERED,
+}
+
+
 def _format_validation(
     exc: ValidationError, source: str, lines: Mapping[Key, int], prov: Mapping[str, str], data: Any
 ) -> str:
     msgs = []
     for err in exc.errors():
         loc = _real_loc(err["loc"], data, keep_last=err["type"] in {"missing", "extra_forbidden"})
-        if err["type"] == "extra_forbidden":
+        if err["type"] == "extra_forbidden" and loc in REMOVED_KEYS:
+            text = REMOVED_KEYS[loc]
+        elif err["type"] == "extra_forbidden":
             text = "unknown key (check the spelling; `gpustack init` writes every key with comments)"
             close = _close_key(loc)
             if close:

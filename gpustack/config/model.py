@@ -257,9 +257,6 @@ class Versions(_Model):
     helm_sha256: dict[str, str] | None = Field(
         default=None, description="arch -> sha256 of the Helm archive, required for an unpinned Helm version"
     )
-    flannel_sha256: str | None = Field(
-        default=None, pattern=r"^[0-9a-f]{64}$", description="sha256 of the Flannel manifest (default: the pin)"
-    )
     containerd: str = Field(default=pins.CONTAINERD_VERSION, pattern=r"^[0-9]+\.[0-9]+\.[0-9]+$")
     containerd_sha256: dict[str, str] | None = Field(
         default=None, description="arch -> sha256 of the containerd release archive (for an unpinned version)"
@@ -302,6 +299,15 @@ class Versions(_Model):
             raise ValueError(f"{v!r} is not a version such as 3.18.4 or v26.7.0")
         return v
 
+    @field_validator("flannel")
+    @classmethod
+    def _flannel(cls, v: str) -> str:
+        v = v.removeprefix("v")
+        if v not in pins.FLANNEL_CNI_PLUGIN:
+            known = ", ".join(pins.FLANNEL_CNI_PLUGIN)
+            raise ValueError(f"gpustack renders Flannel's manifest for {known} only (not {v!r})")
+        return v
+
     @field_validator("helm_sha256")
     @classmethod
     def _sha(cls, v: dict[str, str] | None) -> dict[str, str] | None:
@@ -336,7 +342,6 @@ class Sources(_Model):
     kubernetes_apt_url: str = pins.KUBERNETES_APT_URL
     kubernetes_apt_key_url: str = pins.KUBERNETES_APT_KEY_URL
     helm_url: str = pins.HELM_URL
-    flannel_manifest_url: str = pins.FLANNEL_MANIFEST_URL
     containerd_url: str = pins.CONTAINERD_URL
     runc_url: str = pins.RUNC_URL
     kubernetes_apt_key_fingerprint: str = Field(
@@ -367,9 +372,7 @@ class Sources(_Model):
     def _fingerprint(cls, v: object) -> object:
         return v.replace(" ", "").upper() if isinstance(v, str) else v
 
-    @field_validator(
-        "kubernetes_apt_url", "kubernetes_apt_key_url", "helm_url", "flannel_manifest_url", "containerd_url", "runc_url"
-    )
+    @field_validator("kubernetes_apt_url", "kubernetes_apt_key_url", "helm_url", "containerd_url", "runc_url")
     @classmethod
     def _url(cls, v: str) -> str:
         problem = url_problem(v, placeholders=True)

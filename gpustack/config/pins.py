@@ -30,10 +30,13 @@ FLANNEL_VERSION = "0.28.4"
 # (ARP, leader election). Pinned by tag only: no digest could be verified from the build sandbox.
 KUBE_VIP_VERSION = "v1.0.2"
 KUBE_VIP_IMAGE = f"ghcr.io/kube-vip/kube-vip:{KUBE_VIP_VERSION}"
-# sha256 of the release's kube-flannel.yml. None: not verifiable from the build sandbox (GitHub
-# release assets cannot be fetched there and no trusted source records it); the download is then
-# not verified unless gpustack.yaml sets versions.flannel_sha256 (docs/decisions.md).
-FLANNEL_MANIFEST_SHA256: dict[str, str | None] = {"0.28.4": None}
+# Flannel's manifest is rendered by gpustack (gpustack/render/flannel.py), not downloaded: per
+# release, the flannel-cni-plugin tag that release's kube-flannel.yml runs in its install-cni-plugin
+# init container (v0.28.4: chart/kube-flannel/values.yaml). Images pinned by tag only: no digest
+# could be verified from the build sandbox (versions.image_digests adds one).
+FLANNEL_CNI_PLUGIN: dict[str, str] = {"0.28.4": "v1.9.1-flannel1"}
+FLANNEL_IMAGE = "ghcr.io/flannel-io/flannel:v{version}"
+FLANNEL_CNI_PLUGIN_IMAGE = "ghcr.io/flannel-io/flannel-cni-plugin:{tag}"
 
 # --- the compatibility matrix ------------------------------------------------------------
 
@@ -226,7 +229,6 @@ KUBERNETES_APT_KEY_URL = "https://pkgs.k8s.io/core:/stable:/v{minor}/deb/Release
 # Release.key is checked with gpg against it before apt trusts it.
 KUBERNETES_APT_KEY_FINGERPRINT = "DE15B14486CD377B9E876E1A234654DA9A296436"
 HELM_URL = "https://get.helm.sh/helm-v{version}-linux-{arch}.tar.gz"
-FLANNEL_MANIFEST_URL = "https://github.com/flannel-io/flannel/releases/download/v{version}/kube-flannel.yml"
 #: The image registries a cluster gpustack builds pulls from (kubeadm's control plane, pause and
 #: CoreDNS; Flannel; the GPU Operator and dcgm-exporter; Prometheus, Alertmanager, node-exporter
 #: and their operator; Grafana). Preflight checks every node reaches each (preflight.registries).

@@ -14,6 +14,7 @@ from gpustack.config import compat, pins
 from gpustack.config.model import Config, Node
 from gpustack.constants import LOCAL_STORAGE_PATH
 from gpustack.paths import state_dir
+from gpustack.render.flannel import flannel_manifest
 from gpustack.render.kubeadm import api_endpoint, render_init_config
 from gpustack.render.values import uses_local_storage
 
@@ -136,9 +137,8 @@ def extravars(
         "gpustack_helm_version": v.helm,
         "gpustack_helm_downloads": helm_downloads(cfg),
         "gpustack_flannel_version": v.flannel,
-        "gpustack_flannel_manifest_url": cfg.sources.flannel_manifest_url.format(version=v.flannel),
-        "gpustack_flannel_manifest_sha256": compat.flannel_sha256(cfg) or "",
-        "gpustack_flannel_iface": c.flannel_iface or "",
+        # the manifest itself (gpustack/render/flannel.py): nothing is downloaded
+        "gpustack_flannel_manifest": flannel_manifest(cfg),
         "gpustack_pod_cidr": str(c.pod_cidr),
         "gpustack_service_cidr": str(c.service_cidr),
         "gpustack_api_service_ip": str(c.api_service_ip),

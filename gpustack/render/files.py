@@ -37,11 +37,11 @@ def generated_files(
     the Grafana password and receiver credentials are created in the cluster, never written here)."""
     facts = facts or FactsSummary()
     ev = extravars(cfg, kubeconfig_dest=kubeconfig_path(cfg.cluster.name, state_root))
-    ev_shown = {k: v for k, v in ev.items() if k != "gpustack_kubeadm_config"}
+    ev_shown = {k: v for k, v in ev.items() if k not in ("gpustack_kubeadm_config", "gpustack_flannel_manifest")}
     return {
         "ansible/inventory.yaml": yaml.safe_dump(inventory(cfg), sort_keys=False),
         "ansible/extravars.yaml": "# gpustack_kubeadm_config is kubeadm/kubeadm-config.yaml\n"
-        + yaml.safe_dump(ev_shown, sort_keys=True),
+        "# gpustack_flannel_manifest is manifests/kube-flannel.yaml\n" + yaml.safe_dump(ev_shown, sort_keys=True),
         "kubeadm/kubeadm-config.yaml": render_init_config(cfg),
         "config/effective-config.json": json.dumps(cfg.model_dump(mode="json"), indent=2) + "\n",
         **{
@@ -49,6 +49,7 @@ def generated_files(
             for release, values in render_values(cfg, facts).items()
         },
         **{f"manifests/{name}": _yaml_docs(objs) for name, objs in render_manifests(cfg, facts).items()},
+        "manifests/kube-flannel.yaml": ev["gpustack_flannel_manifest"],
     }
 
 

@@ -2,7 +2,7 @@
 the ``sources:``/``versions:`` of gpustack.yaml that point a config at it:
 
 * an OCI registry (tests/fakes/oci_registry.py) with a small real image under every name the
-  config needs (kubeadm's list from the kubeadm test double, Flannel's manifest, the charts'
+  config needs (kubeadm's list from the kubeadm test double, Flannel's pinned images, the charts'
   images, verify's), mirrored for every registry host;
 * a Helm repository with charts named and versioned like the pinned ones, packaged and indexed by
   the real helm (tests/realbin), whose templates name images the way the real charts do (an
@@ -10,7 +10,7 @@ the ``sources:``/``versions:`` of gpustack.yaml that point a config at it:
 * a Debian-style OS archive (tests/fakes/apt_archive.py) with every package the os stage and the
   kubelet need, and the Kubernetes repository the test bed uses (tests/testbed/services.py), whose
   kubeadm is the test double;
-* files with known sha256 (containerd, runc, Helm) and the test bed's Flannel manifest.
+* files with known sha256 (containerd, runc, Helm).
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ from tests.fakes.oci_registry import Image, Registry, RegistryServer, build_imag
 from tests.testbed.services import build_k8s_repo
 
 TESTBED = Path(__file__).resolve().parent.parent / "testbed"
-FLANNEL_MANIFEST = TESTBED / "fixtures" / "kube-flannel.yml"
 DOUBLES = TESTBED / "doubles"
 K8S_VERSION = pins.KUBERNETES["1.36"]
 REGISTRIES = ("registry.k8s.io", "nvcr.io", "quay.io", "ghcr.io", "docker.io")
@@ -48,8 +47,9 @@ IMAGES = (
     pins.VERIFY_CUDA_IMAGE,
     pins.VERIFY_DCGM_IMAGE,
     pins.DCGM_IMAGE,  # gpustack diag's
-    "ghcr.io/flannel-io/flannel:v0.28.4",
-    "ghcr.io/flannel-io/flannel-cni-plugin:v1.8.0-flannel1",
+    # Flannel's (gpustack renders its manifest with the pinned images)
+    pins.FLANNEL_IMAGE.format(version=pins.FLANNEL_VERSION),
+    pins.FLANNEL_CNI_PLUGIN_IMAGE.format(tag=pins.FLANNEL_CNI_PLUGIN[pins.FLANNEL_VERSION]),
     "nvcr.io/nvidia/gpu-operator:v26.7.0",
     "nvcr.io/nvidia/driver:580.95.05-ubuntu24.04",
     "nvcr.io/nvidia/k8s/container-toolkit:v1.18.0",
@@ -241,7 +241,6 @@ class BundleSources:
                     "containerd_url": f"{base}/files/containerd-{{version}}-linux-{{arch}}.tar.gz",
                     "runc_url": f"{base}/files/runc.{{arch}}",
                     "helm_url": f"{base}/files/helm-v{{version}}-linux-{{arch}}.tar.gz",
-                    "flannel_manifest_url": f"{base}/files/kube-flannel.yml",
                 }
             )
             versions.update(
@@ -249,7 +248,6 @@ class BundleSources:
                     "containerd_sha256": {"amd64": self.file_sha256["containerd"]},
                     "runc_sha256": {"amd64": self.file_sha256["runc"]},
                     "helm_sha256": {"amd64": self.file_sha256["helm"]},
-                    "flannel_sha256": self.file_sha256["kube-flannel.yml"],
                 }
             )
         return {"sources": sources, "versions": versions}
@@ -294,12 +292,10 @@ def serve(
         payloads.setdefault("containerd", b"containerd release archive stand-in\n")
         payloads.setdefault("runc", b"runc stand-in\n")
         payloads.setdefault("helm", b"helm archive stand-in\n")
-        payloads["kube-flannel.yml"] = FLANNEL_MANIFEST.read_bytes()
         names = {
             "containerd": f"containerd-{pins.CONTAINERD_VERSION}-linux-amd64.tar.gz",
             "runc": "runc.amd64",
             "helm": f"helm-v{pins.HELM_VERSION}-linux-amd64.tar.gz",
-            "kube-flannel.yml": "kube-flannel.yml",
         }
         sums = {}
         for key, data in payloads.items():

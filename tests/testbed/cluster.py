@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from .hosts import Testbed
-from .services import Sources, local_sources, sha256_of
+from .services import Sources, local_sources
 
 
 @dataclass
@@ -71,7 +71,6 @@ def write_config(
         "sources": {**local_sources(sources.http.url), "kubernetes_apt_key_fingerprint": sources.k8s_repo.fingerprint},
         "versions": {
             "helm_sha256": {"amd64": sources.helm.sha256},
-            "flannel_sha256": sha256_of_url(sources),
             # containerd 2 and runc from the file server (Debian forky's builds), with their own checksums
             **(sources.runtime.config_versions() if sources.runtime is not None else {}),
         },
@@ -98,12 +97,6 @@ def registry_of(sources: Sources) -> str:
     answers ``GET /v2/`` (a directory) as a registry's API endpoint answers."""
     (sources.http.root / "v2").mkdir(exist_ok=True)
     return sources.http.url
-
-
-def sha256_of_url(sources: Sources) -> str:
-    """sha256 of the Flannel manifest the file server publishes."""
-    path = sources.http.root / sources.flannel_manifest.split("/", 3)[3]
-    return sha256_of(path)
 
 
 def run_gpustack(

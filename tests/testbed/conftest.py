@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from .pytest_plugin import (  # noqa: F401 - re-exported fixtures
-    flannel_manifest,
     helm_tarball,
     http_server,
     k8s_repo,

@@ -5,7 +5,7 @@ other directories get these with ``pytest_plugins = ["testbed.pytest_plugin"]`` 
 ``tests/conftest.py``.
 
 Session scope: ``rootfs``, ``testbed_network`` (bridge + machine lock), ``testbed_doubles``,
-``http_server``, ``k8s_repo``, ``helm_tarball``, ``flannel_manifest``, ``proxy``,
+``http_server``, ``k8s_repo``, ``helm_tarball``, ``proxy``,
 ``services_dir``.
 Function scope: ``testbed_factory``.
 """
@@ -34,11 +34,9 @@ from .services import (
     build_helm_tarball,
     build_k8s_repo,
     doubles_with_fallback,
-    publish_flannel_manifest,
 )
 
 DOUBLES_DIR = Path(__file__).parent / "doubles"
-FLANNEL_MANIFEST = Path(__file__).parent / "fixtures" / "kube-flannel.yml"
 K8S_VERSION = "1.36.4"
 K8S_MINOR = "1.36"
 #: Other versions in the same repository: an older and a newer one, so that only an explicit
@@ -124,13 +122,6 @@ def helm_tarball(http_server: HttpServer, testbed_doubles: Path) -> HelmTarball:
 
 
 @pytest.fixture(scope="session")
-def flannel_manifest(http_server: HttpServer) -> str:
-    """URL of tests/testbed/fixtures/kube-flannel.yml on the HTTP server, at the path that
-    :func:`~.services.local_sources` uses for Flannel 0.28.4."""
-    return publish_flannel_manifest(http_server, FLANNEL_MANIFEST)
-
-
-@pytest.fixture(scope="session")
 def runtime_archives(http_server: HttpServer) -> RuntimeArchives:
     """containerd 2.1 and runc 1.3 from Debian forky, published like their upstream release
     downloads (tests/testbed/runtime.py), with the test's own sha256."""
@@ -152,12 +143,11 @@ def sources(
     http_server: HttpServer,
     k8s_repo: K8sRepo,
     helm_tarball: HelmTarball,
-    flannel_manifest: str,
     proxy: ForwardProxy,
     runtime_archives: RuntimeArchives,
 ) -> Sources:
     """Every service `up` needs from the bed, published and running."""
-    return Sources(http_server, k8s_repo, helm_tarball, flannel_manifest, proxy, runtime_archives)
+    return Sources(http_server, k8s_repo, helm_tarball, proxy, runtime_archives)
 
 
 @pytest.fixture

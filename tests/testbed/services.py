@@ -1,7 +1,7 @@
 """Services that run on the outer machine for the test hosts, in threads of the test process.
 
 * :class:`HttpServer` serves a directory over HTTP on the bridge address (default port 8081):
-  the signed Kubernetes APT repository, the Helm tarball, the Flannel manifest, any file.
+  the signed Kubernetes APT repository, the Helm tarball, any file.
 * :func:`build_k8s_repo` builds a signed flat APT repository laid out like pkgs.k8s.io
   (``deb [signed-by=KEYRING] http://10.213.0.1:8081/k8s/v1.36/deb/ /``) whose packages install
   executable test doubles as ``/usr/bin/kubeadm`` etc.
@@ -427,14 +427,6 @@ def build_helm_tarball(helm_binary: Path, out_dir: Path, version: str = "4.2.4",
     return HelmTarball(target, url_path, sha256_of(target))
 
 
-def publish_flannel_manifest(server: HttpServer, manifest: str | Path, version: str = "0.28.4") -> str:
-    """Put a Flannel manifest where :func:`local_sources` expects it; return its URL."""
-    return server.add_file(f"{FLANNEL_PATH.format(version=version)}", manifest)
-
-
-FLANNEL_PATH = "/flannel-io/flannel/releases/download/v{version}/kube-flannel.yml"
-
-
 def local_sources(base: str) -> dict[str, str]:
     """URL templates for gpustack.yaml ``sources:`` that point at the test bed's HTTP server
     (same placeholders as the product: {minor}, {version}, {arch})."""
@@ -443,7 +435,6 @@ def local_sources(base: str) -> dict[str, str]:
         "kubernetes_apt_url": f"{base}/k8s/v{{minor}}/deb/",
         "kubernetes_apt_key_url": f"{base}/k8s/v{{minor}}/deb/Release.key",
         "helm_url": f"{base}/helm/helm-v{{version}}-linux-{{arch}}.tar.gz",
-        "flannel_manifest_url": base + FLANNEL_PATH,
         "containerd_url": base
         + "/containerd/containerd/releases/download/v{version}/containerd-{version}-linux-{arch}.tar.gz",
         "runc_url": base + "/opencontainers/runc/releases/download/v{version}/runc.{arch}",
@@ -635,12 +626,12 @@ def _pump(a: socket.socket, b: socket.socket, idle_timeout: float) -> None:
 @dataclass(frozen=True)
 class Sources:
     """What `gpustack up` downloads, served on the bed's network: the file server with the signed
-    Kubernetes apt repo, the Helm tarball and Flannel's manifest; and the forward proxy."""
+    Kubernetes apt repo and the Helm tarball; and the forward proxy (Flannel's manifest is rendered
+    by gpustack: nothing to serve)."""
 
     http: HttpServer
     k8s_repo: K8sRepo
     helm: HelmTarball
-    flannel_manifest: str
     proxy: ForwardProxy
     # containerd 2 / runc release downloads (tests/testbed/runtime.py); None: not published
     runtime: Any = None

@@ -21,7 +21,6 @@ UPSTREAM = {
     "kubernetes_apt_url": pins.KUBERNETES_APT_URL,
     "kubernetes_apt_key_url": pins.KUBERNETES_APT_KEY_URL,
     "helm_url": pins.HELM_URL,
-    "flannel_manifest_url": pins.FLANNEL_MANIFEST_URL,
     "containerd_url": pins.CONTAINERD_URL,
     "runc_url": pins.RUNC_URL,
 }
@@ -75,7 +74,8 @@ def test_sources_are_checked_from_the_host_through_the_proxy_before_any_stage(
     probed = [s for s in facts["sources"] if not s.get("skipped")]
     assert probed and all(s["ok"] and s["via"] == proxy for s in probed), probed
     kinds = {s["name"] for s in probed}
-    assert {"Kubernetes apt repository", "Kubernetes apt key", "Helm download", "Flannel manifest"} <= kinds, kinds
+    assert {"Kubernetes apt repository", "Kubernetes apt key", "Helm download"} <= kinds, kinds
+    assert not [k for k in kinds if "Flannel" in k], "gpustack renders Flannel's manifest: nothing to probe"
     seen = [r for r in sources.proxy.requests[before:] if r.client == host.address]
-    for path in ("/deb/InRelease", "/deb/Release.key", "/helm/", "kube-flannel.yml", "/v2/"):
+    for path in ("/deb/InRelease", "/deb/Release.key", "/helm/", "/v2/"):
         assert any(path in r.target for r in seen), f"{path} not fetched through the proxy: {seen}"

@@ -36,7 +36,7 @@ def test_create_fetches_everything_verified_and_resumes(
     # files: verified against the pins the config gives
     containerd = manifest.find("file", "containerd", arch="amd64")
     assert containerd is not None and containerd.sha256 == sources.file_sha256["containerd"]
-    # images: every one the config names, resolved from kubeadm's list, Flannel's manifest and the charts
+    # images: every one the config names, resolved from kubeadm's list and the charts, Flannel's pinned
     images = {a.name for a in manifest.artifacts if a.kind == "image"}
     expected = {want.parse_ref(r).tagged for r in bundle_sources.IMAGES} - {
         "nvcr.io/nvidia/driver:580.95.05-ubuntu24.04"  # Debian: no driver container

@@ -143,11 +143,12 @@ def test_files_follow_the_config_and_its_layout() -> None:
     files = {(f.name, f.arch): f for f in want.files(Config(nodes=[CP]), ["amd64", "arm64"])}
     assert files[("runc", "arm64")].sha256 == pins.RUNC_SHA256[pins.RUNC_VERSION]["arm64"]
     assert files[("runc", "arm64")].path == f"files/runc/{pins.RUNC_VERSION}/arm64/runc.arm64"
-    assert files[("kube-flannel.yml", "all")].sha256 is None  # not pinned (docs/decisions.md)
+    assert all(f.sha256 for f in files.values()), "every download has a pinned sha256"
+    assert "kube-flannel.yml" not in {name for name, _ in files}, "rendered by gpustack, never downloaded"
     distro = want.files(
         Config(nodes=[CP], versions={"kubernetes": "1.35", "containerd_source": "distribution"}), ["amd64"]
     )
-    assert {f.name for f in distro} == {"helm", "kube-flannel.yml"}
+    assert {f.name for f in distro} == {"helm"}
 
 
 def test_apt_wants() -> None:

@@ -26,7 +26,8 @@ def test_each_stage_probes_what_it_downloads_on_the_hosts_it_runs_on() -> None:
     by_name = {s["name"]: s for s in every}
     assert by_name["Kubernetes apt repository"]["url"] == "https://pkgs.k8s.io/core:/stable:/v1.36/deb/InRelease"
     assert by_name["Kubernetes apt key"]["url"].endswith("/v1.36/deb/Release.key")
-    assert by_name["Flannel manifest"]["group"] == "control_plane", "only the control plane applies Flannel"
+    assert not [s for s in every if "flannel" in (s["name"] + s["url"]).lower()], "gpustack renders Flannel's manifest"
+    assert by_name["Helm download"]["group"] == "control_plane", "only the control plane runs Helm"
     assert {s["arch"] for s in every if s["name"] == "Helm download"} == {"amd64", "arm64"}
     assert {s["url"] for s in every if s["kind"] == "registry"} == {
         "registry.k8s.io", "ghcr.io", "nvcr.io", "quay.io", "docker.io"
@@ -57,7 +58,7 @@ def test_a_bundle_run_probes_its_server_not_registries_nor_the_hosts_apt_sources
     bundled = {"gpustack_bundle_images": [{"ref": "registry.k8s.io/pause:3.10.2"}], "gpustack_apt_update_cache": False}
     every = probe_list(CFG, plan.STAGE_IDS, run_vars=bundled)
     assert not [s for s in every if s["kind"] in ("registry", "host-apt")]
-    assert {s["name"] for s in every} >= {"Kubernetes apt repository", "Helm download", "Flannel manifest"}
+    assert {s["name"] for s in every} >= {"Kubernetes apt repository", "Helm download"}
     plain = probe_list(CFG, plan.STAGE_IDS, run_vars={"gpustack_apt_update_cache": True})
     assert plain == probe_list(CFG, plan.STAGE_IDS)
 

@@ -27,11 +27,6 @@ def load_path(name: str, path: Path) -> ModuleType:
 
 
 @pytest.fixture(scope="session")
-def flannel_filter() -> ModuleType:
-    return load_path("gpustack_flannel_filter", PLAYBOOKS / "filter_plugins" / "gpustack_flannel.py")
-
-
-@pytest.fixture(scope="session")
 def containerd_filter() -> ModuleType:
     return load_path("gpustack_containerd_filter", PLAYBOOKS / "filter_plugins" / "gpustack_containerd.py")
 

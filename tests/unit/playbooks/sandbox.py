@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from conftest import DOUBLES, FIXTURES, PLAYBOOKS
+from conftest import DOUBLES, PLAYBOOKS
 
 from gpustack.config.model import Config
 from gpustack.render.ansible import extravars, inventory
@@ -140,7 +140,6 @@ class Sandbox:
         ev: dict[str, Any] = extravars(self.cfg, kubeconfig_dest=self.kubeconfig_dest)
         tarball, sha = self._helm_tarball()
         ev["gpustack_helm_downloads"] = {"amd64": {"url": tarball.as_uri(), "sha256": sha}}
-        ev["gpustack_flannel_manifest_url"] = (FIXTURES / "kube-flannel.yml").as_uri()
         inv_path, ev_path = self.base / "inventory.yml", self.base / "extravars.json"
         inv_path.write_text(yaml.safe_dump(inv))
         ev_path.write_text(json.dumps(ev))

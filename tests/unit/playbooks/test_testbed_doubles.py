@@ -14,9 +14,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import DOUBLES, FIXTURES
+from conftest import DOUBLES
 
 from gpustack.config.model import Config, Node
+from gpustack.render.flannel import flannel_manifest
 from gpustack.render.kubeadm import render_init_config
 
 
@@ -186,21 +187,28 @@ def test_kubectl_apply(root: Path, tmp_path: Path) -> None:
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
     manifest = tmp_path / "kube-flannel.yml"
-    text = (FIXTURES / "kube-flannel.yml").read_text()
+    # the manifest the network stage applies (gpustack's rendering), then with an interface set
+    text = flannel_manifest(Config(nodes=[Node(name="cp1", address="192.0.2.10", role="control-plane")]))
     manifest.write_text(text)
     apply = ["--kubeconfig", str(kubeconfig), "apply", "-f", str(manifest)]
     first = run(root, "kubectl", *apply).stdout.splitlines()
     assert first == [
         "namespace/kube-flannel created",
+        "serviceaccount/flannel created",
         "clusterrole.rbac.authorization.k8s.io/flannel created",
         "clusterrolebinding.rbac.authorization.k8s.io/flannel created",
-        "serviceaccount/flannel created",
         "configmap/kube-flannel-cfg created",
         "daemonset.apps/kube-flannel-ds created",
     ]
     second = run(root, "kubectl", *apply).stdout.splitlines()
     assert all(line.endswith(" unchanged") for line in second)
-    manifest.write_text(text.replace("--kube-subnet-mgr", "--kube-subnet-mgr\n        - --iface=eth1"))
+    manifest.write_text(
+        flannel_manifest(
+            Config(
+                nodes=[Node(name="cp1", address="192.0.2.10", role="control-plane")], cluster={"flannel_iface": "eth1"}
+            )  # type: ignore[arg-type]
+        )
+    )
     third = run(root, "kubectl", *apply).stdout.splitlines()
     assert "daemonset.apps/kube-flannel-ds configured" in third
     assert "configmap/kube-flannel-cfg unchanged" in third

@@ -34,7 +34,7 @@ def test_extravars_contract() -> None:
     assert ev["gpustack_kubernetes_apt_url"] == "https://pkgs.k8s.io/core:/stable:/v1.36/deb/"
     assert ev["gpustack_helm_downloads"]["amd64"]["sha256"] == pins.HELM_SHA256[pins.HELM_VERSION]["amd64"]
     assert ev["gpustack_helm_downloads"]["amd64"]["url"].endswith(f"helm-v{pins.HELM_VERSION}-linux-amd64.tar.gz")
-    assert ev["gpustack_flannel_manifest_url"].endswith(f"/v{pins.FLANNEL_VERSION}/kube-flannel.yml")
+    assert "gpustack_flannel_manifest_url" not in ev and "kube-flannel-ds" in ev["gpustack_flannel_manifest"]
     assert ev["gpustack_single_node"] is False
     assert ev["gpustack_api_service_ip"] == "10.96.0.1"
     assert ev["gpustack_firewall_tcp_nodeports"] == [30090, 30300]
