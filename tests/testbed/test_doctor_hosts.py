@@ -111,6 +111,9 @@ def test_doctor_finds_real_host_breakage_and_fixes_the_firewall(
     host.sudo(
         f"mkdir -p {Path(TOOLKIT_DROP_IN).parent} && printf '%s' '{NVIDIA_RUNTIME}' > {TOOLKIT_DROP_IN}", check=True
     )
+    # ...and config.toml rewritten by something else without up's import (`containerd config default`'s
+    # `imports = []`): the toolkit's runtime is lost
+    host.sudo("sed -i 's#^imports = .*#imports = []#' /etc/containerd/config.toml", check=True)
     host.sudo("systemctl stop containerd", check=True)
     assert host.run("systemctl is-active containerd").stdout.strip() != "active"
 
