@@ -5,7 +5,8 @@ Ready, and the old host changed only where the node list matters to it -- gpusta
 now accepts nd2 -- with every other file and both services (containerd, kubelet) untouched; the
 `up` after it changes nothing anywhere. Then `node remove nd2`: while a PodDisruptionBudget allows
 no eviction, the removal is reported before anything is cordoned and nothing changes; once it
-allows one, nd2 is drained, reset and its Node object deleted.
+allows one, nd2 is drained, reset and its Node object deleted. Last, `up` with nd2 still in the
+config joins it again (a fresh token) without touching nd1.
 
 kubeadm/kubelet/kubectl are the test bed's doubles and a directory bind-mounted into both hosts
 plays the API server for them (the join registers nd2 there; the ready stage reads it with
@@ -140,3 +141,22 @@ def test_node_add_changes_only_the_new_host_and_node_remove_checks_budgets_first
     assert list(rows) == ["check", "drain", "reset", "delete"]
     assert set(rows["reset"]["hosts"]) == {"nd2"}, "only the removed host is reset"
     assert "delete them from gpustack.yaml" in removed.stdout
+
+    # `up` with nd2 still in the config joins it again as `node add` did: its own fresh token, nd2
+    # Ready, and nd1 untouched (its chain still accepts nd2; no stage there had drifted)
+    before_services = services(nd1)
+    before_files = files(nd1)
+    tokens_before = json.loads(nd1.sudo("cat /var/lib/gpustack-doubles/tokens.json", check=True).stdout)
+    rejoined = up(both, state)
+    assert rejoined.rc == 0, rejoined.output
+    per_stage = changed_by_host(rejoined.last_run_dir())
+    assert not {s for s, c in per_stage.items() if c.get("nd1")}, per_stage
+    assert per_stage["workers"].get("nd2") and per_stage["kubernetes"].get("nd2"), per_stage
+    after_files = files(nd1)
+    assert {p for p in before_files.keys() | after_files.keys() if before_files.get(p) != after_files.get(p)} == set()
+    assert services(nd1) == before_services
+    tokens = json.loads(nd1.sudo("cat /var/lib/gpustack-doubles/tokens.json", check=True).stdout)
+    join = json.loads(nd2.sudo("cat /var/lib/gpustack-doubles/join.json", check=True).stdout)
+    assert len(tokens) == len(tokens_before) + 1 and join["token_id"] == tokens[-1]["token_id"]
+    assert json.loads((shared / "nodes" / "nd2.json").read_text())["ready"] is True
+    assert json.loads(nd2.sudo("cat /etc/gpustack/installed.json", check=True).stdout)["role"] == "worker"
