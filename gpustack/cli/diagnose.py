@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import typer
@@ -15,6 +16,10 @@ def run_diagnose(command: str, args: CheckArgs, **own: Any) -> None:
     console = console_for(args.verbose)
     cfg = load_config(args.config).config
     opts = DiagnoseOptions(command=command, **args.selection(), **own)
+    if opts.fix:
+        from gpustack.up import run_stage
+
+        opts = replace(opts, run_stage=run_stage)
     code, _, _ = diagnose(cfg, opts, console)
     raise typer.Exit(code)
 

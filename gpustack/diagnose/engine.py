@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpustack.checks.model import Finding
 from gpustack.config.model import Config
@@ -14,6 +15,9 @@ from gpustack.diagnose.collect import CollectContext, collect
 from gpustack.diagnose.snapshot import Snapshot
 from gpustack.errors import UsageError
 from gpustack.runners.kubeconfig import ENV, HOME, KubeconfigNotFound, KubeTarget, resolve_kubeconfig
+
+if TYPE_CHECKING:
+    from gpustack.diagnose.fixes import StageRunner
 
 OUTPUTS = ("table", "json", "junit")
 
@@ -37,6 +41,7 @@ class DiagnoseOptions:
     bundle: Path | None = None  # doctor --bundle FILE: redacted support bundle
     kubeconfig: Path | None = None  # --kubeconfig FILE (else $KUBECONFIG, gpustack's admin.conf, ~/.kube/config)
     context: str | None = None  # --context NAME of the resolved kubeconfig (else its current-context)
+    run_stage: StageRunner | None = None  # doctor --fix: re-runs a stage of `up` (the CLI passes up.run_stage)
 
 
 def validate(opts: DiagnoseOptions) -> None:
@@ -142,7 +147,9 @@ def diagnose(cfg: Config, opts: DiagnoseOptions, console: Console) -> tuple[int,
         extra = dict(opts.extra)
         if target[0] is not None:  # fixes talk to the cluster that was checked
             extra.setdefault("target", target[0])
-        outcome = fixes.offer_and_apply(cfg, snap, findings, fix_con, assume_yes=opts.assume_yes, extra=extra)
+        outcome = fixes.offer_and_apply(
+            cfg, snap, findings, fix_con, assume_yes=opts.assume_yes, extra=extra, run_stage=opts.run_stage
+        )
         if outcome.ran:
             fix_con.print("[stage]▶ checking again after the fixes[/stage]")
             code, findings, snap = diagnose(cfg, replace(opts, fix=False, bundle=None, snapshot_out=None), console)

@@ -60,16 +60,23 @@ class FixAction:
         return (self.check_id, *self.also)
 
 
+#: re-runs one stage of ``gpustack up`` (config, the console the fixes print to, stage id, the hosts'
+#: facts for the cluster stage); the CLI passes :func:`gpustack.up.run_stage`, so the checks never
+#: import the installer
+StageRunner = Callable[[Config, Console, str, Mapping[str, Any] | None], None]
+
+
 @dataclass
 class FixContext:
-    """What a fix may use. ``extra`` carries test seams: ``kube`` (a Kube), ``run_stage``
-    (stage id -> None, replaces ``gpustack up --only <stage>``), ``run_cluster`` (facts -> None)."""
+    """What a fix may use: ``run_stage`` for the fixes that re-run a stage of ``up``. ``extra`` carries
+    test seams: ``kube`` (a Kube), ``run_stage`` (stage id -> None), ``run_cluster`` (facts -> None)."""
 
     cfg: Config
     snap: Snapshot
     console: Console
     extra: Mapping[str, object] = field(default_factory=dict)
     _kube: Any = None
+    run_stage: StageRunner | None = None
 
     def kube(self) -> Any:
         """The Kubernetes client of the cluster that was checked (``extra["target"]``), created on first use."""
@@ -232,16 +239,15 @@ def servicemonitor_label_plan(ctx: FixContext, findings: Sequence[Finding]) -> F
 # ------------------------------------------------------------------------------------------- hosts
 
 
-def _run_stage(ctx: FixContext, stage_id: str) -> None:
-    seam = ctx.extra.get("run_stage")
+def _run_stage(ctx: FixContext, stage_id: str, facts: Mapping[str, Any] | None = None) -> None:
+    seam = ctx.extra.get("run_cluster" if stage_id == "cluster" else "run_stage")
     if callable(seam):
-        seam(stage_id)
+        seam(facts if stage_id == "cluster" else stage_id)
         return
-    from gpustack import plan
-    from gpustack.up import UpOptions, up
-
-    stages = plan.select(only=[stage_id], skip=["preflight"])
-    up(ctx.cfg, UpOptions(stages=stages, assume_yes=True, verbosity=max(0, ctx.console.verbosity - 1)), ctx.console)
+    if ctx.run_stage is None:
+        raise StageError(f"doctor --fix was given no way to run the {stage_id} stage",
+                         stage=stage_id, hint=f"run `gpustack up --only {stage_id}`")  # fmt: skip
+    ctx.run_stage(ctx.cfg, ctx.console, stage_id, facts)
 
 
 def firewall_plan(ctx: FixContext, findings: Sequence[Finding]) -> FixAction | None:
@@ -282,13 +288,7 @@ def node_exporter_plan(ctx: FixContext, findings: Sequence[Finding]) -> FixActio
             got, _errors = gather_host_facts(CollectContext(cfg=ctx.cfg, command="doctor", kubeconfig=None,
                                                             extra=dict(ctx.extra)))  # fmt: skip
             facts.update(got)
-        seam = ctx.extra.get("run_cluster")
-        if callable(seam):
-            seam(facts)
-        else:
-            from gpustack.up import UpOptions, run_cluster_stage
-
-            run_cluster_stage(ctx.cfg, facts, UpOptions(stages=(), assume_yes=True), ctx.console)
+        _run_stage(ctx, "cluster", facts)
         return f"cluster stage re-run: node-exporter on {NODE_EXPORTER_ALT_PORT} where a host node_exporter holds 9100"
 
     return FixAction(
@@ -374,10 +374,10 @@ def target_text(snap: Snapshot) -> str:
 
 def offer_and_apply(
     cfg: Config, snap: Snapshot, findings: Sequence[Finding], console: Console, *, assume_yes: bool,
-    extra: Mapping[str, object] | None = None,
+    extra: Mapping[str, object] | None = None, run_stage: StageRunner | None = None,
 ) -> FixOutcome:  # fmt: skip
     """Show every safe fix for the failing findings, ask, apply. Never raises for a failed fix."""
-    ctx = FixContext(cfg, snap, console, dict(extra or {}))
+    ctx = FixContext(cfg, snap, console, dict(extra or {}), run_stage=run_stage)
     actions, manual = plan_fixes(ctx, findings)
     outcome = FixOutcome(planned=actions)
     if manual:

@@ -204,7 +204,9 @@ def test_firewall_fix_runs_only_the_firewall_stage(monkeypatch: pytest.MonkeyPat
     seen: list[Any] = []
     monkeypatch.setattr(gpustack.up, "up", lambda cfg, opts, console: seen.append(opts))
     console, _ = quiet()
-    action = fixes.firewall_plan(fixes.FixContext(CFG, Snapshot(), console), [fail("H04-firewall", "solo")])
+    # the stage runner the CLI hands doctor --fix (diagnose never imports the installer)
+    ctx = fixes.FixContext(CFG, Snapshot(), console, run_stage=gpustack.up.run_stage)
+    action = fixes.firewall_plan(ctx, [fail("H04-firewall", "solo")])
     assert action is not None
     action.apply()
     assert [s.id for s in seen[0].stages] == ["firewall"] and not seen[0].accept_new_host_keys
