@@ -39,7 +39,7 @@ NON_CONFIG: dict[str, EnvVar] = {
         EnvVar("GPUSTACK_IPTABLES", "host", "the iptables binary the host firewall script uses"),
         EnvVar("GPUSTACK_IPTABLES_RESTORE", "host", "the iptables-restore binary the host firewall script uses"),
         EnvVar("GPUSTACK_SKIP_SANDBOX", "tests", "skip the playbook sandbox converge tests on purpose"),
-        EnvVar("GPUSTACK_VERIFY_SAMPLE", "tests", "write the README's verify sample output to this file"),
+        EnvVar("GPUSTACK_VERIFY_SAMPLE", "tests", "write the verify sample output of docs/commands.md to this file"),
         EnvVar("GPUSTACK_DOUBLES_ROOT", "tests", "path prefix for the test-bed kubeadm/kubelet/kubectl/helm doubles"),
         EnvVar("GPUSTACK_DOUBLES_CLUSTER", "tests", "the directory the test-bed doubles share as their cluster"),
         EnvVar("GPUSTACK_DOUBLES_HOST", "tests", "the host name the test-bed doubles record (default: hostname)"),

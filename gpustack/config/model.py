@@ -349,7 +349,7 @@ class Sources(_Model):
         pattern=r"^[0-9A-F]{40}$",
         description="fingerprint the Kubernetes apt key must have (a mirror's own key: set its fingerprint)",
     )
-    # --- where `gpustack bundle create` fetches from (air-gapped sites; see README) ---
+    # --- where `gpustack bundle create` fetches from (air-gapped sites; see docs/airgap.md) ---
     registry_mirrors: dict[str, str] = Field(
         default_factory=dict,
         description="registry host (registry.k8s.io, nvcr.io, ...) -> URL of a mirror serving the same repositories",

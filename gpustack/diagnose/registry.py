@@ -4,7 +4,7 @@ reads, and is a pure function Snapshot -> list[Finding].
     @register("K02-control-plane-taint", "kubernetes", reads="nodes", commands=("doctor", "verify"), needs=("Node",))
     def control_plane_taint(snap: Snapshot) -> list[Finding]: ...
 
-``reference_table()`` generates the README's check reference from this registry.
+``reference_table()`` generates docs/checks.md, the check reference, from this registry.
 """
 
 from __future__ import annotations

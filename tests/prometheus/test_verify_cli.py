@@ -14,7 +14,7 @@ The failure variant breaks the monitoring path for real: node-b's exporter stops
 Prometheus marks its target down and its GPU series stale.
 
 Set ``GPUSTACK_VERIFY_SAMPLE=FILE`` to also write the passing run's table output (COLUMNS=110) to FILE
-(the README's sample).
+(the sample in docs/commands.md).
 """
 
 from __future__ import annotations
