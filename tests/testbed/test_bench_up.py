@@ -4,8 +4,8 @@ The script's :func:`bench` runs on this session's own file server, proxy and pub
 ``sources`` fixture): a subprocess could not, since this session holds the machine-wide test-bed lock
 and the bed's ports. Its figures are printed, not asserted (they are the benchmark's output); what is
 asserted: both runs succeeded, the fresh one changed the host, the converged one nothing, and the result
-line parses. ~60 s on an idle 2-core machine
-(the fresh run was 40.8 s there); 200 s measured on 2026-11-26 with other test runs alongside (load 4-6).
+line parses. ~60 s on an idle 2-core machine (the fresh run was 40.8 s there); 200 s measured on
+2026-11-26 with other test runs alongside (load 4-6).
 """
 
 from __future__ import annotations
