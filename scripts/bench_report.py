@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         args.gpus, args.days, args.repeat = 4, 2, 1
     missing = binaries_missing()
     if missing:
-        print(f"bench_report: not installed: {', '.join(missing)} (apt-get install prometheus)", file=sys.stderr)
+        print(f"bench_report: no Prometheus: {'; '.join(missing)}", file=sys.stderr)
         return 2
     work = args.keep or Path(tempfile.mkdtemp(prefix="bench-report-"))
     work.mkdir(parents=True, exist_ok=True)

@@ -13,7 +13,7 @@ from gpustack.config.pins import version_tuple
 from gpustack.diagnose.collect_prometheus import EXPORTER_UP, QUERIES, SCRAPE_POOL_FILTER
 from gpustack.diagnose.registry import register
 from gpustack.diagnose.snapshot import Obj, Snapshot
-from gpustack.monitoring.rules import EXPORTER_JOB, load_rules, load_usage_rules
+from gpustack.monitoring.rules import EXPORTER_JOB, rule_group_names
 from gpustack.render.manifests import EXPORTER_TARGETS
 
 BOTH = ("doctor", "verify")
@@ -262,7 +262,7 @@ def alert_rules_loaded(snap: Snapshot) -> list[Finding]:
     if "rules" in snap.prometheus.query_errors:
         return [Finding("", "", "fail", "Prometheus rules could not be read",
                         evidence=snap.prometheus.query_errors["rules"])]  # fmt: skip
-    wanted = [str(g["name"]) for g in load_rules()["groups"] + load_usage_rules()["groups"]]
+    wanted = rule_group_names()
     loaded = {str(g.get("name")) for g in snap.prometheus.rule_groups}
     missing = [g for g in wanted if g not in loaded]
     if missing:

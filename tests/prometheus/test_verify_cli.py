@@ -43,12 +43,10 @@ from tests.fakes import scenarios as sc
 from tests.fakes.grafana_api import FakeGrafana
 from tests.fakes.kube_api import FakeKubeAPI
 
-from .harness import Stack, binaries_missing, exporter_pod, running_stack, wait_for
+from .harness import Stack, exporter_pod, running_stack, wait_for
+from .releases import Release
 
-pytestmark = [
-    pytest.mark.prometheus,
-    pytest.mark.skipif(bool(binaries_missing()), reason="prometheus is not installed (apt-get install prometheus)"),
-]
+pytestmark = [pytest.mark.prometheus]
 
 REPO = Path(__file__).resolve().parents[2]
 LAYERS = ("kubernetes", "gpu-operator", "monitoring", "grafana")
@@ -203,6 +201,7 @@ def assert_pods_ran_and_were_deleted(c: Cluster, runs: int) -> None:
     assert not [k for k in c.api.objects if k[2] == "pods" and k[3] == VERIFY_NAMESPACE], "a verify pod was left"
 
 
+@pytest.mark.both_prometheus  # version-sensitive: also on the oldest supported (docs/operations.md)
 def test_healthy_stack_passes_every_layer(stack: Stack, tmp_path: Path) -> None:
     with cluster(stack, tmp_path) as c:
         proc = run_verify(c)
@@ -233,10 +232,11 @@ def test_healthy_stack_passes_every_layer(stack: Stack, tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def broken_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def broken_stack(tmp_path_factory: pytest.TempPathFactory, prometheus_release: Release) -> Iterator[Stack]:
     """A stack of its own whose node-b exporter stops answering Prometheus (the module's ``stack`` stays healthy)."""
     workdir = tmp_path_factory.mktemp("prometheus-exporter-down")
-    with running_stack(workdir, exporter_namespace=EXPORTER_TARGETS["standalone"].namespace) as running:
+    namespace = EXPORTER_TARGETS["standalone"].namespace
+    with running_stack(workdir, exporter_namespace=namespace, release=prometheus_release) as running:
         running.wait_until_scraped(samples=2)
         running.exporters["node-b"].stop()
         # the first failed scrape may end on a reset keep-alive connection; wait for the steady state
