@@ -8,6 +8,7 @@ from __future__ import annotations
 from gpustack.checks.model import Finding
 from gpustack.constants import GRAFANA_ADMIN_SECRET, GRAFANA_SERVICE, MONITORING_NAMESPACE, VERIFY_NAMESPACE
 from gpustack.diagnose.checks_gpu import GPU_RESOURCE
+from gpustack.diagnose.checks_monitoring import profiling_unsupported
 from gpustack.diagnose.collect_grafana import (
     CAPACITY_PREFIX,
     CAPACITY_UID,
@@ -50,11 +51,13 @@ def _titles(meanings: set[Meaning]) -> set[str]:
 
 def allowed_empty(snap: Snapshot) -> set[str]:
     """Panels whose "No data" is healthy on this cluster, from what each panel means: lists of problems and idle
-    GPUs' activity always; per-pod and allocation panels while no pod holds a GPU. When the pods could not be
-    read (K00 says why) no pod is known to hold one."""
+    GPUs' activity always; per-pod and allocation panels while no pod holds a GPU (when the pods could not be
+    read -- K00 says why -- no pod is known to hold one); profiling panels on GPUs DCGM cannot profile (M08)."""
     healthy_empty: set[Meaning] = set(ALWAYS_MAY_BE_EMPTY)
     if not gpu_pods(snap):
         healthy_empty.add("gpu-pods")
+    if profiling_unsupported(snap):
+        healthy_empty.add("profiling")
     return _titles(healthy_empty)
 
 

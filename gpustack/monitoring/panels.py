@@ -2,7 +2,8 @@
 
 The table sits beside the dashboards it describes and is keyed by dashboard file and panel title. R04
 (:mod:`gpustack.diagnose.checks_grafana`) accepts an empty panel only for what the panel means: a list of
-problems, idle GPUs' activity, or -- while no pod holds a GPU -- the per-pod and allocation panels.
+problems, idle GPUs' activity, the per-pod and allocation panels while no pod holds a GPU, and the profiling
+panels on GPUs DCGM cannot profile.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from gpustack.monitoring.dashboard import (
 from gpustack.paths import resource_file
 
 PANELS_FILE = "empty-panels.yaml"
-Meaning = Literal["data", "gpu-pods", "activity", "problems"]
-MEANINGS: tuple[Meaning, ...] = ("data", "gpu-pods", "activity", "problems")
+Meaning = Literal["data", "gpu-pods", "profiling", "activity", "problems"]
+MEANINGS: tuple[Meaning, ...] = ("data", "gpu-pods", "profiling", "activity", "problems")
 #: meanings whose "No data" is healthy whatever the cluster runs
 ALWAYS_MAY_BE_EMPTY: frozenset[Meaning] = frozenset({"activity", "problems"})
 DASHBOARD_FILES = (DASHBOARD_FILE, CAPACITY_DASHBOARD_FILE)
@@ -52,10 +53,15 @@ def titles(dashboard: str, meanings: frozenset[Meaning] | set[Meaning]) -> set[s
     return {title for title, meaning in empty_meanings().get(dashboard, {}).items() if meaning in meanings}
 
 
-def may_be_empty(dashboard: str, gpu_pods: bool) -> set[str]:
+def may_be_empty(dashboard: str, *, gpu_pods: bool, profiling: bool = True) -> set[str]:
     """Titles of ``dashboard``'s panels whose "No data" is healthy on a cluster where a pod holds a GPU
-    (``gpu_pods``) or none does."""
-    return titles(dashboard, ALWAYS_MAY_BE_EMPTY if gpu_pods else ALWAYS_MAY_BE_EMPTY | {"gpu-pods"})
+    (``gpu_pods``) or none does, and whose GPUs DCGM can profile (``profiling``) or not."""
+    meanings = set(ALWAYS_MAY_BE_EMPTY)
+    if not gpu_pods:
+        meanings.add("gpu-pods")
+    if not profiling:
+        meanings.add("profiling")
+    return titles(dashboard, meanings)
 
 
 def unclassified() -> list[str]:

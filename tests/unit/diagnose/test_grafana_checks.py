@@ -138,3 +138,11 @@ def test_data_panels_are_never_allowed_empty_and_problem_lists_always_are() -> N
     s.grafana.panel_results.update({"GPU Temperature": 0, "GPU capacity and cost: Idle allocated GPU-hours by pod": 0})
     [f] = check(s, "R04")
     assert f.status == "fail" and f.evidence == "GPU Temperature", f
+
+
+def test_profiling_panels_may_be_empty_only_on_gpus_dcgm_cannot_profile() -> None:
+    for model, status in (("NVIDIA GeForce RTX 4090", "pass"), ("NVIDIA H100 80GB HBM3", "fail")):
+        s = healthy()
+        s.prometheus.queries["gpu_models"] = [{"metric": {"modelName": model}, "value": [0, "8"]}]
+        s.grafana.panel_results.update({"Tensor Core Utilization": 0, "Engine Activity": 0, "PCIe Throughput": 0})
+        assert [f.status for f in check(s, "R04")] == [status], model

@@ -22,9 +22,11 @@ def test_every_panel_is_classified() -> None:
 
 
 def test_what_may_be_empty_depends_on_pods_holding_gpus() -> None:
-    idle, busy = panels.may_be_empty(DASHBOARD_FILE, False), panels.may_be_empty(DASHBOARD_FILE, True)
+    idle, busy = panels.may_be_empty(DASHBOARD_FILE, gpu_pods=False), panels.may_be_empty(DASHBOARD_FILE, gpu_pods=True)
     assert busy < idle and idle - busy == {"GPU Utilisation per Pod"}
     assert panels.titles(DASHBOARD_FILE, {"data"}).isdisjoint(idle)
+    consumer = panels.may_be_empty(DASHBOARD_FILE, gpu_pods=True, profiling=False)
+    assert consumer - busy == {"Tensor Core Utilization", "Engine Activity", "PCIe Throughput"}
 
 
 def test_a_new_panel_without_an_entry_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
