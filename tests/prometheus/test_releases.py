@@ -61,3 +61,24 @@ def test_the_docs_state_the_supported_range() -> None:
     oldest = ".".join(map(str, OLDEST_PROMETHEUS))
     assert f"{oldest} to {NEWEST_PROMETHEUS_MAJOR}.x" in section.group(1)
     assert KUBE_PROMETHEUS_STACK_PROMETHEUS[1] in section.group(1)
+
+
+CLASSIC_METRIC = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
+CLASSIC_LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+
+
+def test_every_name_gpustack_writes_or_reads_is_a_classic_name() -> None:
+    """Prometheus 3 also accepts UTF-8 names (quoted); gpustack needs none, so every release reads its rules,
+    recorded series and panels alike (docs/operations.md)."""
+    from gpustack.monitoring.dashboard import load_capacity_dashboard, load_dashboard, panel_queries
+    from gpustack.monitoring.promql import metric_names
+    from gpustack.monitoring.rules import iter_rules, load_rules, load_usage_rules
+
+    rules = [r for data in (load_rules(), load_usage_rules()) for _, r in iter_rules(data)]
+    exprs = [str(r["expr"]) for r in rules] + [e for d in (load_dashboard(), load_capacity_dashboard())
+                                               for _, e in panel_queries(d)]  # fmt: skip
+    metrics = {str(r["record"]) for r in rules if "record" in r} | {m for e in exprs for m in metric_names(e)}
+    labels = {str(k) for r in rules for k in (r.get("labels") or {})}
+    assert metrics and labels
+    assert [m for m in sorted(metrics) if not CLASSIC_METRIC.match(m)] == []
+    assert [k for k in sorted(labels) if not CLASSIC_LABEL.match(k)] == []

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpustack.checks.model import Finding
-from gpustack.diagnose import checks_grafana, registry
+from gpustack.diagnose import checks_grafana, checks_monitoring, registry
 from gpustack.diagnose.collect_grafana import series_count
 from gpustack.diagnose.snapshot import Snapshot
 
@@ -146,3 +146,26 @@ def test_profiling_panels_may_be_empty_only_on_gpus_dcgm_cannot_profile() -> Non
         s.prometheus.queries["gpu_models"] = [{"metric": {"modelName": model}, "value": [0, "8"]}]
         s.grafana.panel_results.update({"Tensor Core Utilization": 0, "Engine Activity": 0, "PCIe Throughput": 0})
         assert [f.status for f in check(s, "R04")] == [status], model
+
+
+def test_the_warnings_expected_on_a_new_cluster_are_the_checks_own() -> None:
+    """docs/checks.md lists the warnings a freshly built cluster may show (test_golden_paths.py allows only
+    those); each row is what its check really says."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[3] / "docs" / "checks.md").read_text(encoding="utf-8")
+    rows = set(
+        re.findall(r"^\| `([A-Z]\d\d-[\w-]+)` \| warn \| (.+?) \|", text.split("## Expected on a new cluster")[1], re.M)
+    )
+    s = healthy()
+    s.grafana.panel_errors["gpustack-capacity"] = {
+        "(rules)": "count(gpustack:cluster_gpu_allocatable:sum) returned no series"
+    }
+    s.grafana.panel_results = {"GPU Utilization": 16}
+    s.prometheus.reachable = True
+    s.prometheus.queries.update({"gpu_util_by_node": [{"metric": {"node": "n1"}, "value": [0, "8"]}],
+                                 "gpu_models": [{"metric": {"modelName": "NVIDIA GeForce RTX 4090"}, "value": [0, "8"]}]})  # fmt: skip
+    assert checks_monitoring.BOTH
+    produced = {(f.id, f.summary) for p in ("R04", "M08") for f in check(s, p) if f.status == "warn"}
+    assert produced == rows, (produced, rows)
