@@ -41,7 +41,7 @@ from gpustack.plan import CommandPlan, Stage
 from gpustack.render import converge
 from gpustack.render.ansible import extravars, inventory
 from gpustack.runners import ansible as ar
-from gpustack.runners import ssh
+from gpustack.runners import pinned_collections, ssh
 
 
 @dataclass(frozen=True)
@@ -179,6 +179,7 @@ def _settings(cfg: Config, opts: RunOptions, *, check: bool) -> ar.AnsibleSettin
         connect_timeout=cfg.ssh.connect_timeout,
         verbosity=opts.verbosity,
         check=check,
+        collections_path=pinned_collections.default_search_path(),
     )
 
 
@@ -387,6 +388,9 @@ def run(
     missing = [s.id for s in opts.stages if s.runner == "python" and s.id not in steps]
     if missing:
         raise ValueError(f"{plan.command}: no step function for {', '.join(missing)}")
+    if any(s.runner in ("preflight", "ansible") for s in opts.stages):
+        # the playbooks' collections, before any host is contacted (exit 2 with the command to run)
+        pinned_collections.require_pinned()
     with cluster_lock(cfg.cluster.name, plan.command):
         return _run_locked(plan, cfg, opts, console, steps, after_preflight)
 
