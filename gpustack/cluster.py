@@ -35,6 +35,7 @@ from gpustack.render import manifests as mf
 from gpustack.render.values import FactsSummary, generate_password, render_values
 from gpustack.runners.helm import Helm, ReleaseResult, ReleaseSpec
 from gpustack.runners.kube import Kube
+from gpustack.runners.kubeconfig import kube_from_file
 
 MONITORING_CRDS = ("servicemonitors.monitoring.coreos.com", "prometheusrules.monitoring.coreos.com")
 RELEASE_TIMEOUTS = {"kube-prometheus-stack": "10m", "gpu-operator": "15m", "dcgm-exporter": "10m"}
@@ -207,7 +208,7 @@ def run_cluster_layer(
 ) -> list[StepSummary]:
     """Install/converge the cluster layer; returns one :class:`StepSummary` per step, in order."""
     helm = helm or Helm(kubeconfig)
-    kube = kube or Kube.from_kubeconfig(kubeconfig)
+    kube = kube or kube_from_file(kubeconfig)
     values = render_values(cfg, facts)
     manifests = mf.render_manifests(cfg, facts)
     alert_secrets = mf.read_alert_secrets(cfg, environ)  # fail on a missing secret before changing anything

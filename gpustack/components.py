@@ -33,6 +33,7 @@ from gpustack.lifecycle import StageSummary, StepContext
 from gpustack.paths import kubeconfig_path
 from gpustack.runners.helm import Helm, ReleaseSpec
 from gpustack.runners.kube import Kube
+from gpustack.runners.kubeconfig import kube_from_file
 
 #: gpu-operator values that configure the chart itself, not the ClusterPolicy it templates
 CHART_ONLY_KEYS = frozenset({"nfd", "node-feature-discovery", "nameOverride", "fullnameOverride"})
@@ -105,7 +106,7 @@ def upgrade_components(cfg: Config, opts: lifecycle.RunOptions, console: Console
             raise StageError(
                 f"no admin kubeconfig at {kubeconfig}", stage="crds", hint="gpustack up builds the cluster"
             )
-        return Helm(kubeconfig, executable=find_helm()), Kube.from_kubeconfig(kubeconfig)
+        return Helm(kubeconfig, executable=find_helm()), kube_from_file(kubeconfig)
 
     def crds(ctx: StepContext) -> list[StageSummary]:
         t0 = time.monotonic()

@@ -118,7 +118,7 @@ def run_cluster_stage(
     from gpustack.cluster import foreign_nfd_running, run_cluster_layer
     from gpustack.render.values import summarize_facts
     from gpustack.runners.helm import Helm
-    from gpustack.runners.kube import Kube
+    from gpustack.runners.kubeconfig import kube_from_file
 
     kubeconfig = kubeconfig_path(cfg.cluster.name)
     if not kubeconfig.is_file():
@@ -129,7 +129,7 @@ def run_cluster_stage(
         )
     console.print("[stage]▶ cluster[/stage]")
     t0 = time.monotonic()
-    kube = Kube.from_kubeconfig(kubeconfig)
+    kube = kube_from_file(kubeconfig)
     summary = summarize_facts(facts, nfd_running=foreign_nfd_running(kube))
     steps = run_cluster_layer(
         cfg, kubeconfig, summary, console, helm=Helm(kubeconfig, executable=find_helm()), kube=kube, charts=charts

@@ -24,7 +24,6 @@ import json
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from kubernetes import client as k8s_client
@@ -189,17 +188,6 @@ class Kube:
         #: the cluster it talks to, when it came from :func:`gpustack.runners.kubeconfig.connect` (reports name it)
         self.target: dict[str, Any] | None = None
         self._discovery: dict[str, dict[str, ApiResource]] = {}
-
-    @classmethod
-    def from_kubeconfig(
-        cls, path: Path, *, context: str | None = None, request_timeout: float = REQUEST_TIMEOUT
-    ) -> Kube:
-        """Build from one kubeconfig file (e.g. the admin.conf gpustack fetched from the control plane), through
-        the one resolution path (:mod:`gpustack.runners.kubeconfig`)."""
-        from gpustack.runners.kubeconfig import cluster_client
-
-        kube = cluster_client(kubeconfig=path, context=context, request_timeout=request_timeout)
-        return kube if cls is Kube else cls(kube.api, request_timeout=request_timeout)
 
     # -- raw requests ---------------------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ from gpustack.console import Console
 from gpustack.errors import ConfigError
 from gpustack.render.values import FactsSummary, render_values
 from gpustack.runners.helm import Helm, HelmError
-from gpustack.runners.kube import Kube
+from gpustack.runners.kubeconfig import kube_from_file
 from tests.fakes.kube_api import FakeKubeAPI
 
 FAKE_HELM = str(Path(__file__).resolve().parents[1] / "fakes" / "helm")
@@ -42,7 +42,7 @@ def run(kc: Path, tmp: Path, cfg: Config = CFG, **kw: Any) -> tuple[list[Any], H
         FactsSummary(),
         Console(stream=io.StringIO()),
         helm=helm,
-        kube=Kube.from_kubeconfig(kc),
+        kube=kube_from_file(kc),
         state_root=tmp / "state",
         **kw,
     )

@@ -132,9 +132,9 @@ def test_gather_reads_nodes_releases_and_local_records(
     other.mkdir()
     (other / "run.json").write_text(json.dumps({"command": "up", "cluster": "lab", "result": "ok"}))
     kube = fake_api.write_kubeconfig(tmp_path / "kc")
-    from gpustack.runners.kube import Kube
+    from gpustack.runners.kubeconfig import kube_from_file
 
-    s = status.gather(CFG, Kube.from_kubeconfig(kube))
+    s = status.gather(CFG, kube_from_file(kube))
     assert s.reachable and s.api_server == "v1.36.4"
     by = {n.name: n for n in s.nodes}
     assert by["w1"].note == "1 minor(s) behind the API server v1.36.4 (an upgrade in progress?)"

@@ -120,10 +120,10 @@ def test_unreachable_api_is_exit_3(world: tuple[FakeKubeAPI, Path, dict[str, str
 
 
 def test_foreign_nfd_turns_off_the_operators_nfd(world: tuple[FakeKubeAPI, Path, dict[str, str]]) -> None:
-    from gpustack.runners.kube import Kube
+    from gpustack.runners.kubeconfig import kube_from_file
 
     _, cfg, env = world
-    kube = Kube.from_kubeconfig(Path(env["GPUSTACK_STATE_DIR"]) / "clusters" / "gpustack" / "admin.conf")
+    kube = kube_from_file(Path(env["GPUSTACK_STATE_DIR"]) / "clusters" / "gpustack" / "admin.conf")
     kube.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "nfd"}}])
     kube.apply([{
         "apiVersion": "apps/v1", "kind": "DaemonSet",

@@ -20,6 +20,7 @@ from gpustack.diagnose import fixes, registry
 from gpustack.diagnose.engine import DiagnoseOptions, diagnose
 from gpustack.diagnose.snapshot import Snapshot
 from gpustack.runners.kube import Kube
+from gpustack.runners.kubeconfig import kube_from_file
 from tests.fakes import scenarios as sc
 from tests.fakes.kube_api import FakeKubeAPI
 from tests.unit.diagnose.test_host_checks import facts, host_specs
@@ -48,7 +49,7 @@ PROM = {"apiVersion": "monitoring.coreos.com/v1", "kind": "Prometheus",
 def api(tmp_path: Path) -> Iterator[tuple[FakeKubeAPI, Kube]]:
     with FakeKubeAPI.running() as server:
         server.seed([NODE, COREDNS, SM, OTHER_SM, PROM])
-        yield server, Kube.from_kubeconfig(server.write_kubeconfig(tmp_path / "kubeconfig"))
+        yield server, kube_from_file(server.write_kubeconfig(tmp_path / "kubeconfig"))
 
 
 def quiet() -> tuple[Console, io.StringIO]:

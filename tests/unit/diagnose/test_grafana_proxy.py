@@ -112,9 +112,9 @@ def test_the_proxy_passes_cookies_and_drops_authorization(fake_api: FakeKubeAPI,
     """The fake API server's proxy itself, through the real client: Set-Cookie back, Cookie on, no Authorization."""
     from gpustack.diagnose.collect_grafana import _set_cookies
     from gpustack.diagnose.http import HttpError, KubeProxyEndpoint
-    from gpustack.runners.kube import Kube
+    from gpustack.runners.kubeconfig import kube_from_file
 
-    ep = KubeProxyEndpoint(Kube.from_kubeconfig(kubeconfig), MONITORING_NAMESPACE, GRAFANA_SERVICE, GRAFANA_PORT)
+    ep = KubeProxyEndpoint(kube_from_file(kubeconfig), MONITORING_NAMESPACE, GRAFANA_SERVICE, GRAFANA_PORT)
     resp = ep.request("POST", "/login", body={"user": "admin", "password": "right-pw"})
     cookies = _set_cookies(resp)
     assert set(cookies) == {"grafana_session", "grafana_session_expiry"}, resp.headers
