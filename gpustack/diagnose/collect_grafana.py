@@ -48,9 +48,9 @@ from gpustack.config.model import Config
 from gpustack.constants import GRAFANA_PORT, GRAFANA_SERVICE, MONITORING_NAMESPACE
 from gpustack.diagnose.collect import CollectContext, source
 from gpustack.diagnose.collect_prometheus import kube_client, service_port
-from gpustack.diagnose.http import DirectEndpoint, Endpoint, HttpError, KubeProxyEndpoint, Response
 from gpustack.diagnose.snapshot import Obj, Snapshot, datasource_key
 from gpustack.monitoring.dashboard import concretize, load_dashboard, panel_queries, variable_values
+from gpustack.runners.http import DirectEndpoint, Endpoint, HttpError, KubeProxyEndpoint, Response
 
 DASHBOARD_UID = "gpustack-dcgm"
 #: the "GPU capacity and cost" dashboard (dashboards/gpu-capacity.json); its panel results are keyed

@@ -11,7 +11,7 @@ This is gpustack's one Kubernetes client path: every command and collector that 
 gets a :class:`Kube` from :mod:`gpustack.runners.kubeconfig` (``cluster_client``: the one kubeconfig
 resolution, or in-cluster ServiceAccount credentials) and goes through its methods -- JSON
 (:meth:`Kube.request`), paged LISTs (:meth:`Kube.list_all`), text (:meth:`Kube.text`, pod logs) and raw bodies
-(:meth:`Kube.raw`, the service proxy behind :class:`gpustack.diagnose.http.KubeProxyEndpoint`). All of them
+(:meth:`Kube.raw`, the service proxy behind :class:`gpustack.runners.http.KubeProxyEndpoint`). All of them
 leave through :meth:`Kube._send`.
 
 Every request has a timeout; every wait has one overall deadline (:func:`wait_until`).

@@ -111,7 +111,7 @@ def test_the_proxy_passes_cookies_and_drops_authorization(fake_api: FakeKubeAPI,
                                                           grafana: FakeGrafana) -> None:  # fmt: skip
     """The fake API server's proxy itself, through the real client: Set-Cookie back, Cookie on, no Authorization."""
     from gpustack.diagnose.collect_grafana import _set_cookies
-    from gpustack.diagnose.http import HttpError, KubeProxyEndpoint
+    from gpustack.runners.http import HttpError, KubeProxyEndpoint
     from gpustack.runners.kubeconfig import kube_from_file
 
     ep = KubeProxyEndpoint(kube_from_file(kubeconfig), MONITORING_NAMESPACE, GRAFANA_SERVICE, GRAFANA_PORT)

@@ -1,4 +1,4 @@
-"""A small HTTP helper for the diagnose sources: GETs (and the odd POST) either to a direct URL or
+"""The HTTP runner: GETs (and the odd POST) either to a direct URL or
 through the Kubernetes API server's proxy, always with a timeout and a cap on the body read.
 
 Three kinds of :class:`Endpoint`:
@@ -47,7 +47,7 @@ class BodyTooLarge(HttpError):
 
     def __init__(self, limit: int, *, status: int | None = None) -> None:
         super().__init__(f"the answer is larger than gpustack's cap of {cap_text(limit)} on a response body "
-                         "(gpustack.diagnose.http.DEFAULT_LIMIT): not read", status=status)  # fmt: skip
+                         "(gpustack.runners.http.DEFAULT_LIMIT): not read", status=status)  # fmt: skip
         self.limit = limit
 
 
