@@ -9,7 +9,8 @@ import threading
 
 import pytest
 
-from gpustack.config.model import Config, Remediation
+from gpustack.config.model import Config
+from gpustack.config.monitoring import Remediation
 from gpustack.console import Console
 from gpustack.constants import (
     ANN_CORDONED_BY_GPUSTACK,

@@ -12,7 +12,8 @@ import yaml
 
 from gpustack.cluster import run_cluster_layer
 from gpustack.config.load import load
-from gpustack.config.model import Config, Remediation
+from gpustack.config.model import Config
+from gpustack.config.monitoring import Remediation
 from gpustack.console import Console
 from gpustack.errors import ConfigError
 from gpustack.health.manifests import FILE, evaluation_args, health_manifests
