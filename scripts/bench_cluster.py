@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gpustack.cluster import run_cluster_layer  # noqa: E402
+from gpustack.cluster.layer import run_cluster_layer  # noqa: E402
 from gpustack.config.model import Config  # noqa: E402
 from gpustack.console import Console  # noqa: E402
 from gpustack.render.values import FactsSummary  # noqa: E402

@@ -12,7 +12,7 @@ How it reaches Grafana:
 Health first: ``GET /api/health`` needs no login, so "Grafana answers" never depends on credentials.
 
 Credentials (:func:`grafana_credentials`), first that exists: ``ctx.extra["grafana_password"]`` (tests); the
-state file :func:`gpustack.cluster.password_path` that ``gpustack up`` wrote -- only when the cluster looked
+state file :func:`gpustack.paths.grafana_password_path` that ``gpustack up`` wrote -- only when the cluster looked
 at is gpustack's own (a state file of this machine's cluster says nothing about another one); then the
 cluster itself: Grafana's Deployment, its ``grafana`` container's ``GF_SECURITY_ADMIN_PASSWORD`` (and
 ``GF_SECURITY_ADMIN_USER``) followed exactly as the kubelet does -- a ``value``, a ``valueFrom.secretKeyRef``
@@ -270,9 +270,9 @@ def credentials_from_cluster(snap: Snapshot, kube: Any, default_user: str) -> Cr
 def state_credentials(cfg: Config, *, own: bool) -> Credentials | None:
     """The password ``gpustack up`` wrote to the state file, only for gpustack's own cluster (``own``); None when
     there is none (or it is empty), :class:`CredentialError` when it cannot be read."""
-    from gpustack.cluster import password_path
+    from gpustack.paths import grafana_password_path
 
-    path = password_path(cfg)
+    path = grafana_password_path(cfg.cluster.name)
     if not own or not path.is_file():
         return None
     try:

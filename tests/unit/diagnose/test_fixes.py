@@ -200,13 +200,13 @@ def test_host_fixes_run_the_stages(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_firewall_fix_runs_only_the_firewall_stage(monkeypatch: pytest.MonkeyPatch) -> None:
-    import gpustack.up
+    import gpustack.commands.up
 
     seen: list[Any] = []
-    monkeypatch.setattr(gpustack.up, "up", lambda cfg, opts, console: seen.append(opts))
+    monkeypatch.setattr(gpustack.commands.up, "up", lambda cfg, opts, console: seen.append(opts))
     console, _ = quiet()
     # the stage runner the CLI hands doctor --fix (diagnose never imports the installer)
-    ctx = fixes.FixContext(CFG, Snapshot(), console, run_stage=gpustack.up.run_stage)
+    ctx = fixes.FixContext(CFG, Snapshot(), console, run_stage=gpustack.commands.up.run_stage)
     action = fixes.firewall_plan(ctx, [fail("H04-firewall", "solo")])
     assert action is not None
     action.apply()

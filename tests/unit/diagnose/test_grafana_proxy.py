@@ -194,10 +194,9 @@ def test_an_unreadable_secret_is_one_finding(
 def test_the_state_file_is_used_only_for_gpustacks_own_cluster(
     fake_api: FakeKubeAPI, tmp_path: Path, cluster_grafana: FakeGrafana
 ) -> None:
-    from gpustack.cluster import password_path
-    from gpustack.paths import kubeconfig_path
+    from gpustack.paths import grafana_password_path, kubeconfig_path
 
-    stale = password_path(Config())
+    stale = grafana_password_path(Config().cluster.name)
     stale.parent.mkdir(parents=True, mode=0o700)
     stale.write_text("this-machines-other-cluster\n")
     elsewhere = fake_api.write_kubeconfig(tmp_path / "other.conf")

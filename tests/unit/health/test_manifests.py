@@ -10,7 +10,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from gpustack.cluster import run_cluster_layer
+from gpustack.cluster.layer import run_cluster_layer
 from gpustack.config.load import load
 from gpustack.config.model import Config
 from gpustack.config.monitoring import Remediation
