@@ -144,12 +144,3 @@ def test_the_cli_module_imports_no_heavy_module() -> None:
         subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     )
     assert not {m for m in loaded if m.split(".")[0] in HEAVY or m in HEAVY}, "heavy imports at `gpustack --help`"
-
-
-def test_the_checks_never_import_the_installer() -> None:
-    """diagnose sits below the installer: doctor --fix is handed a stage runner (gpustack.commands.up.run_stage)
-    by the CLI instead of importing the commands (a check layer that imports what it checks is a cycle)."""
-    diagnose = Path(gpustack.cli.__file__).parent.parent / "diagnose"
-    for path in diagnose.glob("*.py"):
-        found = {m for m in _imports(path) if m == "gpustack.commands" or m.startswith("gpustack.commands.")}
-        assert not found, (path.name, sorted(found))
