@@ -22,7 +22,9 @@ Grafana on it, both behind the fake API server's service proxy, the Grafana pass
 Secret. Then ``requests`` also counts the proxied Prometheus/Grafana calls; the verdict (every check's
 status) must be the same at every size.
 
-    python3 scripts/bench_doctor.py [--sizes 1,10,100,1000] [--repeat 3] [--monitoring]
+    python3 scripts/bench_doctor.py [--sizes 1,10,100,1000] [--repeat 3] [--monitoring] [--smoke]
+
+``--smoke`` (CI, tests/unit/test_bench_smoke.py): sizes 1 and 20 (with ``--monitoring``: 1 only, a real Prometheus per size is slow), one run each.
 """
 
 from __future__ import annotations
@@ -183,7 +185,10 @@ def main() -> int:
     ap.add_argument(
         "--monitoring", action="store_true", help="also the monitoring and grafana layers (real Prometheus)"
     )
+    ap.add_argument("--smoke", action="store_true", help="sizes 1,20 (1 with --monitoring), one run each (CI)")
     args = ap.parse_args()
+    if args.smoke:
+        args.sizes, args.repeat = ("1" if args.monitoring else "1,20"), 1
     sizes = [int(s) for s in args.sizes.split(",")]
     if args.monitoring:
         return bench_monitoring(sizes, args.repeat)

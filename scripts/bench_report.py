@@ -13,7 +13,8 @@ What it does, in one run:
 3. runs the report (``--by namespace``, a price per model) ``--repeat`` times against each and prints the
    Prometheus requests it sent and the wall time it waited for them (median), side by side.
 
-Usage: ``python scripts/bench_report.py [--gpus 100] [--days 30] [--repeat 3] [--keep DIR]``. Needs
+Usage: ``python scripts/bench_report.py [--gpus 100] [--days 30] [--repeat 3] [--keep DIR] [--smoke]``
+(``--smoke``, for CI: 4 GPUs, 2 days, one report each, as tests/prometheus/test_bench_report.py runs it). Needs
 ``prometheus`` and ``promtool`` (Debian's package; scripts/test.sh installs it). A full run takes a few
 minutes and ~2 GB of temporary disk.
 """
@@ -58,7 +59,10 @@ def main(argv: list[str] | None = None) -> int:
         "--query-timeout", default="10m",
         help="Prometheus' --query.timeout (its default, 2m, can stop a raw part on a loaded 2-core machine)",
     )  # fmt: skip
+    parser.add_argument("--smoke", action="store_true", help="4 GPUs, 2 days, one report each (CI)")
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.gpus, args.days, args.repeat = 4, 2, 1
     missing = binaries_missing()
     if missing:
         print(f"bench_report: not installed: {', '.join(missing)} (apt-get install prometheus)", file=sys.stderr)

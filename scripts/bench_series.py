@@ -6,7 +6,9 @@ it; then the metrics nothing reads, the label-only fields, and the verdict again
 at most 40 series per GPU. Exit status 1 if the budget is exceeded, a rule or panel reads a metric
 the CSV does not export, or an exported metric is neither used nor kept deliberately.
 
-    python scripts/bench_series.py [--gpus-per-node 8] [--pods-per-gpu 1] [--nodes 2]
+    python scripts/bench_series.py [--gpus-per-node 8] [--pods-per-gpu 1] [--nodes 2] [--smoke]
+
+``--smoke`` (CI, tests/unit/test_bench_smoke.py): one node with one GPU; the same tables and verdict.
 """
 
 from __future__ import annotations
@@ -36,7 +38,11 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--gpus-per-node", type=int, default=8)
     parser.add_argument("--nodes", type=int, default=2)
     parser.add_argument("--pods-per-gpu", type=int, default=1, help="time-slicing replicas sharing one GPU")
-    return parser.parse_args(argv)
+    parser.add_argument("--smoke", action="store_true", help="one node with one GPU (CI)")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.nodes, args.gpus_per_node = 1, 1
+    return args
 
 
 def _where(places: list[str]) -> str:
@@ -103,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"verdict: {verdict} (target <= {SERIES_BUDGET_PER_GPU} series per GPU)")
     for problem in problems:
         print(f"  - {problem}")
+    print(f"bench_series: series/GPU={estimate.per_gpu} verdict={verdict}")
     return 0 if not problems else 1
 
 

@@ -7,7 +7,9 @@ median of N runs of each is printed with the ratio. The target (issue #10) is a 
 1.5: the CLI module imports only Typer, rich and gpustack's own light modules; everything else
 (the config model, pydantic, YAML, Ansible, Kubernetes clients) is imported inside command bodies.
 
-    python3 scripts/bench_startup.py [-n RUNS]
+    python3 scripts/bench_startup.py [-n RUNS] [--smoke]
+
+``--smoke`` (CI, tests/unit/test_bench_smoke.py): one timed run of each; the ratio is then noise.
 """
 
 from __future__ import annotations
@@ -51,7 +53,10 @@ def _time(argv: list[str], env: dict[str, str]) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-n", "--runs", type=int, default=15, help="runs of each (default 15)")
+    parser.add_argument("--smoke", action="store_true", help="one run of each (CI)")
     args = parser.parse_args()
+    if args.smoke:
+        args.runs = 1
     env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "80", "NO_COLOR": "1"}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     with tempfile.TemporaryDirectory() as tmp:

@@ -4,13 +4,11 @@ run through Grafana itself (``POST /api/ds/query``), so "No data" is seen as the
 How it reaches Grafana:
 
 - ``ctx.extra["grafana_url"]`` (tests) with basic auth;
-- otherwise the API server's service proxy to ``monitoring/kube-prometheus-stack-grafana:http-web``
-  (kube-prometheus-stack sets ``grafana.service.portName: http-web`` for its grafana subchart, port 80).
-  The API server strips ``Authorization`` before proxying, so the source logs in with ``POST /login``
-  and sends Grafana's session cookie instead.
+- otherwise the API server's service proxy to ``monitoring/kube-prometheus-stack-grafana:http-web`` (kube-prometheus-
+  stack sets ``grafana.service.portName: http-web`` for its grafana subchart, port 80). The API server strips
+  ``Authorization`` before proxying, so the source logs in with ``POST /login`` and sends Grafana's session cookie.
 
 Health first: ``GET /api/health`` needs no login, so "Grafana answers" never depends on credentials.
-
 Credentials (:func:`grafana_credentials`), first that exists: ``ctx.extra["grafana_password"]`` (tests); the
 state file :func:`gpustack.paths.grafana_password_path` that ``gpustack up`` wrote -- only when the cluster looked
 at is gpustack's own (a state file of this machine's cluster says nothing about another one); then the
@@ -358,7 +356,11 @@ def ds_query(client: GrafanaClient, ds: Obj, exprs: list[str], *, count: bool = 
          "range": False, "intervalMs": 30000, "maxDataPoints": 100}
         for i, e in enumerate(exprs[:26])
     ]  # fmt: skip
-    body = client.post("/api/ds/query", {"queries": queries, "from": "now-5m", "to": "now"})
+    try:
+        body = client.post("/api/ds/query", {"queries": queries, "from": "now-5m", "to": "now"})
+    except HttpError as exc:  # a query failed: HTTP 400, every result still in the body (grafana pkg/api/ds_query.go)
+        if not isinstance(body := exc.json_body() if exc.status == 400 else None, dict) or "results" not in body:
+            raise
     results = (body or {}).get("results") or {}
     total, errors = 0, []
     for q, expr in zip(queries, exprs[: len(queries)], strict=True):

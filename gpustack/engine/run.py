@@ -33,6 +33,7 @@ from gpustack.engine.stages import ansible_stages, host_key_gate, run_preflight
 from gpustack.engine.steps import Guard, RunResult, StageSummary, StepContext, StepFn
 from gpustack.errors import GpustackError, Interrupted
 from gpustack.paths import new_run_dir
+from gpustack.runners import pinned_collections
 
 
 def run(
@@ -50,6 +51,9 @@ def run(
     missing = [s.id for s in opts.stages if s.runner == "python" and s.id not in steps]
     if missing:
         raise ValueError(f"{plan.command}: no step function for {', '.join(missing)}")
+    if any(s.runner in ("preflight", "ansible") for s in opts.stages):
+        # the playbooks' collections, before any host is contacted (exit 2 with the command to run)
+        pinned_collections.require_pinned()
     with cluster_lock(cfg.cluster.name, plan.command):
         return _run_locked(plan, cfg, opts, console, steps, after_preflight)
 

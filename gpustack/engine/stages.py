@@ -27,7 +27,7 @@ from gpustack.paths import ensure_private_dir, kubeconfig_path, resource_dir, st
 from gpustack.render import converge
 from gpustack.render.ansible import extravars, inventory
 from gpustack.runners import ansible as ar
-from gpustack.runners import ssh
+from gpustack.runners import pinned_collections, ssh
 
 
 def host_key_gate(cfg: Config, opts: RunOptions, console: Console) -> None:
@@ -50,6 +50,7 @@ def _settings(cfg: Config, opts: RunOptions, *, check: bool) -> ar.AnsibleSettin
         connect_timeout=cfg.ssh.connect_timeout,
         verbosity=opts.verbosity,
         check=check,
+        collections_path=pinned_collections.default_search_path(),
     )
 
 

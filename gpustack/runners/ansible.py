@@ -29,6 +29,9 @@ class AnsibleSettings:
     forks: int = 50
     verbosity: int = 0
     check: bool = False
+    #: collection roots ansible-playbook searches, in order (gpustack.runners.pinned_collections);
+    #: empty: ansible-core's own defaults
+    collections_path: tuple[Path, ...] = ()
 
 
 def ansible_env(settings: AnsibleSettings) -> dict[str, str]:
@@ -38,7 +41,7 @@ def ansible_env(settings: AnsibleSettings) -> dict[str, str]:
         f"{SSH_ARGS} -o UserKnownHostsFile={settings.known_hosts} -o StrictHostKeyChecking=yes"
         f" -o ConnectTimeout={settings.connect_timeout}"
     )
-    return {
+    env = {
         "ANSIBLE_HOST_KEY_CHECKING": "True",
         "ANSIBLE_SSH_ARGS": ssh_args,
         "ANSIBLE_PIPELINING": "True",
@@ -52,6 +55,11 @@ def ansible_env(settings: AnsibleSettings) -> dict[str, str]:
         "ANSIBLE_LOCALHOST_WARNING": "False",
         "ANSIBLE_INVENTORY_UNPARSED_WARNING": "False",
     }
+    if settings.collections_path:
+        # exactly the roots the engine checked the pinned collections in; no ansible.cfg or sys.path adds others
+        env["ANSIBLE_COLLECTIONS_PATH"] = os.pathsep.join(str(p) for p in settings.collections_path)
+        env["ANSIBLE_COLLECTIONS_SCAN_SYS_PATH"] = "False"
+    return env
 
 
 def build_runner_kwargs(

@@ -41,6 +41,13 @@ class HttpError(Exception):
         self.status = status
         self.body = body
 
+    def json_body(self) -> Any:
+        """The start of the error's body as JSON (an API's error document); None when it is not JSON."""
+        try:
+            return json.loads(self.body)
+        except ValueError:
+            return None
+
 
 class BodyTooLarge(HttpError):
     """The answer was larger than the cap on a body: only the first ``limit`` bytes were read."""

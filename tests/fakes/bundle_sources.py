@@ -6,7 +6,8 @@ the ``sources:``/``versions:`` of gpustack.yaml that point a config at it:
   images, verify's), mirrored for every registry host;
 * a Helm repository with charts named and versioned like the pinned ones, packaged and indexed by
   the real helm (tests/realbin), whose templates name images the way the real charts do (an
-  ``image:`` field, NVIDIA's repository/image/version sections, an operator argument);
+  ``image:`` field, NVIDIA's repository/image/version sections, an operator argument), at the versions the
+  pinned charts deploy (tests/contract/upstream/versions.yaml; tests/contract/test_bundle_doubles_contract.py);
 * a Debian-style OS archive (tests/fakes/apt_archive.py) with every package the os stage and the
   kubelet need, and the Kubernetes repository the test bed uses (tests/testbed/services.py), whose
   kubeadm is the test double;
@@ -51,12 +52,12 @@ IMAGES = (
     pins.FLANNEL_IMAGE.format(version=pins.FLANNEL_VERSION),
     pins.FLANNEL_CNI_PLUGIN_IMAGE.format(tag=pins.FLANNEL_CNI_PLUGIN[pins.FLANNEL_VERSION]),
     "nvcr.io/nvidia/gpu-operator:v26.7.0",
-    "nvcr.io/nvidia/driver:580.95.05-ubuntu24.04",
-    "nvcr.io/nvidia/k8s/container-toolkit:v1.18.0",
-    "quay.io/prometheus-operator/prometheus-operator:v0.86.0",
-    "quay.io/prometheus-operator/prometheus-config-reloader:v0.86.0",
-    "quay.io/prometheus/prometheus:v3.6.0",
-    "nvcr.io/nvidia/k8s/dcgm-exporter:4.4.1-4.5.2-ubuntu22.04",
+    "nvcr.io/nvidia/driver:595.91.07-ubuntu24.04",
+    "nvcr.io/nvidia/k8s/container-toolkit:v1.20.0",
+    "quay.io/prometheus-operator/prometheus-operator:v0.93.1",
+    "quay.io/prometheus-operator/prometheus-config-reloader:v0.93.1",
+    "quay.io/prometheus/prometheus:v3.14.0-distroless",
+    "nvcr.io/nvidia/k8s/dcgm-exporter:4.5.3-4.8.2-distroless",
 )
 #: os stage packages (every release's list) and the kubelet's dependencies from the OS
 OS_PACKAGES = (
@@ -110,12 +111,12 @@ CHARTS: dict[str, dict[str, str]] = {
                 enabled: {{ .Values.driver.enabled }}
                 repository: nvcr.io/nvidia
                 image: driver
-                version: "580.95.05"
+                version: "595.91.07"
               toolkit:
                 enabled: {{ .Values.toolkit.enabled }}
                 repository: nvcr.io/nvidia/k8s
                 image: container-toolkit
-                version: v1.18.0
+                version: v1.20.0
               vgpuManager:
                 enabled: false
                 repository: nvcr.io/nvidia/private
@@ -138,16 +139,16 @@ CHARTS: dict[str, dict[str, str]] = {
                 spec:
                   containers:
                     - name: operator
-                      image: quay.io/prometheus-operator/prometheus-operator:v0.86.0
+                      image: quay.io/prometheus-operator/prometheus-operator:v0.93.1
                       args:
                         - --kubelet-service=kube-system/kubelet
-                        - --prometheus-config-reloader=quay.io/prometheus-operator/prometheus-config-reloader:v0.86.0
+                        - --prometheus-config-reloader=quay.io/prometheus-operator/prometheus-config-reloader:v0.93.1
             ---
             apiVersion: monitoring.coreos.com/v1
             kind: Prometheus
             metadata: {name: kube-prometheus-stack-prometheus}
             spec:
-              image: quay.io/prometheus/prometheus:v3.6.0
+              image: quay.io/prometheus/prometheus:v3.14.0-distroless
             """
         ),
     },
@@ -165,7 +166,7 @@ CHARTS: dict[str, dict[str, str]] = {
                 spec:
                   containers:
                     - name: exporter
-                      image: nvcr.io/nvidia/k8s/dcgm-exporter:4.4.1-4.5.2-ubuntu22.04
+                      image: nvcr.io/nvidia/k8s/dcgm-exporter:4.5.3-4.8.2-distroless
             """
         ),
     },

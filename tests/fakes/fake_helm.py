@@ -33,11 +33,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+#: the Helm release this double imitates (tests/contract/test_pins.py: its major.minor is the pinned Helm's)
 VERSION = "v4.2.4"
 MUTATING = {"upgrade", "install", "rollback", "uninstall"}
 GLOBAL_FLAGS_WITH_VALUE = {"--kubeconfig", "--kube-context", "--kube-apiserver", "--kube-token"}
 DEFAULT_FAIL = (
-    "Error: {verb} FAILED: release {name} failed, and has been {undone} due to atomic being set: "
+    "Error: {verb} FAILED: release {name} failed, and has been {undone} due to rollback-on-failure being set: "
     "1 error occurred:\n"
     '\t* DaemonSet.apps "nvidia-driver-daemonset" is invalid: spec.template.spec.runtimeClassName: '
     'Invalid value: "nvidia": RuntimeClass "nvidia" not found\n'
@@ -60,7 +61,15 @@ class Fail(Exception):
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat()
+    """RFC 3339 in UTC, as Go marshals a time.Time (``2026-01-01T00:00:00.123456Z``)."""
+    return datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def _go_time(iso: str) -> str:
+    """Go's time.Time.String() of an RFC 3339 time (``helm list``'s ``updated``): ``2026-01-01 00:00:00 +0000 UTC``."""
+    when = datetime.fromisoformat(iso.replace("Z", "+00:00")).astimezone(timezone.utc)
+    frac = f".{when.microsecond:06d}".rstrip("0") if when.microsecond else ""
+    return when.strftime("%Y-%m-%d %H:%M:%S") + frac + " +0000 UTC"
 
 
 def parse(argv: list[str]) -> tuple[list[str], dict[str, str | bool]]:
@@ -154,27 +163,31 @@ def seed(
     State(state_dir).save(namespace, name, revs)
 
 
-def release_json(name: str, ns: str, rev: dict[str, Any]) -> dict[str, Any]:
-    """The shape of ``helm status -o json`` / ``helm upgrade -o json`` (what pyhelm3 reads of it)."""
-    return {
+def release_json(name: str, ns: str, rev: dict[str, Any], *, chart: bool = True) -> dict[str, Any]:
+    """The shape of ``helm upgrade -o json`` (Helm 4 pkg/release/v1 Release: empty fields omitted); ``helm
+    status -o json`` strips the chart (``chart=False``, Helm 4 pkg/cmd/status.go)."""
+    out: dict[str, Any] = {
         "name": name,
-        "namespace": ns,
-        "version": rev["revision"],
         "info": {
             "first_deployed": rev["updated"],
             "last_deployed": rev["updated"],
-            "deleted": "",
             "description": rev["description"],
             "status": rev["status"],
         },
-        "chart": {
-            "metadata": {"apiVersion": "v2", "name": rev["chart"]["name"], "version": rev["chart"]["version"]},
-            "values": {},
-        },
-        "config": rev["values"],
-        "manifest": "",
-        "hooks": [],
     }
+    if chart:
+        out["chart"] = {
+            "metadata": {"name": rev["chart"]["name"], "version": rev["chart"]["version"], "apiVersion": "v2"},
+            "lock": None,
+            "templates": None,
+            "values": None,
+            "schema": None,
+            "files": None,
+        }
+    if rev["values"]:
+        out["config"] = rev["values"]
+    out.update({"manifest": "---\n", "version": rev["revision"], "namespace": ns})
+    return out
 
 
 def _find(revs: list[dict[str, Any]], opts: dict[str, str | bool], name: str) -> dict[str, Any]:
@@ -367,7 +380,7 @@ def run(argv: list[str], stdin: bytes) -> str:
         return VERSION
     if cmd == "status":
         ns = str(opts.get("--namespace", "default"))
-        return json.dumps(release_json(pos[1], ns, _find(state.load(ns, pos[1]), opts, pos[1])))
+        return json.dumps(release_json(pos[1], ns, _find(state.load(ns, pos[1]), opts, pos[1]), chart=False))
     if cmd == "get" and pos[1] == "values":
         ns = str(opts.get("--namespace", "default"))
         rev = _find(state.load(ns, pos[2]), opts, pos[2])
@@ -397,10 +410,12 @@ def run(argv: list[str], stdin: bytes) -> str:
     if cmd == "list":
         ns = opts.get("--namespace")
         rows = [
-            {"name": n, "namespace": rns, "revision": str(revs[-1]["revision"]), "status": revs[-1]["status"]}
+            {"name": n, "namespace": rns, "revision": str(revs[-1]["revision"]), "updated": _go_time(revs[-1]["updated"]),
+             "status": revs[-1]["status"], "chart": f"{revs[-1]['chart']['name']}-{revs[-1]['chart']['version']}",
+             "app_version": ""}
             for rns, n, revs in state.all()
             if revs and (opts.get("--all-namespaces") or ns in (None, rns))
-        ]
+        ]  # fmt: skip
         return json.dumps(rows)
     if cmd == "show" and pos[1] == "chart":
         return f'apiVersion: v2\nname: {pos[2].rsplit("/", 1)[-1]}\nversion: "{opts.get("--version", "0.0.0")}"\n'

@@ -82,6 +82,9 @@ from urllib.parse import parse_qs, urlparse
 
 import yaml
 
+from gpustack.config import pins
+from tests.fakes import kube_semantics as ks
+
 Obj = dict[str, Any]
 Key = tuple[str, str, str, str, str]  # group, version, plural, namespace ("" = cluster), name
 SERVER_FIELDS = {"resourceVersion", "uid", "creationTimestamp", "generation", "managedFields"}
@@ -104,13 +107,16 @@ class Resource:
     namespaced: bool
 
     def api_resource(self) -> Obj:
-        return {
+        out: Obj = {
             "name": self.plural,
             "singularName": self.kind.lower(),
             "namespaced": self.namespaced,
             "kind": self.kind,
             "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"],
         }
+        if self.plural in ks.SHORT_NAMES and self.group == ks.SHORT_NAMES[self.plural][0]:
+            out["shortNames"] = list(ks.SHORT_NAMES[self.plural][1])
+        return out
 
 
 BUILTIN = [
@@ -182,28 +188,6 @@ class _Fault:
         return (self.method is None or self.method == method) and self.pattern.search(path) is not None
 
 
-def _lookup(obj: Any, dotted: str) -> Any:
-    cur = obj
-    for part in dotted.split("."):
-        if not isinstance(cur, dict):
-            return None
-        cur = cur.get(part)
-    return cur
-
-
-def _field_match(obj: Obj, selector: str) -> bool:
-    """``fieldSelector``: comma-separated ``path=value`` / ``path==value`` / ``path!=value`` terms."""
-    for term in filter(None, (t.strip() for t in selector.split(","))):
-        m = re.fullmatch(r"([A-Za-z0-9_.]+)\s*(!=|==|=)\s*(.*)", term)
-        if m is None:
-            raise ApiError(400, "BadRequest", f"invalid field selector term {term!r}")
-        value = _lookup(obj, m[1])
-        actual = "" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
-        if (actual == m[3]) != (m[2] != "!="):
-            return False
-    return True
-
-
 _LABEL_TERM = re.compile(
     r"\s*(!?)([A-Za-z0-9_./-]+)\s*(?:(!=|==|=)\s*([A-Za-z0-9_.-]*)|\s+(in|notin)\s*\(([^)]*)\))?\s*(?:,|$)"
 )
@@ -231,41 +215,25 @@ def _label_match(labels: Any, selector: str) -> bool:
     return True
 
 
-def _selector_match(labels: dict[str, str], selector: Any) -> bool:
-    """A LabelSelector (``matchLabels`` and ``matchExpressions``: In, NotIn, Exists, DoesNotExist);
-    an empty selector matches every pod (policy/v1), a missing one none."""
-    if not isinstance(selector, dict):
-        return False
-    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
-        return False
-    for e in selector.get("matchExpressions") or []:
-        key, op, values = e.get("key"), e.get("operator"), set(e.get("values") or [])
-        if op == "In" and labels.get(key) not in values:
-            return False
-        if op == "NotIn" and key in labels and labels[key] in values:
-            return False
-        if op == "Exists" and key not in labels:
-            return False
-        if op == "DoesNotExist" and key in labels:
-            return False
-    return True
-
-
 class ApiError(Exception):
-    def __init__(self, code: int, reason: str, message: str) -> None:
+    """A failure answered with a metav1.Status; ``extra``: more of the Status (``details``, ``metadata``)."""
+
+    def __init__(self, code: int, reason: str, message: str, extra: Obj | None = None) -> None:
         super().__init__(message)
-        self.code, self.reason, self.message = code, reason, message
+        self.code, self.reason, self.message, self.extra = code, reason, message, extra or {}
 
     def status(self) -> Obj:
-        return {
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": self.message,
-            "reason": self.reason,
-            "code": self.code,
-        }
+        out = ks.status_failure(self.code, self.reason, self.message)
+        return {**out, **self.extra, "code": self.code}
+
+
+def _qualified(res: Resource) -> str:
+    """The resource as API errors name it: ``pods``, ``deployments.apps``."""
+    return f"{res.plural}.{res.group}" if res.group else res.plural
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _leaves(obj: Any, prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], Any]:
@@ -322,8 +290,9 @@ class FakeKubeAPI:
         self.proxy_upstreams: dict[tuple[str, str, str], str] = {}  # (ns, service, port) -> base URL
         self.logs: dict[tuple[str, str, str], str] = {}  # (ns, pod, container[+PREVIOUS_SUFFIX]) -> text
         self._faults: list[_Fault] = []
-        self.version = "v1.36.4"  # GET /version
-        self._index: dict[tuple[str, ...], list[Key]] = {}
+        self.version = f"v{pins.KUBERNETES[ks.IMITATES]}"  # GET /version: the pinned patch of the imitated minor
+        self.compacted_rv = 0  # continue tokens of this resourceVersion or older are expired (see compact())
+        self._index: dict[tuple[str, ...], list[tuple[str, Key]]] = {}
         self._index_stamp: tuple[int, int, int] = (0, -1, -1)
         self._stopping = threading.Event()
         self._server: ThreadingHTTPServer | None = None
@@ -365,6 +334,9 @@ class FakeKubeAPI:
                 ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip()
                 api.requests.append((method, self.path, ctype))
                 try:
+                    if ctype == "application/vnd.kubernetes.protobuf":  # a real API server decodes it; this one cannot
+                        raise ApiError(415, "UnsupportedMediaType", "the fake API server reads JSON and YAML bodies "
+                                       "only, not application/vnd.kubernetes.protobuf")  # fmt: skip
                     api._before(method, self.path)
                     api._inject_faults(method, self.path)
                     special = api.handle_special(method, self.path, ctype, raw, self.headers)
@@ -583,44 +555,40 @@ class FakeKubeAPI:
         return RawResponse(code, json.dumps(body).encode(), "application/json")
 
     def _evict(self, ns: str, pod: str, body: Obj, query: dict[str, str]) -> RawResponse:
-        """The Eviction API with PodDisruptionBudget semantics (see the module docstring)."""
-        dry = query.get("dryRun") == "All" or "All" in ((body.get("deleteOptions") or {}).get("dryRun") or [])
+        """The Eviction subresource as kube-apiserver's EvictionREST answers it (see kube_semantics)."""
+        dry_query = [query["dryRun"]] if "dryRun" in query else []
+        dry_body = list((body.get("deleteOptions") or {}).get("dryRun") or [])
+        if dry_query and dry_body and dry_query != dry_body:
+            raise ApiError(500, "InternalError", f"Non-matching dry-run options in request and content: "
+                           f"[{' '.join(dry_query)}] and [{' '.join(dry_body)}]")  # fmt: skip
+        bad = ks.invalid_dry_run("CreateOptions", dry_query or dry_body)
+        if bad:
+            raise ApiError(422, "Invalid", bad)
+        dry = "All" in (dry_query or dry_body)
+        if (body.get("metadata") or {}).get("name", pod) != pod:
+            raise ApiError(400, "BadRequest", "name in URL does not match name in Eviction object")
         with self._lock:
-            key = ("", "v1", "pods", ns, pod)
-            obj = self.objects.get(key)
+            obj = self.objects.get(("", "v1", "pods", ns, pod))
             if obj is None:
-                raise ApiError(404, "NotFound", f'pods "{pod}" not found')
-            labels = (obj.get("metadata") or {}).get("labels") or {}
-            finished = (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed")
-            budgets = [
-                o
-                for (g, _, plural, ons, _), o in self.objects.items()
-                if (g, plural, ons) == ("policy", "poddisruptionbudgets", ns)
-                and _selector_match(labels, (o.get("spec") or {}).get("selector"))
-            ]
-            if not finished and len(budgets) > 1:
-                raise ApiError(
-                    500,
-                    "InternalError",
-                    "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.",
-                )
-            if not finished and budgets:
-                pdb = budgets[0]
-                status = pdb.setdefault("status", {})
-                if int(status.get("disruptionsAllowed") or 0) < 1:
-                    name = pdb["metadata"]["name"]
-                    exc = ApiError(
-                        429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget."
-                    )
-                    cause = (
-                        f"The disruption budget {name} needs {status.get('desiredHealthy', 0)} healthy pods and has "
-                        f"{status.get('currentHealthy', 0)} currently"
-                    )
-                    return self._json(
-                        429, {**exc.status(), "details": {"causes": [{"reason": "DisruptionBudget", "message": cause}]}}
-                    )
-                if not dry:
-                    status["disruptionsAllowed"] = int(status["disruptionsAllowed"]) - 1
+                raise ApiError(404, "NotFound", f'pods "{pod}" not found', {"details": {"name": pod, "kind": "pods"}})
+            if not ks.can_ignore_budget(obj):
+                labels = (obj.get("metadata") or {}).get("labels") or {}
+                budgets = [
+                    o
+                    for (g, _, plural, ons, _), o in self.objects.items()
+                    if (g, plural, ons) == ("policy", "poddisruptionbudgets", ns)
+                    and ks.selector_matches(labels, (o.get("spec") or {}).get("selector"))
+                ]
+                if len(budgets) > 1:  # a Status returned (not raised) by EvictionREST: no reason
+                    return self._json(500, ks.status_failure(500, "", ks.EVICTION_TWO_BUDGETS))
+                if budgets and not ks.skips_decrement(obj, budgets[0]):
+                    verdict = ks.budget_verdict(obj, budgets[0])
+                    if verdict is not None:
+                        return self._json(*verdict)
+                    if not dry:
+                        status = budgets[0].setdefault("status", {})
+                        status["disruptionsAllowed"] = int(status.get("disruptionsAllowed") or 0) - 1
+                        status.setdefault("disruptedPods", {})[pod] = _now()
             if not dry:
                 self._delete_obj(self.resources[("", "v1", "pods")], ns, pod)
         return self._json(201, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201})
@@ -710,26 +678,46 @@ class FakeKubeAPI:
                     return 200, self._list(res, ns, query)
                 return 200, self._get(res, ns, name)
             body = self._body(ctype, raw) if raw else {}
+            dry_run = [v for k, vs in parse_qs(url.query).items() if k == "dryRun" for v in vs]
             if method == "POST":
-                return 201, self._create(res, ns, body, manager=query.get("fieldManager", "client"))
+                self._dry_run_valid("CreateOptions", dry_run)
+                return 201, self._create(res, ns, body, manager=query.get("fieldManager", "client"), dry=bool(dry_run))
             if method == "PATCH":
-                if ctype == MERGE_PATCH:
+                self._dry_run_valid("PatchOptions", dry_run)
+                if ctype == MERGE_PATCH or (ctype == STRATEGIC_MERGE_PATCH and res in BUILTIN):
+                    if ctype == STRATEGIC_MERGE_PATCH and "$" in raw.decode("utf-8", "replace"):
+                        raise ApiError(415, "UnsupportedMediaType", "the fake API server applies a strategic "
+                                       "merge patch as a merge patch: $-directives are not supported")  # fmt: skip
                     return 200, self._merge_patch(res, ns, name, body)
-                if ctype != "application/apply-patch+yaml":
-                    raise ApiError(
-                        415, "UnsupportedMediaType", f"fake API supports only server-side apply, not {ctype}"
-                    )
+                if ctype != APPLY_PATCH:
+                    accepted = ["application/json-patch+json", MERGE_PATCH, APPLY_PATCH]
+                    if res in BUILTIN:
+                        accepted.insert(2, STRATEGIC_MERGE_PATCH)
+                    raise ApiError(415, "UnsupportedMediaType", "the body of the request was in an unknown format - "
+                                   "accepted media types include: " + ", ".join(accepted))  # fmt: skip
                 if not query.get("fieldManager"):
-                    raise ApiError(400, "BadRequest", "PATCH with apply requires fieldManager")
+                    raise ApiError(422, "Invalid", ks.APPLY_NEEDS_MANAGER)
                 if name is None:
                     raise ApiError(405, "MethodNotAllowed", "apply needs a name")
-                return self._apply(res, ns, name, body, query["fieldManager"], query.get("force") == "true")
+                return self._apply(res, ns, name, body, query["fieldManager"], query.get("force") == "true",
+                                   dry=bool(dry_run))  # fmt: skip
             if method == "DELETE":
+                self._dry_run_valid("DeleteOptions", dry_run or list(body.get("dryRun") or []))
                 deleted = self.objects.get(self._key(res, ns, name or ""))
+                if dry_run or body.get("dryRun"):
+                    if deleted is None:
+                        raise ApiError(404, "NotFound", f'{_qualified(res)} "{name}" not found')
+                    return 200, self._deleted_status(res, deleted)
                 out = self._delete_obj(res, ns, name)
                 self._cascade(deleted, query.get("propagationPolicy") or body.get("propagationPolicy"))
                 return 200, out
             raise ApiError(405, "MethodNotAllowed", method)
+
+    @staticmethod
+    def _dry_run_valid(kind: str, values: list[str]) -> None:
+        bad = ks.invalid_dry_run(kind, values)
+        if bad:
+            raise ApiError(422, "Invalid", bad)
 
     def _body(self, ctype: str, raw: bytes) -> Obj:
         try:
@@ -834,57 +822,72 @@ class FakeKubeAPI:
             }
         obj = self.objects.get(self._key(res, ns, name))
         if obj is None:
-            raise ApiError(404, "NotFound", f'{res.plural}.{res.group or "core"} "{name}" not found')
+            raise ApiError(404, "NotFound", f'{_qualified(res)} "{name}" not found',
+                           {"details": {"name": name, **({"group": res.group} if res.group else {}), "kind": res.plural}})  # fmt: skip
         return self._view(obj)
 
     def _list(self, res: Resource, ns: str, query: dict[str, str]) -> Obj:
-        """LIST with ``limit``/``continue`` pagination and field/label selectors."""
+        """LIST with ``limit``/``continue`` pagination and field/label selectors (see kube_semantics)."""
         gvp = (res.group, res.version, res.plural)
-        keys = self._sorted_keys(gvp, ns)
+        index = self._sorted_keys(gvp, ns)
         fsel, lsel = query.get("fieldSelector", ""), query.get("labelSelector", "")
-        if fsel or lsel:
-            keys = [
-                k
-                for k in keys
-                if (not fsel or _field_match(self.objects[k], fsel))
-                and (not lsel or _label_match((self.objects[k].get("metadata") or {}).get("labels"), lsel))
-            ]
         token = query.get("continue")
         if token:
             try:
-                state = json.loads(base64.urlsafe_b64decode(token.encode()))
-                after = tuple(state["after"])
-                scope = tuple(state["scope"])
-            except (ValueError, KeyError, TypeError):
-                raise ApiError(400, "BadRequest", "continue key is not valid") from None
-            if scope != (*gvp, ns):
-                raise ApiError(410, "Expired", "the provided continue parameter is too old or invalid")
-            keys = keys[bisect.bisect_right(keys, after) :]
+                start, token_rv = ks.decode_continue(token)
+            except ks.ContinueError as exc:
+                raise ApiError(400, "BadRequest", str(exc)) from None
+            if 0 < token_rv <= self.compacted_rv:
+                again = ks.encode_continue(start, -1)
+                raise ApiError(410, "Expired", ks.INCONSISTENT_CONTINUE, {"metadata": {"continue": again}})
+            index = index[bisect.bisect_left(index, (start,)) :]
         try:
             limit = int(query.get("limit") or 0)
         except ValueError:
             raise ApiError(400, "BadRequest", "limit must be an integer") from None
+        try:
+            terms = ks.parse_field_selector(res.group, res.kind, fsel)
+        except ks.SelectorError as exc:
+            raise ApiError(400, "BadRequest", str(exc)) from None
+        keys: list[Key] = []
+        more, pos = False, 0
+        for pos, (keystr, k) in enumerate(index):  # noqa: B007 (pos is read after the loop)
+            obj = self.objects[k]
+            if terms and not all((ks.field_value(obj, p) == want) == (op != "!=") for p, op, want in terms):
+                continue
+            if lsel and not _label_match((obj.get("metadata") or {}).get("labels"), lsel):
+                continue
+            if 0 < limit <= len(keys):
+                more = True
+                break
+            keys.append(k)
+            last = keystr
         meta: Obj = {"resourceVersion": str(self._rv)}
-        if 0 < limit < len(keys):
-            rest = len(keys) - limit
-            keys = keys[:limit]
-            state = {"after": list(keys[-1]), "scope": [*gvp, ns]}
-            meta["continue"] = base64.urlsafe_b64encode(json.dumps(state).encode()).decode()
-            meta["remainingItemCount"] = rest
+        if more:
+            meta["continue"] = ks.encode_continue(last + "\x00", self._rv)
+            if not (fsel or lsel):  # unknown with selectors: left unset (ListMeta.remainingItemCount)
+                meta["remainingItemCount"] = len(index) - pos
         items = [self._view(self.objects[k]) if res.kind == "CustomResourceDefinition" else self.objects[k]
                  for k in keys]  # fmt: skip
         api_version = f"{res.group}/{res.version}" if res.group else res.version
         return {"kind": f"{res.kind}List", "apiVersion": api_version, "metadata": meta, "items": items}
 
-    def _sorted_keys(self, gvp: tuple[str, str, str], ns: str) -> list[Key]:
-        """Sorted keys of one resource (and namespace), cached until the store changes (pages are cheap)."""
+    def compact(self) -> None:
+        """etcd compaction up to now: every continue token handed out so far is expired (410), as on a real
+        API server once its storage compacted past the token's resourceVersion."""
+        with self._lock:
+            self.compacted_rv = self._rv
+
+    def _sorted_keys(self, gvp: tuple[str, str, str], ns: str) -> list[tuple[str, Key]]:
+        """(storage key, key) of one resource (and namespace) in the order etcd keeps them (the key under the
+        resource's prefix: ``<namespace>/<name>`` or ``<name>``), cached until the store changes."""
         stamp = (id(self.objects), len(self.objects), self._rv)
         if self._index_stamp != stamp:
             self._index, self._index_stamp = {}, stamp
         cached = self._index.get((*gvp, ns))
         if cached is None:
             cached = self._index[(*gvp, ns)] = sorted(
-                k for k in self.objects if k[:3] == gvp and (not ns or k[3] == ns)
+                (f"{k[3]}/{k[4]}" if k[3] else k[4], k) for k in self.objects if k[:3] == gvp and (not ns or k[3] == ns)
             )
         return cached
 
@@ -962,7 +965,8 @@ class FakeKubeAPI:
             self._register_crd(obj)
         return self._view(obj)
 
-    def _create(self, res: Resource, ns: str, body: Obj, manager: str) -> Obj:
+    def _create(self, res: Resource, ns: str, body: Obj, manager: str, *, dry: bool = False) -> Obj:
+        """POST; ``dry`` (``?dryRun=All``): every check, the object as it would be stored, nothing stored."""
         self._check(res, ns, body, None)
         meta = body.setdefault("metadata", {})
         if not meta.get("name") and meta.get("generateName"):
@@ -972,7 +976,14 @@ class FakeKubeAPI:
             raise ApiError(422, "Invalid", "metadata.name: Required value")
         key = self._key(res, ns, name)
         if key in self.objects:
-            raise ApiError(409, "AlreadyExists", f'{res.plural} "{name}" already exists')
+            raise ApiError(409, "AlreadyExists", f'{_qualified(res)} "{name}" already exists',
+                           {"details": {"name": name, **({"group": res.group} if res.group else {}), "kind": res.plural}})  # fmt: skip
+        if dry:
+            rv = self._rv
+            preview = self._stamp(self._normalize(body), ns, None)
+            self._rv = rv
+            preview["metadata"].pop("resourceVersion", None)
+            return preview
         obj = self._stamp(self._normalize(body), ns, None)
         if res.kind == "Pod":
             obj.setdefault("status", {"phase": "Pending"})
@@ -982,7 +993,9 @@ class FakeKubeAPI:
             hook(self.objects[key])
         return out
 
-    def _apply(self, res: Resource, ns: str, name: str, body: Obj, manager: str, force: bool) -> tuple[int, Obj]:
+    def _apply(
+        self, res: Resource, ns: str, name: str, body: Obj, manager: str, force: bool, *, dry: bool = False
+    ) -> tuple[int, Obj]:
         self._check(res, ns, body, name)
         key = self._key(res, ns, name)
         applied = _leaves(self._normalize(body))
@@ -991,17 +1004,14 @@ class FakeKubeAPI:
         current = copy.deepcopy(old) if old else {}
         current_leaves = _leaves(current) if old else {}
         conflicts = [
-            ".".join(p)
+            (owners[p], "." + ".".join(p))
             for p, v in applied.items()
             if p in owners and owners[p] != manager and current_leaves.get(p) != v
         ]
         if conflicts and not force:
-            raise ApiError(
-                409,
-                "Conflict",
-                f"Apply failed with {len(conflicts)} conflict(s): "
-                + "; ".join(f'conflict with "{owners[tuple(c.split("."))]}": .{c}' for c in conflicts),
-            )
+            causes = [{"reason": "FieldManagerConflict", "message": f'conflict with "{m}"', "field": f}
+                      for m, f in conflicts]  # fmt: skip
+            raise ApiError(409, "Conflict", ks.conflict_message(conflicts), {"details": {"causes": causes}})
         for p, m in list(owners.items()):
             if m == manager and p not in applied:
                 _delete(current, p)
@@ -1011,6 +1021,12 @@ class FakeKubeAPI:
             owners[p] = manager
         if old is not None and _leaves(current) == current_leaves and owners == self.owners.get(key, {}):
             return 200, self._view(old)  # no-op apply: a real server keeps the resourceVersion
+        if dry:
+            rv = self._rv
+            preview = self._stamp(current, ns, old)
+            self._rv = rv
+            preview["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"] if old else ""
+            return (200 if old else 201), preview
         obj = self._stamp(current, ns, old)
         self.owners[key] = owners
         return (200 if old else 201), self._store(res, key, obj)
@@ -1021,7 +1037,7 @@ class FakeKubeAPI:
         key = self._key(res, ns, name)
         obj = self.objects.pop(key, None)
         if obj is None:
-            raise ApiError(404, "NotFound", f'{res.plural} "{name}" not found')
+            raise ApiError(404, "NotFound", f'{_qualified(res)} "{name}" not found')
         self._rv += 1
         self.owners.pop(key, None)
         if res.kind == "Pod":
@@ -1032,7 +1048,14 @@ class FakeKubeAPI:
             for v in spec["versions"]:
                 self.resources.pop((spec["group"], v["name"], spec["names"]["plural"]), None)
             self._crd_created.pop(name, None)
-        return {"kind": "Status", "apiVersion": "v1", "status": "Success"}
+        return self._deleted_status(res, obj)
+
+    @staticmethod
+    def _deleted_status(res: Resource, obj: Obj) -> Obj:
+        """What DELETE answers for an object deleted at once (registry Store.finalizeDelete)."""
+        details = {"name": obj["metadata"]["name"], **({"group": res.group} if res.group else {}), "kind": res.plural,
+                   "uid": obj["metadata"].get("uid", "")}  # fmt: skip
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details}
 
     def _register_crd(self, crd: Obj) -> None:
         spec = crd["spec"]
@@ -1068,6 +1091,8 @@ class FakeKubeAPI:
 #   RBAC answers it (verbs from the method, ``services/proxy`` style subresources, ``resourceNames``).
 
 MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+APPLY_PATCH = "application/apply-patch+yaml"
 GPU_RESOURCE = "nvidia.com/gpu"
 
 BUILTIN.extend(
@@ -1110,7 +1135,7 @@ def _fake_merge_patch(self: FakeKubeAPI, res: Resource, ns: str, name: str | Non
     key = self._key(res, ns, name)
     old = self.objects.get(key)
     if old is None:
-        raise ApiError(404, "NotFound", f'{res.plural} "{name}" not found')
+        raise ApiError(404, "NotFound", f'{_qualified(res)} "{name}" not found')
     want = (body.get("metadata") or {}).get("resourceVersion")
     if want is not None and str(want) != str(old["metadata"].get("resourceVersion")):
         raise ApiError(

@@ -1,4 +1,4 @@
-"""A tiny OCI registry on loopback for the bundle tests: the distribution spec's pull API
+"""TEST DOUBLE: a tiny OCI registry on loopback for the bundle tests: the distribution spec's pull API
 (``/v2/<repo>/manifests/<tag|digest>``, ``/v2/<repo>/blobs/<digest>``) behind anonymous
 bearer-token auth (401 with a ``WWW-Authenticate: Bearer realm=...`` challenge, a ``/token``
 endpoint), blobs answered with a redirect to a second path as registry.k8s.io does. Images are
@@ -157,6 +157,11 @@ def _handler(registry: Registry, server: RegistryServer) -> type[BaseHTTPRequest
         def log_message(self, format: str, *args: Any) -> None:
             return
 
+        def _error(self, status: int, code: str, message: str, headers: Mapping[str, str] | None = None) -> None:
+            """An error as the distribution spec answers it: ``{"errors": [{"code", "message", "detail"}]}``."""
+            body = json.dumps({"errors": [{"code": code, "message": message, "detail": None}]}).encode()
+            self._send(status, body, {"Content-Type": "application/json", **(headers or {})})
+
         def _send(self, status: int, body: bytes = b"", headers: Mapping[str, str] | None = None) -> None:
             self.send_response(status)
             for k, v in (headers or {}).items():
@@ -185,12 +190,17 @@ def _handler(registry: Registry, server: RegistryServer) -> type[BaseHTTPRequest
             if not url.path.startswith("/v2/"):
                 self._send(404)
                 return
+            rest = url.path[len("/v2/") :]
             if not authed:
                 realm = f"{server.url}/token"
-                challenge = f'Bearer realm="{realm}",service="gpustack-test"'
-                self._send(401, b"{}", {"WWW-Authenticate": challenge, "Content-Type": "application/json"})
+                name = rest.split("/manifests/")[0].split("/blobs/")[0]
+                scope = f',scope="repository:{name}:pull"' if name else ""
+                challenge = f'Bearer realm="{realm}",service="gpustack-test"{scope}'
+                self._error(401, "UNAUTHORIZED", "authentication required", {"WWW-Authenticate": challenge})
                 return
-            rest = url.path[len("/v2/") :]
+            if rest == "":  # end-1: the registry implements the spec
+                self._send(200, b"{}", {"Content-Type": "application/json"})
+                return
             if "/manifests/" in rest:
                 repository, reference = rest.rsplit("/manifests/", 1)
                 if repository in registry.broken:
@@ -198,7 +208,7 @@ def _handler(registry: Registry, server: RegistryServer) -> type[BaseHTTPRequest
                     return
                 body = registry._manifest(repository, reference)
                 if body is None:
-                    self._send(404)
+                    self._error(404, "MANIFEST_UNKNOWN", "manifest unknown to registry")
                     return
                 media = json.loads(body)["mediaType"]
                 self._send(200, body, {"Content-Type": media, "Docker-Content-Digest": digest_of(body)})
@@ -206,7 +216,7 @@ def _handler(registry: Registry, server: RegistryServer) -> type[BaseHTTPRequest
             if "/blobs/" in rest:
                 repository, digest = rest.rsplit("/blobs/", 1)
                 if registry._blob(repository, digest) is None:
-                    self._send(404)
+                    self._error(404, "BLOB_UNKNOWN", "blob unknown to registry")
                     return
                 self._send(307, b"", {"Location": f"{server.url}/blobdata/{repository.replace('/', '+')}/{digest}"})
                 return

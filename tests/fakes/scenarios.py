@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import base64
 import copy
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpustack.config import pins
 from gpustack.config.model import Config
 from gpustack.constants import GPU_NAMESPACE, GRAFANA_ADMIN_SECRET, GRAFANA_SERVICE, MONITORING_NAMESPACE
 from gpustack.monitoring.rules import prometheus_rule
@@ -111,17 +113,34 @@ def _node(i: int, total: int) -> Obj:
             "allocatable": dict(res),
             "conditions": cond,
             "addresses": [{"type": "InternalIP", "address": node_ip(i)}, {"type": "Hostname", "address": name}],
-            "nodeInfo": {"kubeletVersion": "v1.36.1", "containerRuntimeVersion": "containerd://2.1.4"},
+            "nodeInfo": {  # every field the kubelet reports (all required in v1 NodeSystemInfo)
+                "machineID": f"{i:032x}",
+                "systemUUID": f"4c4c4544-0000-1000-8000-{i:012x}",
+                "bootID": f"b007-{i}",
+                "kernelVersion": "6.8.0-48-generic",
+                "osImage": "Ubuntu 24.04.1 LTS",
+                "operatingSystem": "linux",
+                "architecture": "amd64",
+                "containerRuntimeVersion": f"containerd://{pins.CONTAINERD_VERSION}",
+                "kubeletVersion": f"v{pins.KUBERNETES[pins.KUBERNETES_DEFAULT]}",
+                "kubeProxyVersion": f"v{pins.KUBERNETES[pins.KUBERNETES_DEFAULT]}",
+            },
         },
     }
+
+
+def _image_id(image: str) -> str:
+    """What the kubelet reports as a container's imageID: the repository @ the digest it pulled (derived here)."""
+    return image.rsplit(":", 1)[0] + "@sha256:" + hashlib.sha256(image.encode()).hexdigest()
 
 
 def _running(name: str, image: str, *, init: bool = False) -> Obj:
     if init:
         state = {"terminated": {"exitCode": 0, "reason": "Completed", "finishedAt": STAMP}}
-        return {"name": name, "image": image, "ready": True, "restartCount": 0, "state": state}
-    return {"name": name, "image": image, "ready": True, "started": True, "restartCount": 0,
-            "state": {"running": {"startedAt": STAMP}}}  # fmt: skip
+        return {"name": name, "image": image, "imageID": _image_id(image), "ready": True, "restartCount": 0,
+                "state": state}  # fmt: skip
+    return {"name": name, "image": image, "imageID": _image_id(image), "ready": True, "started": True,
+            "restartCount": 0, "state": {"running": {"startedAt": STAMP}}}  # fmt: skip
 
 
 def pod(
@@ -131,7 +150,8 @@ def pod(
     """A Running, Ready pod as the kubelet reports it."""
     md: Obj = {"name": name, "namespace": ns, "labels": dict(labels)}
     if owner:
-        md["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": owner[0], "name": owner[1], "controller": True}]
+        md["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": owner[0], "name": owner[1], "controller": True,
+                                  "uid": f"uid-{owner[0].lower()}-{owner[1]}"}]  # fmt: skip
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -169,7 +189,8 @@ def deployment(name: str, ns: str, replicas: int, labels: Obj) -> Obj:
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {"name": name, "namespace": ns, "labels": dict(labels)},
-        "spec": {"replicas": replicas, "selector": {"matchLabels": dict(labels)}},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": dict(labels)},
+                 "template": {"metadata": {"labels": dict(labels)}, "spec": {"containers": [{"name": name}]}}},
         "status": {"replicas": replicas, "readyReplicas": replicas, "availableReplicas": replicas,
                    "updatedReplicas": replicas, "conditions": [{"type": "Available", "status": "True"}]},
     }  # fmt: skip

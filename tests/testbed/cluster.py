@@ -72,7 +72,7 @@ def write_config(
         "versions": {
             "helm_sha256": {"amd64": sources.helm.sha256},
             # containerd 2 and runc from the file server (Debian forky's builds), with their own checksums
-            **(sources.runtime.config_versions() if sources.runtime is not None else {}),
+            **sources.runtime.config_versions(),
         },
         "ssh": {"known_hosts": str(bed.known_hosts), "connect_timeout": 10},
         # the bed's hosts share the outer machine's disk; keep the check but at a size they pass

@@ -34,10 +34,13 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from socketserver import BaseRequestHandler
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._proc import TestbedError, run
 from .network import BRIDGE_ADDRESS, SUBNET, TestbedNetwork
+
+if TYPE_CHECKING:
+    from .runtime import RuntimeArchives
 
 K8S_PACKAGES = ("kubeadm", "kubelet", "kubectl")
 DOUBLE_NAMES = (*K8S_PACKAGES, "helm")
@@ -627,11 +630,14 @@ def _pump(a: socket.socket, b: socket.socket, idle_timeout: float) -> None:
 class Sources:
     """What `gpustack up` downloads, served on the bed's network: the file server with the signed
     Kubernetes apt repo and the Helm tarball; and the forward proxy (Flannel's manifest is rendered
-    by gpustack: nothing to serve)."""
+    by gpustack: nothing to serve), and containerd 2 / runc as release downloads.
+
+    Every field is required: preflight (P24) tries every download `up` will make, so a source left
+    out fails the run (scripts/bench_up.py once built one without the runtime archives)."""
 
     http: HttpServer
     k8s_repo: K8sRepo
     helm: HelmTarball
     proxy: ForwardProxy
-    # containerd 2 / runc release downloads (tests/testbed/runtime.py); None: not published
-    runtime: Any = None
+    #: containerd 2 / runc release downloads (tests/testbed/runtime.py publish_runtime)
+    runtime: RuntimeArchives

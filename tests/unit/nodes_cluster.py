@@ -19,7 +19,18 @@ def node(name: str, *, cp: bool = False, ready: bool = True, kubelet: str = "v1.
         "spec": {"unschedulable": True} if cordoned else {},
         "status": {
             "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
-            "nodeInfo": {"kubeletVersion": kubelet},
+            "nodeInfo": {  # every field of v1 NodeSystemInfo (all required)
+                "kubeletVersion": kubelet,
+                "kubeProxyVersion": kubelet,
+                "machineID": f"machine-{name}",
+                "systemUUID": f"uuid-{name}",
+                "bootID": f"boot-{name}",
+                "kernelVersion": "6.1.0-28-amd64",
+                "osImage": "Debian GNU/Linux 12 (bookworm)",
+                "containerRuntimeVersion": "containerd://2.2.7",
+                "operatingSystem": "linux",
+                "architecture": "amd64",
+            },
         },
     }
 
@@ -45,7 +56,10 @@ def pod(
     spec: Obj = {"nodeName": on, "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10.1"}]}
     if empty_dir:
         spec["volumes"] = [{"name": "scratch", "emptyDir": {}}]
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": {"phase": phase}}
+    status: Obj = {"phase": phase}
+    if phase == "Running":  # a running pod of a healthy app is Ready: the eviction API asks its budget only then
+        status["conditions"] = [{"type": "Ready", "status": "True"}]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": status}
 
 
 def pdb(name: str, app: str, *, allowed: int, ns: str = "default", healthy: int = 2) -> Obj:
@@ -55,6 +69,7 @@ def pdb(name: str, app: str, *, allowed: int, ns: str = "default", healthy: int 
         "metadata": {"name": name, "namespace": ns},
         "spec": {"minAvailable": healthy, "selector": {"matchLabels": {"app": app}}},
         "status": {
+            "observedGeneration": 1,  # the disruption controller has seen this spec (else evictions are 429)
             "disruptionsAllowed": allowed,
             "desiredHealthy": healthy,
             "currentHealthy": healthy,

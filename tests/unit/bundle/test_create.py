@@ -39,13 +39,13 @@ def test_create_fetches_everything_verified_and_resumes(
     # images: every one the config names, resolved from kubeadm's list and the charts, Flannel's pinned
     images = {a.name for a in manifest.artifacts if a.kind == "image"}
     expected = {want.parse_ref(r).tagged for r in bundle_sources.IMAGES} - {
-        "nvcr.io/nvidia/driver:580.95.05-ubuntu24.04"  # Debian: no driver container
+        "nvcr.io/nvidia/driver:595.91.07-ubuntu24.04"  # Debian: no driver container
     }
     assert images == expected
     assert "nvcr.io/nvidia/private/vgpu-manager:1.0" not in images  # enabled: false
     assert "registry.k8s.io/etcd:3.6.6-0" in manifest.resolved_images["kubeadm"]
     assert (
-        "quay.io/prometheus-operator/prometheus-config-reloader:v0.86.0"
+        "quay.io/prometheus-operator/prometheus-config-reloader:v0.93.1"
         in manifest.resolved_images["chart kube-prometheus-stack"]
     )
     pause = manifest.find("image", "registry.k8s.io/pause:3.10.2")

@@ -15,7 +15,8 @@ SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "bench_doctor.py"
 
 
 def test_bench_runs_and_requests_stay_flat() -> None:
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--sizes", "1,20", "--repeat", "1"],
+    # --smoke: sizes 1 and 20, one run each (tests/unit/test_bench_smoke.py counts on this test for it)
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--smoke"],
                           capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
     rows = re.findall(r"^(doctor|verify)\s+(\d+)\s+(\d+)\s+(\d+)\s+[\d.]+\s+[\d.]+\s+(\d+)$", proc.stdout, re.M)
     assert len(rows) == 4, proc.stdout + proc.stderr
