@@ -15,8 +15,8 @@ What it does, in one run:
 
 Usage: ``python scripts/bench_report.py [--gpus 100] [--days 30] [--repeat 3] [--keep DIR] [--smoke]``
 (``--smoke``, for CI: 4 GPUs, 2 days, one report each, as tests/prometheus/test_bench_report.py runs it). Needs
-``prometheus`` and ``promtool`` (Debian's package; scripts/test.sh installs it). A full run takes a few
-minutes and ~2 GB of temporary disk.
+the newest Prometheus the tests run (tests/prometheus/releases.py: Debian sid's, fetched on first use). A full
+run takes a few minutes and ~2 GB of temporary disk.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         args.gpus, args.days, args.repeat = 4, 2, 1
     missing = binaries_missing()
     if missing:
-        print(f"bench_report: not installed: {', '.join(missing)} (apt-get install prometheus)", file=sys.stderr)
+        print(f"bench_report: no Prometheus: {'; '.join(missing)}", file=sys.stderr)
         return 2
     work = args.keep or Path(tempfile.mkdtemp(prefix="bench-report-"))
     work.mkdir(parents=True, exist_ok=True)

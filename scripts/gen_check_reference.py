@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Write docs/checks.md: every verify/doctor check (id, layer, command, what it reads, fix mode),
-generated from the check registry. tests/unit/diagnose/test_reference.py fails when it is stale."""
+generated from the check registry, then the file's hand-written sections (from its first "## " heading) as
+they are. tests/unit/diagnose/test_reference.py fails when the table is stale."""
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -22,8 +24,16 @@ failing check prints its exact fix.
 """
 
 
+#: hand-written sections after the generated table (from the first "## " heading on) are kept as they are
+TAIL = re.compile(r"^## ", re.M)
+
+
 def render() -> str:
-    return HEADER + reference_table()
+    """The header and the table from the registry, then the current file's hand-written sections."""
+    out = ROOT / "docs" / "checks.md"
+    current = out.read_text(encoding="utf-8") if out.exists() else ""
+    tail = TAIL.search(current)
+    return HEADER + reference_table() + ("\n" + current[tail.start() :] if tail else "")
 
 
 def main() -> None:

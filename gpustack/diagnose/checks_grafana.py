@@ -5,10 +5,10 @@ Pure functions of the snapshot."""
 
 from __future__ import annotations
 
-import re
-
 from gpustack.checks.model import Finding
-from gpustack.constants import GRAFANA_ADMIN_SECRET, GRAFANA_SERVICE, MONITORING_NAMESPACE
+from gpustack.constants import GRAFANA_ADMIN_SECRET, GRAFANA_SERVICE, MONITORING_NAMESPACE, VERIFY_NAMESPACE
+from gpustack.diagnose.checks_gpu import GPU_RESOURCE
+from gpustack.diagnose.checks_monitoring import profiling_unsupported
 from gpustack.diagnose.collect_grafana import (
     CAPACITY_PREFIX,
     CAPACITY_UID,
@@ -18,26 +18,47 @@ from gpustack.diagnose.collect_grafana import (
 )
 from gpustack.diagnose.registry import register
 from gpustack.diagnose.snapshot import Obj, Snapshot
-from gpustack.monitoring.dashboard import load_capacity_dashboard, load_dashboard, panel_queries
+from gpustack.monitoring.dashboard import CAPACITY_DASHBOARD_FILE, DASHBOARD_FILE
+from gpustack.monitoring.panels import ALWAYS_MAY_BE_EMPTY, Meaning, titles
 
 BOTH = ("doctor", "verify")
 GRAFANA_LOGS = "kubectl -n monitoring logs deploy/kube-prometheus-stack-grafana -c grafana --tail=50"
-# A panel whose every query ends in a filter (``... != 0``) lists problems: empty is healthy.
-_FILTERED = re.compile(r"(?:!=|==|>=|<=|>|<)\s*[-\d.e]+\s*\)?\s*$")
 
 
-def problem_panels() -> set[str]:
-    """Titles of panels that are empty when all is well (e.g. the XID table, or idle pods on the capacity
-    dashboard: its titles carry :data:`CAPACITY_PREFIX`)."""
-    by_title: dict[str, list[str]] = {}
-    for prefix, load in (("", load_dashboard), (CAPACITY_PREFIX, load_capacity_dashboard)):
-        try:
-            queries = panel_queries(load())
-        except (OSError, ValueError):
+def gpu_pods(snap: Snapshot) -> list[str]:
+    """``namespace/name`` of the Running pods holding GPUs (a container's ``nvidia.com/gpu`` limit or request;
+    verify's own test pods left out: they come and go while the panels are read)."""
+    out = []
+    for pod in snap.items("Pod"):
+        meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+        if meta.get("namespace") == VERIFY_NAMESPACE or (pod.get("status") or {}).get("phase") != "Running":
             continue
-        for title, expr in queries:
-            by_title.setdefault(prefix + title, []).append(expr)
-    return {t for t, exprs in by_title.items() if all(_FILTERED.search(e.strip()) for e in exprs)}
+        for c in spec.get("containers") or []:
+            res = (c or {}).get("resources") or {}
+            amounts = [(res.get(k) or {}).get(GPU_RESOURCE) for k in ("limits", "requests")]
+            if any(str(a or "0") not in ("0", "") for a in amounts):
+                out.append(f"{meta.get('namespace')}/{meta.get('name')}")
+                break
+    return sorted(out)
+
+
+def _titles(meanings: set[Meaning]) -> set[str]:
+    """Both dashboards' panel titles (as in ``panel_results``: the capacity one's with :data:`CAPACITY_PREFIX`)
+    whose "No data" means one of ``meanings`` (``dashboards/empty-panels.yaml``)."""
+    capacity = titles(CAPACITY_DASHBOARD_FILE, meanings)
+    return titles(DASHBOARD_FILE, meanings) | {CAPACITY_PREFIX + t for t in capacity}
+
+
+def allowed_empty(snap: Snapshot) -> set[str]:
+    """Panels whose "No data" is healthy on this cluster, from what each panel means: lists of problems and idle
+    GPUs' activity always; per-pod and allocation panels while no pod holds a GPU (when the pods could not be
+    read -- K00 says why -- no pod is known to hold one); profiling panels on GPUs DCGM cannot profile (M08)."""
+    healthy_empty: set[Meaning] = set(ALWAYS_MAY_BE_EMPTY)
+    if not gpu_pods(snap):
+        healthy_empty.add("gpu-pods")
+    if profiling_unsupported(snap):
+        healthy_empty.add("profiling")
+    return _titles(healthy_empty)
 
 
 @register("R01-grafana-healthy", "grafana", title="Grafana answers and its database is ok",
@@ -92,7 +113,8 @@ def dcgm_dashboard(snap: Snapshot) -> list[Finding]:
 
 
 @register("R04-panels-have-data", "grafana", title="the DCGM and capacity dashboards' panels return data",
-          reads="Grafana /api/ds/query for every panel", commands=BOTH, needs=("grafana",))  # fmt: skip
+          reads="Grafana /api/ds/query for every panel; dashboards/empty-panels.yaml; pods holding GPUs",
+          commands=BOTH, needs=("grafana",))  # fmt: skip
 def panels_have_data(snap: Snapshot) -> list[Finding]:
     uid = dashboard_uid() or DASHBOARD_UID
     loaded = {d.get("uid") for d in snap.grafana.dashboards}
@@ -130,7 +152,7 @@ def _panel_findings(snap: Snapshot, uid: str, results: dict[str, int], unqueried
                 )
             ]
         return [Finding("", "", "skip", "no panel was queried (no Prometheus datasource, see R02)")]
-    allowed = problem_panels()
+    allowed = allowed_empty(snap)
     empty = sorted(t for t, n in results.items() if n == 0 and t not in allowed)
     failed = sorted(t for t, n in results.items() if n < 0)
     out = []
@@ -139,8 +161,15 @@ def _panel_findings(snap: Snapshot, uid: str, results: dict[str, int], unqueried
                "M04 (metrics), M08 (profiling panels: Tensor Core, Engine Activity)") if uid != CAPACITY_UID else (
                "gpustack doctor --layer monitoring  # capacity panels read gpustack's usage recording rules (M05) "
                "and kube-state-metrics")  # fmt: skip
+        evidence = "; ".join(empty)
+        per_pod = [t for t in empty if t in _titles({"gpu-pods"})]
+        if per_pod:
+            pods = gpu_pods(snap)
+            evidence += f" -- about pods holding GPUs, and {len(pods)} do: {', '.join(pods[:3])}"
+            fix += ("; per-pod series need dcgm-exporter's Kubernetes mapping (kubelet pod-resources socket); a pod "
+                    "that started within the last minute shows after the next scrape and rule evaluation")  # fmt: skip
         out.append(Finding("", "", "fail", f"{len(empty)} of {len(results)} panels show \"No data\"",
-                           evidence="; ".join(empty), fix=fix))  # fmt: skip
+                           evidence=evidence, fix=fix))  # fmt: skip
     if failed:
         errors = snap.grafana.panel_errors.get(uid) or {}
         out.append(

@@ -13,7 +13,7 @@ from gpustack.config.pins import version_tuple
 from gpustack.diagnose.collect_prometheus import EXPORTER_UP, QUERIES, SCRAPE_POOL_FILTER
 from gpustack.diagnose.registry import register
 from gpustack.diagnose.snapshot import Obj, Snapshot
-from gpustack.monitoring.rules import EXPORTER_JOB, load_rules, load_usage_rules
+from gpustack.monitoring.rules import EXPORTER_JOB, rule_group_names
 from gpustack.render.manifests import EXPORTER_TARGETS
 
 BOTH = ("doctor", "verify")
@@ -262,7 +262,7 @@ def alert_rules_loaded(snap: Snapshot) -> list[Finding]:
     if "rules" in snap.prometheus.query_errors:
         return [Finding("", "", "fail", "Prometheus rules could not be read",
                         evidence=snap.prometheus.query_errors["rules"])]  # fmt: skip
-    wanted = [str(g["name"]) for g in load_rules()["groups"] + load_usage_rules()["groups"]]
+    wanted = rule_group_names()
     loaded = {str(g.get("name")) for g in snap.prometheus.rule_groups}
     missing = [g for g in wanted if g not in loaded]
     if missing:
@@ -389,6 +389,12 @@ def servicemonitor_selected(snap: Snapshot) -> list[Finding]:
     return out
 
 
+def profiling_unsupported(snap: Snapshot) -> bool:
+    """Every GPU model Prometheus reports is one DCGM cannot profile (GeForce, TITAN): no DCGM_FI_PROF_* there."""
+    models = [str((r.get("metric") or {}).get("modelName", "")) for r in snap.prometheus.queries.get("gpu_models", [])]
+    return bool(models) and all("GeForce" in m or "TITAN" in m for m in models)
+
+
 @register("M08-profiling-metrics", "monitoring", title="DCGM profiling metrics (DCGM_FI_PROF_*) are collected",
           reads="Prometheus queries", commands=BOTH, needs=("prometheus",))  # fmt: skip
 def profiling_metrics(snap: Snapshot) -> list[Finding]:
@@ -403,7 +409,7 @@ def profiling_metrics(snap: Snapshot) -> list[Finding]:
     models = sorted(
         str((r.get("metric") or {}).get("modelName", "")) for r in snap.prometheus.queries.get("gpu_models", [])
     )
-    consumer = bool(models) and all("GeForce" in m or "TITAN" in m for m in models)
+    consumer = profiling_unsupported(snap)
     evidence = (
         f"DCGM_FI_DEV_GPU_UTIL present but DCGM_FI_PROF_GR_ENGINE_ACTIVE/PIPE_TENSOR_ACTIVE absent on "
         f"{', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}; GPU models: {', '.join(models) or '?'}"

@@ -36,6 +36,7 @@ from gpustack.config.pins import version_tuple
 from gpustack.constants import MONITORING_NAMESPACE, PROMETHEUS_PORT, PROMETHEUS_SERVICE
 from gpustack.diagnose.collect import CollectContext, source
 from gpustack.diagnose.snapshot import Obj, Snapshot
+from gpustack.monitoring.rules import rule_group_names
 from gpustack.render.manifests import EXPORTER_TARGETS, exporter_target
 from gpustack.runners.http import BodyTooLarge, DirectEndpoint, Endpoint, HttpError, KubeProxyEndpoint, Query
 
@@ -55,6 +56,12 @@ QUERIES: dict[str, str] = {
     "exporter_down": f"{EXPORTER_UP} == 0",
     "gpu_allocatable": 'sum by (node) (kube_node_status_allocatable{resource="nvidia_com_gpu"})',
 }
+#: the Prometheus releases doctor, verify and report support, oldest and newest major (docs/operations.md,
+#: "Prometheus versions"): 2.42 is Debian 12's package (the first with the scrape-pool filter below), 3 the
+#: major the pinned kube-prometheus-stack deploys; the real-Prometheus tests run both
+#: (tests/prometheus/releases.py). Older ones answer without target details (below).
+OLDEST_PROMETHEUS = (2, 42)
+NEWEST_PROMETHEUS_MAJOR = 3
 #: the Prometheus release that added /api/v1/scrape_pools and /api/v1/targets?scrapePool= (prometheus#11142)
 SCRAPE_POOL_FILTER = (2, 42)
 #: the Prometheus release that added /api/v1/rules?rule_group[]= (prometheus#12270)
@@ -181,15 +188,14 @@ def scrape_exporter(ep: Endpoint, timeout: float = REQUEST_TIMEOUT) -> Obj:
 
 
 def _rule_groups(ep: Endpoint, version: tuple[int, ...], timeout: float) -> list[Obj]:
-    """gpustack's rule groups (filtered by Prometheus when it can, else every group, trimmed)."""
-    from gpustack.monitoring.rules import load_rules
-
-    query: Query | None = None
-    if version >= RULE_GROUP_FILTER:
-        query = {"rule_group[]": [str(g["name"]) for g in load_rules()["groups"]]}
+    """gpustack's rule groups (:func:`gpustack.monitoring.rules.rule_group_names`: both rule files), trimmed.
+    Prometheus 2.44+ filters them (``rule_group[]``); an older one answers every group and ignores the
+    parameter, so the answer is filtered here as well: the snapshot holds the same groups on either."""
+    wanted = rule_group_names()
+    query: Query | None = {"rule_group[]": wanted} if version >= RULE_GROUP_FILTER else None
     rules = api_data(ep, "rules", query, timeout)
     groups = rules.get("groups") if isinstance(rules, dict) else None
-    return [_trim_group(g) for g in groups or [] if isinstance(g, dict)]
+    return [_trim_group(g) for g in groups or [] if isinstance(g, dict) and g.get("name") in wanted]
 
 
 def down_target_details(ep: Endpoint, version: tuple[int, ...], timeout: float) -> list[Obj]:

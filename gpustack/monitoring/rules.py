@@ -108,6 +108,13 @@ def load_usage_rules(path: Path | None = None) -> dict[str, Any]:
     return load_rules(path or USAGE_RULES_FILE)
 
 
+def rule_group_names() -> list[str]:
+    """Every rule group gpustack ships, alert rules first, then the usage recording rules: the one list of
+    "gpustack's rule groups" that doctor/verify ask Prometheus for (``/api/v1/rules?rule_group[]=``) and that
+    M05 expects loaded."""
+    return [str(g["name"]) for data in (load_rules(), load_usage_rules()) for g in data["groups"]]
+
+
 def record_rules(rules: dict[str, Any] | None = None) -> list[Rule]:
     """The recording rules only (``record:``), in file order."""
     data = rules if rules is not None else load_usage_rules()

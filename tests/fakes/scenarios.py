@@ -351,6 +351,35 @@ def healthy(nodes: int = 1, *, exporter: str = "standalone") -> Scenario:
     return Scenario(objs, exporter=exporter)
 
 
+#: the GPU workloads of a cluster in use (the "busy" golden path): on every node pods may run on (the control
+#: plane's taint keeps them off it when there are others), ``(namespace, name prefix, container, GPUs)``
+GPU_WORKLOADS = (("ml-team", "train", "trainer", 4), ("inference", "vllm", "vllm", 1))
+
+
+def gpu_workload_pods(nodes: int) -> list[tuple[str, str, str, str, int]]:
+    """``(namespace, pod, container, node, GPUs)`` of the GPU workload pods of ``healthy(nodes)`` in use."""
+    names = [node_name(i, nodes) for i in range(nodes)]
+    workers = names[1:] if nodes > 1 else names
+    return [(ns, f"{prefix}-{i}", container, node, gpus)
+            for i, node in enumerate(workers) for ns, prefix, container, gpus in GPU_WORKLOADS]  # fmt: skip
+
+
+def gpu_workloads(nodes: int) -> list[Obj]:
+    """The GPU workload pods of :func:`gpu_workload_pods` as the kubelet reports them: Running, each container
+    with an ``nvidia.com/gpu`` limit (what the device plugin allocates; requests default to limits for an
+    extended resource), scheduled with the NVIDIA runtime class as the GPU Operator sets it up."""
+    out = []
+    for ns, name, container, node, gpus in gpu_workload_pods(nodes):
+        owner = ("StatefulSet", name.rsplit("-", 1)[0])
+        p = pod(name, ns, node, labels={"app": owner[1]}, owner=owner, containers=(container,),
+                image="nvcr.io/nvidia/pytorch:25.10-py3")  # fmt: skip
+        p["spec"]["runtimeClassName"] = "nvidia"
+        p["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": str(gpus)},
+                                                   "requests": {"nvidia.com/gpu": str(gpus)}}  # fmt: skip
+        out.append(p)
+    return out
+
+
 # --- mutations: one per failure (each returns the check id that must fail) -------------------------
 
 

@@ -33,6 +33,7 @@ from gpustack.monitoring.counters import load_counters
 from gpustack.monitoring.rules import EXPORTER_JOB, load_usage_rules, rules_path
 
 from .harness import PrometheusServer, servicemonitor_relabelings, wait_for
+from .releases import Release, newest
 from .replay_exporter import LOOPBACK, NodeSpec, PodRef, render_dcgm, render_ksm
 
 REPO = Path(__file__).resolve().parents[2]
@@ -221,14 +222,18 @@ def replay_process(nodes: int) -> Iterator[tuple[list[str], str]]:
 
 
 @contextlib.contextmanager
-def running_fleet(workdir: Path, nodes: int, *, timeout: float = 120.0, wait: bool = True) -> Iterator[Fleet]:
-    """A fleet of ``nodes`` and the Prometheus scraping it (``wait``: every node scraped twice); stopped on exit."""
+def running_fleet(
+    workdir: Path, nodes: int, *, timeout: float = 120.0, wait: bool = True, release: Release | None = None
+) -> Iterator[Fleet]:
+    """A fleet of ``nodes`` and the Prometheus (``release``, default the newest) scraping it (``wait``: every node
+    scraped twice); stopped on exit."""
     workdir.mkdir(parents=True, exist_ok=True)
     with replay_process(nodes) as (names, address):
         config = workdir / "prometheus.yml"
         rules = [rules_path(), usage_rules(workdir / "gpu-usage.rules.yaml")]
         config.write_text(yaml.safe_dump(fleet_config(names, address, rules), sort_keys=False), encoding="utf-8")
-        server = PrometheusServer(config=config, data_dir=workdir / "tsdb", log=workdir / "prometheus.log")
+        server = PrometheusServer(config=config, data_dir=workdir / "tsdb", log=workdir / "prometheus.log",
+                                  release=release or newest())  # fmt: skip
         try:
             fleet = Fleet(names, address, server.start())
             if wait:

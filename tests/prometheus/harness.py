@@ -1,4 +1,5 @@
-"""A real Prometheus (Debian's /usr/bin/prometheus) scraping replayed exporters on loopback.
+"""A real Prometheus (a :class:`~.releases.Release`: 3.x from Debian sid by default, 2.42 from Debian 12 for the
+oldest supported) scraping replayed exporters on loopback.
 
 The scrape config reproduces what gpustack's ServiceMonitor turns into inside Kubernetes:
 
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
 import socket
 import subprocess
 import time
@@ -36,10 +36,9 @@ import yaml
 
 from gpustack.monitoring.rules import EXPORTER_JOB, load_usage_rules, rules_path
 
+from .releases import Release, newest, unavailable
 from .replay_exporter import LOOPBACK, DcgmReplay, KsmReplay, NodeSpec, default_nodes, visible_gpus
 
-PROMETHEUS = "/usr/bin/prometheus"
-PROMTOOL = "/usr/bin/promtool"
 SCRAPE_INTERVAL = "1s"
 EXPORTER_NAMESPACE = "gpu-monitoring"
 T = TypeVar("T")
@@ -49,9 +48,10 @@ class PrometheusError(RuntimeError):
     """Prometheus could not start, or answered an API call with an error."""
 
 
-def binaries_missing() -> list[str]:
-    """Which of prometheus/promtool are not installed (the tests skip, naming them)."""
-    return [path for path in (PROMETHEUS, PROMTOOL) if shutil.which(path) is None]
+def binaries_missing(release: str = "newest") -> list[str]:
+    """Why ``release``'s prometheus/promtool cannot run ([] when they can; the newest is fetched on first use)."""
+    why = unavailable(release)
+    return [why] if why else []
 
 
 def free_port() -> int:
@@ -148,6 +148,7 @@ class PrometheusServer:
     proc: subprocess.Popen[bytes] | None = None
     retention: str = "1h"  # backfilled history (tests/prometheus/history.py) needs longer
     query_timeout: str | None = None  # --query.timeout (Prometheus' default: 2m)
+    release: Release = field(default_factory=newest)  # whose binary runs
 
     @property
     def url(self) -> str:
@@ -168,7 +169,7 @@ class PrometheusServer:
 
     def _spawn(self) -> None:
         cmd = [
-            PROMETHEUS,
+            self.release.prometheus,
             f"--config.file={self.config}",
             f"--storage.tsdb.path={self.data_dir}",
             f"--web.listen-address={LOOPBACK}:{self.port}",
@@ -292,11 +293,16 @@ def write_prometheus_config(
 
 @contextlib.contextmanager
 def running_stack(
-    workdir: Path, nodes: list[NodeSpec] | None = None, *, exporter_namespace: str = EXPORTER_NAMESPACE
+    workdir: Path,
+    nodes: list[NodeSpec] | None = None,
+    *,
+    exporter_namespace: str = EXPORTER_NAMESPACE,
+    release: Release | None = None,
 ) -> Iterator[Stack]:
     """Start replays and Prometheus under ``workdir``; stop everything on exit, whatever happened.
     ``exporter_namespace``: the namespace endpoints discovery reports for the exporter pods (gpustack
-    installs the exporter in ``gpu-operator``; the default is what test_queries.py and rules_tests/ expect)."""
+    installs the exporter in ``gpu-operator``; the default is what test_queries.py and rules_tests/ expect).
+    ``release``: which Prometheus (default: the newest, :func:`.releases.newest`)."""
     specs = nodes or default_nodes()
     exporters = {spec.node: DcgmReplay(spec).start() for spec in specs}
     ksm = KsmReplay(specs).start()
@@ -304,6 +310,7 @@ def running_stack(
         config=write_prometheus_config(workdir / "prometheus.yml", exporters, ksm, exporter_namespace),
         data_dir=workdir / "tsdb",
         log=workdir / "prometheus.log",
+        release=release or newest(),
     )
     try:
         yield Stack(server.start(), exporters, ksm)

@@ -30,7 +30,8 @@ from typing import Any, TextIO
 from gpustack.report.inputs import ksm_label_name
 from gpustack.report.queries import RecordRule, inline, rules
 
-from .harness import PROMTOOL, PrometheusServer
+from .harness import PrometheusServer
+from .releases import Release, newest
 from .replay_exporter import gpu_uuid
 
 MINUTE = 60
@@ -216,12 +217,13 @@ def write_openmetrics(history: History, out: TextIO) -> int:
     return w.samples
 
 
-def import_openmetrics(text_file: Path, data_dir: Path, timeout: float = 600) -> None:
-    """``promtool tsdb create-blocks-from openmetrics`` into ``data_dir`` (blocks up to 31 days long)."""
+def import_openmetrics(text_file: Path, data_dir: Path, timeout: float = 600, release: Release | None = None) -> None:
+    """``promtool tsdb create-blocks-from openmetrics`` into ``data_dir`` (blocks up to 31 days long), with
+    ``release``'s promtool (default: the newest)."""
     data_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=data_dir.parent) as tmp:
         proc = subprocess.run(
-            [PROMTOOL, "tsdb", "create-blocks-from", "openmetrics", "--max-block-duration=744h", str(text_file), tmp],
+            [(release or newest()).promtool, "tsdb", "create-blocks-from", "openmetrics", "--max-block-duration=744h", str(text_file), tmp],
             capture_output=True, text=True, timeout=timeout, check=False,
         )  # fmt: skip
         if proc.returncode != 0:
@@ -270,7 +272,7 @@ def backfill_rules(server: PrometheusServer, start: int, end: int, workdir: Path
                     w.series(dict(key), points)
         w.close()
     server.stop()
-    import_openmetrics(text_file, server.data_dir)
+    import_openmetrics(text_file, server.data_dir, release=server.release)
     text_file.unlink()
     server.start(timeout=120)
     return w.samples
@@ -398,12 +400,13 @@ def bench_history(end: int, gpus: int = 100, days: int = 30, seed: int = 7) -> H
     return History(start, end, nodes, pods, teams)
 
 
-def load_history(history: History, data_dir: Path, workdir: Path) -> int:
-    """Write the history as OpenMetrics and import it into ``data_dir``; returns the sample count."""
+def load_history(history: History, data_dir: Path, workdir: Path, release: Release | None = None) -> int:
+    """Write the history as OpenMetrics and import it into ``data_dir`` (with ``release``'s promtool); returns
+    the sample count."""
     text_file = workdir / "history.om"
     with text_file.open("w", encoding="utf-8") as out:
         samples = write_openmetrics(history, out)
-    import_openmetrics(text_file, data_dir)
+    import_openmetrics(text_file, data_dir, release=release)
     text_file.unlink()
     return samples
 
@@ -434,18 +437,22 @@ class Backfilled:
         self.rules.stop()
 
 
-def backfilled(workdir: Path, history: History, expected: Expected | None, retention: str = "400d") -> Backfilled:
-    """Import ``history``, start the raw server, copy its blocks for the rules server, record the rules there."""
+def backfilled(
+    workdir: Path, history: History, expected: Expected | None, retention: str = "400d", release: Release | None = None
+) -> Backfilled:
+    """Import ``history``, start the raw server, copy its blocks for the rules server, record the rules there
+    (``release``: which Prometheus, default the newest)."""
     from gpustack.monitoring.rules import usage_rules_path
 
-    load_history(history, workdir / "raw", workdir)
+    release = release or newest()
+    load_history(history, workdir / "raw", workdir, release)
     raw = PrometheusServer(
-        prometheus_yml(workdir / "raw.yml"), workdir / "raw", workdir / "raw.log", retention=retention
+        prometheus_yml(workdir / "raw.yml"), workdir / "raw", workdir / "raw.log", retention=retention, release=release
     )
     shutil.copytree(workdir / "raw", workdir / "rules")
     rules_server = PrometheusServer(
         prometheus_yml(workdir / "rules.yml", [usage_rules_path()]), workdir / "rules", workdir / "rules.log",
-        retention=retention,
+        retention=retention, release=release,
     )  # fmt: skip
     raw.start(timeout=120)
     try:

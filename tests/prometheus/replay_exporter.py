@@ -71,7 +71,11 @@ KSM_HELP = {
     "kube_pod_container_resource_requests": "The number of requested request resource by a container.",
     "kube_node_status_capacity": "The capacity for different resources of a node.",
     "kube_pod_status_phase": "The pods current phase.",
+    "kube_namespace_labels": "Kubernetes labels converted to Prometheus labels.",
 }
+#: namespaces every cluster has (kube-state-metrics exports kube_namespace_labels for each namespace, STABLE,
+#: docs/metrics/cluster/namespace-metrics.md; ``label_*`` only for labels in metricLabelsAllowlist)
+SYSTEM_NAMESPACES = ("default", "kube-system")
 
 
 @dataclass(frozen=True)
@@ -299,12 +303,14 @@ def _gpus_per_pod(spec: NodeSpec) -> dict[PodRef, int]:
 
 
 def render_ksm(specs: list[NodeSpec]) -> str:
-    """kube-state-metrics series for the GPU resources: allocatable per node, requests per container, and the
-    phase of the pods holding GPUs (Running)."""
+    """kube-state-metrics series for the GPU resources: allocatable per node, requests per container, the
+    phase of the pods holding GPUs (Running), and ``kube_namespace_labels`` for the system namespaces and those
+    pods' (no labels allowlisted: the capacity dashboard's team panel groups them under an empty team)."""
     alloc = _ksm_header("kube_node_status_allocatable")
     capacity = _ksm_header("kube_node_status_capacity")
     requests = _ksm_header("kube_pod_container_resource_requests")
     phases = _ksm_header("kube_pod_status_phase")  # every pod holding GPUs runs
+    namespaces = set(SYSTEM_NAMESPACES)
     for spec in specs:
         for resource, unit, amount in (("nvidia_com_gpu", "integer", spec.gpus), ("cpu", "core", 224)):
             labels = _label_text({"node": spec.node, "resource": resource, "unit": unit})
@@ -324,6 +330,7 @@ def render_ksm(specs: list[NodeSpec]) -> str:
                 }
             )
             requests.append(f"kube_pod_container_resource_requests{{{labels}}} {count}")
+            namespaces.add(pod.namespace)
             for phase in ("Pending", "Running", "Succeeded", "Failed", "Unknown"):
                 pod_labels = {
                     "namespace": pod.namespace,
@@ -332,7 +339,9 @@ def render_ksm(specs: list[NodeSpec]) -> str:
                     "phase": phase,
                 }
                 phases.append(f"kube_pod_status_phase{{{_label_text(pod_labels)}}} {int(phase == 'Running')}")
-    return "\n".join(alloc + capacity + requests + phases) + "\n"
+    ns_labels = _ksm_header("kube_namespace_labels")
+    ns_labels += [f"kube_namespace_labels{{{_label_text({'namespace': ns})}}} 1" for ns in sorted(namespaces)]
+    return "\n".join(alloc + capacity + requests + phases + ns_labels) + "\n"
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -36,6 +36,7 @@ from tests.fakes.grafana_api import FakeGrafana
 from tests.fakes.kube_api import FakeKubeAPI
 
 from .fleet import Fleet, running_fleet
+from .releases import Release
 
 REPO = Path(__file__).resolve().parents[2]
 LAYERS = "kubernetes,gpu-operator,monitoring,grafana"
@@ -81,11 +82,13 @@ def verdict(report: dict[str, Any]) -> dict[str, set[str]]:
     return out
 
 
-def test_the_verdict_on_a_healthy_cluster_is_the_same_at_1_and_1000_nodes(tmp_path: Path) -> None:
+def test_the_verdict_on_a_healthy_cluster_is_the_same_at_1_and_1000_nodes(
+    tmp_path: Path, prometheus_release: Release
+) -> None:
     started = time.monotonic()
     with (
-        running_fleet(tmp_path / "one", 1, wait=False) as small,
-        running_fleet(tmp_path / "thousand", 1000, timeout=180) as large,  # both scrape meanwhile
+        running_fleet(tmp_path / "one", 1, wait=False, release=prometheus_release) as small,
+        running_fleet(tmp_path / "thousand", 1000, timeout=180, release=prometheus_release) as large,  # both scrape
     ):
         small.wait_until_scraped(60)
         print(f"\nfleets of 1 and 1000 nodes scraped twice after {time.monotonic() - started:.1f} s")

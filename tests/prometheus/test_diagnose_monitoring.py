@@ -20,6 +20,7 @@ from gpustack.monitoring.dashboard import load_capacity_dashboard, load_dashboar
 from tests.fakes.grafana_api import FakeGrafana
 
 from .harness import PrometheusServer, Stack, wait_for, write_prometheus_config
+from .releases import Release
 from .replay_exporter import DcgmReplay, KsmReplay, default_nodes
 
 PROM_CHECKS = ("M02", "M03", "M04", "M05", "M08")
@@ -118,7 +119,7 @@ def without_profiling(counters: CounterFile) -> CounterFile:
 
 
 @pytest.fixture(scope="module")
-def no_prof_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def no_prof_stack(tmp_path_factory: pytest.TempPathFactory, prometheus_release: Release) -> Iterator[Stack]:
     """Like the harness stack, but the exporters serve no DCGM_FI_PROF_* (consumer GPU / no SYS_ADMIN)."""
     workdir: Path = tmp_path_factory.mktemp("prometheus-noprof")
     specs = default_nodes()
@@ -128,7 +129,7 @@ def no_prof_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     for replay in [*exporters.values(), ksm]:
         replay.start()
     server = PrometheusServer(config=write_prometheus_config(workdir / "prometheus.yml", exporters, ksm),
-                              data_dir=workdir / "tsdb", log=workdir / "prometheus.log")  # fmt: skip
+                              data_dir=workdir / "tsdb", log=workdir / "prometheus.log", release=prometheus_release)  # fmt: skip
     try:
         running = Stack(server.start(), exporters, ksm)
         running.wait_until_scraped(samples=2)

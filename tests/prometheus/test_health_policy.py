@@ -23,17 +23,18 @@ from tests.fakes.kube_api import FakeKubeAPI
 from tests.unit.diag.conftest import gpu_node
 
 from .harness import Stack, running_stack, wait_for
+from .releases import Release
 from .replay_exporter import NodeSpec, gpu_uuid
 
 
 @pytest.fixture(scope="module")
-def policy_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def policy_stack(tmp_path_factory: pytest.TempPathFactory, prometheus_release: Release) -> Iterator[Stack]:
     specs = [
         NodeSpec("node-a", pods={}, scenario="xid48_app13"),
         NodeSpec("node-b", pods={}, scenario="row_remap_failure", unhealthy_gpus=1),
         NodeSpec("node-c", pods={}, scenario="remap_growth"),
     ]
-    with running_stack(tmp_path_factory.mktemp("prometheus-health"), specs) as running:
+    with running_stack(tmp_path_factory.mktemp("prometheus-health"), specs, release=prometheus_release) as running:
         running.wait_until_scraped(samples=3)
         yield running
 

@@ -104,12 +104,14 @@ def _fired_in_tests() -> set[str]:
     return fired
 
 
+@pytest.mark.both_prometheus  # version-sensitive: also on the oldest supported (docs/operations.md)
 def test_promtool_check_rules(promtool: str) -> None:
     proc = _promtool(promtool, "check", "rules", str(rules_path()))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"SUCCESS: {len(alert_rules())} rules found" in proc.stdout
 
 
+@pytest.mark.both_prometheus  # version-sensitive: also on the oldest supported (docs/operations.md)
 @pytest.mark.parametrize("test_file", RULE_TESTS, ids=lambda p: p.name)
 def test_promtool_unit_tests(promtool: str, test_file: Path) -> None:
     proc = _promtool(promtool, "test", "rules", test_file.name, cwd=test_file.parent)

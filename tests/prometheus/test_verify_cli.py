@@ -23,7 +23,6 @@ import contextlib
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,18 +42,13 @@ from tests.fakes import scenarios as sc
 from tests.fakes.grafana_api import FakeGrafana
 from tests.fakes.kube_api import FakeKubeAPI
 
-from .harness import Stack, binaries_missing, exporter_pod, running_stack, wait_for
+from .cli_cluster import COLUMNS, Kubelet, not_passing, report_of, run_cli, short
+from .harness import Stack, exporter_pod, running_stack, wait_for
+from .releases import Release
 
-pytestmark = [
-    pytest.mark.prometheus,
-    pytest.mark.skipif(bool(binaries_missing()), reason="prometheus is not installed (apt-get install prometheus)"),
-]
+pytestmark = [pytest.mark.prometheus]
 
-REPO = Path(__file__).resolve().parents[2]
 LAYERS = ("kubernetes", "gpu-operator", "monitoring", "grafana")
-FIELDS = ("id", "layer", "status", "summary", "evidence", "fix")
-STATUSES = ("pass", "warn", "fail", "skip")
-COLUMNS = 110
 #: every check `verify` runs in those layers (the registry's ids, as the user reads them in the report)
 EXPECTED = {
     "kubernetes": {"K00", "K01", "K03", "K05", "K06", "K09"},
@@ -66,8 +60,6 @@ EXPECTED = {
 LOAD_ONLY = "M11"
 #: scenario node name -> the harness node it becomes (healthy(2): control plane + one worker, both GPU nodes)
 RENAME = {sc.node_name(0, 2): "node-a", sc.node_name(1, 2): "node-b"}
-CLI_TIMEOUT = 120.0
-NVIDIA_SMI = "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-5f3c9a1e-8b2d-4c7f-9e61-0d4a2b7c8e19)\n"
 
 
 def cluster_objects() -> list[dict[str, Any]]:
@@ -86,27 +78,6 @@ def cluster_objects() -> list[dict[str, Any]]:
         ):
             meta["name"] = exporter_pod(obj["spec"]["nodeName"])
     return objects
-
-
-class Kubelet:
-    """Runs verify's pods on node-a at once: they succeed, with the log the real container prints."""
-
-    def __init__(self, api: FakeKubeAPI) -> None:
-        self.api = api
-        self.ran: dict[str, str] = {}  # pod name -> its gpustack/verify role
-
-    def __call__(self, obj: dict[str, Any]) -> None:
-        meta = obj["metadata"]
-        if obj.get("kind") != "Pod" or meta.get("namespace") != VERIFY_NAMESPACE:
-            return
-        role = meta["labels"]["gpustack/verify"]
-        self.ran[meta["name"]] = role
-        obj["spec"]["nodeName"] = "node-a"
-        obj["status"] = {"phase": "Succeeded", "containerStatuses": [
-            {"name": "main", "ready": False, "restartCount": 0,
-             "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}]}  # fmt: skip
-        # agnhost connect prints nothing when it connected; nvidia-smi -L lists the GPU the pod got
-        self.api.set_log(VERIFY_NAMESPACE, meta["name"], "main", NVIDIA_SMI if role == "gpustack-cuda" else "")
 
 
 @dataclass
@@ -143,32 +114,9 @@ def cluster(stack: Stack, workdir: Path) -> Iterator[Cluster]:
 
 
 def run_verify(c: Cluster, output: str = "json") -> subprocess.CompletedProcess[str]:
-    """``python -m gpustack verify`` in its own process, as a user runs it (no config file: the defaults)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSTACK_") and k != "KUBECONFIG"}
-    env.update(GPUSTACK_STATE_DIR=str(c.state), HOME=str(c.workdir), NO_COLOR="1", COLUMNS=str(COLUMNS),
-               PYTHONPATH=os.pathsep.join(filter(None, (str(REPO), env.get("PYTHONPATH")))))  # fmt: skip
-    cmd = [sys.executable, "-m", "gpustack", "verify", "--kubeconfig", str(c.kubeconfig),
-           "--layer", ",".join(LAYERS), "--output", output]  # fmt: skip
-    return subprocess.run(cmd, cwd=c.workdir, env=env, capture_output=True, text=True, timeout=CLI_TIMEOUT,
-                          stdin=subprocess.DEVNULL, check=False)  # fmt: skip
-
-
-def report_of(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
-    """The JSON report on stdout, checked against the documented contract."""
-    try:
-        report = json.loads(proc.stdout)
-    except ValueError:
-        raise AssertionError(f"stdout is not JSON (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}") from None
-    assert isinstance(report, dict) and set(report) == {"command", "cluster", "checks", "summary"}, report
-    assert report["command"] == "verify"
-    assert set(report["cluster"]) == {"server", "context", "cluster", "source", "kubeconfig", "gpustack_cluster"}
-    for check in report["checks"]:
-        assert set(FIELDS) <= set(check) <= {*FIELDS, "host"}, check
-        assert all(isinstance(check[k], str) for k in FIELDS), check
-        assert check["status"] in STATUSES and check["summary"], check
-    counts = {s: sum(c["status"] == s for c in report["checks"]) for s in STATUSES}
-    assert report["summary"] == counts, (report["summary"], counts)
-    return report
+    """``python -m gpustack verify --kubeconfig KC --layer ...`` in its own process, with the state `up` keeps."""
+    return run_cli("verify", c.kubeconfig, c.workdir, state=c.state,
+                   args=("--layer", ",".join(LAYERS), "--output", output))  # fmt: skip
 
 
 def ids_by_layer(report: dict[str, Any]) -> dict[str, set[str]]:
@@ -176,16 +124,6 @@ def ids_by_layer(report: dict[str, Any]) -> dict[str, set[str]]:
     for check in report["checks"]:
         out.setdefault(check["layer"], set()).add(short(check))
     return out
-
-
-def short(check: dict[str, Any]) -> str:
-    return str(check["id"]).split("-", 1)[0]
-
-
-def not_passing(report: dict[str, Any]) -> str:
-    """The report's non-pass findings, one per line (assertion messages)."""
-    return "\n".join(f"{c['id']} {c['status']} [{c.get('host', '')}]: {c['summary']} | {c['evidence']} | fix: {c['fix']}"
-                     for c in report["checks"] if c["status"] != "pass")  # fmt: skip
 
 
 def assert_load_only_skip(report: dict[str, Any]) -> None:
@@ -233,10 +171,11 @@ def test_healthy_stack_passes_every_layer(stack: Stack, tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def broken_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def broken_stack(tmp_path_factory: pytest.TempPathFactory, prometheus_release: Release) -> Iterator[Stack]:
     """A stack of its own whose node-b exporter stops answering Prometheus (the module's ``stack`` stays healthy)."""
     workdir = tmp_path_factory.mktemp("prometheus-exporter-down")
-    with running_stack(workdir, exporter_namespace=EXPORTER_TARGETS["standalone"].namespace) as running:
+    namespace = EXPORTER_TARGETS["standalone"].namespace
+    with running_stack(workdir, exporter_namespace=namespace, release=prometheus_release) as running:
         running.wait_until_scraped(samples=2)
         running.exporters["node-b"].stop()
         # the first failed scrape may end on a reset keep-alive connection; wait for the steady state

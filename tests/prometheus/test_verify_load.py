@@ -31,13 +31,11 @@ from gpustack.paths import kubeconfig_path
 from tests.fakes import scenarios as sc
 from tests.fakes.kube_api import FakeKubeAPI
 
-from .harness import Stack, binaries_missing, running_stack
+from .harness import Stack, running_stack
+from .releases import Release
 from .replay_exporter import TENSOR_UNDER_LOAD, PodRef
 
-pytestmark = [
-    pytest.mark.prometheus,
-    pytest.mark.skipif(bool(binaries_missing()), reason="prometheus is not installed (apt-get install prometheus)"),
-]
+pytestmark = [pytest.mark.prometheus]
 
 NODE, LOAD_GPU = "node-a", 7  # node-a's free GPU; its other GPUs are busy with training and inference
 ATTRIBUTION_LAG = 1.5  # s before dcgm-exporter labels the load pod's GPU with the pod
@@ -47,9 +45,9 @@ PROXY = f"/api/v1/namespaces/{MONITORING_NAMESPACE}/services/{PROMETHEUS_SERVICE
 
 
 @pytest.fixture(scope="module")
-def load_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def load_stack(tmp_path_factory: pytest.TempPathFactory, prometheus_release: Release) -> Iterator[Stack]:
     """Its own stack: these tests hand node-a's free GPU to the load pod."""
-    with running_stack(tmp_path_factory.mktemp("prometheus-load")) as running:
+    with running_stack(tmp_path_factory.mktemp("prometheus-load"), release=prometheus_release) as running:
         running.wait_until_scraped(samples=2)
         yield running
 

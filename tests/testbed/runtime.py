@@ -22,6 +22,7 @@ import io
 import re
 import subprocess
 import tarfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,16 +66,18 @@ def upstream_version(deb_version: str) -> str:
     return m.group(1)
 
 
-def fetch_debs(directory: Path | None = None) -> Path:
-    """Download containerd and runc from Debian forky once; return the directory of the .debs."""
-    target = directory or cache_dir() / f"runtime-{SUITE}"
+def fetch_debs(directory: Path | None = None, *, suite: str = SUITE, packages: Sequence[str] = PACKAGES) -> Path:
+    """Download ``packages`` (default: containerd and runc) from Debian ``suite`` (default: forky) once, with
+    a private apt state directory (the machine's own sources are untouched); return the directory of the
+    .debs. Also used for sid's prometheus and promtool (tests/prometheus/releases.py)."""
+    target = directory or cache_dir() / f"runtime-{suite}"
     with file_lock(target.with_name(target.name + ".lock"), timeout=900):
-        if all(list(target.glob(f"{p}_*.deb")) for p in PACKAGES):
+        if all(list(target.glob(f"{p}_*.deb")) for p in packages):
             return target
         state = target / "apt"
         for sub in ("etc/sources.list.d", "etc/preferences.d", "lists/partial", "cache/archives/partial"):
             (state / sub).mkdir(parents=True, exist_ok=True)
-        (state / "etc/sources.list").write_text(f"deb [signed-by={KEYRING}] {mirror()} {SUITE} main\n")
+        (state / "etc/sources.list").write_text(f"deb [signed-by={KEYRING}] {mirror()} {suite} main\n")
         opts = [
             f"-oDir::Etc={state / 'etc'}",
             f"-oDir::State::Lists={state / 'lists'}",
@@ -84,7 +87,7 @@ def fetch_debs(directory: Path | None = None) -> Path:
         ]
         (state / "status").touch()
         run(["apt-get", *opts, "update"], timeout=600)
-        run(["apt-get", *opts, "download", *PACKAGES], timeout=600, cwd=target)
+        run(["apt-get", *opts, "download", *packages], timeout=600, cwd=target)
     return target
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpustack.checks.model import Finding
-from gpustack.diagnose import checks_grafana, registry
+from gpustack.diagnose import checks_grafana, checks_monitoring, registry
 from gpustack.diagnose.collect_grafana import series_count
 from gpustack.diagnose.snapshot import Snapshot
 
@@ -90,3 +90,82 @@ def test_capacity_panels_without_rule_data_warn_and_empty_ones_fail() -> None:
     s.grafana.panel_results["GPU capacity and cost: GPUs allocatable"] = 0
     [f] = check(s, "R04")
     assert f.status == "fail" and f.evidence == "GPU capacity and cost: GPUs allocatable" and "M05" in f.fix
+
+
+def gpu_pod(name: str, gpus: object = 1, *, namespace: str = "ml", phase: str = "Running", key: str = "limits") -> dict:
+    return {"kind": "Pod", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"nodeName": "gpu-node-1", "containers": [
+                {"name": "main", "resources": {key: {"nvidia.com/gpu": gpus, "cpu": "1"}}}]},
+            "status": {"phase": phase}}  # fmt: skip
+
+
+PER_POD = "GPU Utilisation per Pod"
+BY_NAMESPACE = "GPU capacity and cost: GPU-hours allocated by namespace"
+
+
+def idle_cluster() -> Snapshot:
+    """The state right after `gpustack up`: no pod holds a GPU, so the per-pod and allocation panels are empty."""
+    s = healthy()
+    s.grafana.panel_results.update(
+        {PER_POD: 0, BY_NAMESPACE: 0, "GPU capacity and cost: GPU-hours used by namespace": 0}
+    )
+    s.kube["Pod"] = [gpu_pod("cpu-only", 0), gpu_pod("done", 2, phase="Succeeded"),
+                     gpu_pod("gpustack-cuda-x7", namespace="gpustack-verify")]  # fmt: skip
+    return s
+
+
+def test_per_pod_panels_may_be_empty_while_no_pod_holds_a_gpu() -> None:
+    s = idle_cluster()
+    assert checks_grafana.gpu_pods(s) == []
+    assert [f.status for f in check(s, "R04")] == ["pass"]
+
+
+def test_per_pod_panels_must_have_data_once_a_pod_holds_a_gpu() -> None:
+    for pod in (gpu_pod("train-0", 4), gpu_pod("serve-0", "1", key="requests")):
+        s = idle_cluster()
+        s.kube["Pod"].append(pod)
+        assert checks_grafana.gpu_pods(s) == [f"ml/{pod['metadata']['name']}"]
+        findings = check(s, "R04")
+        assert [f.status for f in findings] == ["fail", "fail"], findings  # one per dashboard
+        dcgm, capacity = findings
+        assert dcgm.summary == '1 of 3 panels show "No data"' and dcgm.evidence.startswith(PER_POD)
+        assert f"1 do: ml/{pod['metadata']['name']}" in dcgm.evidence and "pod-resources" in dcgm.fix
+        assert capacity.evidence.startswith(BY_NAMESPACE + " --"), "used-by-namespace may be empty: GPUs idle"
+
+
+def test_data_panels_are_never_allowed_empty_and_problem_lists_always_are() -> None:
+    s = idle_cluster()
+    s.grafana.panel_results.update({"GPU Temperature": 0, "GPU capacity and cost: Idle allocated GPU-hours by pod": 0})
+    [f] = check(s, "R04")
+    assert f.status == "fail" and f.evidence == "GPU Temperature", f
+
+
+def test_profiling_panels_may_be_empty_only_on_gpus_dcgm_cannot_profile() -> None:
+    for model, status in (("NVIDIA GeForce RTX 4090", "pass"), ("NVIDIA H100 80GB HBM3", "fail")):
+        s = healthy()
+        s.prometheus.queries["gpu_models"] = [{"metric": {"modelName": model}, "value": [0, "8"]}]
+        s.grafana.panel_results.update({"Tensor Core Utilization": 0, "Engine Activity": 0, "PCIe Throughput": 0})
+        assert [f.status for f in check(s, "R04")] == [status], model
+
+
+def test_the_warnings_expected_on_a_new_cluster_are_the_checks_own() -> None:
+    """docs/checks.md lists the warnings a freshly built cluster may show (test_golden_paths.py allows only
+    those); each row is what its check really says."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[3] / "docs" / "checks.md").read_text(encoding="utf-8")
+    rows = set(
+        re.findall(r"^\| `([A-Z]\d\d-[\w-]+)` \| warn \| (.+?) \|", text.split("## Expected on a new cluster")[1], re.M)
+    )
+    s = healthy()
+    s.grafana.panel_errors["gpustack-capacity"] = {
+        "(rules)": "count(gpustack:cluster_gpu_allocatable:sum) returned no series"
+    }
+    s.grafana.panel_results = {"GPU Utilization": 16}
+    s.prometheus.reachable = True
+    s.prometheus.queries.update({"gpu_util_by_node": [{"metric": {"node": "n1"}, "value": [0, "8"]}],
+                                 "gpu_models": [{"metric": {"modelName": "NVIDIA GeForce RTX 4090"}, "value": [0, "8"]}]})  # fmt: skip
+    assert checks_monitoring.BOTH
+    produced = {(f.id, f.summary) for p in ("R04", "M08") for f in check(s, p) if f.status == "warn"}
+    assert produced == rows, (produced, rows)
