@@ -110,3 +110,12 @@ def new_run_dir(root: Path | None = None, *, now: datetime | None = None, keep: 
 
 def kubeconfig_path(cluster_name: str, root: Path | None = None) -> Path:
     return (root or state_dir()) / "clusters" / cluster_name / "admin.conf"
+
+
+#: the Grafana admin password ``gpustack up`` generates for a cluster, beside its admin kubeconfig
+GRAFANA_PASSWORD_FILE = "grafana-admin-password"
+
+
+def grafana_password_path(cluster_name: str, root: Path | None = None) -> Path:
+    """Where the cluster's Grafana admin password is kept (``<state>/clusters/<name>/grafana-admin-password``)."""
+    return (root or state_dir()) / "clusters" / cluster_name / GRAFANA_PASSWORD_FILE

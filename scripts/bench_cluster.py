@@ -25,12 +25,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gpustack.cluster import run_cluster_layer  # noqa: E402
+from gpustack.cluster.layer import run_cluster_layer  # noqa: E402
 from gpustack.config.model import Config  # noqa: E402
 from gpustack.console import Console  # noqa: E402
 from gpustack.render.values import FactsSummary  # noqa: E402
 from gpustack.runners.helm import Helm  # noqa: E402
-from gpustack.runners.kube import Kube  # noqa: E402
+from gpustack.runners.kubeconfig import kube_from_file  # noqa: E402
 from tests.fakes.kube_api import FakeKubeAPI  # noqa: E402
 
 
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
                 FactsSummary(),
                 Console(stream=io.StringIO()),
                 helm=helm,
-                kube=Kube.from_kubeconfig(kc),
+                kube=kube_from_file(kc),
                 state_root=Path(tmp) / "state",
             )
             wall = time.monotonic() - start

@@ -48,6 +48,7 @@ from gpustack.config.model import Config  # noqa: E402
 from gpustack.console import Console  # noqa: E402
 from gpustack.diagnose import engine  # noqa: E402
 from gpustack.runners.kube import Kube  # noqa: E402
+from gpustack.runners.kubeconfig import kube_from_file  # noqa: E402
 
 LAYERS = ("kubernetes", "gpu-operator")
 COMMANDS = {"doctor": ["doctor"], "verify": ["verify", "--no-workload"]}
@@ -200,7 +201,7 @@ def main() -> int:
             kc = home / "kubeconfig"
             server = Server(n, kc)
             try:
-                kube = Kube.from_kubeconfig(kc)
+                kube = kube_from_file(kc)
                 for command in COMMANDS:
                     run_cli(server, command, kc, home)  # warm-up: page cache, .pyc files
                     run_engine(server, command, kube)  # warm-up: imports, discovery cache, connection

@@ -32,11 +32,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gpustack.diagnose.http import DirectEndpoint  # noqa: E402
 from gpustack.monitoring.rules import usage_rules_path  # noqa: E402
 from gpustack.report.compute import Request  # noqa: E402
 from gpustack.report.inputs import parse_prices  # noqa: E402
 from gpustack.report.source import RAW_PARALLEL, Prometheus, make_report  # noqa: E402
+from gpustack.runners.http import DirectEndpoint  # noqa: E402
 from tests.prometheus.harness import PrometheusServer, binaries_missing  # noqa: E402
 from tests.prometheus.history import DAY, backfill_rules, bench_history, load_history, prometheus_yml  # noqa: E402
 

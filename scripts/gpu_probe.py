@@ -264,8 +264,9 @@ def load_facts_module() -> ModuleType:
         spec.loader.exec_module(module)
         return module
 
-    for util in ("gpustack_toml", "gpustack_stage"):
-        load(f"ansible.module_utils.{util}", REPO / "playbooks" / "module_utils" / f"{util}.py")
+    # every module_utils file, gpustack_toml first (gpustack_runtime_parsers imports it)
+    for path in sorted((REPO / "playbooks" / "module_utils").glob("*.py"), key=lambda p: p.stem != "gpustack_toml"):
+        load(f"ansible.module_utils.{path.stem}", path)
     return load("gpustack_facts_probe", REPO / "playbooks" / "library" / "gpustack_facts.py")
 
 

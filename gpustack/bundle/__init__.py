@@ -11,3 +11,9 @@ nodes, which then need no route out.
     serve.py     the run-lifetime HTTP server ``up --bundle`` starts
     use.py       ``up --bundle``: verification, config and playbook variables pointing at the server
 """
+
+from __future__ import annotations
+
+#: the playbook variables a bundle adds to a run (``bundle.use.bundle_extravars``; it also turns
+#: ``gpustack_apt_update_cache`` off): the plans of the commands that take ``--bundle`` declare them
+PLAYBOOK_VARS = ("gpustack_bundle_os_repos", "gpustack_bundle_images", "gpustack_bundle_host")

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from gpustack import airgap
+from gpustack.bundle import catalog
 from gpustack.config import compat, pins
 from gpustack.config.model import Config
 from gpustack.render import flannel
@@ -211,7 +211,7 @@ def pinned_images(cfg: Config) -> list[ImageWant]:
     v = cfg.versions
     digests = image_digests(cfg)
     refs: list[tuple[str, str]] = [
-        (f"registry.k8s.io/{name}:v{v.kubernetes}", "kubeadm control plane") for name in airgap.CONTROL_PLANE_IMAGES
+        (f"registry.k8s.io/{name}:v{v.kubernetes}", "kubeadm control plane") for name in catalog.CONTROL_PLANE_IMAGES
     ]
     refs.append((compat.sandbox_image(cfg), "sandbox (pause)"))
     refs += [(ref, "Flannel (gpustack's manifest)") for ref in flannel.images(cfg)]
@@ -248,7 +248,7 @@ def os_apt_want(cfg: Config, playbooks: Path, release: pins.OsRelease) -> AptWan
     """The OS repository: the os stage's packages, the kubelet's dependencies from the OS (they
     are resolved together with the Kubernetes packages, see :func:`gpustack.bundle.apt`), and the
     distribution's containerd where the config uses it."""
-    base, extra = airgap.os_packages(playbooks, release.id, release.version)
+    base, extra = catalog.os_packages(playbooks, release.id, release.version)
     packages = [*base, *extra]
     if cfg.versions.containerd_source == "distribution":
         packages.append("containerd")
@@ -259,7 +259,7 @@ def kubernetes_apt_want(cfg: Config) -> AptWant:
     v = cfg.versions
     version = f"{v.kubernetes}-{pins.KUBERNETES_PACKAGE_REVISION}"
     return AptWant(
-        KUBERNETES_REPO.format(minor=v.kubernetes_minor), tuple(f"{p}={version}" for p in airgap.KUBERNETES_PACKAGES)
+        KUBERNETES_REPO.format(minor=v.kubernetes_minor), tuple(f"{p}={version}" for p in catalog.KUBERNETES_PACKAGES)
     )
 
 

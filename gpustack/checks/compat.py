@@ -7,8 +7,8 @@ Each reads the host's facts and the matrix line of the configured Kubernetes min
 from __future__ import annotations
 
 from gpustack.checks import hostrules
+from gpustack.checks.context import Context, check, host_finding
 from gpustack.checks.model import Finding
-from gpustack.checks.preflight import Context, _f, check
 from gpustack.config import compat, pins
 
 
@@ -19,7 +19,7 @@ def _os(ctx: Context) -> pins.OsRelease | None:
 @check
 def cgroup_v2(ctx: Context) -> Finding:
     v = hostrules.cgroup_v2(ctx.facts, compat.line(ctx.cfg).minor)
-    return _f(ctx, "P17-cgroup-v2", v.status, v.summary, v.evidence if v.status != "pass" else "", v.fix)
+    return host_finding(ctx, "P17-cgroup-v2", v.status, v.summary, v.evidence if v.status != "pass" else "", v.fix)
 
 
 @check
@@ -29,7 +29,7 @@ def containerd_version(ctx: Context) -> Finding:
     found = (ctx.facts.get("containerd") or {}).get("version")
     if v.containerd_source == "release":
         if found and not pins.at_least(found, kl.containerd_min):
-            return _f(
+            return host_finding(
                 ctx,
                 "P18-containerd",
                 "warn",
@@ -37,7 +37,7 @@ def containerd_version(ctx: Context) -> Finding:
                 "archive in /usr/local/bin and its unit takes over (the package stays installed, unused)",
                 f"containerd --version: {found}",
             )
-        return _f(
+        return host_finding(
             ctx,
             "P18-containerd",
             "pass",
@@ -53,10 +53,12 @@ def containerd_version(ctx: Context) -> Finding:
         found = f"{release.distribution_containerd}.x ({release.name} package)"
         evidence = f"{release.name} ships containerd {release.distribution_containerd}"
     else:
-        return _f(ctx, "P18-containerd", "fail", "unknown OS: cannot tell which containerd its archive ships")
+        return host_finding(ctx, "P18-containerd", "fail", "unknown OS: cannot tell which containerd its archive ships")
     if ok:
-        return _f(ctx, "P18-containerd", "pass", f"distribution containerd {found} satisfies Kubernetes {kl.minor}")
-    return _f(
+        return host_finding(
+            ctx, "P18-containerd", "pass", f"distribution containerd {found} satisfies Kubernetes {kl.minor}"
+        )
+    return host_finding(
         ctx,
         "P18-containerd",
         "fail",
@@ -73,7 +75,7 @@ def gpu_operator_os(ctx: Context) -> Finding:
     os_id, ver = str(ctx.facts.get("os_id", "")), str(ctx.facts.get("os_version_id", ""))
     if pins.gpu_operator_supports(chart, minor, os_id, ver) is False:
         low, high = pins.GPU_OPERATOR_VALIDATED[chart].range_for(os_id, ver)
-        return _f(
+        return host_finding(
             ctx,
             "P19-gpu-operator",
             "fail",
@@ -84,10 +86,10 @@ def gpu_operator_os(ctx: Context) -> Finding:
     gpus = bool(ctx.facts.get("nvidia_pci_devices"))
     preinstalled = bool(ctx.facts.get("nvidia_driver_version")) or ctx.cfg.gpu.driver == "preinstalled"
     if not gpus or preinstalled:
-        return _f(ctx, "P19-gpu-operator", "pass", f"GPU Operator {chart} supports Kubernetes {minor} here")
+        return host_finding(ctx, "P19-gpu-operator", "pass", f"GPU Operator {chart} supports Kubernetes {minor} here")
     release = _os(ctx)
     if release is not None and not release.driver_container:
-        return _f(
+        return host_finding(
             ctx,
             "P19-gpu-operator",
             "fail",
@@ -97,7 +99,7 @@ def gpu_operator_os(ctx: Context) -> Finding:
         )
     if not ctx.facts.get("kernel_headers"):
         kernel = ctx.facts.get("kernel") or "$(uname -r)"
-        return _f(
+        return host_finding(
             ctx,
             "P19-gpu-operator",
             "fail",
@@ -105,6 +107,6 @@ def gpu_operator_os(ctx: Context) -> Finding:
             f"/lib/modules/{kernel}/build is missing",
             f"sudo apt-get install linux-headers-{kernel} (or reboot into a kernel whose headers are installed)",
         )
-    return _f(
+    return host_finding(
         ctx, "P19-gpu-operator", "pass", "the GPU Operator builds the driver against the installed kernel headers"
     )

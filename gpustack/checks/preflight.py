@@ -6,16 +6,16 @@ Errors (status ``fail``) stop ``gpustack up`` before any host is changed; warnin
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from gpustack.checks import hostrules
-from gpustack.checks.model import Finding, Status
+from gpustack.checks.context import CHECKS, Context, Facts, check, host_finding
+from gpustack.checks.model import Finding
 from gpustack.config import pins
 from gpustack.config.model import Config, Node
 
-Facts = Mapping[str, Any]
 GiB = 1024**3
 
 SUPPORTED_OS = {(o.id, o.version) for o in pins.OS_RELEASES}
@@ -42,41 +42,13 @@ KUBE_PROCESSES = {
 }
 
 
-@dataclass(frozen=True)
-class Context:
-    node: Node
-    cfg: Config
-    facts: Facts
-
-
-Check = Callable[[Context], Finding]
-CHECKS: list[Check] = []
-
-
-def check(fn: Check) -> Check:
-    CHECKS.append(fn)
-    return fn
-
-
-def _f(ctx: Context, id_: str, status: Status, summary: str, evidence: str = "", fix: str = "") -> Finding:
-    return Finding(
-        id=id_,
-        layer="host",
-        status=status,
-        summary=summary,
-        host=ctx.node.name,
-        evidence=evidence,
-        fix=fix,
-    )
-
-
 @check
 def os_supported(ctx: Context) -> Finding:
     os_id, ver = str(ctx.facts.get("os_id", "")), str(ctx.facts.get("os_version_id", ""))
     pretty = ctx.facts.get("os_pretty") or f"{os_id} {ver}"
     if (os_id, ver) in SUPPORTED_OS:
-        return _f(ctx, "P01-os", "pass", f"{pretty} is supported")
-    return _f(
+        return host_finding(ctx, "P01-os", "pass", f"{pretty} is supported")
+    return host_finding(
         ctx,
         "P01-os",
         "fail",
@@ -90,8 +62,8 @@ def os_supported(ctx: Context) -> Finding:
 def arch_supported(ctx: Context) -> Finding:
     arch = str(ctx.facts.get("arch", ""))
     if arch in SUPPORTED_ARCH:
-        return _f(ctx, "P02-arch", "pass", f"architecture {arch}")
-    return _f(
+        return host_finding(ctx, "P02-arch", "pass", f"architecture {arch}")
+    return host_finding(
         ctx,
         "P02-arch",
         "fail",
@@ -105,8 +77,8 @@ def cpus(ctx: Context) -> Finding:
     n = int(ctx.facts.get("cpus") or 0)
     need = ctx.cfg.preflight.min_cpus
     if n >= need:
-        return _f(ctx, "P03-cpu", "pass", f"{n} CPUs")
-    return _f(
+        return host_finding(ctx, "P03-cpu", "pass", f"{n} CPUs")
+    return host_finding(
         ctx,
         "P03-cpu",
         "fail",
@@ -122,8 +94,8 @@ def memory(ctx: Context) -> Finding:
     need = ctx.cfg.preflight.min_memory_gib
     # MemTotal is a little below the installed size; allow 5 %.
     if have >= need * 0.95:
-        return _f(ctx, "P04-memory", "pass", f"{have:.1f} GiB memory")
-    return _f(
+        return host_finding(ctx, "P04-memory", "pass", f"{have:.1f} GiB memory")
+    return host_finding(
         ctx,
         "P04-memory",
         "fail",
@@ -139,8 +111,8 @@ def disk(ctx: Context) -> Finding:
     have = int(free.get("/var/lib", free.get("/", 0))) / GiB
     need = ctx.cfg.preflight.min_disk_gib
     if have >= need:
-        return _f(ctx, "P05-disk", "pass", f"{have:.0f} GiB free in /var/lib")
-    return _f(
+        return host_finding(ctx, "P05-disk", "pass", f"{have:.0f} GiB free in /var/lib")
+    return host_finding(
         ctx,
         "P05-disk",
         "fail",
@@ -154,9 +126,9 @@ def swap(ctx: Context) -> Finding:
     active = ctx.facts.get("swap_active") or []
     lines = ctx.facts.get("fstab_swap_lines") or []
     if not active and not lines:
-        return _f(ctx, "P06-swap", "pass", "swap is off")
+        return host_finding(ctx, "P06-swap", "pass", "swap is off")
     ev = "; ".join([f"active: {s.get('device')}" for s in active] + [f"fstab: {ln}" for ln in lines])
-    return _f(
+    return host_finding(
         ctx,
         "P06-swap",
         "warn",
@@ -181,8 +153,10 @@ def ports(ctx: Context) -> Finding:
                 continue  # our own cluster, from an earlier run
             conflicts.append(f"{port}/{proto} ({what}) used by {proc}")
     if not conflicts:
-        return _f(ctx, "P07-ports", "pass", "cluster ports are free" + (" or owned by gpustack" if ours else ""))
-    return _f(
+        return host_finding(
+            ctx, "P07-ports", "pass", "cluster ports are free" + (" or owned by gpustack" if ours else "")
+        )
+    return host_finding(
         ctx,
         "P07-ports",
         "fail",
@@ -195,14 +169,14 @@ def ports(ctx: Context) -> Finding:
 @check
 def node_exporter(ctx: Context) -> Finding:
     if ctx.facts.get("node_exporter_on_9100"):
-        return _f(
+        return host_finding(
             ctx,
             "P16-node-exporter",
             "warn",
             "a host node_exporter listens on 9100; the cluster's node-exporter will use another port",
             "9100/tcp in use",
         )
-    return _f(ctx, "P16-node-exporter", "pass", "port 9100 is free")
+    return host_finding(ctx, "P16-node-exporter", "pass", "port 9100 is free")
 
 
 @check
@@ -211,10 +185,10 @@ def gpu(ctx: Context) -> Finding:
     if devs:
         drv = ctx.facts.get("nvidia_driver_version")
         extra = f", driver {drv} preinstalled" if drv else ", no driver installed (the GPU Operator installs it)"
-        return _f(
+        return host_finding(
             ctx, "P08-gpu", "pass", f"{len(devs)} NVIDIA GPU(s){extra}", ", ".join(d.get("slot", "?") for d in devs)
         )
-    return _f(ctx, "P08-gpu", "warn", "no NVIDIA GPU on the PCI bus: this node joins as a CPU-only worker")
+    return host_finding(ctx, "P08-gpu", "warn", "no NVIDIA GPU on the PCI bus: this node joins as a CPU-only worker")
 
 
 @check
@@ -222,12 +196,12 @@ def nouveau(ctx: Context) -> Finding:
     """nouveau only binds to NVIDIA hardware, so a loaded nouveau always blocks the NVIDIA driver
     (even where the PCI scan found no compute GPU)."""
     if not ctx.facts.get("nouveau_loaded"):
-        return _f(ctx, "P09-nouveau", "pass", "nouveau is not loaded")
+        return host_finding(ctx, "P09-nouveau", "pass", "nouveau is not loaded")
     fix = (
         "printf 'blacklist nouveau\\noptions nouveau modeset=0\\n' | sudo tee /etc/modprobe.d/blacklist-nouveau.conf"
         " && sudo update-initramfs -u && sudo reboot"
     )
-    return _f(
+    return host_finding(
         ctx,
         "P09-nouveau",
         "fail",
@@ -243,8 +217,8 @@ def secure_boot(ctx: Context) -> Finding:
     has_gpu = bool(ctx.facts.get("nvidia_pci_devices"))
     preinstalled = bool(ctx.facts.get("nvidia_driver_version"))
     if state != "enabled" or not has_gpu or preinstalled:
-        return _f(ctx, "P10-secure-boot", "pass", f"Secure Boot {state}")
-    return _f(
+        return host_finding(ctx, "P10-secure-boot", "pass", f"Secure Boot {state}")
+    return host_finding(
         ctx,
         "P10-secure-boot",
         "warn",
@@ -257,9 +231,11 @@ def secure_boot(ctx: Context) -> Finding:
 def existing_kubernetes(ctx: Context) -> Finding:
     k = ctx.facts.get("kubernetes") or {}
     if k.get("gpustack_marker"):
-        return _f(ctx, "P11-existing-kubernetes", "pass", "Kubernetes installed by gpustack (re-run converges)")
+        return host_finding(
+            ctx, "P11-existing-kubernetes", "pass", "Kubernetes installed by gpustack (re-run converges)"
+        )
     if k.get("admin_conf") or k.get("kubelet_conf"):
-        return _f(
+        return host_finding(
             ctx,
             "P11-existing-kubernetes",
             "fail",
@@ -267,15 +243,15 @@ def existing_kubernetes(ctx: Context) -> Finding:
             "/etc/kubernetes/{admin,kubelet}.conf exists",
             "use a fresh host, or remove the old cluster first (sudo kubeadm reset -f) if you are sure",
         )
-    return _f(ctx, "P11-existing-kubernetes", "pass", "no existing Kubernetes")
+    return host_finding(ctx, "P11-existing-kubernetes", "pass", "no existing Kubernetes")
 
 
 @check
 def sudo(ctx: Context) -> Finding:
     if ctx.facts.get("is_root") or ctx.facts.get("sudo_nopasswd"):
-        return _f(ctx, "P12-sudo", "pass", "root or passwordless sudo")
+        return host_finding(ctx, "P12-sudo", "pass", "root or passwordless sudo")
     user = ctx.node.user or "the SSH user"
-    return _f(
+    return host_finding(
         ctx,
         "P12-sudo",
         "fail",
@@ -288,9 +264,9 @@ def sudo(ctx: Context) -> Finding:
 def time_sync(ctx: Context) -> Finding:
     synced = ctx.facts.get("time_synced")
     if synced:
-        return _f(ctx, "P13-time-sync", "pass", "clock synchronised")
+        return host_finding(ctx, "P13-time-sync", "pass", "clock synchronised")
     state = "not synchronised" if synced is False else "synchronisation unknown"
-    return _f(
+    return host_finding(
         ctx,
         "P13-time-sync",
         "warn",
@@ -304,8 +280,10 @@ def reachability(ctx: Context) -> Finding:
     peers: Mapping[str, bool] = ctx.facts.get("peers") or {}
     down = sorted(a for a, ok in peers.items() if not ok)
     if not down:
-        return _f(ctx, "P14-reachability", "pass", f"reaches {len(peers)} other node(s)" if peers else "single node")
-    return _f(
+        return host_finding(
+            ctx, "P14-reachability", "pass", f"reaches {len(peers)} other node(s)" if peers else "single node"
+        )
+    return host_finding(
         ctx,
         "P14-reachability",
         "fail",
@@ -319,8 +297,8 @@ def reachability(ctx: Context) -> Finding:
 def kernel_modules(ctx: Context) -> Finding:
     missing = [m for m in ("br_netfilter", "overlay") if not ctx.facts.get(m)]
     if not missing:
-        return _f(ctx, "P15-kernel-modules", "pass", "br_netfilter and overlay available")
-    return _f(
+        return host_finding(ctx, "P15-kernel-modules", "pass", "br_netfilter and overlay available")
+    return host_finding(
         ctx, "P15-kernel-modules", "warn", f"{', '.join(missing)} not loaded yet; the os stage loads and persists them"
     )
 
@@ -335,7 +313,7 @@ def _operator_builds(ctx: Context) -> bool:
 
 
 def _rule(ctx: Context, id_: str, v: hostrules.Verdict) -> Finding:
-    return _f(
+    return host_finding(
         ctx, id_, v.status, v.summary, v.evidence if v.status != "pass" else "", v.fix if v.status != "pass" else ""
     )
 
@@ -412,5 +390,6 @@ def check_names() -> list[str]:
     return sorted({c(ctx).id for c in CHECKS})
 
 
-from gpustack.checks import compat as _compat  # noqa: E402,F401 - registers the compatibility-matrix checks
-from gpustack.checks import sources as _sources  # noqa: E402,F401 - registers the package-source checks
+# the compatibility-matrix and package-source checks register after this module's (the table's order)
+from gpustack.checks import compat as _compat  # noqa: E402,F401
+from gpustack.checks import sources as _sources  # noqa: E402,F401

@@ -14,15 +14,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
+from gpustack.checks.context import Context, check, host_finding
 from gpustack.checks.model import Finding
-from gpustack.checks.preflight import Context, _f, check
 from gpustack.config.model import Config
-from gpustack.plan import STAGE_IDS
 from gpustack.render.ansible import ARCHES, helm_downloads, runtime_vars
 
 #: stages that make the nodes pull images (kubeadm's control plane, Flannel, the cluster layer,
 #: an upgrade's new control plane, the components' new charts)
 IMAGE_STAGES = frozenset({"control-plane", "workers", "network", "cluster", "crds"})
+#: every `up` stage that downloads something: what the preflight alone (a readiness check) probes
+SOURCE_STAGES = frozenset({"os", "containerd", "kubernetes", "helm"}) | IMAGE_STAGES
 
 
 def _spec(name: str, url: str, kind: str, stage: str, group: str = "all", arch: str = "") -> dict[str, str]:
@@ -49,7 +50,7 @@ def probe_list(
     apt_module = run_vars.get("gpustack_apt_update_cache", True) is not False
     ids = set(stage_ids)
     if ids <= {"preflight"}:
-        ids = set(STAGE_IDS)
+        ids = set(SOURCE_STAGES)
     minor = cfg.versions.kubernetes_minor
     out: list[dict[str, str]] = []
     if "os" in ids and apt_module:  # the os stage refreshes apt's lists over the host's own repositories
@@ -89,9 +90,9 @@ def _finding(ctx: Context, id_: str, what: str, results: Sequence[Mapping[str, A
     bad = [r for r in probed if not r.get("ok")]
     if not probed:
         why = "stages converged here" if results else "none needed by the selected stages"
-        return _f(ctx, id_, "pass", f"no {what} to reach ({why})")
+        return host_finding(ctx, id_, "pass", f"no {what} to reach ({why})")
     if not bad:
-        return _f(ctx, id_, "pass", f"reaches {len(probed)} {what}(s)")
+        return host_finding(ctx, id_, "pass", f"reaches {len(probed)} {what}(s)")
     names = ", ".join(dict.fromkeys(str(r.get("name")) for r in bad))
     evidence = "\n".join(
         f"{r.get('url')} ({'through ' + str(r['via']) if _proxied(r) else 'direct'}): "
@@ -117,7 +118,7 @@ def _finding(ctx: Context, id_: str, what: str, results: Sequence[Mapping[str, A
         urls = ", ".join(str(r.get("url")) for r in answered)
         fixes.append(f"{urls} answered with an error: check the URL (sources: in gpustack.yaml, or the host's apt "
                      "sources) and that the mirror serves it")  # fmt: skip
-    return _f(ctx, id_, "fail", f"cannot reach {len(bad)} {what}(s): {names}", evidence, "\n".join(fixes))
+    return host_finding(ctx, id_, "fail", f"cannot reach {len(bad)} {what}(s): {names}", evidence, "\n".join(fixes))
 
 
 def _proxied(r: Mapping[str, Any]) -> bool:

@@ -1,4 +1,4 @@
-"""``gpustack bundle list`` (every artifact a run needs; logic: gpustack/airgap.py) and ``gpustack
+"""``gpustack bundle list`` (every artifact a run needs; logic: gpustack/bundle/catalog.py) and ``gpustack
 bundle create`` (fetch them all into a directory on a connected machine; logic: gpustack/bundle/).
 ``gpustack up --bundle DIR`` uses what create made."""
 
@@ -28,7 +28,7 @@ def list_(
 ) -> None:
     """Print every artifact a run of this config needs on the chosen OS: files with sha256, apt
     packages, container images, chart archives."""
-    from gpustack import airgap
+    from gpustack.bundle import catalog
     from gpustack.config import pins
     from gpustack.paths import resource_dir
 
@@ -40,7 +40,7 @@ def list_(
         known = ", ".join(f"{o.id}-{o.version}" for o in pins.OS_RELEASES)
         raise UsageError(f"--os {os_}: not a supported OS ({known})")
     cfg = load_config(config).config
-    found = airgap.items(cfg, resource_dir("playbooks"), release)
+    found = catalog.items(cfg, resource_dir("playbooks"), release)
     if output == "json":
         typer.echo(json.dumps([i.as_dict() for i in found], indent=2))
         return

@@ -17,7 +17,7 @@ def run_diagnose(command: str, args: CheckArgs, **own: Any) -> None:
     cfg = load_config(args.config).config
     opts = DiagnoseOptions(command=command, **args.selection(), **own)
     if opts.fix:
-        from gpustack.up import run_stage
+        from gpustack.commands.up import run_stage
 
         opts = replace(opts, run_stage=run_stage)
     code, _, _ = diagnose(cfg, opts, console)

@@ -17,9 +17,9 @@ def grafana_password(config: ConfigOpt = None, kubeconfig: KubeconfigOpt = None,
     cluster (--kubeconfig, $KUBECONFIG, ~/.kube/config), or no state file: the Secret that Grafana's Deployment
     reads GF_SECURITY_ADMIN_PASSWORD from, as `gpustack doctor` finds it. Exit 2 when there is no password to
     find, 3 when the cluster cannot be reached."""
-    from gpustack.cluster import password_path
     from gpustack.diagnose.collect_grafana import CredentialError, cluster_credentials, state_credentials
     from gpustack.errors import ClusterUnreachableError, ConfigError
+    from gpustack.paths import grafana_password_path
     from gpustack.runners.kubeconfig import QUICK_TIMEOUT, KubeconfigNotFound, connect, resolve_kubeconfig
 
     cfg = load_config(config).config
@@ -33,7 +33,8 @@ def grafana_password(config: ConfigOpt = None, kubeconfig: KubeconfigOpt = None,
         if found is None:
             if target is None:
                 raise ClusterUnreachableError(
-                    f"no Grafana password: no state file {password_path(cfg)}, and {no_kubeconfig}", hint=HINT
+                    f"no Grafana password: no state file {grafana_password_path(cfg.cluster.name)}, and {no_kubeconfig}",
+                    hint=HINT,
                 )
             kube = connect(target, request_timeout=QUICK_TIMEOUT)
             found = cluster_credentials(kube, cfg.monitoring.grafana_admin_user)

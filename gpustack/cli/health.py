@@ -60,7 +60,7 @@ def _settings(config: Any, in_cluster: bool, flags: dict[str, Any]) -> tuple[Any
     from pydantic import ValidationError
 
     from gpustack.cli.options import load_config
-    from gpustack.config.model import Remediation, window_seconds
+    from gpustack.config.monitoring import Remediation, window_seconds
     from gpustack.errors import UsageError
     from gpustack.health.policy import Settings
 

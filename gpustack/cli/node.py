@@ -1,5 +1,5 @@
-"""``gpustack node add|remove``: options, what will happen, the question; gpustack/node_add.py and
-gpustack/node_remove.py run them."""
+"""``gpustack node add|remove``: options, what will happen, the question; gpustack/commands/node_add.py
+and gpustack/commands/node_remove.py run them."""
 
 from __future__ import annotations
 
@@ -8,23 +8,23 @@ from typing import Annotated
 
 import typer
 
-from gpustack.cli.options import ConfigOpt, VerboseOpt, YesOpt, console_for, load_config, split_csv
-from gpustack.console import Console
+from gpustack.cli.options import (
+    ConfigOpt,
+    VerboseOpt,
+    YesOpt,
+    confirm_or_refuse,
+    console_for,
+    load_config,
+    run_flags,
+    split_csv,
+    verify_after,
+)
 from gpustack.errors import UsageError
 
 node_app = typer.Typer(help="Add nodes to, or remove them from, a running cluster.", no_args_is_help=True)
 
 NamesArg = Annotated[list[str], typer.Argument(help="node name(s) from gpustack.yaml", show_default=False)]
 HostKeysOpt = Annotated[bool, typer.Option(help="trust and record SSH host keys seen for the first time")]
-
-
-def _confirm(console: Console, question: str, yes: bool) -> None:
-    if yes:
-        return
-    if not console.interactive:
-        raise UsageError("no terminal to confirm on: pass --yes to run non-interactively (or --dry-run)")
-    if not console.confirm(question, assume_yes=False):
-        raise typer.Abort()
 
 
 @node_app.command("add")
@@ -49,37 +49,26 @@ def add(
 ) -> None:
     """Join nodes listed in gpustack.yaml to the running cluster: up's host layer on them only, a fresh
     join token; the existing nodes change only their firewall's peer list. Then `gpustack verify`."""
-    from gpustack.node_add import AddOptions, add, describe, select_new
+    from gpustack.commands.node_add import AddOptions, add, describe, select_new
 
     console = console_for(verbose)
     cfg = load_config(config).config
-    opts = AddOptions(
-        nodes=tuple(split_csv(names)),
-        dry_run=dry_run,
-        verbosity=max(0, verbose - 1),
-        accept_new_host_keys=accept_new_host_keys,
-        ignore_preflight=tuple(split_csv(ignore_preflight)),
-        bundle=bundle,
-        bundle_listen=bundle_listen,
+    flags = run_flags(
+        dry_run=dry_run, verbose=verbose, accept_new_host_keys=accept_new_host_keys, ignore_preflight=ignore_preflight
     )
+    opts = AddOptions.from_flags(flags, nodes=tuple(split_csv(names)), bundle=bundle, bundle_listen=bundle_listen)
     new = select_new(cfg, opts.nodes)
     console.print(f"[stage]node add[/stage] cluster {cfg.cluster.name}{' (dry run)' if dry_run else ''}:")
     for line in describe(cfg, new):
         console.print(f"  - {line}", markup=False)
     if not dry_run:
-        _confirm(console, f"Add {len(new)} node(s) to cluster {cfg.cluster.name}?", yes)
+        confirm_or_refuse(console, f"Add {len(new)} node(s) to cluster {cfg.cluster.name}?", yes=yes)
     add(cfg, opts, console)
     if dry_run:
         return
     console.print(f"[ok]added[/ok] {', '.join(n.name for n in new)}")
     if not no_verify:
-        from gpustack.diagnose.engine import DiagnoseOptions, diagnose
-
-        console.print("[stage]▶ verify[/stage]")
-        code, _, _ = diagnose(cfg, DiagnoseOptions(command="verify"), console)
-        if code:
-            console.error("the nodes joined, but verify found problems", "run `gpustack doctor` for causes and fixes")
-            raise typer.Exit(code)
+        verify_after(cfg, console, "the nodes joined")
 
 
 @node_app.command("remove")
@@ -103,20 +92,19 @@ def remove(
     """Take nodes out of the cluster: PodDisruptionBudgets checked with a server-side dry run before
     anything is cordoned, then cordon, drain, reset the host (not with --offline), delete the node.
     Refuses the last control-plane node and removals that would break etcd quorum."""
-    from gpustack import drain
-    from gpustack.node_remove import RemoveOptions, assess, describe, remove
+    from gpustack.cluster import drain
+    from gpustack.commands.node_remove import RemoveOptions, assess, describe, remove
     from gpustack.runners.kubeconfig import QUICK_TIMEOUT, cluster_client
 
     console = console_for(verbose)
     cfg = load_config(config).config
     if timeout <= 0:
         raise UsageError(f"--timeout {timeout}: must be more than 0 seconds")
-    opts = RemoveOptions(
+    opts = RemoveOptions.from_flags(
+        run_flags(verbose=verbose, accept_new_host_keys=accept_new_host_keys),
         nodes=tuple(split_csv(names)),
         offline=offline,
         timeout=timeout,
-        verbosity=max(0, verbose - 1),
-        accept_new_host_keys=accept_new_host_keys,
     )
     kube = cluster_client(
         cfg.cluster.name, own_only=True, request_timeout=QUICK_TIMEOUT
@@ -140,7 +128,9 @@ def remove(
         )
     if dry_run:
         return
-    _confirm(console, f"Remove {', '.join(n.name for n in found.targets)} from cluster {cfg.cluster.name}?", yes)
+    confirm_or_refuse(
+        console, f"Remove {', '.join(n.name for n in found.targets)} from cluster {cfg.cluster.name}?", yes=yes
+    )
     done = remove(cfg, opts, console, kube)
     console.print(
         f"[ok]removed[/ok] {', '.join(done.removed)}: delete them from gpustack.yaml (nodes:), or "

@@ -1,7 +1,10 @@
 """Option types and helpers every command module shares (no command lives here).
 
-verify and doctor take the same check-selection and report options; they are declared once, in
-:func:`check_options`, and reach the command as one :class:`CheckArgs`.
+The host-changing commands take the same run flags (:func:`run_flags` builds the engine's
+:class:`~gpustack.engine.options.RunFlags` from them), ask the same way before a change
+(:func:`confirm_or_refuse`) and prove the result the same way (:func:`verify_after`). verify and doctor
+take the same check-selection and report options; they are declared once, in :func:`check_options`,
+and reach the command as one :class:`CheckArgs`.
 """
 
 from __future__ import annotations
@@ -15,10 +18,14 @@ from typing import Annotated, Any
 
 import typer
 
-from gpustack import plan as plans
+from gpustack import commands
 from gpustack.console import Console
 from gpustack.diagnose.registry import LAYERS
+from gpustack.engine.options import RunFlags
 from gpustack.errors import UsageError
+
+if typing.TYPE_CHECKING:
+    from gpustack.config.model import Config
 
 ConfigOpt = Annotated[
     Path | None,
@@ -38,10 +45,10 @@ AcceptKeysOpt = Annotated[
 def complete_stages(ctx: typer.Context, incomplete: str) -> list[str]:
     """Shell completion of a stage id: `up`'s; for `gpustack plan`, every command's (click has not
     parsed plan's COMMAND argument yet when an option's value is completed)."""
-    if ctx.info_name in plans.SEQUENCES:
-        ids: tuple[str, ...] = plans.SEQUENCES[ctx.info_name].stage_ids
+    if ctx.info_name in commands.SEQUENCES:
+        ids: tuple[str, ...] = commands.SEQUENCES[ctx.info_name].stage_ids
     else:
-        ids = tuple(dict.fromkeys(s for seq in plans.SEQUENCES.values() for s in seq.stage_ids))
+        ids = tuple(dict.fromkeys(s for seq in commands.SEQUENCES.values() for s in seq.stage_ids))
     done, _, last = incomplete.rpartition(",")
     return [f"{done}," * bool(done) + s for s in ids if s.startswith(last)]
 
@@ -50,7 +57,7 @@ def _complete_layers(incomplete: str) -> list[str]:
     return [layer for layer in LAYERS if layer.startswith(incomplete)]
 
 
-_UP_STAGES = ", ".join(plans.STAGE_IDS)
+_UP_STAGES = ", ".join(commands.sequence("up").stage_ids)
 StagesOpt = Annotated[
     list[str] | None,
     typer.Option(
@@ -87,6 +94,49 @@ def load_config(path: Path | None, flags: dict[str, Any] | None = None) -> Any:
 
 def console_for(verbose: int = 0) -> Console:
     return Console(verbosity=verbose)
+
+
+# --- the host-changing commands: one way to take the run flags, ask, and verify -------------------
+
+
+def run_flags(
+    *,
+    dry_run: bool = False,
+    verbose: int = 0,
+    accept_new_host_keys: bool = False,
+    ignore_preflight: list[str] | None = None,
+) -> RunFlags:
+    """The engine's flags from the options every host-changing command takes (``-v`` is gpustack's
+    own output; ``-vv`` and more reach Ansible)."""
+    return RunFlags(
+        dry_run=dry_run,
+        verbosity=max(0, verbose - 1),
+        accept_new_host_keys=accept_new_host_keys,
+        ignore_preflight=tuple(split_csv(ignore_preflight, "--ignore-preflight")),
+    )
+
+
+def confirm_or_refuse(console: Console, question: str, *, yes: bool, verb: str = "run") -> None:
+    """Ask before a change. ``--yes`` skips the question; without a terminal to ask on, the command is
+    refused (exit 2) rather than run unasked; "no" aborts (exit 1)."""
+    if yes:
+        return
+    if not console.interactive:
+        raise UsageError(f"no terminal to confirm on: pass --yes to {verb} non-interactively (or --dry-run)")
+    if not console.confirm(question, assume_yes=False):
+        raise typer.Abort()
+
+
+def verify_after(cfg: Config, console: Console, done: str) -> None:
+    """``gpustack verify`` after a change; its exit code when it finds problems (``done``: what the
+    change achieved, e.g. "the stack is up")."""
+    from gpustack.diagnose.engine import DiagnoseOptions, diagnose
+
+    console.print("[stage]▶ verify[/stage]")
+    code, _, _ = diagnose(cfg, DiagnoseOptions(command="verify"), console)
+    if code:
+        console.error(f"{done}, but verify found problems", "run `gpustack doctor` for causes and fixes")
+        raise typer.Exit(code)
 
 
 # --- verify / doctor: one definition of the options they share ------------------------------------

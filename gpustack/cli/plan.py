@@ -6,10 +6,10 @@ from typing import Annotated
 
 import typer
 
-from gpustack import plan as plans
+from gpustack import commands
 from gpustack.cli.options import ConfigOpt, FromOpt, complete_stages, console_for, load_config, split_csv
 
-_EVERY = "; ".join(f"{c}: {', '.join(s.stage_ids)}" for c, s in plans.SEQUENCES.items() if c != "components")
+_EVERY = "; ".join(f"{c}: {', '.join(s.stage_ids)}" for c, s in commands.SEQUENCES.items())
 PlanStagesOpt = Annotated[
     list[str] | None,
     typer.Option(
@@ -22,7 +22,8 @@ PlanStagesOpt = Annotated[
 
 def plan(
     command: Annotated[
-        str, typer.Argument(metavar="COMMAND", help=f"the command whose stages to show: {', '.join(plans.SEQUENCES)}")
+        str,
+        typer.Argument(metavar="COMMAND", help=f"the command whose stages to show: {', '.join(commands.SEQUENCES)}"),
     ] = "up",
     names: Annotated[
         list[str] | None,
@@ -37,36 +38,26 @@ def plan(
     ] = None,
 ) -> None:
     """Print the ordered stages a command (default: up) would run and what each changes; touches nothing."""
-    from gpustack.cli.version import print_versions
     from gpustack.config import target
+    from gpustack.engine.plan import targets
 
     console = console_for()
-    seq = plans.sequence(command)
+    seq = commands.sequence(command)
     stages = seq.select(only=split_csv(only, "--only"), from_=from_, skip=split_csv(skip, "--skip"))
     loaded = load_config(config)
     cfg = loaded.config
     console.print(target.announcement(loaded), markup=False)
-    nodes = ", ".join(n.name for n in cfg.nodes)
     where = {
-        "all": nodes,
+        "all": ", ".join(n.name for n in cfg.nodes),
         "control-plane": cfg.control_plane.name,
         "workers": ", ".join(n.name for n in cfg.workers) or "(none)",
-        "targets": "the nodes named on the command line" + (" (default: every node)" if command == "reset" else ""),
+        "targets": "the nodes named on the command line",
         "local": "this machine",
+        **seq.host_notes,
     }
     if names:
-        from gpustack.lifecycle import targets
-
         where["targets"] = ", ".join(targets(cfg, split_csv(names, "NODE")))
-    if seq.command == "node-remove":
-        where["control-plane"] = "a remaining control-plane node (control-plane removals only)"
     rows = [[str(i), s.id, where[s.hosts], s.changes] for i, s in enumerate(stages, 1)]
     console.table(f"gpustack {seq.command} would run", ["#", "stage", "hosts", "changes"], rows)
-    if seq.command == "up":
-        print_versions(console, cfg)
-    if seq.command == "upgrade" and to:
-        from gpustack import skew
-
-        version = skew.resolve_target(to)
-        order = [[str(i), s.node, s.action, s.detail] for i, s in enumerate(skew.upgrade_order(cfg, version), 1)]
-        console.table(f"upgrade to {version}: one node at a time", ["#", "node", "kubeadm", "steps"], order)
+    for title, columns, table in seq.details(cfg, to) if seq.details else []:
+        console.table(title, columns, table)

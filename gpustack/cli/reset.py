@@ -1,4 +1,4 @@
-"""``gpustack reset``: options, the description of what goes, the question; gpustack/reset.py runs it."""
+"""``gpustack reset``: options, the description of what goes, the question; gpustack/commands/reset.py runs it."""
 
 from __future__ import annotations
 
@@ -6,8 +6,17 @@ from typing import Annotated
 
 import typer
 
-from gpustack.cli.options import AcceptKeysOpt, ConfigOpt, VerboseOpt, YesOpt, console_for, load_config, split_csv
-from gpustack.errors import UsageError
+from gpustack.cli.options import (
+    AcceptKeysOpt,
+    ConfigOpt,
+    VerboseOpt,
+    YesOpt,
+    confirm_or_refuse,
+    console_for,
+    load_config,
+    run_flags,
+    split_csv,
+)
 
 
 def reset(
@@ -32,27 +41,22 @@ def reset(
 ) -> None:
     """Tear the cluster (or --node NAME) down: kubeadm reset, Kubernetes' files, links and iptables chains,
     gpustack's firewall chain. Never flushes a table, changes a policy or drops SSH."""
-    from gpustack.reset import ResetOptions, describe, select_nodes
-    from gpustack.reset import reset as run_reset
+    from gpustack.commands.reset import ResetOptions, describe, select_nodes
+    from gpustack.commands.reset import reset as run_reset
 
     console = console_for(verbose)
     cfg = load_config(config).config
-    opts = ResetOptions(
+    opts = ResetOptions.from_flags(
+        run_flags(dry_run=dry_run, verbose=verbose, accept_new_host_keys=accept_new_host_keys),
         nodes=split_csv(node, "--node"),
         purge=purge,
         restore=restore,
         forget=forget,
-        dry_run=dry_run,
-        verbosity=max(0, verbose - 1),
-        accept_new_host_keys=accept_new_host_keys,
     )
     nodes = select_nodes(cfg, opts.nodes)
     console.print(f"[stage]reset[/stage] cluster {cfg.cluster.name}{' (dry run)' if dry_run else ''}:")
     for line in describe(cfg, nodes, opts):
         console.print(f"  - {line}", markup=False)
-    if not dry_run and not yes:
-        if not console.interactive:
-            raise UsageError("no terminal to confirm on: pass --yes to reset non-interactively (or --dry-run)")
-        if not console.confirm(f"Reset {len(nodes)} host(s)?", assume_yes=False):
-            raise typer.Abort()
+    if not dry_run:
+        confirm_or_refuse(console, f"Reset {len(nodes)} host(s)?", yes=yes, verb="reset")
     run_reset(cfg, opts, console)

@@ -1,5 +1,5 @@
 """``gpustack status``: nodes and kubelet versions, Helm releases against the pins, the last run,
-an upgrade in progress. Read-only; the logic is gpustack/status.py."""
+an upgrade in progress. Read-only; the logic is gpustack/cluster/status.py."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ def status(
     """Show the cluster: nodes (kubelet versions against the control plane), Helm releases against
     gpustack's pins, the last run and its result, an upgrade in progress. Read-only. Exit 0, or 3
     when the cluster is unreachable (what this machine knows is still shown)."""
+    from gpustack.cluster.status import exit_code, gather, print_status, status_json
     from gpustack.runners.kubeconfig import QUICK_TIMEOUT, cluster_client
-    from gpustack.status import exit_code, gather, print_status, status_json
 
     if output not in ("table", "json"):
         raise UsageError(f"--output {output}: use table or json")

@@ -14,11 +14,13 @@ from gpustack.cli.options import (
     StagesOpt,
     VerboseOpt,
     YesOpt,
+    confirm_or_refuse,
     console_for,
     load_config,
+    run_flags,
     split_csv,
+    verify_after,
 )
-from gpustack.errors import UsageError
 
 
 def version_flags(kubernetes_version: str | None) -> dict[str, object]:
@@ -71,52 +73,27 @@ def up(
 ) -> None:
     """Build (or converge) the cluster (preflight, host layer, Kubernetes, network, Helm, GPU and monitoring
     stack), then prove it with `gpustack verify`."""
-    from gpustack import plan
-    from gpustack.cluster import access_lines
+    from gpustack.cluster.layer import access_lines
+    from gpustack.commands.up import PLAN
+    from gpustack.commands.up import up as run_up
     from gpustack.config import target
-    from gpustack.up import UpOptions
-    from gpustack.up import up as run_up
 
     console = console_for(verbose)
-    stages = plan.sequence("up").select(only=split_csv(only, "--only"), from_=from_, skip=split_csv(skip, "--skip"))
+    stages = PLAN.select(only=split_csv(only, "--only"), from_=from_, skip=split_csv(skip, "--skip"))
     loaded = load_config(config, version_flags(kubernetes_version))
     cfg = loaded.config
     console.print(target.announcement(loaded), markup=False)
     changing = [s for s in stages if s.runner != "preflight"]
     if changing and not dry_run:
-        question = target.confirm_question(loaded, [s.id for s in changing])
-        if not yes:
-            if not console.interactive:
-                raise UsageError("no terminal to confirm on: pass --yes to run non-interactively (or --dry-run)")
-            if not console.confirm(question, assume_yes=False):
-                raise typer.Abort()
-    result = run_up(
-        cfg,
-        UpOptions(
-            stages=stages,
-            dry_run=dry_run,
-            verbosity=max(0, verbose - 1),
-            assume_yes=yes,
-            accept_new_host_keys=accept_new_host_keys,
-            ignore_preflight=split_csv(ignore_preflight, "--ignore-preflight"),
-            full=full,
-        ),
-        console,
-        bundle=bundle,
-        bundle_listen=bundle_listen,
+        confirm_or_refuse(console, target.confirm_question(loaded, [s.id for s in changing]), yes=yes)
+    flags = run_flags(
+        dry_run=dry_run, verbose=verbose, accept_new_host_keys=accept_new_host_keys, ignore_preflight=ignore_preflight
     )
+    result = run_up(cfg, flags.run_options(stages, full=full), console, bundle=bundle, bundle_listen=bundle_listen)
     if result.kubeconfig:
         console.print(f"[ok]done.[/ok] kubeconfig: {result.kubeconfig}  (export KUBECONFIG={result.kubeconfig})")
     if any(s.id == "cluster" for s in stages) and not dry_run:
         for line in access_lines(cfg):
             console.print(line)
         if not no_verify:
-            from gpustack.diagnose.engine import DiagnoseOptions, diagnose
-
-            console.print("[stage]▶ verify[/stage]")
-            code, _, _ = diagnose(cfg, DiagnoseOptions(command="verify"), console)
-            if code:
-                console.error(
-                    "the stack is up, but verify found problems", "run `gpustack doctor` for causes and fixes"
-                )
-                raise typer.Exit(code)
+            verify_after(cfg, console, "the stack is up")

@@ -1,5 +1,5 @@
-"""``gpustack upgrade --to 1.Y[.Z]`` | ``--components``: options and the question; gpustack/upgrade.py and
-gpustack/components.py run them."""
+"""``gpustack upgrade --to 1.Y[.Z]`` | ``--components``: options and the question;
+gpustack/commands/upgrade.py and gpustack/commands/components.py run them."""
 
 from __future__ import annotations
 
@@ -7,12 +7,22 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from gpustack.cli.options import AcceptKeysOpt, ConfigOpt, VerboseOpt, YesOpt, console_for, load_config, split_csv
+from gpustack.cli.options import (
+    AcceptKeysOpt,
+    ConfigOpt,
+    VerboseOpt,
+    YesOpt,
+    confirm_or_refuse,
+    console_for,
+    load_config,
+    run_flags,
+)
 from gpustack.errors import UsageError
 
 if TYPE_CHECKING:  # the config model is heavy: `gpustack --help` must not import it
     from gpustack.config.model import Config
     from gpustack.console import Console
+    from gpustack.engine.options import RunFlags
 
 
 def upgrade(
@@ -41,9 +51,9 @@ def upgrade(
 ) -> None:
     """Upgrade Kubernetes one minor (or patch): control plane first, workers drained one at a time.
     Refused (exit 2) when the version-skew policy forbids it; re-run after an interruption to continue."""
-    from gpustack import skew
-    from gpustack.upgrade import UpgradeOptions
-    from gpustack.upgrade import upgrade as run_upgrade
+    from gpustack.cluster import skew
+    from gpustack.commands.upgrade import UpgradeOptions
+    from gpustack.commands.upgrade import upgrade as run_upgrade
 
     if bool(to) == components:
         raise UsageError(
@@ -52,9 +62,11 @@ def upgrade(
         )
     console = console_for(verbose)
     cfg = load_config(config).config
+    flags = run_flags(
+        dry_run=dry_run, verbose=verbose, accept_new_host_keys=accept_new_host_keys, ignore_preflight=ignore_preflight
+    )
     if components:
-        _components(cfg, console, dry_run=dry_run, yes=yes, accept_new_host_keys=accept_new_host_keys,
-                    ignore_preflight=split_csv(ignore_preflight, "--ignore-preflight"), verbose=verbose)  # fmt: skip
+        _components(cfg, console, flags, yes=yes)
         return
     assert to is not None
     target = skew.resolve_target(to)
@@ -63,49 +75,20 @@ def upgrade(
     )
     for step in skew.upgrade_order(cfg, target):
         console.print(f"  - {step.node}: {step.detail}", markup=False)
-    if not dry_run and not yes:
-        if not console.interactive:
-            raise UsageError("no terminal to confirm on: pass --yes to upgrade non-interactively (or --dry-run)")
-        if not console.confirm(f"Upgrade {len(cfg.nodes)} node(s) to {target}?", assume_yes=False):
-            raise typer.Abort()
-    opts = UpgradeOptions(
-        to=target,
-        dry_run=dry_run,
-        verbosity=max(0, verbose - 1),
-        accept_new_host_keys=accept_new_host_keys,
-        ignore_preflight=tuple(split_csv(ignore_preflight, "--ignore-preflight")),
-    )
-    run_upgrade(cfg, opts, console)
+    if not dry_run:
+        confirm_or_refuse(console, f"Upgrade {len(cfg.nodes)} node(s) to {target}?", yes=yes, verb="upgrade")
+    run_upgrade(cfg, UpgradeOptions.from_flags(flags, to=target), console)
 
 
-def _components(
-    cfg: Config,
-    console: Console,
-    *,
-    dry_run: bool,
-    yes: bool,
-    accept_new_host_keys: bool,
-    ignore_preflight: list[str],
-    verbose: int,
-) -> None:
-    from gpustack import lifecycle, plan
-    from gpustack.components import upgrade_components
+def _components(cfg: Config, console: Console, flags: RunFlags, *, yes: bool) -> None:
+    from gpustack.commands.components import PLAN, upgrade_components
     from gpustack.config import compat
+
+    dry_run = flags.dry_run
 
     console.print(f"[stage]upgrade --components[/stage] cluster {cfg.cluster.name}{' (dry run)' if dry_run else ''}:")
     for component, version in compat.pin_rows(cfg)[5:]:
         console.print(f"  - {component} -> {version} (CRDs from the chart applied first)", markup=False)
-    if not dry_run and not yes:
-        if not console.interactive:
-            raise UsageError("no terminal to confirm on: pass --yes to upgrade non-interactively (or --dry-run)")
-        if not console.confirm("Upgrade the cluster's components?", assume_yes=False):
-            raise typer.Abort()
-    opts = lifecycle.RunOptions(
-        stages=plan.sequence("components").stages,
-        dry_run=dry_run,
-        verbosity=max(0, verbose - 1),
-        assume_yes=True,
-        accept_new_host_keys=accept_new_host_keys,
-        ignore_preflight=ignore_preflight,
-    )
-    upgrade_components(cfg, opts, console)
+    if not dry_run:
+        confirm_or_refuse(console, "Upgrade the cluster's components?", yes=yes, verb="upgrade")
+    upgrade_components(cfg, flags.run_options(PLAN.stages), console)

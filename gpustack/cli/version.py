@@ -20,24 +20,8 @@ def print_versions(console: Console, cfg: object | None) -> None:
     from gpustack.config import compat
     from gpustack.config.model import Config
 
-    config = cfg if isinstance(cfg, Config) else None
-    console.table("pins", ["component", "version"], compat.pin_rows(config))
-    console.table(
-        "compatibility matrix" + (" (the chosen Kubernetes minor)" if config else ""),
-        compat.MATRIX_HEADERS,
-        compat.matrix_rows(config),
-    )
-    arts = compat.artifacts(config or Config(nodes=[]))
-    console.table(
-        "artifacts (downloaded by a run, verified before use)",
-        ["artifact", "version", "arch", "checksum", "url"],
-        [[a.name, a.version, a.arch, a.checksum, a.url] for a in arts],
-    )
-    console.table(
-        "rendered by gpustack (nothing downloaded)",
-        ["manifest", "version", "checksum (of this rendering)", "source"],
-        [[a.name, a.version, a.checksum, a.url] for a in compat.rendered(config or Config(nodes=[]))],
-    )
+    for title, columns, rows in compat.version_tables(cfg if isinstance(cfg, Config) else None):
+        console.table(title, columns, rows)
 
 
 def version(

@@ -279,3 +279,23 @@ def report(cfg: Config | None = None) -> dict[str, object]:
         "artifacts": [a.__dict__ for a in artifacts(full)],
         "rendered": [a.__dict__ for a in rendered(full)],
     }
+
+
+def version_tables(cfg: Config | None) -> list[tuple[str, list[str], list[list[str]]]]:
+    """What `gpustack version` and `gpustack plan up` print: the pins, the matrix line(s), the artifacts
+    a run downloads and the manifests gpustack renders, as (title, columns, rows) tables (pure)."""
+    arts = artifacts(cfg or Config(nodes=[]))
+    return [
+        ("pins", ["component", "version"], pin_rows(cfg)),
+        ("compatibility matrix" + (" (the chosen Kubernetes minor)" if cfg else ""), MATRIX_HEADERS, matrix_rows(cfg)),
+        (
+            "artifacts (downloaded by a run, verified before use)",
+            ["artifact", "version", "arch", "checksum", "url"],
+            [[a.name, a.version, a.arch, a.checksum, a.url] for a in arts],
+        ),
+        (
+            "rendered by gpustack (nothing downloaded)",
+            ["manifest", "version", "checksum (of this rendering)", "source"],
+            [[a.name, a.version, a.checksum, a.url] for a in rendered(cfg or Config(nodes=[]))],
+        ),
+    ]

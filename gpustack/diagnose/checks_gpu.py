@@ -11,7 +11,7 @@ from typing import Any
 from gpustack.checks.hostrules import DEV_CHAR_FIX
 from gpustack.checks.model import Finding
 from gpustack.constants import GPU_NAMESPACE
-from gpustack.diagnose.checks_kubernetes import (
+from gpustack.diagnose.objects import (
     MAX_LISTED,
     as_dict,
     as_int,

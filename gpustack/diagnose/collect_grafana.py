@@ -10,7 +10,7 @@ How it reaches Grafana:
 
 Health first: ``GET /api/health`` needs no login, so "Grafana answers" never depends on credentials.
 Credentials (:func:`grafana_credentials`), first that exists: ``ctx.extra["grafana_password"]`` (tests); the
-state file :func:`gpustack.cluster.password_path` that ``gpustack up`` wrote -- only when the cluster looked
+state file :func:`gpustack.paths.grafana_password_path` that ``gpustack up`` wrote -- only when the cluster looked
 at is gpustack's own (a state file of this machine's cluster says nothing about another one); then the
 cluster itself: Grafana's Deployment, its ``grafana`` container's ``GF_SECURITY_ADMIN_PASSWORD`` (and
 ``GF_SECURITY_ADMIN_USER``) followed exactly as the kubelet does -- a ``value``, a ``valueFrom.secretKeyRef``
@@ -46,9 +46,9 @@ from gpustack.config.model import Config
 from gpustack.constants import GRAFANA_PORT, GRAFANA_SERVICE, MONITORING_NAMESPACE
 from gpustack.diagnose.collect import CollectContext, source
 from gpustack.diagnose.collect_prometheus import kube_client, service_port
-from gpustack.diagnose.http import DirectEndpoint, Endpoint, HttpError, KubeProxyEndpoint, Response
 from gpustack.diagnose.snapshot import Obj, Snapshot, datasource_key
 from gpustack.monitoring.dashboard import concretize, load_dashboard, panel_queries, variable_values
+from gpustack.runners.http import DirectEndpoint, Endpoint, HttpError, KubeProxyEndpoint, Response
 
 DASHBOARD_UID = "gpustack-dcgm"
 #: the "GPU capacity and cost" dashboard (dashboards/gpu-capacity.json); its panel results are keyed
@@ -268,9 +268,9 @@ def credentials_from_cluster(snap: Snapshot, kube: Any, default_user: str) -> Cr
 def state_credentials(cfg: Config, *, own: bool) -> Credentials | None:
     """The password ``gpustack up`` wrote to the state file, only for gpustack's own cluster (``own``); None when
     there is none (or it is empty), :class:`CredentialError` when it cannot be read."""
-    from gpustack.cluster import password_path
+    from gpustack.paths import grafana_password_path
 
-    path = password_path(cfg)
+    path = grafana_password_path(cfg.cluster.name)
     if not own or not path.is_file():
         return None
     try:

@@ -18,7 +18,8 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from gpustack.constants import FLANNEL_NAMESPACE, GPU_NAMESPACE, MONITORING_NAMESPACE
-from gpustack.diagnose.checks_kubernetes import (
+from gpustack.diagnose.collect import CollectContext, source
+from gpustack.diagnose.objects import (
     as_dict,
     as_list,
     container_problem,
@@ -28,7 +29,6 @@ from gpustack.diagnose.checks_kubernetes import (
     meta,
     pod_problem,
 )
-from gpustack.diagnose.collect import CollectContext, source
 from gpustack.diagnose.snapshot import KUBE_KINDS, Obj, Snapshot
 from gpustack.errors import ClusterUnreachableError
 from gpustack.runners.kube import Kube, single_try_client

@@ -35,10 +35,10 @@ from typing import Any
 from gpustack.config.pins import version_tuple
 from gpustack.constants import MONITORING_NAMESPACE, PROMETHEUS_PORT, PROMETHEUS_SERVICE
 from gpustack.diagnose.collect import CollectContext, source
-from gpustack.diagnose.http import BodyTooLarge, DirectEndpoint, Endpoint, HttpError, KubeProxyEndpoint, Query
 from gpustack.diagnose.snapshot import Obj, Snapshot
 from gpustack.monitoring.rules import rule_group_names
 from gpustack.render.manifests import EXPORTER_TARGETS, exporter_target
+from gpustack.runners.http import BodyTooLarge, DirectEndpoint, Endpoint, HttpError, KubeProxyEndpoint, Query
 
 METRICS_LIMIT = 64 * 1024
 REQUEST_TIMEOUT = 10.0

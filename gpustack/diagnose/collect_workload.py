@@ -34,8 +34,8 @@ from gpustack.config import pins
 from gpustack.constants import VERIFY_NAMESPACE
 from gpustack.diagnose.collect import CollectContext, source
 from gpustack.diagnose.collect_prometheus import kube_client, prometheus_endpoint, scalar_max
-from gpustack.diagnose.http import HttpError, KubeApiEndpoint
 from gpustack.diagnose.snapshot import Obj, Snapshot
+from gpustack.runners.http import HttpError, KubeApiEndpoint
 
 CUDA_IMAGE = pins.VERIFY_CUDA_IMAGE
 NET_IMAGE = pins.VERIFY_NET_IMAGE

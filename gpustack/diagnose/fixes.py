@@ -61,7 +61,7 @@ class FixAction:
 
 
 #: re-runs one stage of ``gpustack up`` (config, the console the fixes print to, stage id, the hosts'
-#: facts for the cluster stage); the CLI passes :func:`gpustack.up.run_stage`, so the checks never
+#: facts for the cluster stage); the CLI passes :func:`gpustack.commands.up.run_stage`, so the checks never
 #: import the installer
 StageRunner = Callable[[Config, Console, str, Mapping[str, Any] | None], None]
 

@@ -20,9 +20,9 @@ from gpustack.constants import (
 )
 from gpustack.diag.job import gpu_capacity
 from gpustack.diagnose.collect_prometheus import instant
-from gpustack.diagnose.http import DirectEndpoint, Endpoint, HttpError, KubeProxyEndpoint
 from gpustack.health.actions import parse_time
 from gpustack.health.policy import GpuSample, NodeState, Settings, Snapshot
+from gpustack.runners.http import DirectEndpoint, Endpoint, HttpError, KubeProxyEndpoint
 from gpustack.runners.kube import Kube
 
 Obj = dict[str, Any]

@@ -8,7 +8,8 @@ from typing import Any, cast
 
 import yaml
 
-from gpustack.config.model import Config, Remediation
+from gpustack.config.model import Config
+from gpustack.config.monitoring import Remediation
 from gpustack.constants import (
     BREAKER_CONFIGMAP,
     HEALTH_CRONJOB,

@@ -1,7 +1,9 @@
 """Ansible inventory and extra vars from the config. Pure functions, no I/O.
 
 The extra vars are the whole contract between Python and the playbooks: every variable the
-roles read that is not a role default comes from :func:`extravars`.
+roles read that is not a role default comes from :func:`extravars` (or a command's plan), and the
+roles read each under the name it has here -- no role default renames one, and every one is read
+(tests/unit/test_layout.py keeps both).
 """
 
 from __future__ import annotations
@@ -142,12 +144,9 @@ def extravars(
         "gpustack_pod_cidr": str(c.pod_cidr),
         "gpustack_service_cidr": str(c.service_cidr),
         "gpustack_api_service_ip": str(c.api_service_ip),
-        "gpustack_control_plane_address": cfg.control_plane.address,
-        "gpustack_control_plane_name": cfg.control_plane.name,
         "gpustack_node_addresses": [n.address for n in cfg.nodes],
         # HA: etcd's peer ports open only between these; every node reaches the API server at the endpoint
         "gpustack_control_plane_addresses": [n.address for n in cfg.control_planes],
-        "gpustack_api_endpoint": api_endpoint(cfg),
         "gpustack_virtual_ip": str(c.virtual_ip) if c.virtual_ip is not None else "",
         "gpustack_virtual_ip_interface": c.virtual_ip_interface or "",
         "gpustack_kube_vip_image": pins.KUBE_VIP_IMAGE,

@@ -24,7 +24,8 @@ from typing import Any, cast
 
 import yaml
 
-from gpustack.config.model import Config, EmailReceiver, PagerDutyReceiver, SlackReceiver
+from gpustack.config.model import Config
+from gpustack.config.monitoring import EmailReceiver, PagerDutyReceiver, SlackReceiver
 from gpustack.constants import (
     ALERTMANAGER_SECRET,
     GPU_NAMESPACE,

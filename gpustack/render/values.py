@@ -21,14 +21,8 @@ from typing import Any, cast
 
 import yaml
 
-from gpustack.config.model import (
-    Config,
-    EmailReceiver,
-    PagerDutyReceiver,
-    Receiver,
-    SlackReceiver,
-    WebhookReceiver,
-)
+from gpustack.config.model import Config
+from gpustack.config.monitoring import EmailReceiver, PagerDutyReceiver, Receiver, SlackReceiver, WebhookReceiver
 from gpustack.constants import (
     ALERTMANAGER_SECRET,
     ALERTMANAGER_SECRET_DIR,

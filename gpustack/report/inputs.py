@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from gpustack.config.model import LABEL_KEY_RE
+from gpustack.config.fields import LABEL_KEY_RE
 from gpustack.errors import UsageError
 from gpustack.monitoring.ksm import label_name
 

@@ -30,11 +30,11 @@ from typing import Any
 
 from gpustack.config.model import Config
 from gpustack.constants import MONITORING_NAMESPACE, PROMETHEUS_PORT, PROMETHEUS_SERVICE
-from gpustack.diagnose.http import DirectEndpoint, Endpoint, HttpError, KubeProxyEndpoint
 from gpustack.errors import ClusterUnreachableError, GpustackError, UsageError
 from gpustack.report import compute
 from gpustack.report import queries as q
 from gpustack.report.model import Report
+from gpustack.runners.http import DirectEndpoint, Endpoint, HttpError, KubeProxyEndpoint
 
 QUERY_TIMEOUT = 120.0  # seconds, per request (sent to Prometheus as its query timeout too)
 BODY_LIMIT = 256 * 1024 * 1024  # a window query lists one row per pod and GPU: allow big clusters

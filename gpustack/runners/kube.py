@@ -11,7 +11,7 @@ This is gpustack's one Kubernetes client path: every command and collector that 
 gets a :class:`Kube` from :mod:`gpustack.runners.kubeconfig` (``cluster_client``: the one kubeconfig
 resolution, or in-cluster ServiceAccount credentials) and goes through its methods -- JSON
 (:meth:`Kube.request`), paged LISTs (:meth:`Kube.list_all`), text (:meth:`Kube.text`, pod logs) and raw bodies
-(:meth:`Kube.raw`, the service proxy behind :class:`gpustack.diagnose.http.KubeProxyEndpoint`). All of them
+(:meth:`Kube.raw`, the service proxy behind :class:`gpustack.runners.http.KubeProxyEndpoint`). All of them
 leave through :meth:`Kube._send`.
 
 Every request has a timeout; every wait has one overall deadline (:func:`wait_until`).
@@ -24,7 +24,6 @@ import json
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from kubernetes import client as k8s_client
@@ -189,17 +188,6 @@ class Kube:
         #: the cluster it talks to, when it came from :func:`gpustack.runners.kubeconfig.connect` (reports name it)
         self.target: dict[str, Any] | None = None
         self._discovery: dict[str, dict[str, ApiResource]] = {}
-
-    @classmethod
-    def from_kubeconfig(
-        cls, path: Path, *, context: str | None = None, request_timeout: float = REQUEST_TIMEOUT
-    ) -> Kube:
-        """Build from one kubeconfig file (e.g. the admin.conf gpustack fetched from the control plane), through
-        the one resolution path (:mod:`gpustack.runners.kubeconfig`)."""
-        from gpustack.runners.kubeconfig import cluster_client
-
-        kube = cluster_client(kubeconfig=path, context=context, request_timeout=request_timeout)
-        return kube if cls is Kube else cls(kube.api, request_timeout=request_timeout)
 
     # -- raw requests ---------------------------------------------------------------------------------
 

@@ -292,3 +292,9 @@ def cluster_client(
         return Kube(k8s_client.ApiClient(configuration), request_timeout=timeout)
     target = resolve_kubeconfig(kubeconfig=kubeconfig, context=context, cluster_name=cluster_name, own_only=own_only)
     return connect(target, request_timeout=timeout)
+
+
+def kube_from_file(path: Path, *, context: str | None = None, request_timeout: float | None = None) -> Kube:
+    """The client of one kubeconfig file (e.g. the admin.conf gpustack fetched from the control plane),
+    through the one resolution path (:func:`cluster_client`)."""
+    return cluster_client(kubeconfig=path, context=context, request_timeout=request_timeout)

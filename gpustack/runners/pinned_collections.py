@@ -5,7 +5,7 @@ does not ship; ``python -m gpustack.bootstrap collections`` installs them into t
 site-packages (the launcher scripts/gpustack and scripts/test.sh run it). Without them a run fails
 half-way, inside Ansible ("couldn't resolve module/action 'community.general.modprobe'"), after it has
 changed hosts. The engine therefore checks them before a run touches any host
-(:func:`require_pinned`, called by ``gpustack.lifecycle.run``) and refuses the run, exit 2, with the
+(:func:`require_pinned`, called by ``gpustack.engine.run.run``) and refuses the run, exit 2, with the
 command to run.
 
 Where ansible-core 2.19 looks (ansible/config/base.yml ``COLLECTIONS_PATHS``,

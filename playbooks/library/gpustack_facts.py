@@ -1,34 +1,66 @@
 #!/usr/bin/python
 """gpustack_facts: read-only host facts for the gpustack preflight (see DOCUMENTATION).
 
-Pure parsing functions (``parse_*``, ``decode_*``, ``derive_*``) take text or bytes and return
-data; they are unit-tested. The ``collect_*`` functions do the I/O. Standard library only, so
-it runs with whatever python3 the target has (3.8 or newer); the TOML key splitter comes from
-``module_utils/gpustack_toml.py`` (shared with the containerd filter), which Ansible ships with it.
+The ``collect_*`` functions here do the I/O; what they read is parsed by pure functions in
+``module_utils/``: ``gpustack_host_parsers.py`` (/proc, os-release, PCI, systemd, apt, dpkg),
+``gpustack_runtime_parsers.py`` (containerd's config, the kubelet's cgroup driver, iptables rules) and
+``gpustack_sources.py`` (the package sources and registries the preflight tries), which Ansible
+ships with the module. Standard library only, so it runs with whatever python3 the target has
+(3.8 or newer).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import fnmatch
 import glob
-import ipaddress
 import json
 import os
 import platform
-import re
 import shutil
 import socket
 import stat
-import struct
 import subprocess
-import sys
-import urllib.error
-import urllib.parse
-import urllib.request
 
+from ansible.module_utils.gpustack_host_parsers import (
+    SEARCH_PATH,
+    SECURE_BOOT_VAR,
+    derive_dev_char_symlinks,
+    derive_node_exporter_on_9100,
+    merge_listening,
+    nearest_existing,
+    parse_apt_config,
+    parse_dpkg_status,
+    parse_filesystems,
+    parse_fstab_swap,
+    parse_kubelet_version,
+    parse_meminfo_total,
+    parse_modules_nouveau,
+    parse_nvidia_version,
+    parse_nvswitches,
+    parse_os_release,
+    parse_pci_devices,
+    parse_proc_net,
+    parse_proc_swaps,
+    parse_secure_boot,
+    parse_sysctl_value,
+    parse_systemctl_is_active,
+    parse_timedatectl,
+    socket_inode,
+)
+from ansible.module_utils.gpustack_runtime_parsers import (
+    derive_drop_ins,
+    parse_containerd_config_version,
+    parse_containerd_imports,
+    parse_containerd_systemd_cgroup,
+    parse_containerd_version,
+    parse_iptables_firewall,
+    parse_kubelet_cgroup_driver,
+    toolkit_preinstalled,
+)
+from ansible.module_utils.gpustack_sources import (
+    collect_sources,
+)
 from ansible.module_utils.gpustack_stage import check_stages
-from ansible.module_utils.gpustack_toml import split_key
 
 DOCUMENTATION = r"""
 ---
@@ -107,510 +139,6 @@ facts:
   returned: always
   type: dict
 """
-
-SECURE_BOOT_VAR = "SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
-NVIDIA_VENDOR = "0x10de"
-KUBE_CGROUP_MARKERS = ("kubepods", "kubelet.slice/kubelet-kubepods")
-TCP_LISTEN = "0A"
-UDP_UNCONNECTED = "07"
-SEARCH_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
-CONTAINERD_RUNC_OPTIONS = {
-    2: ("plugins", "io.containerd.grpc.v1.cri", "containerd", "runtimes", "runc", "options"),
-    3: ("plugins", "io.containerd.cri.v1.runtime", "containerd", "runtimes", "runc", "options"),
-}
-
-
-# --------------------------------------------------------------------------- pure parsing
-
-
-def _unquote_shell(value: str) -> str:
-    value = value.strip()
-    if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
-        inner = value[1:-1]
-        if value[0] == '"':
-            inner = re.sub(r'\\([\\$"`])', r"\1", inner)
-        return inner
-    return value
-
-
-def parse_os_release(text: str) -> dict[str, str]:
-    """KEY=value pairs of os-release(5), quotes removed."""
-    out: dict[str, str] = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#") or "=" not in line:
-            continue
-        key, _, value = line.partition("=")
-        key = key.strip()
-        if re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
-            out[key] = _unquote_shell(value)
-    return out
-
-
-def parse_meminfo_total(text: str) -> int | None:
-    """MemTotal of /proc/meminfo in bytes."""
-    for line in text.splitlines():
-        if line.startswith("MemTotal:"):
-            parts = line.split()
-            if len(parts) >= 2 and parts[1].isdigit():
-                factor = 1024 if len(parts) < 3 or parts[2].lower() == "kb" else 1
-                return int(parts[1]) * factor
-    return None
-
-
-def _unescape_octal(value: str) -> str:
-    """/proc and fstab escape spaces and tabs as \\040 and \\011."""
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), value)
-
-
-def parse_proc_swaps(text: str) -> list[dict[str, object]]:
-    """Active swap areas from /proc/swaps (sizes there are KiB)."""
-    out: list[dict[str, object]] = []
-    for line in text.splitlines()[1:]:
-        parts = line.split()
-        if len(parts) >= 3 and parts[2].isdigit():
-            out.append({"device": _unescape_octal(parts[0]), "size_bytes": int(parts[2]) * 1024})
-    return out
-
-
-def parse_fstab_swap(text: str) -> list[str]:
-    """Uncommented fstab lines whose filesystem type (third field) is swap."""
-    out = []
-    for line in text.splitlines():
-        stripped = line.strip()
-        if not stripped or stripped.startswith("#"):
-            continue
-        fields = stripped.split()
-        if len(fields) >= 3 and fields[2] == "swap":
-            out.append(stripped)
-    return out
-
-
-def parse_filesystems(text: str) -> set[str]:
-    """Filesystem names of /proc/filesystems ("nodev\\toverlay" -> "overlay")."""
-    return {line.split()[-1] for line in text.splitlines() if line.split()}
-
-
-def decode_proc_net_address(value: str, byteorder: str = sys.byteorder) -> tuple[str, int]:
-    """ "0100007F:0035" -> ("127.0.0.1", 53); IPv6 too (32 hex digits).
-
-    The kernel prints each 32-bit word of the address as a host-order integer, so on a
-    little-endian machine the bytes of every word appear reversed.
-    """
-    addr_hex, _, port_hex = value.partition(":")
-    fmt = "<I" if byteorder == "little" else ">I"
-    words = [addr_hex[i : i + 8] for i in range(0, len(addr_hex), 8)]
-    packed = b"".join(struct.pack(fmt, int(w, 16)) for w in words)
-    family = socket.AF_INET if len(packed) == 4 else socket.AF_INET6
-    return socket.inet_ntop(family, packed), int(port_hex, 16)
-
-
-def parse_proc_net(text: str, proto: str, byteorder: str = sys.byteorder) -> list[dict[str, object]]:
-    """Listening sockets of one /proc/net/{tcp,tcp6,udp,udp6} file.
-
-    TCP: state 0A (LISTEN). UDP: bound, unconnected sockets (state 07, remote port 0).
-    Each entry: proto, address, port, inode.
-    """
-    out: list[dict[str, object]] = []
-    for line in text.splitlines()[1:]:
-        parts = line.split()
-        if len(parts) < 10:
-            continue
-        local, remote, state, inode = parts[1], parts[2], parts[3].upper(), parts[9]
-        if proto == "tcp" and state != TCP_LISTEN:
-            continue
-        if proto == "udp" and (state != UDP_UNCONNECTED or not remote.endswith(":0000")):
-            continue
-        try:
-            address, port = decode_proc_net_address(local, byteorder)
-        except (ValueError, struct.error, OSError):
-            continue
-        if port == 0:
-            continue
-        out.append(
-            {
-                "proto": proto,
-                "address": address,
-                "port": port,
-                "inode": int(inode) if inode.isdigit() else 0,
-            }
-        )
-    return out
-
-
-def socket_inode(link: str) -> int | None:
-    """ "socket:[12345]" (an /proc/PID/fd link) -> 12345."""
-    m = re.match(r"^socket:\[(\d+)\]$", link)
-    return int(m.group(1)) if m else None
-
-
-def merge_listening(sockets: list[dict[str, object]], owners: dict[int, dict[str, object]]) -> list[dict[str, object]]:
-    """Attach process names, drop duplicates, sort; keeps pid/cgroup for derive_*()."""
-    seen: dict[tuple[object, object, object], dict[str, object]] = {}
-    for s in sockets:
-        key = (s["proto"], s["address"], s["port"])
-        owner = owners.get(int(s["inode"])) if s.get("inode") else None  # type: ignore[arg-type]
-        entry = {
-            "proto": s["proto"],
-            "address": s["address"],
-            "port": s["port"],
-            "process": owner["name"] if owner else None,
-            "_cgroup": owner.get("cgroup") if owner else None,
-        }
-        if key not in seen or (seen[key]["process"] is None and entry["process"] is not None):
-            seen[key] = entry
-    return sorted(seen.values(), key=lambda e: (e["proto"], e["port"], e["address"]))  # type: ignore[return-value,arg-type]
-
-
-def is_kubernetes_cgroup(cgroup: str | None) -> bool:
-    return bool(cgroup) and any(m in cgroup for m in KUBE_CGROUP_MARKERS)  # type: ignore[operator]
-
-
-def derive_node_exporter_on_9100(listening: list[dict[str, object]]) -> bool:
-    """Something outside Kubernetes listens on TCP 9100 (where node-exporter must bind).
-
-    A listener whose owner cannot be read (no root) counts as not Kubernetes': better a
-    warning too many than a node-exporter pod crash-looping on "address already in use".
-    """
-    return any(
-        entry["proto"] == "tcp" and entry["port"] == 9100 and not is_kubernetes_cgroup(entry.get("_cgroup"))  # type: ignore[arg-type]
-        for entry in listening
-    )
-
-
-def parse_pci_devices(devices: list[dict[str, str]]) -> list[dict[str, str]]:
-    """NVIDIA display controllers (class 0x03xxxx) among PCI devices (slot/vendor/device/class)."""
-    out = []
-    for dev in devices:
-        vendor = dev.get("vendor", "").strip().lower()
-        cls = dev.get("class", "").strip().lower()
-        if vendor == NVIDIA_VENDOR and cls.startswith("0x03"):
-            out.append(
-                {
-                    "slot": dev["slot"],
-                    "device_id": dev.get("device", "").strip().lower(),
-                    "class": cls,
-                }
-            )
-    return sorted(out, key=lambda d: d["slot"])
-
-
-def parse_nvidia_version(text: str) -> str | None:
-    """Driver version from /proc/driver/nvidia/version."""
-    m = re.search(r"Kernel Module(?: for [^\s]+)?\s+([0-9][0-9.]*)", text)
-    if m:
-        return m.group(1)
-    m = re.search(r"NVRM version:.*?\s([0-9]+\.[0-9]+(?:\.[0-9]+)?)\s", text)
-    return m.group(1) if m else None
-
-
-def parse_secure_boot(efi: bool, data: bytes | None) -> str:
-    """Secure Boot state: efivars hold 4 attribute bytes, then the value (1 = enabled)."""
-    if not efi:
-        return "not-efi"
-    if not data or len(data) < 5:
-        return "unknown"
-    value = data[-1]
-    if value == 1:
-        return "enabled"
-    if value == 0:
-        return "disabled"
-    return "unknown"
-
-
-def parse_modules_nouveau(text: str) -> bool:
-    return any(line.startswith("nouveau ") for line in text.splitlines())
-
-
-def parse_containerd_version(rc: int | None, out: str) -> str | None:
-    """The version in ``containerd --version`` output, without a leading v or distro suffix.
-
-    Upstream: ``containerd github.com/containerd/containerd/v2 v2.2.7 <commit>``; Debian:
-    ``containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+b1``; Docker's
-    containerd.io: ``containerd containerd.io 1.7.27 <commit>``.
-    """
-    if rc != 0:
-        return None
-    words = out.split()
-    if len(words) < 3 or words[0] != "containerd":
-        return None
-    m = re.match(r"^v?(\d+\.\d+(?:\.\d+)?)", words[2])
-    return m.group(1) if m else None
-
-
-def parse_containerd_config_version(text: str | None) -> int | None:
-    """The top-level ``version = N`` of a containerd config.toml (None: absent, i.e. version 1)."""
-    for raw in (text or "").splitlines():
-        line = raw.strip()
-        if line.startswith("["):
-            return None
-        m = re.match(r"^version\s*=\s*(\d+)", line)
-        if m:
-            return int(m.group(1))
-    return None
-
-
-def parse_containerd_systemd_cgroup(text: str) -> bool | None:
-    """SystemdCgroup of runc's options in a containerd config.toml (version 2 or 3).
-
-    None when the file has no version 2/3 header (version 1 or a stub: gpustack regenerates
-    it); False when the key or the table is absent (containerd's default).
-    """
-    version = None
-    section: tuple[str, ...] | None = ()
-    value = None
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        if line.startswith("[["):
-            section = None
-            continue
-        m = re.match(r"^\[([^\]]*)\]\s*(?:#.*)?$", line)
-        if m:
-            section = split_key(m.group(1))
-            continue
-        if section == ():
-            vm = re.match(r"^version\s*=\s*(\d+)", line)
-            if vm:
-                version = int(vm.group(1))
-            continue
-        km = re.match(r"^SystemdCgroup\s*=\s*(\w+)", line)
-        if km and version in CONTAINERD_RUNC_OPTIONS and section == CONTAINERD_RUNC_OPTIONS[version]:
-            value = km.group(1) == "true"
-    if version not in CONTAINERD_RUNC_OPTIONS:
-        return None
-    return bool(value)
-
-
-def parse_containerd_default_runtime(text: str) -> str | None:
-    """``default_runtime_name`` of containerd's CRI plugin (e.g. "nvidia" when the NVIDIA container
-    toolkit made itself the default), or None when not set."""
-    for raw in text.splitlines():
-        m = re.match(r"""^\s*default_runtime_name\s*=\s*["']([^"']*)["']""", raw)
-        if m:
-            return m.group(1) or None
-    return None
-
-
-def toolkit_preinstalled(nvidia_ctk: str | None, containerd_conf: str | None) -> bool:
-    """The NVIDIA container toolkit is installed and nvidia is containerd's default runtime: the
-    GPU Operator must then leave the toolkit alone (toolkit.enabled=false)."""
-    return bool(nvidia_ctk) and parse_containerd_default_runtime(containerd_conf or "") == "nvidia"
-
-
-def parse_systemctl_is_active(rc: int | None, out: str) -> bool | None:
-    state = out.strip()
-    if state in ("active", "activating", "reloading", "refreshing"):
-        return True
-    if state in ("inactive", "failed", "deactivating", "unknown", "maintenance"):
-        return False
-    return None
-
-
-def parse_timedatectl(rc: int | None, out: str) -> bool | None:
-    value = out.strip().lower()
-    if rc == 0 and value in ("yes", "no"):
-        return value == "yes"
-    return None
-
-
-def parse_sysctl_value(text: str | None) -> str | None:
-    """A /proc/sys value, stripped ("1\\n" -> "1"); None when the file could not be read."""
-    if text is None:
-        return None
-    return text.strip() or None
-
-
-def parse_kubelet_cgroup_driver(text: str | None) -> str | None:
-    """``cgroupDriver`` of a kubelet config (/var/lib/kubelet/config.yaml): "systemd", "cgroupfs"
-    or None when the file is missing or does not set it (kubelet's default is then cgroupfs)."""
-    for raw in (text or "").splitlines():
-        m = re.match(r"""^cgroupDriver:\s*["']?([A-Za-z0-9_-]+)["']?\s*(?:#.*)?$""", raw)
-        if m:
-            return m.group(1)
-    return None
-
-
-FIREWALL_CHAIN = "GPUSTACK-INPUT"
-BLOCKING_TARGETS = ("DROP", "REJECT")
-# ports pods reach on the node or the API service; a DROP limited to other ports does not matter
-POD_API_PORTS = ("6443", "443", "10250")
-
-
-def _rule_opt(words: list[str], *names: str) -> str | None:
-    for i, w in enumerate(words[:-1]):
-        if w in names:
-            return words[i + 1]
-    return None
-
-
-def _blocks_pod_api(words: list[str]) -> bool:
-    """A DROP/REJECT rule that can match pod -> API traffic (not limited to one host, loopback,
-    UDP or an unrelated port)."""
-    if _rule_opt(words, "-j") not in BLOCKING_TARGETS:
-        return False
-    if "!" in words:
-        return True  # negations: assume the worst
-    src = _rule_opt(words, "-s", "--source")
-    if src is not None and src.endswith("/32"):
-        return False
-    if _rule_opt(words, "-i", "--in-interface") == "lo":
-        return False
-    if _rule_opt(words, "-p", "--protocol") not in (None, "tcp", "all"):
-        return False
-    dport = _rule_opt(words, "--dport", "--destination-port")
-    if dport is not None:
-        lo_hi = dport.split(":", 1)
-        try:
-            lo, hi = int(lo_hi[0] or 0), int(lo_hi[-1] or 65535)
-        except ValueError:
-            return True
-        return any(lo <= int(p) <= hi for p in POD_API_PORTS)
-    return True
-
-
-def parse_iptables_firewall(text: str | None, chain: str = FIREWALL_CHAIN) -> dict[str, object] | None:
-    """What gpustack's firewall needs to know from ``iptables -S`` (filter table); None without output.
-
-    gpustack_chain: the chain exists; jump: INPUT jumps to it; input_policy: INPUT's policy;
-    drops_before_jump: a DROP/REJECT rule that can match pod -> API traffic comes before the jump
-    (every such INPUT rule when there is no jump); drop_rules: those rules (first 5);
-    pod_api_rule: the chain accepts a network (not one host) on TCP 6443.
-    """
-    if not text or not text.strip():
-        return None
-    policy = None
-    chain_exists = False
-    jump_seen = False
-    drops: list[str] = []
-    pod_api = False
-    for raw in text.splitlines():
-        line = raw.strip()
-        words = line.split()
-        if len(words) >= 3 and words[0] == "-P" and words[1] == "INPUT":
-            policy = words[2]
-        elif len(words) >= 2 and words[0] == "-N" and words[1] == chain:
-            chain_exists = True
-        elif len(words) >= 2 and words[0] == "-A" and words[1] == "INPUT":
-            if _rule_opt(words, "-j", "-g") == chain:
-                jump_seen = True
-            elif not jump_seen and _blocks_pod_api(words):
-                drops.append(line)
-        elif len(words) >= 2 and words[0] == "-A" and words[1] == chain:
-            src = _rule_opt(words, "-s", "--source")
-            if (
-                _rule_opt(words, "-j") == "ACCEPT"
-                and _rule_opt(words, "--dport", "--destination-port") == "6443"
-                and src is not None
-                and not src.endswith("/32")
-            ):
-                pod_api = True
-    return {
-        "gpustack_chain": chain_exists,
-        "jump": jump_seen,
-        "input_policy": policy,
-        "drops_before_jump": bool(drops),
-        "drop_rules": drops[:5],
-        "pod_api_rule": pod_api,
-    }
-
-
-def derive_dev_char_symlinks(driver_loaded: bool, links: dict[str, str]) -> bool | None:
-    """/dev/char has links to NVIDIA device nodes (``195:0 -> ../nvidia0``); None without a loaded
-    driver. Missing links make long-running GPU pods lose their devices under systemd cgroups
-    ("Failed to initialize NVML: Unknown Error")."""
-    if not driver_loaded:
-        return None
-    return any("nvidia" in os.path.basename(target) for target in links.values())
-
-
-def parse_kubelet_version(rc: int | None, out: str) -> str | None:
-    """``kubelet --version`` ("Kubernetes v1.36.4") -> "1.36.4"."""
-    m = re.search(r"\bv?(\d+\.\d+\.\d+)", out) if rc == 0 else None
-    return m.group(1) if m else None
-
-
-def parse_containerd_imports(text: str | None) -> list[str] | None:
-    """The top-level ``imports = [...]`` of a containerd config.toml (one line or several); None when the key is
-    absent (``containerd config default`` of 2.x writes ``imports = []``: present, empty)."""
-    lines: list[str] = []
-    collecting = False
-    for raw in (text or "").splitlines():
-        line = raw.split("#", 1)[0].strip() if not collecting else raw.strip()
-        if not collecting:
-            if line.startswith("["):
-                break
-            if re.match(r"^imports\s*=", line):
-                collecting = True
-                line = line.split("=", 1)[1]
-        if collecting:
-            lines.append(line)
-            if "]" in line:
-                break
-    return re.findall(r"""["']([^"']+)["']""", " ".join(lines)) if collecting else None
-
-
-def derive_drop_ins(files: list[str], imports: list[str] | None, config_dir: str) -> list[dict[str, object]]:
-    """Each drop-in file and whether an ``imports`` entry of config.toml (a glob; relative entries are relative
-    to the config's directory, as containerd resolves them) names it."""
-    patterns = [i if os.path.isabs(i) else os.path.join(config_dir, i) for i in imports or []]
-    return [{"path": f, "imported": any(fnmatch.fnmatchcase(f, p) for p in patterns)} for f in sorted(files)]
-
-
-def parse_nvswitches(devices: list[dict[str, str]]) -> int:
-    """NVSwitch chips among PCI devices: NVIDIA bridges (class 0x0680xx, "Bridge: other"), e.g. 0x22a3 on HGX H100."""
-    return sum(
-        1
-        for dev in devices
-        if dev.get("vendor", "").strip().lower() == NVIDIA_VENDOR
-        and dev.get("class", "").strip().lower().startswith("0x0680")
-    )
-
-
-def parse_apt_config(text: str) -> dict[str, object]:
-    """What unattended-upgrades will do, from ``apt-config dump``: enabled (APT::Periodic::Unattended-Upgrade),
-    the origins it upgrades from, its package blacklist, and whether it reboots on its own."""
-    values: dict[str, list[str]] = {}
-    for raw in text.splitlines():
-        m = re.match(r'^([A-Za-z0-9:_-]+?)(::)?\s+"(.*)";\s*$', raw.strip())
-        if m:
-            values.setdefault(m.group(1), []).append(m.group(3))
-    periodic = values.get("APT::Periodic::Unattended-Upgrade")
-    return {
-        "enabled": bool(periodic) and periodic[-1] not in ("0", "") if periodic is not None else False,
-        "origins": [v for k in ("Unattended-Upgrade::Allowed-Origins", "Unattended-Upgrade::Origins-Pattern")
-                    for v in values.get(k, []) if v],
-        "blacklist": [v for v in values.get("Unattended-Upgrade::Package-Blacklist", []) if v],
-        "automatic_reboot": (values.get("Unattended-Upgrade::Automatic-Reboot") or ["false"])[-1] == "true",
-    }  # fmt: skip
-
-
-GPU_STACK_PACKAGES = re.compile(r"^(linux-(image|headers|modules)(-.*)?|nvidia-.*|libnvidia-.*|cuda-drivers.*)$")
-
-
-def parse_dpkg_status(text: str) -> list[dict[str, object]]:
-    """Installed kernel and NVIDIA driver packages from /var/lib/dpkg/status: name, version, held."""
-    out: list[dict[str, object]] = []
-    for stanza in text.split("\n\n"):
-        fields: dict[str, str] = {}
-        for line in stanza.splitlines():
-            if line and not line[0].isspace() and ":" in line:
-                key, _, value = line.partition(":")
-                fields[key] = value.strip()
-        name, status = fields.get("Package", ""), fields.get("Status", "").split()
-        if GPU_STACK_PACKAGES.match(name) and status[-1:] == ["installed"]:
-            out.append({"name": name, "version": fields.get("Version", ""), "held": status[0] == "hold"})
-    return sorted(out, key=lambda p: str(p["name"]))
-
-
-def nearest_existing(path: str, exists=os.path.exists) -> str:
-    """The path itself or its closest existing parent."""
-    path = os.path.abspath(path)
-    while not exists(path) and path != "/":
-        path = os.path.dirname(path)
-    return path
 
 
 # --------------------------------------------------------------------------- I/O
@@ -800,173 +328,6 @@ def collect_peers(peers: list[str], port: int, timeout: float) -> dict[str, bool
 
 
 # --------------------------------------------------------------------------- package sources
-
-APT_SOURCE_DIRS = ("/etc/apt/sources.list", "/etc/apt/sources.list.d/*.list", "/etc/apt/sources.list.d/*.sources")
-ARCHES = {"x86_64": "amd64", "aarch64": "arm64"}
-#: an image registry's API endpoint when the name is not the host that serves it
-REGISTRY_HOSTS = {"docker.io": "registry-1.docker.io"}
-
-
-def _host_in_no_proxy(host: str, entries: list[str]) -> bool:
-    """curl's NO_PROXY rules: ``*``; a host or domain (``example.com`` and ``.example.com`` match
-    the domain and its subdomains); an IP address; a CIDR (which curl 7.86+ and Go accept)."""
-    host = host.lower().strip("[]")
-    try:
-        ip = ipaddress.ip_address(host)
-    except ValueError:
-        ip = None
-    for entry in entries:
-        entry = entry.strip().lower()
-        if not entry:
-            continue
-        if entry == "*":
-            return True
-        if ip is not None and "/" in entry:
-            try:
-                if ip in ipaddress.ip_network(entry, strict=False):
-                    return True
-            except ValueError:
-                pass
-            continue
-        name = entry.split(":")[0] if entry.count(":") == 1 else entry
-        domain = name.lstrip(".")
-        if host == domain or host.endswith("." + domain):
-            return True
-    return False
-
-
-def proxy_for(url: str, proxy_env: dict) -> str | None:
-    """The proxy a download of ``url`` goes through with gpustack's proxy settings (None: direct).
-    https:// URLs use HTTPS_PROXY, http:// URLs HTTP_PROXY, unless NO_PROXY names the host."""
-    parts = urllib.parse.urlsplit(url)
-    key = "HTTPS_PROXY" if parts.scheme == "https" else "HTTP_PROXY"
-    proxy = proxy_env.get(key) or proxy_env.get(key.lower())
-    if not proxy:
-        return None
-    no_proxy = str(proxy_env.get("NO_PROXY") or proxy_env.get("no_proxy") or "").split(",")
-    return None if _host_in_no_proxy(parts.hostname or "", no_proxy) else str(proxy)
-
-
-def parse_apt_sources(text: str, deb822: bool = False) -> list[tuple[str, str]]:
-    """(uri, suite) of every enabled repository in a sources.list (one-line format) or, with
-    ``deb822``, a .sources file. Only http(s) repositories: cdrom:, file: and others need no network."""
-    out: list[tuple[str, str]] = []
-    if deb822:
-        for stanza in re.split(r"\n\s*\n", text):
-            fields: dict[str, str] = {}
-            key = ""
-            for line in stanza.splitlines():
-                if not line.strip() or line.lstrip().startswith("#"):
-                    continue
-                if line[0] in " \t" and key:
-                    fields[key] += " " + line.strip()
-                    continue
-                key, _, value = line.partition(":")
-                key = key.strip().lower()
-                fields[key] = value.strip()
-            if fields.get("enabled", "yes").lower() == "no" or "uris" not in fields:
-                continue
-            for uri in fields["uris"].split():
-                for suite in fields.get("suites", "").split():
-                    out.append((uri, suite))
-    else:
-        for line in text.splitlines():
-            line = line.split("#", 1)[0].strip()
-            if not line.startswith(("deb ", "deb-src ", "deb\t", "deb-src\t")):
-                continue
-            line = re.sub(r"\[[^\]]*\]", " ", line)  # [signed-by=... arch=...]
-            words = line.split()
-            if len(words) >= 3:
-                out.append((words[1], words[2]))
-    return [(u, s) for u, s in out if u.startswith(("http://", "https://"))]
-
-
-def apt_release_url(uri: str, suite: str) -> str:
-    """The InRelease file apt fetches first for a repository: flat (``suite`` ends with /) or not."""
-    if suite.endswith("/"):
-        return uri.rstrip("/") + "/" + suite.strip("/") + ("/" if suite.strip("/") else "") + "InRelease"
-    return uri.rstrip("/") + "/dists/" + suite + "/InRelease"
-
-
-def registry_url(name: str) -> str:
-    """``nvcr.io`` -> ``https://nvcr.io/v2/``; ``http://mirror:5000`` -> ``http://mirror:5000/v2/``."""
-    if "://" not in name:
-        host = name.strip("/")
-        name = "https://" + REGISTRY_HOSTS.get(host, host)
-    return name.rstrip("/") + "/v2/"
-
-
-def probe_url(url: str, proxy: str | None, timeout: float, kind: str = "file") -> dict:
-    """GET the first byte of ``url`` through ``proxy`` (None: direct, whatever the environment says).
-    Any answer but an error status is reachable; for a registry, 401 is its normal answer."""
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": proxy, "https": proxy} if proxy else {}))
-    request = urllib.request.Request(url, headers={"Range": "bytes=0-0", "User-Agent": "gpustack-preflight"})
-    try:
-        with opener.open(request, timeout=timeout) as response:
-            return {"ok": True, "status": response.status, "error": None}
-    except urllib.error.HTTPError as exc:
-        ok = exc.code == 416 or (kind == "registry" and exc.code == 401)
-        return {"ok": ok, "status": exc.code, "error": None if ok else f"HTTP {exc.code} {exc.reason}"}
-    except urllib.error.URLError as exc:
-        return {"ok": False, "status": None, "error": str(exc.reason)}
-    except Exception as exc:  # socket timeouts, bad status lines, TLS errors: all "cannot reach"
-        return {"ok": False, "status": None, "error": f"{type(exc).__name__}: {exc}"}
-
-
-#: the first line of the apt source files gpustack's roles write: those are rewritten from the
-#: config by their stage (and their source is probed as configured), so an old one is not probed
-MANAGED_MARKER = "# Managed by gpustack"
-
-
-def host_apt_sources() -> list[tuple[str, str]]:
-    """The host's own repositories, not those in files gpustack manages."""
-    found: list[tuple[str, str]] = []
-    for pattern in APT_SOURCE_DIRS:
-        for path in sorted(glob.glob(pattern)):
-            text = _read_text(path)
-            if text and not text.startswith(MANAGED_MARKER):
-                found += parse_apt_sources(text, deb822=path.endswith(".sources"))
-    return list(dict.fromkeys(found))
-
-
-def expand_sources(specs: list, arch: str, converged: dict) -> tuple[list[dict], list[dict]]:
-    """(to probe, skipped) from the specs: other architectures dropped, stages converged on this
-    host skipped, ``host-apt`` expanded into this host's own repositories."""
-    probe: list[dict] = []
-    skipped: list[dict] = []
-    for spec in specs:
-        if not isinstance(spec, dict):
-            continue
-        if spec.get("arch") and spec.get("arch") != arch:
-            continue
-        if spec.get("stage") and converged.get(spec["stage"]):
-            skipped.append(dict(spec, skipped=f"stage {spec['stage']} converged on this host"))
-            continue
-        if spec.get("kind") == "host-apt":
-            for uri, suite in host_apt_sources():
-                probe.append(
-                    dict(spec, kind="apt", name=f"apt repository {uri} {suite}", url=apt_release_url(uri, suite))
-                )
-        else:
-            probe.append(dict(spec))
-    return probe, skipped
-
-
-def collect_sources(specs: list, proxy_env: dict, timeout: float, converged: dict) -> list[dict]:
-    arch = ARCHES.get(os.uname().machine, os.uname().machine)
-    probe, skipped = expand_sources(specs, arch, converged)
-    probe = list({s["url"]: s for s in probe if s.get("url")}.values())
-
-    def one(spec: dict) -> dict:
-        url = registry_url(spec["url"]) if spec.get("kind") == "registry" else spec["url"]
-        proxy = proxy_for(url, proxy_env)
-        result = probe_url(url, proxy, timeout, spec.get("kind", "file"))
-        return dict(spec, url=url, via=proxy or "direct", **result)
-
-    if not probe:
-        return skipped
-    with concurrent.futures.ThreadPoolExecutor(max_workers=min(16, len(probe))) as pool:
-        return list(pool.map(one, probe)) + skipped
 
 
 def collect(probe_sudo: bool, peers: list[str], peer_port: int, peer_timeout: float) -> dict:

@@ -28,9 +28,9 @@ from gpustack.constants import (
     PROMETHEUS_PORT,
     PROMETHEUS_SERVICE,
 )
-from gpustack.diagnose.http import DEFAULT_LIMIT
 from gpustack.monitoring.dashboard import load_capacity_dashboard, load_dashboard
 from gpustack.render.manifests import EXPORTER_TARGETS
+from gpustack.runners.http import DEFAULT_LIMIT
 from tests.fakes import scenarios as sc
 from tests.fakes.grafana_api import FakeGrafana
 from tests.fakes.kube_api import FakeKubeAPI

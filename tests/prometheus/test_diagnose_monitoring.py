@@ -203,14 +203,14 @@ def test_broken_datasource_and_wrong_password(stack: Stack) -> None:
 
 def test_through_the_api_server_service_proxy(stack: Stack, tmp_path: Path) -> None:
     """The production path: Prometheus and the exporter reached via /api/v1/.../services/{name}:{port}/proxy."""
-    from gpustack.runners.kube import Kube
+    from gpustack.runners.kubeconfig import kube_from_file
     from tests.fakes.kube_api import FakeKubeAPI
 
     with FakeKubeAPI.running() as api:
         api.proxy_upstreams[("monitoring", "kube-prometheus-stack-prometheus", "http-web")] = stack.prometheus.url
         node = next(iter(stack.exporters))
         api.proxy_upstreams[("gpu-operator", "dcgm-exporter", "metrics")] = f"http://{stack.exporters[node].address}"
-        kube = Kube.from_kubeconfig(api.write_kubeconfig(tmp_path / "kubeconfig"), request_timeout=5)
+        kube = kube_from_file(api.write_kubeconfig(tmp_path / "kubeconfig"), request_timeout=5)
         context = CollectContext(cfg=Config(), command="doctor", kubeconfig=None, timeout=60, extra={"kube": kube})
         snap = collect(context, ["prometheus"])
         proxied = [p for _, p, _ in api.requests if "/proxy/" in p]

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from gpustack.cluster import grafana_password
+from gpustack.cluster.layer import grafana_password
 from gpustack.config.model import Config
 from gpustack.constants import GRAFANA_PORT, GRAFANA_SERVICE, MONITORING_NAMESPACE, PROMETHEUS_PORT, PROMETHEUS_SERVICE
 from gpustack.monitoring.dashboard import load_capacity_dashboard, load_dashboard

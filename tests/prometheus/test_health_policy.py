@@ -18,6 +18,7 @@ from gpustack.health.collect import collect
 from gpustack.health.policy import Settings, evaluate
 from gpustack.health.runner import HealthOptions, run_health
 from gpustack.runners.kube import Kube
+from gpustack.runners.kubeconfig import kube_from_file
 from tests.fakes.kube_api import FakeKubeAPI
 from tests.unit.diag.conftest import gpu_node
 
@@ -43,7 +44,7 @@ def cluster(policy_stack: Stack, tmp_path: Path) -> Iterator[tuple[FakeKubeAPI, 
     with FakeKubeAPI.running() as api:
         api.seed([gpu_node("node-a"), gpu_node("node-b", allocatable=7), gpu_node("node-c"), gpu_node("node-d")])
         api.proxy_upstreams[(MONITORING_NAMESPACE, PROMETHEUS_SERVICE, PROMETHEUS_PORT)] = policy_stack.prometheus.url
-        yield api, Kube.from_kubeconfig(api.write_kubeconfig(tmp_path / "kc"))
+        yield api, kube_from_file(api.write_kubeconfig(tmp_path / "kc"))
 
 
 def signals(kube: Kube) -> dict[str, list[tuple[str, str]]]:

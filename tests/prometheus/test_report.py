@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 
 from gpustack.cli.app import main
-from gpustack.diagnose.http import DirectEndpoint
 from gpustack.report import forecast as fc
 from gpustack.report.compute import Request, quantile
 from gpustack.report.inputs import iso, parse_prices
 from gpustack.report.model import Report
 from gpustack.report.source import Prometheus, make_report
+from gpustack.runners.http import DirectEndpoint
 
 from .history import A100, DAY, H100, MINUTE, Backfilled
 from .releases import Release

@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from gpustack.cluster import grafana_password
+from gpustack.cluster.layer import grafana_password
 from gpustack.config.model import Config
 from gpustack.constants import GPU_NAMESPACE, MONITORING_NAMESPACE
 from gpustack.diagnose.collect_grafana import GRAFANA_PORT, GRAFANA_SERVICE

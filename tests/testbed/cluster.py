@@ -118,7 +118,7 @@ def run_gpustack(
 
 #: The cluster stage needs a real API server and real Helm charts; the bed's kubeadm is a double,
 #: so bed runs stop after the host layer (the cluster stage is tested against a fake API server
-#: and a fake helm in tests/unit/test_cluster.py and tests/unit/test_up_cluster_stage.py).
+#: and a fake helm in tests/unit/cluster/test_layer.py and tests/unit/cluster/test_stage.py).
 HOST_LAYER_ONLY = ("--skip", "cluster")
 
 

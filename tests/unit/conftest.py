@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpustack.runners.kube import Kube
+from gpustack.runners.kubeconfig import kube_from_file
 from tests.fakes.kube_api import FakeKubeAPI
 
 
@@ -25,4 +26,4 @@ def kubeconfig(fake_api: FakeKubeAPI, tmp_path: Path) -> Path:
 
 @pytest.fixture
 def kube(kubeconfig: Path) -> Kube:
-    return Kube.from_kubeconfig(kubeconfig, request_timeout=5)
+    return kube_from_file(kubeconfig, request_timeout=5)

@@ -18,6 +18,7 @@ from gpustack.bundle.serve import BundleServer, listen_address
 from gpustack.bundle.use import BundleMismatch, bundle_config, bundle_extravars, chart_archives, session, verify
 from gpustack.config.model import Config
 from gpustack.console import Console
+from gpustack.engine import run as engine_run
 from gpustack.errors import UsageError
 from gpustack.paths import resource_dir
 from tests.fakes import bundle_sources
@@ -217,7 +218,9 @@ def test_node_add_installs_from_a_bundle_too(
 ) -> None:
     """`gpustack node add --bundle`: the same check, server and variables as `up --bundle`, and the
     new nodes' OS must be in the bundle (the existing ones are not re-installed)."""
-    from gpustack import lifecycle, node_add
+    from gpustack.commands import node_add
+    from gpustack.engine.options import RunOptions
+    from gpustack.engine.steps import RunResult
 
     nodes = [
         {"name": "cp1", "address": "192.0.2.10", "role": "control-plane"},
@@ -226,7 +229,7 @@ def test_node_add_installs_from_a_bundle_too(
     cfg = make_config(sources, nodes=nodes)
     seen: dict[str, object] = {}
 
-    def fake_run(seq: object, run_cfg: Config, opts: lifecycle.RunOptions, console: Console, **kw: object) -> object:
+    def fake_run(seq: object, run_cfg: Config, opts: RunOptions, console: Console, **kw: object) -> object:
         guard = kw["after_preflight"]
         marker = {"admin_conf": True, "gpustack_marker": {"kubernetes_version": cfg.versions.kubernetes}}
         facts = {"cp1": {"kubernetes": marker, "os_id": "ubuntu", "os_version_id": "24.04", "arch": "x86_64"}}
@@ -234,9 +237,9 @@ def test_node_add_installs_from_a_bundle_too(
             guard(run_cfg, {**facts, "w2": {"os_id": "ubuntu", "os_version_id": "22.04", "arch": "x86_64"}})  # type: ignore[operator]
         guard(run_cfg, {**facts, "w2": {"os_id": "debian", "os_version_id": "12", "arch": "x86_64"}})  # type: ignore[operator]
         seen.update(cfg=run_cfg, extravars=dict(opts.extravars))
-        return lifecycle.RunResult(Path("/nonexistent"), [], [], {})
+        return RunResult(Path("/nonexistent"), [], [], {})
 
-    monkeypatch.setattr(lifecycle, "run", fake_run)
+    monkeypatch.setattr(engine_run, "run", fake_run)
     node_add.add(cfg, node_add.AddOptions(nodes=("w2",), bundle=made_bundle, bundle_listen="127.0.0.1:0"), Console())
     ev = seen["extravars"]
     assert isinstance(ev, dict) and ev["gpustack_apt_update_cache"] is False and ev["gpustack_bundle_images"]

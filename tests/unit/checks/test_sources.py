@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
-from gpustack import plan
+from gpustack import commands
 from gpustack.checks import preflight as pf
 from gpustack.checks.sources import probe_list
+from gpustack.commands.up import PLAN as UP
 from gpustack.config.model import Config, Node
 
 CP = Node(name="cp1", address="10.0.0.11", role="control-plane")
@@ -22,7 +23,7 @@ def names(stages: list[str], cfg: Config = CFG, **kw: Any) -> list[tuple[str, st
 
 
 def test_each_stage_probes_what_it_downloads_on_the_hosts_it_runs_on() -> None:
-    every = probe_list(CFG, plan.STAGE_IDS)
+    every = probe_list(CFG, UP.stage_ids)
     by_name = {s["name"]: s for s in every}
     assert by_name["Kubernetes apt repository"]["url"] == "https://pkgs.k8s.io/core:/stable:/v1.36/deb/InRelease"
     assert by_name["Kubernetes apt key"]["url"].endswith("/v1.36/deb/Release.key")
@@ -36,7 +37,7 @@ def test_each_stage_probes_what_it_downloads_on_the_hosts_it_runs_on() -> None:
     assert [n for n, _, _ in names(["preflight", "kubernetes"])] == ["Kubernetes apt repository", "Kubernetes apt key"]
     assert names(["preflight", "firewall"]) == [], "a stage that downloads nothing probes nothing"
     assert probe_list(CFG, ["preflight"]) == every, "the preflight alone is a readiness check for a whole up"
-    assert all(s["kind"] == "registry" for s in probe_list(CFG, plan.sequence("upgrade").stage_ids))
+    assert all(s["kind"] == "registry" for s in probe_list(CFG, commands.sequence("upgrade").stage_ids))
 
 
 def test_mirrors_distribution_containerd_and_full() -> None:
@@ -46,21 +47,21 @@ def test_mirrors_distribution_containerd_and_full() -> None:
         versions={"kubernetes": "1.35", "containerd_source": "distribution"},  # type: ignore[arg-type]
         preflight={"registries": ["http://mirror.lan:5000"]},  # type: ignore[arg-type]
     )
-    every = probe_list(mirror, plan.STAGE_IDS)
+    every = probe_list(mirror, UP.stage_ids)
     assert "http://mirror.lan/k8s/1.35/InRelease" in {s["url"] for s in every}
     assert not [s for s in every if "containerd" in s["name"] or "runc" in s["name"]], "the OS package: apt"
     assert [s["url"] for s in every if s["kind"] == "registry"] == ["http://mirror.lan:5000"]
-    assert all(s["stage"] == "" for s in probe_list(CFG, plan.STAGE_IDS, full=True)), "--full: converged too"
+    assert all(s["stage"] == "" for s in probe_list(CFG, UP.stage_ids, full=True)), "--full: converged too"
 
 
 def test_a_bundle_run_probes_its_server_not_registries_nor_the_hosts_apt_sources() -> None:
     """up --bundle: images come from the bundle and apt-get tolerates the host's unreachable sources."""
     bundled = {"gpustack_bundle_images": [{"ref": "registry.k8s.io/pause:3.10.2"}], "gpustack_apt_update_cache": False}
-    every = probe_list(CFG, plan.STAGE_IDS, run_vars=bundled)
+    every = probe_list(CFG, UP.stage_ids, run_vars=bundled)
     assert not [s for s in every if s["kind"] in ("registry", "host-apt")]
     assert {s["name"] for s in every} >= {"Kubernetes apt repository", "Helm download"}
-    plain = probe_list(CFG, plan.STAGE_IDS, run_vars={"gpustack_apt_update_cache": True})
-    assert plain == probe_list(CFG, plan.STAGE_IDS)
+    plain = probe_list(CFG, UP.stage_ids, run_vars={"gpustack_apt_update_cache": True})
+    assert plain == probe_list(CFG, UP.stage_ids)
 
 
 def run(results: list[dict[str, Any]]) -> dict[str, pf.Finding]:

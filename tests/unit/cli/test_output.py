@@ -12,11 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from gpustack import lifecycle, plan
 from gpustack.checks.model import Finding
 from gpustack.cli.app import main
+from gpustack.commands.up import PLAN as UP
 from gpustack.console import Console
 from gpustack.diagnose import registry
+from gpustack.engine.progress import print_summary, report_preflight
+from gpustack.engine.steps import StageSummary
 from gpustack.errors import PreflightError
 
 GOOD = "nodes:\n  - {name: cp1, address: 192.0.2.10, role: control-plane}\n  - {name: w1, address: 192.0.2.11}\n"
@@ -96,7 +98,7 @@ def test_list_honours_the_output_format_and_the_selection(user: Path, capsys: py
 def test_plan_at_80_columns_keeps_stage_ids_whole(user: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "plan")
     assert code == 0 and fits(out), out
-    assert all(whole(s, out) for s in plan.STAGE_IDS), out
+    assert all(whole(s, out) for s in UP.stage_ids), out
 
 
 def test_preflight_report_and_summary_at_80_columns() -> None:
@@ -111,12 +113,12 @@ def test_preflight_report_and_summary_at_80_columns() -> None:
                 host=long_host),
     ]  # fmt: skip
     with pytest.raises(PreflightError):
-        lifecycle.report_preflight(findings, console)
+        report_preflight(findings, console)
     rows = [
-        lifecycle.StageSummary("cluster:kube-prometheus-stack", "changed", 41.5, 1, note="upgraded 1 -> 2 " * 5),
-        lifecycle.StageSummary("control-plane", "interrupted", 3.0, 0, hosts=[long_host, "gpu-node-2"]),
+        StageSummary("cluster:kube-prometheus-stack", "changed", 41.5, 1, note="upgraded 1 -> 2 " * 5),
+        StageSummary("control-plane", "interrupted", 3.0, 0, hosts=[long_host, "gpu-node-2"]),
     ]
-    lifecycle.print_summary(rows, console, dry_run=False)
+    print_summary(rows, console, dry_run=False)
     text = out.getvalue()
     assert fits(text), text
     for name in ("P11-existing-kubernetes", "P19-gpu-operator", long_host, "cluster:kube-prometheus-stack"):

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from gpustack.config.model import Cluster, Monitoring, Node, Proxy, Sources, node_address_problem, url_problem
+from gpustack.config.fields import node_address_problem, url_problem
+from gpustack.config.model import Cluster, Node, Proxy, Sources
+from gpustack.config.monitoring import Monitoring
 
 
 @pytest.mark.parametrize(
@@ -46,7 +48,8 @@ def test_durations_accepted(value: str) -> None:
 
 
 def test_versions_users_and_names_accepted() -> None:
-    from gpustack.config.model import PrometheusStorage, Versions
+    from gpustack.config.model import Versions
+    from gpustack.config.monitoring import PrometheusStorage
 
     v = Versions(flannel="v0.28.4", helm="3.99.0", helm_sha256={"amd64": "a" * 64}, gpu_operator="v26.7.0",
                  dcgm_exporter="4.8.2-1+build.3")  # fmt: skip

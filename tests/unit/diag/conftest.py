@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpustack.runners.kube import Kube
+from gpustack.runners.kubeconfig import kube_from_file
 from tests.fakes.kube_api import FakeKubeAPI, JobSimulator, PodPlan
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "dcgmi"
@@ -82,7 +83,7 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         api.seed([gpu_node("gpu-node-1"), gpu_node("gpu-node-2"), cpu_node("cpu-1")])
         sim = JobSimulator(api, {}, clock=clock).install()
         kc = api.write_kubeconfig(tmp_path / "kubeconfig")
-        yield Cluster(api, Kube.from_kubeconfig(kc), clock, sim, kc)
+        yield Cluster(api, kube_from_file(kc), clock, sim, kc)
 
 
 def plan(log_fixture: str, *, seconds: float = 130.0, phase: str = "Succeeded", exit_code: int = 0) -> PodPlan:

@@ -15,14 +15,14 @@ from kubernetes.client.exceptions import ApiException
 
 from gpustack.diagnose.collect_kube import CountingKube
 from gpustack.errors import ClusterUnreachableError
-from gpustack.runners.kube import Kube
+from gpustack.runners.kubeconfig import kube_from_file
 from tests.fakes import scenarios as sc
 from tests.fakes.kube_api import FakeKubeAPI
 
 
 @pytest.fixture
 def kube(kubeconfig: Path) -> CountingKube:
-    return CountingKube(Kube.from_kubeconfig(kubeconfig), request_timeout=2.0)
+    return CountingKube(kube_from_file(kubeconfig), request_timeout=2.0)
 
 
 def _pods(n: int, ns: str = "default") -> list[dict[str, Any]]:

@@ -15,7 +15,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from gpustack.diagnose.collect_kube import LOG_TAIL_LINES, CountingKube
-from gpustack.runners.kube import Kube
+from gpustack.runners.kubeconfig import kube_from_file
 from tests.fakes import scenarios as sc
 from tests.fakes.kube_api import FakeKubeAPI
 
@@ -41,7 +41,7 @@ def _pod_lists(api: FakeKubeAPI) -> list[dict[str, str]]:
 
 def _third_page_token(kubeconfig: Path) -> str:
     """The continue token the server hands out for page 3 of the pod LIST (it is deterministic)."""
-    kube = CountingKube(Kube.from_kubeconfig(kubeconfig), request_timeout=5)
+    kube = CountingKube(kube_from_file(kubeconfig), request_timeout=5)
     token = ""
     for _ in range(2):
         query = {"limit": str(PAGE), **({"continue": token} if token else {})}
@@ -120,7 +120,7 @@ def _log_queries(api: FakeKubeAPI, pod: str) -> list[dict[str, str]]:
 
 def test_fake_answers_previous_like_a_real_api_server(fake_api: FakeKubeAPI, kubeconfig: Path) -> None:
     ns, pod, container = _crashlooping(fake_api)
-    kube = CountingKube(Kube.from_kubeconfig(kubeconfig), request_timeout=5)
+    kube = CountingKube(kube_from_file(kubeconfig), request_timeout=5)
     path = f"/api/v1/namespaces/{ns}/pods/{pod}/log"
     fake_api.set_log(ns, pod, container, "current\n")
     with pytest.raises(ApiException) as exc:

@@ -20,6 +20,7 @@ from gpustack.diagnose import fixes, registry
 from gpustack.diagnose.engine import DiagnoseOptions, diagnose
 from gpustack.diagnose.snapshot import Snapshot
 from gpustack.runners.kube import Kube
+from gpustack.runners.kubeconfig import kube_from_file
 from tests.fakes import scenarios as sc
 from tests.fakes.kube_api import FakeKubeAPI
 from tests.unit.diagnose.test_host_checks import facts, host_specs
@@ -48,7 +49,7 @@ PROM = {"apiVersion": "monitoring.coreos.com/v1", "kind": "Prometheus",
 def api(tmp_path: Path) -> Iterator[tuple[FakeKubeAPI, Kube]]:
     with FakeKubeAPI.running() as server:
         server.seed([NODE, COREDNS, SM, OTHER_SM, PROM])
-        yield server, Kube.from_kubeconfig(server.write_kubeconfig(tmp_path / "kubeconfig"))
+        yield server, kube_from_file(server.write_kubeconfig(tmp_path / "kubeconfig"))
 
 
 def quiet() -> tuple[Console, io.StringIO]:
@@ -199,13 +200,13 @@ def test_host_fixes_run_the_stages(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_firewall_fix_runs_only_the_firewall_stage(monkeypatch: pytest.MonkeyPatch) -> None:
-    import gpustack.up
+    import gpustack.commands.up
 
     seen: list[Any] = []
-    monkeypatch.setattr(gpustack.up, "up", lambda cfg, opts, console: seen.append(opts))
+    monkeypatch.setattr(gpustack.commands.up, "up", lambda cfg, opts, console: seen.append(opts))
     console, _ = quiet()
     # the stage runner the CLI hands doctor --fix (diagnose never imports the installer)
-    ctx = fixes.FixContext(CFG, Snapshot(), console, run_stage=gpustack.up.run_stage)
+    ctx = fixes.FixContext(CFG, Snapshot(), console, run_stage=gpustack.commands.up.run_stage)
     action = fixes.firewall_plan(ctx, [fail("H04-firewall", "solo")])
     assert action is not None
     action.apply()

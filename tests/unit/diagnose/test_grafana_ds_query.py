@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from gpustack.diagnose.collect_grafana import GrafanaClient, ds_query
-from gpustack.diagnose.http import DirectEndpoint, HttpError
+from gpustack.runners.http import DirectEndpoint, HttpError
 from tests.fakes.grafana_api import FakeGrafana
 
 DS = {"uid": "prometheus", "type": "prometheus"}

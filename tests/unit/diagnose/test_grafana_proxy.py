@@ -111,10 +111,10 @@ def test_the_proxy_passes_cookies_and_drops_authorization(fake_api: FakeKubeAPI,
                                                           grafana: FakeGrafana) -> None:  # fmt: skip
     """The fake API server's proxy itself, through the real client: Set-Cookie back, Cookie on, no Authorization."""
     from gpustack.diagnose.collect_grafana import _set_cookies
-    from gpustack.diagnose.http import HttpError, KubeProxyEndpoint
-    from gpustack.runners.kube import Kube
+    from gpustack.runners.http import HttpError, KubeProxyEndpoint
+    from gpustack.runners.kubeconfig import kube_from_file
 
-    ep = KubeProxyEndpoint(Kube.from_kubeconfig(kubeconfig), MONITORING_NAMESPACE, GRAFANA_SERVICE, GRAFANA_PORT)
+    ep = KubeProxyEndpoint(kube_from_file(kubeconfig), MONITORING_NAMESPACE, GRAFANA_SERVICE, GRAFANA_PORT)
     resp = ep.request("POST", "/login", body={"user": "admin", "password": "right-pw"})
     cookies = _set_cookies(resp)
     assert set(cookies) == {"grafana_session", "grafana_session_expiry"}, resp.headers
@@ -194,10 +194,9 @@ def test_an_unreadable_secret_is_one_finding(
 def test_the_state_file_is_used_only_for_gpustacks_own_cluster(
     fake_api: FakeKubeAPI, tmp_path: Path, cluster_grafana: FakeGrafana
 ) -> None:
-    from gpustack.cluster import password_path
-    from gpustack.paths import kubeconfig_path
+    from gpustack.paths import grafana_password_path, kubeconfig_path
 
-    stale = password_path(Config())
+    stale = grafana_password_path(Config().cluster.name)
     stale.parent.mkdir(parents=True, mode=0o700)
     stale.write_text("this-machines-other-cluster\n")
     elsewhere = fake_api.write_kubeconfig(tmp_path / "other.conf")

@@ -230,7 +230,7 @@ def test_m03_down_target_with_its_scrape_error() -> None:
 
 
 def test_an_answer_over_the_cap_is_a_finding_naming_the_cap() -> None:
-    from gpustack.diagnose.http import DEFAULT_LIMIT, BodyTooLarge, Response
+    from gpustack.runners.http import DEFAULT_LIMIT, BodyTooLarge, Response
 
     with pytest.raises(BodyTooLarge) as exc:
         Response(200, b'{"status":"success","data":{"result":[', truncated=True, limit=DEFAULT_LIMIT).json()

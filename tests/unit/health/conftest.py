@@ -11,6 +11,7 @@ import pytest
 
 from gpustack.constants import MONITORING_NAMESPACE, PROMETHEUS_PORT, PROMETHEUS_SERVICE
 from gpustack.runners.kube import Kube
+from gpustack.runners.kubeconfig import kube_from_file
 from tests.fakes.kube_api import FakeKubeAPI
 from tests.fakes.prometheus_api import FakePrometheus
 from tests.unit.diag.conftest import gpu_node
@@ -46,7 +47,7 @@ def hc(tmp_path: Path) -> Iterator[HealthCluster]:
             api.seed([gpu_node(f"gpu-node-{i}") for i in range(1, 6)])
             api.proxy_upstreams[(MONITORING_NAMESPACE, PROMETHEUS_SERVICE, PROMETHEUS_PORT)] = prom.url
             kc = api.write_kubeconfig(tmp_path / "kubeconfig")
-            hcl = HealthCluster(api, prom, Kube.from_kubeconfig(kc), kc)
+            hcl = HealthCluster(api, prom, kube_from_file(kc), kc)
             for i in range(1, 6):
                 hcl.allocatable(f"gpu-node-{i}", 8)
             yield hcl

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpustack.config.model import Remediation
+from gpustack.config.monitoring import Remediation
 from gpustack.diag.findings import CHECK_IDS as DIAG_IDS
 from gpustack.health.policy import FATAL_XIDS, POLICY_VERSION, RULES
 from gpustack.health.runner import CHECK_IDS as QUARANTINE_IDS

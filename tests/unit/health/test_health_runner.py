@@ -9,7 +9,8 @@ import threading
 
 import pytest
 
-from gpustack.config.model import Config, Remediation
+from gpustack.config.model import Config
+from gpustack.config.monitoring import Remediation
 from gpustack.console import Console
 from gpustack.constants import (
     ANN_CORDONED_BY_GPUSTACK,
@@ -28,6 +29,7 @@ from gpustack.health.manifests import health_manifests, rbac_rules
 from gpustack.health.policy import Settings
 from gpustack.health.runner import HealthOptions, release_node, run_health
 from gpustack.runners.kube import Kube
+from gpustack.runners.kubeconfig import kube_from_file
 from tests.fakes.kube_api import JobSimulator, RbacAuthorizer
 from tests.unit.diag.conftest import VirtualClock, plan
 
@@ -122,7 +124,7 @@ def test_two_evaluators_racing_spend_the_budget_once(hc: HealthCluster) -> None:
     results: list[list] = []
 
     def evaluator() -> None:
-        results.append(health(hc, apply=True, max_nodes=1, kube=Kube.from_kubeconfig(hc.kubeconfig)))
+        results.append(health(hc, apply=True, max_nodes=1, kube=kube_from_file(hc.kubeconfig)))
 
     threads = [threading.Thread(target=evaluator) for _ in range(2)]
     for t in threads:

@@ -10,16 +10,17 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from gpustack.cluster import run_cluster_layer
+from gpustack.cluster.layer import run_cluster_layer
 from gpustack.config.load import load
-from gpustack.config.model import Config, Remediation
+from gpustack.config.model import Config
+from gpustack.config.monitoring import Remediation
 from gpustack.console import Console
 from gpustack.errors import ConfigError
 from gpustack.health.manifests import FILE, evaluation_args, health_manifests
 from gpustack.render.manifests import render_manifests
 from gpustack.render.values import FactsSummary
 from gpustack.runners.helm import Helm
-from gpustack.runners.kube import Kube
+from gpustack.runners.kubeconfig import kube_from_file
 from tests.fakes.kube_api import FakeKubeAPI
 
 K8S = "1.36.0" if "1.36.0" in kubernetes_validate.utils.all_versions() else kubernetes_validate.utils.latest_version()
@@ -79,7 +80,7 @@ def test_up_applies_it_and_removes_the_cronjob_when_disabled(tmp_path: Path, mon
 
         def up(cfg: Config) -> list:
             return run_cluster_layer(cfg, kc, FactsSummary(), Console(stream=io.StringIO()),
-                                     helm=Helm(kc, executable=FAKE_HELM), kube=Kube.from_kubeconfig(kc),
+                                     helm=Helm(kc, executable=FAKE_HELM), kube=kube_from_file(kc),
                                      state_root=tmp_path / "state")  # fmt: skip
 
         up(ENABLED)

@@ -44,5 +44,33 @@ def stage_utils() -> ModuleType:
 
 
 @pytest.fixture(scope="session")
-def facts_module(toml_utils: ModuleType, stage_utils: ModuleType) -> ModuleType:
+def host_parsers() -> ModuleType:
+    """playbooks/module_utils/gpustack_host_parsers.py (gpustack_facts' /proc, OS, PCI, apt parsers)."""
+    return load_path(
+        "ansible.module_utils.gpustack_host_parsers", PLAYBOOKS / "module_utils" / "gpustack_host_parsers.py"
+    )
+
+
+@pytest.fixture(scope="session")
+def runtime_parsers(toml_utils: ModuleType) -> ModuleType:
+    """playbooks/module_utils/gpustack_runtime_parsers.py (containerd, kubelet and iptables parsers)."""
+    return load_path(
+        "ansible.module_utils.gpustack_runtime_parsers", PLAYBOOKS / "module_utils" / "gpustack_runtime_parsers.py"
+    )
+
+
+@pytest.fixture(scope="session")
+def sources_utils() -> ModuleType:
+    """playbooks/module_utils/gpustack_sources.py (what the preflight probes, through which proxy)."""
+    return load_path("ansible.module_utils.gpustack_sources", PLAYBOOKS / "module_utils" / "gpustack_sources.py")
+
+
+@pytest.fixture(scope="session")
+def facts_module(
+    toml_utils: ModuleType,
+    stage_utils: ModuleType,
+    host_parsers: ModuleType,
+    runtime_parsers: ModuleType,
+    sources_utils: ModuleType,
+) -> ModuleType:
     return load_path("gpustack_facts_module", PLAYBOOKS / "library" / "gpustack_facts.py")

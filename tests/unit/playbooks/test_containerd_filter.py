@@ -111,14 +111,14 @@ def test_split_key(containerd_filter: ModuleType) -> None:
     assert containerd_filter.split_key(" plugins . 'a.b' ") == ("plugins", "a.b")
 
 
-def test_agrees_with_the_facts_module(containerd_filter: ModuleType, facts_module: ModuleType) -> None:
+def test_agrees_with_the_facts_module(containerd_filter: ModuleType, runtime_parsers: ModuleType) -> None:
     for text in (
         V2,
         V3,
         containerd_filter.containerd_systemd_cgroup(V2),
         containerd_filter.containerd_systemd_cgroup(V3),
     ):
-        assert facts_module.parse_containerd_systemd_cgroup(text) == containerd_filter.systemd_cgroup_enabled(text)
+        assert runtime_parsers.parse_containerd_systemd_cgroup(text) == containerd_filter.systemd_cgroup_enabled(text)
 
 
 def test_needs_default(containerd_filter: ModuleType) -> None:
@@ -202,13 +202,13 @@ def test_runtime_config_keeps_the_toolkit_drop_ins_imported(containerd_filter: M
     assert v3.splitlines()[v3.splitlines().index("version = 3") + 1] == f'imports = ["{DROP_INS}"]'
 
 
-def test_imports_of_other_tools_are_kept(containerd_filter: ModuleType, facts_module: ModuleType) -> None:
+def test_imports_of_other_tools_are_kept(containerd_filter: ModuleType, runtime_parsers: ModuleType) -> None:
     multi = "version = 3\nimports = [\n  '/etc/containerd/site.toml',  # the site's own\n  \"x/*.toml\",\n]\n\n[grpc]\n"
     out = containerd_filter.ensure_import(multi, DROP_INS)
     assert containerd_filter.imports_of(out) == ["/etc/containerd/site.toml", "x/*.toml", DROP_INS]
     assert out.endswith("\n\n[grpc]\n") and out.count("imports") == 1
     # the facts module (doctor's C06, preflight's P20) reads what the filter writes
-    assert facts_module.parse_containerd_imports(out) == containerd_filter.imports_of(out)
+    assert runtime_parsers.parse_containerd_imports(out) == containerd_filter.imports_of(out)
     already = containerd_filter.ensure_import(out, DROP_INS)
     assert already == out
     # an `imports` key inside a table is not the top-level one

@@ -20,16 +20,16 @@ TEMPLATE = PLAYBOOKS / "roles" / "firewall" / "templates" / "gpustack-firewall.s
 VARS = {
     "ansible_managed": "Ansible managed",
     "firewall_chain": "GPUSTACK-INPUT",
-    "firewall_node_address": "192.0.2.2",
-    "firewall_pod_cidr": "10.244.0.0/16",
-    "firewall_api_service_ip": "10.96.0.1",
+    "gpustack_node_address": "192.0.2.2",
+    "gpustack_pod_cidr": "10.244.0.0/16",
+    "gpustack_api_service_ip": "10.96.0.1",
     "firewall_ipv4_node_addresses": ["192.0.2.2", "192.0.2.3"],
     "firewall_node_tcp_ports": ["6443", "10250", "10257", "10259"],
     "firewall_etcd_tcp_ports": "2379:2380",
     # this node is a control plane; 192.0.2.3 is a worker: etcd is open to 192.0.2.2 only
     "firewall_ipv4_etcd_peers": ["192.0.2.2"],
     "firewall_vxlan_udp_port": 8472,
-    "firewall_tcp_nodeports": [30090, 30300],
+    "gpustack_firewall_tcp_nodeports": [30090, 30300],
 }
 # established + 2 pod->node + pod->service + 2 nodes x (4 tcp + 1 udp) + 1 etcd peer + 2 nodeports + RETURN
 EXPECTED_RULES = 1 + 2 + 1 + 2 * 5 + 1 + 2 + 1
@@ -85,7 +85,7 @@ def test_renders_valid_sh(script: Path) -> None:
 
 
 def test_ipv6_node_address_is_left_out() -> None:
-    text = render(firewall_node_address="2001:db8::2")
+    text = render(gpustack_node_address="2001:db8::2")
     assert "2001:db8::2" not in text
     assert "-d 10.96.0.1" in text
 

@@ -85,12 +85,12 @@ SCHEMA_KEYS = {
 }
 
 
-def test_os_release_ubuntu(facts_module: ModuleType) -> None:
+def test_os_release_ubuntu(host_parsers: ModuleType) -> None:
     text = (
         'PRETTY_NAME="Ubuntu 22.04.4 LTS"\nNAME="Ubuntu"\nVERSION_ID="22.04"\n'
         'VERSION="22.04.4 LTS (Jammy Jellyfish)"\nID=ubuntu\nID_LIKE=debian\n# comment\n\n'
     )
-    out = facts_module.parse_os_release(text)
+    out = host_parsers.parse_os_release(text)
     assert (out["ID"], out["VERSION_ID"], out["PRETTY_NAME"]) == (
         "ubuntu",
         "22.04",
@@ -98,13 +98,13 @@ def test_os_release_ubuntu(facts_module: ModuleType) -> None:
     )
 
 
-def test_os_release_debian(facts_module: ModuleType) -> None:
+def test_os_release_debian(host_parsers: ModuleType) -> None:
     text = (
         'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nNAME="Debian GNU/Linux"\n'
         'VERSION_ID="12"\nID=debian\nHOME_URL="https://www.debian.org/"\nQUOTED=\'single\'\n'
         'ESCAPED="a \\"b\\""\n'
     )
-    out = facts_module.parse_os_release(text)
+    out = host_parsers.parse_os_release(text)
     assert (out["ID"], out["VERSION_ID"]) == ("debian", "12")
     assert out["QUOTED"] == "single"
     assert out["ESCAPED"] == 'a "b"'
@@ -122,42 +122,42 @@ def test_os_release_debian(facts_module: ModuleType) -> None:
     ],
 )
 def test_decode_proc_net_address(
-    facts_module: ModuleType, value: str, byteorder: str, expected: tuple[str, int]
+    host_parsers: ModuleType, value: str, byteorder: str, expected: tuple[str, int]
 ) -> None:
-    assert facts_module.decode_proc_net_address(value, byteorder) == expected
+    assert host_parsers.decode_proc_net_address(value, byteorder) == expected
 
 
-def test_proc_net_tcp_listeners_only(facts_module: ModuleType) -> None:
-    out = facts_module.parse_proc_net(TCP, "tcp", "little")
+def test_proc_net_tcp_listeners_only(host_parsers: ModuleType) -> None:
+    out = host_parsers.parse_proc_net(TCP, "tcp", "little")
     assert [(e["address"], e["port"], e["inode"]) for e in out] == [
         ("127.0.0.1", 3306, 21455),
         ("0.0.0.0", 22, 18334),
         ("0.0.0.0", 9100, 40000),
     ]
-    out6 = facts_module.parse_proc_net(TCP6, "tcp", "little")
+    out6 = host_parsers.parse_proc_net(TCP6, "tcp", "little")
     assert [(e["address"], e["port"]) for e in out6] == [("::", 22), ("::1", 3306)]
 
 
-def test_proc_net_udp_bound_unconnected(facts_module: ModuleType) -> None:
-    out = facts_module.parse_proc_net(UDP, "udp", "little")
+def test_proc_net_udp_bound_unconnected(host_parsers: ModuleType) -> None:
+    out = host_parsers.parse_proc_net(UDP, "udp", "little")
     assert [(e["proto"], e["address"], e["port"]) for e in out] == [
         ("udp", "127.0.0.53", 53),
         ("udp", "0.0.0.0", 8472),
     ]
 
 
-def test_proc_net_ignores_garbage(facts_module: ModuleType) -> None:
-    assert facts_module.parse_proc_net("header\nnot a socket line\n", "tcp") == []
+def test_proc_net_ignores_garbage(host_parsers: ModuleType) -> None:
+    assert host_parsers.parse_proc_net("header\nnot a socket line\n", "tcp") == []
 
 
-def test_socket_inode(facts_module: ModuleType) -> None:
-    assert facts_module.socket_inode("socket:[12345]") == 12345
-    assert facts_module.socket_inode("pipe:[12345]") is None
-    assert facts_module.socket_inode("/dev/null") is None
+def test_socket_inode(host_parsers: ModuleType) -> None:
+    assert host_parsers.socket_inode("socket:[12345]") == 12345
+    assert host_parsers.socket_inode("pipe:[12345]") is None
+    assert host_parsers.socket_inode("/dev/null") is None
 
 
-def test_merge_listening_and_node_exporter(facts_module: ModuleType) -> None:
-    sockets = facts_module.parse_proc_net(TCP, "tcp", "little") + facts_module.parse_proc_net(TCP6, "tcp", "little")
+def test_merge_listening_and_node_exporter(host_parsers: ModuleType) -> None:
+    sockets = host_parsers.parse_proc_net(TCP, "tcp", "little") + host_parsers.parse_proc_net(TCP6, "tcp", "little")
     host_owner = {
         40000: {
             "pid": 10,
@@ -165,7 +165,7 @@ def test_merge_listening_and_node_exporter(facts_module: ModuleType) -> None:
             "cgroup": "0::/system.slice/node_exporter.service\n",
         }
     }
-    merged = facts_module.merge_listening(sockets, host_owner)
+    merged = host_parsers.merge_listening(sockets, host_owner)
     assert [(e["address"], e["port"]) for e in merged] == [
         ("0.0.0.0", 22),
         ("::", 22),
@@ -174,7 +174,7 @@ def test_merge_listening_and_node_exporter(facts_module: ModuleType) -> None:
         ("0.0.0.0", 9100),
     ]
     assert merged[-1]["process"] == "node_exporter"
-    assert facts_module.derive_node_exporter_on_9100(merged) is True
+    assert host_parsers.derive_node_exporter_on_9100(merged) is True
 
     pod_owner = {
         40000: {
@@ -183,36 +183,36 @@ def test_merge_listening_and_node_exporter(facts_module: ModuleType) -> None:
             "cgroup": "0::/kubepods.slice/kubepods-burstable.slice/cri-containerd-1.scope\n",
         }
     }
-    assert facts_module.derive_node_exporter_on_9100(facts_module.merge_listening(sockets, pod_owner)) is False
+    assert host_parsers.derive_node_exporter_on_9100(host_parsers.merge_listening(sockets, pod_owner)) is False
     # owner unknown (no root): counted as a host listener
-    assert facts_module.derive_node_exporter_on_9100(facts_module.merge_listening(sockets, {})) is True
-    assert facts_module.derive_node_exporter_on_9100(facts_module.merge_listening(sockets[:2], {})) is False
+    assert host_parsers.derive_node_exporter_on_9100(host_parsers.merge_listening(sockets, {})) is True
+    assert host_parsers.derive_node_exporter_on_9100(host_parsers.merge_listening(sockets[:2], {})) is False
 
 
-def test_merge_listening_dedupes(facts_module: ModuleType) -> None:
+def test_merge_listening_dedupes(host_parsers: ModuleType) -> None:
     dup = [
         {"proto": "tcp", "address": "0.0.0.0", "port": 80, "inode": 1},
         {"proto": "tcp", "address": "0.0.0.0", "port": 80, "inode": 2},
     ]
-    merged = facts_module.merge_listening(dup, {2: {"pid": 5, "name": "nginx", "cgroup": ""}})
+    merged = host_parsers.merge_listening(dup, {2: {"pid": 5, "name": "nginx", "cgroup": ""}})
     assert len(merged) == 1
     assert merged[0]["process"] == "nginx"
 
 
-def test_proc_swaps(facts_module: ModuleType) -> None:
+def test_proc_swaps(host_parsers: ModuleType) -> None:
     text = (
         "Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n"
         "/dev/sda2                               partition\t2097148\t\t0\t\t-2\n"
         "/swap\\040file                           file\t\t1048572\t\t512\t\t-3\n"
     )
-    assert facts_module.parse_proc_swaps(text) == [
+    assert host_parsers.parse_proc_swaps(text) == [
         {"device": "/dev/sda2", "size_bytes": 2097148 * 1024},
         {"device": "/swap file", "size_bytes": 1048572 * 1024},
     ]
-    assert facts_module.parse_proc_swaps("Filename\tType\tSize\tUsed\tPriority\n") == []
+    assert host_parsers.parse_proc_swaps("Filename\tType\tSize\tUsed\tPriority\n") == []
 
 
-def test_fstab_swap(facts_module: ModuleType) -> None:
+def test_fstab_swap(host_parsers: ModuleType) -> None:
     text = (
         "# /etc/fstab: static file system information.\n"
         "UUID=1111 /               ext4    errors=remount-ro 0       1\n"
@@ -221,21 +221,21 @@ def test_fstab_swap(facts_module: ModuleType) -> None:
         "  /swap.img\tnone\tswap\tsw\t0\t0\n"
         "tmpfs /tmp tmpfs defaults,swapfoo 0 0\n"
     )
-    assert facts_module.parse_fstab_swap(text) == [
+    assert host_parsers.parse_fstab_swap(text) == [
         "UUID=2222 none            swap    sw              0       0",
         "/swap.img\tnone\tswap\tsw\t0\t0",
     ]
 
 
-def test_filesystems(facts_module: ModuleType) -> None:
+def test_filesystems(host_parsers: ModuleType) -> None:
     text = "nodev\tsysfs\nnodev\ttmpfs\n\text4\nnodev\toverlay\n"
-    assert {"overlay", "ext4", "sysfs"} <= facts_module.parse_filesystems(text)
-    assert "overlay" not in facts_module.parse_filesystems("nodev\toverlayfs\n")
+    assert {"overlay", "ext4", "sysfs"} <= host_parsers.parse_filesystems(text)
+    assert "overlay" not in host_parsers.parse_filesystems("nodev\toverlayfs\n")
 
 
-def test_meminfo(facts_module: ModuleType) -> None:
-    assert facts_module.parse_meminfo_total("MemTotal:       16318480 kB\nMemFree: 1 kB\n") == 16318480 * 1024
-    assert facts_module.parse_meminfo_total("nothing\n") is None
+def test_meminfo(host_parsers: ModuleType) -> None:
+    assert host_parsers.parse_meminfo_total("MemTotal:       16318480 kB\nMemFree: 1 kB\n") == 16318480 * 1024
+    assert host_parsers.parse_meminfo_total("nothing\n") is None
 
 
 @pytest.mark.parametrize(
@@ -249,22 +249,22 @@ def test_meminfo(facts_module: ModuleType) -> None:
         (True, b"\x06\x00\x00\x00\x07", "unknown"),
     ],
 )
-def test_secure_boot(facts_module: ModuleType, efi: bool, data: bytes | None, expected: str) -> None:
-    assert facts_module.parse_secure_boot(efi, data) == expected
+def test_secure_boot(host_parsers: ModuleType, efi: bool, data: bytes | None, expected: str) -> None:
+    assert host_parsers.parse_secure_boot(efi, data) == expected
 
 
-def test_nvidia_version(facts_module: ModuleType) -> None:
+def test_nvidia_version(host_parsers: ModuleType) -> None:
     text = (
         "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.14  Thu Feb 22 01:44:30 UTC 2024\n"
         "GCC version:  gcc version 12.3.0 (Ubuntu 12.3.0-1ubuntu1~22.04)\n"
     )
-    assert facts_module.parse_nvidia_version(text) == "550.54.14"
+    assert host_parsers.parse_nvidia_version(text) == "550.54.14"
     open_text = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.86.15  Release Build\n"
-    assert facts_module.parse_nvidia_version(open_text) == "570.86.15"
-    assert facts_module.parse_nvidia_version("garbage") is None
+    assert host_parsers.parse_nvidia_version(open_text) == "570.86.15"
+    assert host_parsers.parse_nvidia_version("garbage") is None
 
 
-def test_pci_devices(facts_module: ModuleType) -> None:
+def test_pci_devices(host_parsers: ModuleType) -> None:
     devices = [
         {"slot": "0000:3b:00.0", "vendor": "0x10de\n", "device": "0x20b0\n", "class": "0x030200\n"},
         {
@@ -276,28 +276,30 @@ def test_pci_devices(facts_module: ModuleType) -> None:
         {"slot": "0000:00:02.0", "vendor": "0x8086", "device": "0x3e92", "class": "0x030000"},
         {"slot": "0000:1a:00.0", "vendor": "0x10DE", "device": "0x2330", "class": "0x030200"},
     ]
-    assert facts_module.parse_pci_devices(devices) == [
+    assert host_parsers.parse_pci_devices(devices) == [
         {"slot": "0000:1a:00.0", "device_id": "0x2330", "class": "0x030200"},
         {"slot": "0000:3b:00.0", "device_id": "0x20b0", "class": "0x030200"},
     ]
 
 
-def test_nouveau(facts_module: ModuleType) -> None:
-    assert facts_module.parse_modules_nouveau("nouveau 2400000 0 - Live 0x0\nvideo 1 1 nouveau\n")
-    assert not facts_module.parse_modules_nouveau("video 1 1 nouveau, Live\n")
+def test_nouveau(host_parsers: ModuleType) -> None:
+    assert host_parsers.parse_modules_nouveau("nouveau 2400000 0 - Live 0x0\nvideo 1 1 nouveau\n")
+    assert not host_parsers.parse_modules_nouveau("video 1 1 nouveau, Live\n")
 
 
-def test_containerd_config(facts_module: ModuleType) -> None:
+def test_containerd_config(runtime_parsers: ModuleType) -> None:
     v2 = (FIXTURES / "containerd-config-v2.toml").read_text()
     v3 = (FIXTURES / "containerd-config-v3.toml").read_text()
-    assert facts_module.parse_containerd_systemd_cgroup(v2) is False
+    assert runtime_parsers.parse_containerd_systemd_cgroup(v2) is False
     assert (
-        facts_module.parse_containerd_systemd_cgroup(v2.replace("SystemdCgroup = false", "SystemdCgroup = true"))
+        runtime_parsers.parse_containerd_systemd_cgroup(v2.replace("SystemdCgroup = false", "SystemdCgroup = true"))
         is True
     )
-    assert facts_module.parse_containerd_systemd_cgroup(v3) is False
-    assert facts_module.parse_containerd_systemd_cgroup("") is None
-    assert facts_module.parse_containerd_systemd_cgroup("root = '/x'\n[plugins.cri]\n  SystemdCgroup = true\n") is None
+    assert runtime_parsers.parse_containerd_systemd_cgroup(v3) is False
+    assert runtime_parsers.parse_containerd_systemd_cgroup("") is None
+    assert (
+        runtime_parsers.parse_containerd_systemd_cgroup("root = '/x'\n[plugins.cri]\n  SystemdCgroup = true\n") is None
+    )
 
 
 @pytest.mark.parametrize(
@@ -310,31 +312,31 @@ def test_containerd_config(facts_module: ModuleType) -> None:
         ("bash: containerd: command not found\n", None),
     ],
 )
-def test_containerd_version(facts_module: ModuleType, out: str, expected: str | None) -> None:
-    assert facts_module.parse_containerd_version(0, out) == expected
-    assert facts_module.parse_containerd_version(1, out) is None
+def test_containerd_version(runtime_parsers: ModuleType, out: str, expected: str | None) -> None:
+    assert runtime_parsers.parse_containerd_version(0, out) == expected
+    assert runtime_parsers.parse_containerd_version(1, out) is None
 
 
-def test_containerd_config_version(facts_module: ModuleType) -> None:
-    assert facts_module.parse_containerd_config_version((FIXTURES / "containerd-config-v3.toml").read_text()) == 3
-    assert facts_module.parse_containerd_config_version((FIXTURES / "containerd-config-v2.toml").read_text()) == 2
-    assert facts_module.parse_containerd_config_version("[plugins.cri]\nversion = 2\n") is None
-    assert facts_module.parse_containerd_config_version(None) is None
+def test_containerd_config_version(runtime_parsers: ModuleType) -> None:
+    assert runtime_parsers.parse_containerd_config_version((FIXTURES / "containerd-config-v3.toml").read_text()) == 3
+    assert runtime_parsers.parse_containerd_config_version((FIXTURES / "containerd-config-v2.toml").read_text()) == 2
+    assert runtime_parsers.parse_containerd_config_version("[plugins.cri]\nversion = 2\n") is None
+    assert runtime_parsers.parse_containerd_config_version(None) is None
 
 
-def test_systemctl_and_timedatectl(facts_module: ModuleType) -> None:
-    assert facts_module.parse_systemctl_is_active(0, "active\n") is True
-    assert facts_module.parse_systemctl_is_active(3, "inactive\n") is False
-    assert facts_module.parse_systemctl_is_active(1, "System has not been booted with systemd\n") is None
-    assert facts_module.parse_timedatectl(0, "yes\n") is True
-    assert facts_module.parse_timedatectl(0, "no\n") is False
-    assert facts_module.parse_timedatectl(1, "") is None
+def test_systemctl_and_timedatectl(host_parsers: ModuleType) -> None:
+    assert host_parsers.parse_systemctl_is_active(0, "active\n") is True
+    assert host_parsers.parse_systemctl_is_active(3, "inactive\n") is False
+    assert host_parsers.parse_systemctl_is_active(1, "System has not been booted with systemd\n") is None
+    assert host_parsers.parse_timedatectl(0, "yes\n") is True
+    assert host_parsers.parse_timedatectl(0, "no\n") is False
+    assert host_parsers.parse_timedatectl(1, "") is None
 
 
-def test_nearest_existing(facts_module: ModuleType) -> None:
+def test_nearest_existing(host_parsers: ModuleType) -> None:
     existing = {"/", "/var"}
-    assert facts_module.nearest_existing("/var/lib/containerd", existing.__contains__) == "/var"
-    assert facts_module.nearest_existing("/nope", existing.__contains__) == "/"
+    assert host_parsers.nearest_existing("/var/lib/containerd", existing.__contains__) == "/var"
+    assert host_parsers.nearest_existing("/nope", existing.__contains__) == "/"
 
 
 def test_collect_on_this_machine(facts_module: ModuleType) -> None:
@@ -356,16 +358,16 @@ def test_collect_on_this_machine(facts_module: ModuleType) -> None:
     assert isinstance(facts["cpus"], int) and facts["cpus"] > 0
 
 
-def test_toolkit_preinstalled_needs_nvidia_ctk_and_nvidia_default_runtime(facts_module: ModuleType) -> None:
+def test_toolkit_preinstalled_needs_nvidia_ctk_and_nvidia_default_runtime(runtime_parsers: ModuleType) -> None:
     v2 = 'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd]\n  default_runtime_name = "nvidia"\n'
     v3 = "version = 3\n[plugins.'io.containerd.cri.v1.runtime'.containerd]\n  default_runtime_name = 'runc'\n"
-    assert facts_module.parse_containerd_default_runtime(v2) == "nvidia"
-    assert facts_module.parse_containerd_default_runtime(v3) == "runc"
-    assert facts_module.parse_containerd_default_runtime("version = 2\n") is None
-    assert facts_module.toolkit_preinstalled("/usr/bin/nvidia-ctk", v2) is True
-    assert facts_module.toolkit_preinstalled(None, v2) is False
-    assert facts_module.toolkit_preinstalled("/usr/bin/nvidia-ctk", v3) is False
-    assert facts_module.toolkit_preinstalled("/usr/bin/nvidia-ctk", None) is False
+    assert runtime_parsers.parse_containerd_default_runtime(v2) == "nvidia"
+    assert runtime_parsers.parse_containerd_default_runtime(v3) == "runc"
+    assert runtime_parsers.parse_containerd_default_runtime("version = 2\n") is None
+    assert runtime_parsers.toolkit_preinstalled("/usr/bin/nvidia-ctk", v2) is True
+    assert runtime_parsers.toolkit_preinstalled(None, v2) is False
+    assert runtime_parsers.toolkit_preinstalled("/usr/bin/nvidia-ctk", v3) is False
+    assert runtime_parsers.toolkit_preinstalled("/usr/bin/nvidia-ctk", None) is False
 
 
 IPTABLES_OK = """\
@@ -383,8 +385,8 @@ IPTABLES_OK = """\
 """
 
 
-def test_iptables_firewall_healthy(facts_module: ModuleType) -> None:
-    fw = facts_module.parse_iptables_firewall(IPTABLES_OK)
+def test_iptables_firewall_healthy(runtime_parsers: ModuleType) -> None:
+    fw = runtime_parsers.parse_iptables_firewall(IPTABLES_OK)
     assert fw == {
         "gpustack_chain": True,
         "jump": True,
@@ -395,14 +397,14 @@ def test_iptables_firewall_healthy(facts_module: ModuleType) -> None:
     }
 
 
-def test_iptables_firewall_drop_before_jump(facts_module: ModuleType) -> None:
+def test_iptables_firewall_drop_before_jump(runtime_parsers: ModuleType) -> None:
     text = IPTABLES_OK.replace(
         "-A INPUT -j GPUSTACK-INPUT\n",
         "-A INPUT -s 10.244.0.0/16 -j DROP\n-A INPUT -s 192.0.2.7/32 -j DROP\n-A INPUT -p udp -j REJECT\n"
         "-A INPUT -p tcp -m tcp --dport 22 -j DROP\n-A INPUT -p tcp -m tcp --dport 6000:7000 -j REJECT\n"
         "-A INPUT -j GPUSTACK-INPUT\n",
     )
-    fw = facts_module.parse_iptables_firewall(text)
+    fw = runtime_parsers.parse_iptables_firewall(text)
     assert fw["drops_before_jump"] is True
     # one host, UDP only and unrelated ports do not block pods -> API
     assert fw["drop_rules"] == [
@@ -411,29 +413,29 @@ def test_iptables_firewall_drop_before_jump(facts_module: ModuleType) -> None:
     ]
 
 
-def test_iptables_firewall_no_chain_policy_drop(facts_module: ModuleType) -> None:
-    fw = facts_module.parse_iptables_firewall("-P INPUT DROP\n-A INPUT -i lo -j ACCEPT\n-A INPUT -j REJECT\n")
+def test_iptables_firewall_no_chain_policy_drop(runtime_parsers: ModuleType) -> None:
+    fw = runtime_parsers.parse_iptables_firewall("-P INPUT DROP\n-A INPUT -i lo -j ACCEPT\n-A INPUT -j REJECT\n")
     assert fw["gpustack_chain"] is False and fw["jump"] is False and fw["pod_api_rule"] is False
     assert fw["input_policy"] == "DROP"
     assert fw["drops_before_jump"] is True  # no jump: every blocking INPUT rule counts
-    assert facts_module.parse_iptables_firewall("") is None
-    assert facts_module.parse_iptables_firewall(None) is None
+    assert runtime_parsers.parse_iptables_firewall("") is None
+    assert runtime_parsers.parse_iptables_firewall(None) is None
 
 
-def test_kubelet_cgroup_driver_and_sysctl(facts_module: ModuleType) -> None:
+def test_kubelet_cgroup_driver_and_sysctl(host_parsers: ModuleType, runtime_parsers: ModuleType) -> None:
     conf = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncgroupDriver: systemd\n"
-    assert facts_module.parse_kubelet_cgroup_driver(conf) == "systemd"
-    assert facts_module.parse_kubelet_cgroup_driver('cgroupDriver: "cgroupfs"  # old\n') == "cgroupfs"
-    assert facts_module.parse_kubelet_cgroup_driver("kind: KubeletConfiguration\n") is None
-    assert facts_module.parse_kubelet_cgroup_driver(None) is None
-    assert facts_module.parse_sysctl_value("1\n") == "1"
-    assert facts_module.parse_sysctl_value(None) is None
+    assert runtime_parsers.parse_kubelet_cgroup_driver(conf) == "systemd"
+    assert runtime_parsers.parse_kubelet_cgroup_driver('cgroupDriver: "cgroupfs"  # old\n') == "cgroupfs"
+    assert runtime_parsers.parse_kubelet_cgroup_driver("kind: KubeletConfiguration\n") is None
+    assert runtime_parsers.parse_kubelet_cgroup_driver(None) is None
+    assert host_parsers.parse_sysctl_value("1\n") == "1"
+    assert host_parsers.parse_sysctl_value(None) is None
 
 
-def test_dev_char_symlinks(facts_module: ModuleType) -> None:
-    assert facts_module.derive_dev_char_symlinks(False, {}) is None
-    assert facts_module.derive_dev_char_symlinks(True, {"195:0": "../nvidia0", "1:3": "../null"}) is True
-    assert facts_module.derive_dev_char_symlinks(True, {"1:3": "../null"}) is False
+def test_dev_char_symlinks(host_parsers: ModuleType) -> None:
+    assert host_parsers.derive_dev_char_symlinks(False, {}) is None
+    assert host_parsers.derive_dev_char_symlinks(True, {"195:0": "../nvidia0", "1:3": "../null"}) is True
+    assert host_parsers.derive_dev_char_symlinks(True, {"1:3": "../null"}) is False
 
 
 def test_collect_new_fact_types(facts_module: ModuleType) -> None:
@@ -447,44 +449,44 @@ def test_collect_new_fact_types(facts_module: ModuleType) -> None:
     json.dumps(facts)
 
 
-def test_kubelet_version(facts_module: ModuleType) -> None:
-    assert facts_module.parse_kubelet_version(0, "Kubernetes v1.36.4\n") == "1.36.4"
-    assert facts_module.parse_kubelet_version(1, "Kubernetes v1.36.4\n") is None
-    assert facts_module.parse_kubelet_version(0, "garbage") is None
+def test_kubelet_version(host_parsers: ModuleType) -> None:
+    assert host_parsers.parse_kubelet_version(0, "Kubernetes v1.36.4\n") == "1.36.4"
+    assert host_parsers.parse_kubelet_version(1, "Kubernetes v1.36.4\n") is None
+    assert host_parsers.parse_kubelet_version(0, "garbage") is None
 
 
-def test_containerd_imports_and_drop_ins(facts_module: ModuleType) -> None:
+def test_containerd_imports_and_drop_ins(runtime_parsers: ModuleType) -> None:
     one_line = 'imports = ["/etc/containerd/conf.d/*.toml"]\nversion = 3\n[plugins]\n'
     several = (
         "version = 2\nimports = [\n  '/etc/containerd/conf.d/*.toml',  # toolkit\n  \"extra.toml\",\n]\n[plugins]\n"
     )
     in_a_table = 'version = 3\n[plugins."x"]\nimports = ["/nope/*.toml"]\n'
-    assert facts_module.parse_containerd_imports(one_line) == ["/etc/containerd/conf.d/*.toml"]
-    assert facts_module.parse_containerd_imports(several) == ["/etc/containerd/conf.d/*.toml", "extra.toml"]
-    assert facts_module.parse_containerd_imports(in_a_table) is None, "not a top-level key: no imports"
-    assert facts_module.parse_containerd_imports(None) is None
+    assert runtime_parsers.parse_containerd_imports(one_line) == ["/etc/containerd/conf.d/*.toml"]
+    assert runtime_parsers.parse_containerd_imports(several) == ["/etc/containerd/conf.d/*.toml", "extra.toml"]
+    assert runtime_parsers.parse_containerd_imports(in_a_table) is None, "not a top-level key: no imports"
+    assert runtime_parsers.parse_containerd_imports(None) is None
     default_2x = "disabled_plugins = []\nimports = []\noom_score = 0\nversion = 3\n[plugins]\n"
-    assert facts_module.parse_containerd_imports(default_2x) == [], "present and empty (containerd config default)"
+    assert runtime_parsers.parse_containerd_imports(default_2x) == [], "present and empty (containerd config default)"
     files = ["/etc/containerd/conf.d/99-nvidia.toml", "/etc/containerd/conf.d/10-mirror.toml"]
-    assert facts_module.derive_drop_ins(files, ["/etc/containerd/conf.d/*.toml"], "/etc/containerd") == [
+    assert runtime_parsers.derive_drop_ins(files, ["/etc/containerd/conf.d/*.toml"], "/etc/containerd") == [
         {"path": "/etc/containerd/conf.d/10-mirror.toml", "imported": True},
         {"path": "/etc/containerd/conf.d/99-nvidia.toml", "imported": True},
     ]
-    relative = facts_module.derive_drop_ins(files, ["conf.d/99-*.toml"], "/etc/containerd")
+    relative = runtime_parsers.derive_drop_ins(files, ["conf.d/99-*.toml"], "/etc/containerd")
     assert [d["imported"] for d in relative] == [False, True], "relative to the config's directory"
-    assert not any(d["imported"] for d in facts_module.derive_drop_ins(files, [], "/etc/containerd"))
-    assert not any(d["imported"] for d in facts_module.derive_drop_ins(files, None, "/etc/containerd"))
+    assert not any(d["imported"] for d in runtime_parsers.derive_drop_ins(files, [], "/etc/containerd"))
+    assert not any(d["imported"] for d in runtime_parsers.derive_drop_ins(files, None, "/etc/containerd"))
 
 
-def test_nvswitches(facts_module: ModuleType) -> None:
+def test_nvswitches(host_parsers: ModuleType) -> None:
     devices = [
         {"slot": "0000:05:00.0", "vendor": "0x10de", "device": "0x22a3", "class": "0x068000"},  # NVSwitch (HGX H100)
         {"slot": "0000:06:00.0", "vendor": "0x10de", "device": "0x22a3", "class": "0x068000"},
         {"slot": "0000:18:00.0", "vendor": "0x10de", "device": "0x2330", "class": "0x030200"},  # H100
         {"slot": "0000:00:1f.0", "vendor": "0x8086", "device": "0x1234", "class": "0x068000"},  # not NVIDIA
     ]
-    assert facts_module.parse_nvswitches(devices) == 2
-    assert facts_module.parse_nvswitches([]) == 0
+    assert host_parsers.parse_nvswitches(devices) == 2
+    assert host_parsers.parse_nvswitches([]) == 0
 
 
 APT_DUMP = """\
@@ -501,14 +503,14 @@ Unattended-Upgrade::Package-Blacklist:: "nvidia-";
 """
 
 
-def test_apt_config(facts_module: ModuleType) -> None:
-    got = facts_module.parse_apt_config(APT_DUMP)
+def test_apt_config(host_parsers: ModuleType) -> None:
+    got = host_parsers.parse_apt_config(APT_DUMP)
     assert got == {"enabled": True, "blacklist": ["nvidia-"], "automatic_reboot": False, "origins": [
         "origin=Debian,codename=${distro_codename},label=Debian-Security",
         "origin=Debian,codename=${distro_codename}-security,label=Debian-Security"]}  # fmt: skip
     off = APT_DUMP.replace('Unattended-Upgrade "1"', 'Unattended-Upgrade "0"')
-    assert facts_module.parse_apt_config(off)["enabled"] is False
-    assert facts_module.parse_apt_config("")["enabled"] is False
+    assert host_parsers.parse_apt_config(off)["enabled"] is False
+    assert host_parsers.parse_apt_config("")["enabled"] is False
 
 
 DPKG_STATUS = """\
@@ -534,8 +536,8 @@ Version: 5.2.15-2+b8
 """
 
 
-def test_dpkg_status(facts_module: ModuleType) -> None:
-    assert facts_module.parse_dpkg_status(DPKG_STATUS) == [
+def test_dpkg_status(host_parsers: ModuleType) -> None:
+    assert host_parsers.parse_dpkg_status(DPKG_STATUS) == [
         {"name": "linux-image-6.1.0-41-amd64", "version": "6.1.158-1", "held": False},
         {"name": "linux-image-amd64", "version": "6.1.158-1", "held": False},
         {"name": "nvidia-driver", "version": "535.247.01-1~deb12u1", "held": True},

@@ -19,8 +19,8 @@ from tests.testbed.services import ForwardProxy
 PROXY = {"HTTP_PROXY": "http://proxy:3128", "HTTPS_PROXY": "http://sproxy:3128"}
 
 
-def test_proxy_for_follows_the_scheme_and_no_proxy(facts_module: ModuleType) -> None:
-    proxy_for = facts_module.proxy_for
+def test_proxy_for_follows_the_scheme_and_no_proxy(sources_utils: ModuleType) -> None:
+    proxy_for = sources_utils.proxy_for
     no = {**PROXY, "NO_PROXY": "localhost,127.0.0.1,10.244.0.0/16,.svc,mirror.example.com,10.0.0.5"}
     assert proxy_for("https://pkgs.k8s.io/x", no) == "http://sproxy:3128"
     assert proxy_for("http://deb.debian.org/debian/dists/x", no) == "http://proxy:3128"
@@ -35,7 +35,7 @@ def test_proxy_for_follows_the_scheme_and_no_proxy(facts_module: ModuleType) -> 
     assert proxy_for("https://x.io/", {}) is None
 
 
-def test_apt_sources_both_formats(facts_module: ModuleType) -> None:
+def test_apt_sources_both_formats(sources_utils: ModuleType) -> None:
     one_line = """\
 # deb http://commented.example.com/debian bookworm main
 deb http://deb.debian.org/debian bookworm main contrib
@@ -44,7 +44,7 @@ deb [signed-by=/etc/apt/keyrings/kubernetes.gpg arch=amd64] https://pkgs.k8s.io/
 deb cdrom:[Debian 12]/ bookworm main
 deb file:/srv/repo ./
 """
-    assert facts_module.parse_apt_sources(one_line) == [
+    assert sources_utils.parse_apt_sources(one_line) == [
         ("http://deb.debian.org/debian", "bookworm"),
         ("http://deb.debian.org/debian", "bookworm"),
         ("https://pkgs.k8s.io/core:/stable:/v1.36/deb/", "/"),
@@ -66,26 +66,26 @@ URIs: http://security.ubuntu.com/ubuntu/
   http://mirror.example.com/ubuntu/
 Suites: noble-security
 """
-    assert facts_module.parse_apt_sources(deb822, deb822=True) == [
+    assert sources_utils.parse_apt_sources(deb822, deb822=True) == [
         ("http://archive.ubuntu.com/ubuntu/", "noble"),
         ("http://archive.ubuntu.com/ubuntu/", "noble-updates"),
         ("http://security.ubuntu.com/ubuntu/", "noble-security"),
         ("http://mirror.example.com/ubuntu/", "noble-security"),
     ]
-    url = facts_module.apt_release_url
+    url = sources_utils.apt_release_url
     assert url("http://deb.debian.org/debian", "bookworm") == "http://deb.debian.org/debian/dists/bookworm/InRelease"
     assert (
         url("https://pkgs.k8s.io/core:/stable:/v1.36/deb/", "/")
         == "https://pkgs.k8s.io/core:/stable:/v1.36/deb/InRelease"
     )
     assert url("http://m/repo", "stable/") == "http://m/repo/stable/InRelease"
-    assert facts_module.registry_url("nvcr.io") == "https://nvcr.io/v2/"
-    assert facts_module.registry_url("docker.io") == "https://registry-1.docker.io/v2/"
-    assert facts_module.registry_url("http://10.0.0.1:5000/") == "http://10.0.0.1:5000/v2/"
+    assert sources_utils.registry_url("nvcr.io") == "https://nvcr.io/v2/"
+    assert sources_utils.registry_url("docker.io") == "https://registry-1.docker.io/v2/"
+    assert sources_utils.registry_url("http://10.0.0.1:5000/") == "http://10.0.0.1:5000/v2/"
 
 
 def test_the_hosts_apt_sources_leave_out_gpustacks_own_files(
-    facts_module: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    sources_utils: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """kubernetes.list is rewritten from the config by the kubernetes stage (and probed as
     configured): an old one, e.g. from a run with a wrong URL, must not fail the preflight."""
@@ -93,18 +93,18 @@ def test_the_hosts_apt_sources_leave_out_gpustacks_own_files(
     (tmp_path / "kubernetes.list").write_text(
         "# Managed by gpustack (role kubernetes_packages)\ndeb [signed-by=/k.asc] http://old.mirror/nowhere/ /\n"
     )
-    monkeypatch.setattr(facts_module, "APT_SOURCE_DIRS", (str(tmp_path / "*.list"),))
-    assert facts_module.host_apt_sources() == [("http://deb.debian.org/debian", "bookworm")]
+    monkeypatch.setattr(sources_utils, "APT_SOURCE_DIRS", (str(tmp_path / "*.list"),))
+    assert sources_utils.host_apt_sources() == [("http://deb.debian.org/debian", "bookworm")]
 
 
-def test_expand_sources_filters_arch_and_converged_stages(facts_module: ModuleType) -> None:
+def test_expand_sources_filters_arch_and_converged_stages(sources_utils: ModuleType) -> None:
     specs = [
         {"name": "helm", "url": "http://m/helm-amd64", "kind": "file", "stage": "helm", "arch": "amd64"},
         {"name": "helm", "url": "http://m/helm-arm64", "kind": "file", "stage": "helm", "arch": "arm64"},
         {"name": "key", "url": "http://m/Release.key", "kind": "file", "stage": "kubernetes"},
         {"name": "reg", "url": "nvcr.io", "kind": "registry", "stage": ""},
     ]
-    probe, skipped = facts_module.expand_sources(specs, "amd64", {"kubernetes": True, "helm": False})
+    probe, skipped = sources_utils.expand_sources(specs, "amd64", {"kubernetes": True, "helm": False})
     assert [p["url"] for p in probe] == ["http://m/helm-amd64", "nvcr.io"]
     assert [s["url"] for s in skipped] == ["http://m/Release.key"]
     assert skipped[0]["skipped"] == "stage kubernetes converged on this host"
@@ -158,8 +158,8 @@ def proxy() -> Iterator[ForwardProxy]:
     p.close()
 
 
-def test_probe_direct(facts_module: ModuleType, mirror: str) -> None:
-    probe = facts_module.probe_url
+def test_probe_direct(sources_utils: ModuleType, mirror: str) -> None:
+    probe = sources_utils.probe_url
     assert probe(f"{mirror}/deb/InRelease", None, 5) == {"ok": True, "status": 206, "error": None}
     assert probe(f"{mirror}/v2/", None, 5, "registry")["ok"], "401 is a registry's normal answer"
     missing = probe(f"{mirror}/v2/", None, 5, "file")
@@ -173,7 +173,7 @@ def test_probe_direct(facts_module: ModuleType, mirror: str) -> None:
     assert not slow["ok"] and "timed out" in slow["error"] and time.monotonic() - t0 < 2.5
 
 
-def test_probe_through_the_proxy(facts_module: ModuleType, mirror: str, proxy: ForwardProxy) -> None:
+def test_probe_through_the_proxy(sources_utils: ModuleType, mirror: str, proxy: ForwardProxy) -> None:
     env = {"HTTP_PROXY": proxy.url, "HTTPS_PROXY": proxy.url, "NO_PROXY": "localhost"}
     specs = [
         {"name": "Kubernetes apt repository", "url": f"{mirror}/deb/InRelease", "kind": "apt", "stage": "kubernetes"},
@@ -183,7 +183,7 @@ def test_probe_through_the_proxy(facts_module: ModuleType, mirror: str, proxy: F
          "stage": "kubernetes"},
     ]  # fmt: skip
     before = len(proxy.requests)
-    got = {r["name"]: r for r in facts_module.collect_sources(specs, env, 5, {})}
+    got = {r["name"]: r for r in sources_utils.collect_sources(specs, env, 5, {})}
     assert got["Kubernetes apt repository"]["ok"] and got["Kubernetes apt repository"]["via"] == proxy.url
     assert got["image registry mirror"]["ok"] and got["image registry mirror"]["url"] == f"{mirror}/v2/"
     denied = got["Helm download"]
@@ -192,6 +192,6 @@ def test_probe_through_the_proxy(facts_module: ModuleType, mirror: str, proxy: F
     assert not tunnel["ok"] and "403" in tunnel["error"], "CONNECT refused by the proxy"
     assert len(proxy.requests) - before == 4, "every probe went through the proxy"
 
-    direct = facts_module.collect_sources(specs[:1], {**env, "NO_PROXY": "127.0.0.1"}, 5, {})
+    direct = sources_utils.collect_sources(specs[:1], {**env, "NO_PROXY": "127.0.0.1"}, 5, {})
     assert direct[0]["ok"] and direct[0]["via"] == "direct", "NO_PROXY sends a local mirror direct"
     assert len(proxy.requests) - before == 4

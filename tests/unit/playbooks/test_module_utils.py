@@ -30,10 +30,10 @@ def test_split_key(toml_utils: ModuleType) -> None:
     assert toml_utils.split_key("") == ("",)
 
 
-def test_filter_and_module_share_one_implementation(containerd_filter: ModuleType, facts_module: ModuleType) -> None:
-    for consumer in (containerd_filter, facts_module):
+def test_filter_and_module_share_one_implementation(containerd_filter: ModuleType, runtime_parsers: ModuleType) -> None:
+    for consumer in (containerd_filter, runtime_parsers):
         assert Path(consumer.split_key.__code__.co_filename).resolve() == TOML_UTILS.resolve()
-    assert not hasattr(facts_module, "_toml_key")
+    assert not hasattr(runtime_parsers, "_toml_key")
 
 
 def _ansible_env(**extra: str) -> dict[str, str]:

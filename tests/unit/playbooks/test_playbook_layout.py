@@ -13,15 +13,10 @@ import yaml
 from conftest import PLAYBOOKS, REPO
 from test_gpustack_facts import SCHEMA_KEYS
 
-from gpustack.bundle.manifest import Manifest
-from gpustack.bundle.use import bundle_extravars
+from gpustack import commands
 from gpustack.config.model import Config, Node
-from gpustack.node_add import add_extravars
-from gpustack.node_remove import Assessment, remove_extravars
 from gpustack.render import converge
 from gpustack.render.ansible import extravars, inventory
-from gpustack.reset import ResetOptions, reset_extravars
-from gpustack.upgrade import upgrade_extravars
 
 STAGES = [
     ("os", "all", "os_prep"),
@@ -73,9 +68,8 @@ def test_site_has_one_play_per_stage_in_order() -> None:
         assert play["tags"] == [play["name"]]
         assert play["become"] is (play["hosts"] != "localhost")
         assert len(play["roles"]) == 1
-    from gpustack.plan import STAGES as PLAN
-
-    assert list(dict.fromkeys(p["name"] for p in plays)) == [s.id for s in PLAN if s.runner == "ansible"]
+    up = commands.sequence("up").stages
+    assert list(dict.fromkeys(p["name"] for p in plays)) == [s.id for s in up if s.runner == "ansible"]
 
 
 def test_preflight_play() -> None:
@@ -96,16 +90,11 @@ def test_role_layout(role: str) -> None:
 def test_every_gpustack_variable_comes_from_python() -> None:
     cfg = sample_config()
     ev = extravars(cfg, kubeconfig_dest=Path("/k"), facts_dir=Path("/f"))
-    # up.run_host_layer adds the converged-stage host patterns (gpustack/render/converge.py)
-    provided = set(ev) | {"gpustack_stage_hosts"}
-    # lifecycle.run_preflight adds the package sources the preflight tries (gpustack/checks/sources.py)
-    provided.add("gpustack_preflight_sources")
-    provided |= set(reset_extravars(ResetOptions()))
-    provided |= set(upgrade_extravars(cfg, {}))
-    provided |= set(add_extravars(["w1"], {}))
-    provided |= set(remove_extravars(Assessment(targets=list(cfg.nodes[1:]), nodes={})))
-    # up --bundle adds the bundle's repositories and images (gpustack/bundle/use.py)
-    provided |= set(bundle_extravars("http://192.0.2.1:8780", Manifest("1.36.4", ["amd64"], []), "192.0.2.1"))
+    # the engine adds the converged-stage host patterns (gpustack/render/converge.py) and the package
+    # sources the preflight tries (gpustack/checks/sources.py)
+    provided = set(ev) | {"gpustack_stage_hosts", "gpustack_preflight_sources"}
+    # each command's own variables, as its plan declares them (the engine refuses undeclared ones)
+    provided |= {name for plan in commands.SEQUENCES.values() for name in plan.extravars}
     for host in converge.with_stage_digests(inventory(cfg), ev, "tree")["all"]["children"]["control_plane"][
         "hosts"
     ].values():

@@ -103,18 +103,23 @@ def test_every_file_a_stage_writes_is_probed(stage: str) -> None:
 
 
 def test_every_stage_play_records_and_forgets_its_stamp() -> None:
+    """Every stage play of site.yml starts with tasks/stage_start.yml and ends with tasks/stage_done.yml,
+    which gather the facts, forget and record the stamp of the stage the play is named after."""
     for play in SITE:
         if play.get("hosts") == "localhost":
             continue
         stage = play["name"]
         assert stage in PROBES
         assert f"gpustack_stage_hosts['{stage}']" in play["hosts"]
-        gather, forget = play["pre_tasks"]
-        assert gather["ansible.builtin.setup"] == {"gather_subset": ["min"]} and play["gather_facts"] is False
-        assert forget["gpustack_stage_stamp"] == {"stage": stage, "state": "absent"}
-        (record,) = play["post_tasks"]
-        assert record["gpustack_stage_stamp"]["stage"] == stage
-        assert f"gpustack_stage_probes['{stage}']" in record["gpustack_stage_stamp"]["probes"]
+        assert play["gather_facts"] is False
+        assert [t["ansible.builtin.import_tasks"] for t in play["pre_tasks"]] == ["tasks/stage_start.yml"]
+        assert [t["ansible.builtin.import_tasks"] for t in play["post_tasks"]] == ["tasks/stage_done.yml"]
+    gather, forget = yaml.safe_load((PLAYBOOKS / "tasks" / "stage_start.yml").read_text())
+    assert gather["ansible.builtin.setup"] == {"gather_subset": ["min"]}
+    assert forget["gpustack_stage_stamp"] == {"stage": "{{ ansible_play_name }}", "state": "absent"}
+    (record,) = yaml.safe_load((PLAYBOOKS / "tasks" / "stage_done.yml").read_text())
+    assert record["gpustack_stage_stamp"]["stage"] == "{{ ansible_play_name }}"
+    assert "gpustack_stage_probes[ansible_play_name]" in record["gpustack_stage_stamp"]["probes"]
 
 
 def test_os_packages_are_probed() -> None:

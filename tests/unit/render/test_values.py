@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gpustack.cluster import config_problems
 from gpustack.config.model import Config
+from gpustack.config.semantics import cluster_problems as config_problems
 from gpustack.render.values import (
     ALERTMANAGER_SECRET,
     REMOVED_KEYS,

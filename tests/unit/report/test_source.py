@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from gpustack.config.model import Config
-from gpustack.diagnose.http import DirectEndpoint, HttpError, KubeProxyEndpoint, Response
 from gpustack.errors import ClusterUnreachableError, GpustackError, UsageError
 from gpustack.report import queries as q
 from gpustack.report import source
 from gpustack.report.compute import Request
+from gpustack.runners.http import DirectEndpoint, HttpError, KubeProxyEndpoint, Response
 
 END = 1_800_000_000.0
 

@@ -16,6 +16,7 @@ from gpustack.runners.kube import (
     single_try_client,
     wait_until,
 )
+from gpustack.runners.kubeconfig import kube_from_file
 from tests.fakes.kube_api import FakeKubeAPI
 
 NS = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "monitoring"}}
@@ -109,7 +110,7 @@ def test_wait_for_crds_until_established(tmp_path: Path) -> None:
     import time
 
     with FakeKubeAPI.running(crd_establish_delay=0.6) as fake_api:
-        kube = Kube.from_kubeconfig(fake_api.write_kubeconfig(tmp_path / "kc"))
+        kube = kube_from_file(fake_api.write_kubeconfig(tmp_path / "kc"))
         kube.apply_one(CRD)
         assert not kube.crd_established("servicemonitors.monitoring.coreos.com")
         start = time.monotonic()
@@ -138,7 +139,7 @@ def test_wait_until_deadline_with_fake_clock() -> None:
 def test_unreachable_api(tmp_path: Path) -> None:
     with FakeKubeAPI.running() as fake_api:
         kc = fake_api.write_kubeconfig(tmp_path / "kc")
-    kube = Kube.from_kubeconfig(kc, request_timeout=1)
+    kube = kube_from_file(kc, request_timeout=1)
     kube.api.configuration.retries = 0
     with pytest.raises(ClusterUnreachableError, match="unreachable"):
         kube.apply_one(NS)
@@ -160,7 +161,7 @@ def test_raw_reads_at_most_the_limit_and_returns_any_status(fake_api: FakeKubeAP
 def test_raw_and_list_all_unreachable_is_exit_3_with_the_transport_error(tmp_path: Path) -> None:
     with FakeKubeAPI.running() as fake_api:
         kc = fake_api.write_kubeconfig(tmp_path / "kc")
-    kube = Kube.from_kubeconfig(kc, request_timeout=1)
+    kube = kube_from_file(kc, request_timeout=1)
     kube.api.configuration.retries = 0
     with pytest.raises(ApiUnreachable) as exc:
         kube.raw("GET", "/api/v1/nodes", limit=100)

@@ -13,12 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from gpustack import lifecycle
 from gpustack.config import pins
 from gpustack.config.model import Config
 from gpustack.console import Console
+from gpustack.engine import run as engine_run
+from gpustack.engine import stages as engine_stages
+from gpustack.engine.options import RunOptions
+from gpustack.engine.plan import CommandPlan, Stage
+from gpustack.engine.run import run
 from gpustack.errors import ConfigError
-from gpustack.plan import CommandPlan, Stage
 from gpustack.runners import ansible as ar
 from gpustack.runners import pinned_collections as pc
 
@@ -110,26 +113,26 @@ def test_the_engine_refuses_before_any_host_is_contacted(
     stages: tuple[str, ...], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Every command that runs playbooks (up, reset, node add/remove, upgrade, doctor --fix) runs them
-    through lifecycle.run: with the collections missing it stops there, exit 2, no run started."""
+    through the engine (gpustack.engine.run): with the collections missing it stops there, exit 2, no run started."""
     monkeypatch.setenv("GPUSTACK_STATE_DIR", str(tmp_path / "state"))
     isolate(tmp_path, monkeypatch)
     touched: list[str] = []
-    monkeypatch.setattr(lifecycle, "host_key_gate", lambda *a: touched.append("ssh"))
-    monkeypatch.setattr(lifecycle, "run_playbook", lambda *a, **k: touched.append("ansible"))
+    monkeypatch.setattr(engine_run, "host_key_gate", lambda *a: touched.append("ssh"))
+    monkeypatch.setattr(engine_stages, "run_playbook", lambda *a, **k: touched.append("ansible"))
     buf = io.StringIO()
     with pytest.raises(ConfigError, match=r"community\.general .*: not installed") as exc:
-        lifecycle.run(PLAN, CFG, lifecycle.RunOptions(stages=PLAN.select(only=list(stages))), Console(stream=buf))
+        run(PLAN, CFG, RunOptions(stages=PLAN.select(only=list(stages))), Console(stream=buf))
     assert exc.value.exit_code == 2
     assert touched == []
     assert not (tmp_path / "state" / "runs").exists()
     # a run of Python steps only needs no collections
     py = CommandPlan("demo", "python", "site.yml", (Stage("p", "P", "python", "all", "nothing"),))
-    lifecycle.run(py, CFG, lifecycle.RunOptions(stages=py.select()), Console(stream=buf), steps={"p": lambda c: []})
+    run(py, CFG, RunOptions(stages=py.select()), Console(stream=buf), steps={"p": lambda c: []})
     # installed where bootstrap puts them: the run goes on to the host-key gate
     install(tmp_path / "site", pins.ANSIBLE_COLLECTIONS)
-    monkeypatch.setattr(lifecycle, "host_key_gate", lambda *a: (_ for _ in ()).throw(ConfigError("reached the gate")))
+    monkeypatch.setattr(engine_run, "host_key_gate", lambda *a: (_ for _ in ()).throw(ConfigError("reached the gate")))
     with pytest.raises(ConfigError, match="reached the gate"):
-        lifecycle.run(PLAN, CFG, lifecycle.RunOptions(stages=PLAN.select()), Console(stream=buf))
+        run(PLAN, CFG, RunOptions(stages=PLAN.select()), Console(stream=buf))
 
 
 def test_up_from_a_venv_without_the_collections_exits_2_saying_what_to_run(
@@ -144,7 +147,7 @@ def test_up_from_a_venv_without_the_collections_exits_2_saying_what_to_run(
     monkeypatch.setenv("NO_COLOR", "1")
     monkeypatch.setenv("COLUMNS", "300")
     isolate(tmp_path, monkeypatch)
-    monkeypatch.setattr(lifecycle, "host_key_gate", lambda *a: pytest.fail("a host was contacted"))
+    monkeypatch.setattr(engine_run, "host_key_gate", lambda *a: pytest.fail("a host was contacted"))
     (tmp_path / "gpustack.yaml").write_text("nodes:\n  - {name: cp, address: 192.0.2.10, role: control-plane}\n")
     with pytest.raises(SystemExit) as exc:
         main(["up", "--yes"])

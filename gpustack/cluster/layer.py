@@ -1,0 +1,237 @@
+"""The cluster-layer engine: everything after ``kubeadm`` has a working API server.
+
+Steps, in order (each timed, each idempotent):
+
+1. ``namespaces`` - server-side apply of the namespaces gpustack installs into;
+2. ``secrets``    - Grafana admin Secret (password generated once, kept 0600 in the state dir) and the
+   Alertmanager receiver Secret; they exist before the releases that mount them;
+3. ``releases``   - Helm: kube-prometheus-stack first (it owns the monitoring CRDs), then the GPU
+   Operator and dcgm-exporter concurrently; unchanged releases are not touched;
+4. ``crds``       - wait until the ServiceMonitor/PrometheusRule CRDs are established;
+5. ``manifests``  - server-side apply of the ServiceMonitor, the PrometheusRules (alerts, usage recording
+   rules) and the dashboard ConfigMaps (DCGM, GPU capacity and cost).
+
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from gpustack.config import pins
+from gpustack.config.model import Config
+from gpustack.console import Console
+from gpustack.constants import GPU_NAMESPACE, NAMESPACES
+from gpustack.paths import ensure_private_dir, grafana_password_path
+from gpustack.render import manifests as mf
+from gpustack.render.values import FactsSummary, generate_password, render_values
+from gpustack.runners.helm import Helm, ReleaseResult, ReleaseSpec
+from gpustack.runners.kube import Kube
+from gpustack.runners.kubeconfig import kube_from_file
+
+MONITORING_CRDS = ("servicemonitors.monitoring.coreos.com", "prometheusrules.monitoring.coreos.com")
+RELEASE_TIMEOUTS = {"kube-prometheus-stack": "10m", "gpu-operator": "15m", "dcgm-exporter": "10m"}
+#: applied before the releases (namespaces, and the volume Prometheus' claim binds to)
+FIRST_FILES = ("namespaces.yaml", "storage.yaml")
+
+Status = Literal["changed", "unchanged"]
+
+
+@dataclass
+class StepSummary:
+    """One cluster-layer step: what happened and how long it took."""
+
+    step: str
+    status: Status = "unchanged"
+    seconds: float = 0.0
+    detail: str = ""
+    releases: list[ReleaseResult] = field(default_factory=list)
+
+
+def access_lines(cfg: Config) -> list[str]:
+    """Where to reach the monitoring stack (NodePorts on the control plane's address)."""
+    host, mon = cfg.control_plane.address, cfg.monitoring
+    lines = []
+    if mon.prometheus_nodeport:
+        lines.append(f"Prometheus:   http://{host}:{mon.prometheus_nodeport}")
+    else:
+        lines.append("Prometheus:   kubectl -n monitoring port-forward svc/kube-prometheus-stack-prometheus 9090")
+    if mon.grafana_nodeport:
+        lines.append(
+            f"Grafana:      http://{host}:{mon.grafana_nodeport}  (user {mon.grafana_admin_user}; "
+            "password: gpustack grafana-password)"
+        )
+    else:
+        lines.append("Grafana:      kubectl -n monitoring port-forward svc/kube-prometheus-stack-grafana 3000:80")
+    if mon.alertmanager_nodeport:
+        lines.append(f"Alertmanager: http://{host}:{mon.alertmanager_nodeport}")
+    return lines
+
+
+# --- cluster facts ------------------------------------------------------------------------------------
+
+
+def foreign_nfd_running(kube: Kube) -> bool:
+    """Node Feature Discovery installed by someone else (outside gpustack's gpu-operator namespace):
+    the GPU Operator must then not deploy a second one (nfd.enabled=false)."""
+    if kube.resource("apps/v1", "DaemonSet") is None:
+        return False
+    for obj in kube.list_objects("apps/v1", "DaemonSet"):
+        meta = obj.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        name = str(labels.get("app.kubernetes.io/name") or meta.get("name") or "")
+        if ("node-feature-discovery" in name or name.startswith("nfd-")) and meta.get("namespace") != GPU_NAMESPACE:
+            return True
+    return False
+
+
+# --- state ------------------------------------------------------------------------------------------
+
+
+def grafana_password(cfg: Config, root: Path | None = None, *, generate: Callable[[], str] = generate_password) -> str:
+    """The Grafana admin password: read from the state dir, or generated once and stored with mode 0600."""
+    path = grafana_password_path(cfg.cluster.name, root)
+    if path.is_file():
+        value = path.read_text(encoding="utf-8").strip()
+        if value:
+            return value
+    ensure_private_dir(path.parent)
+    value = generate()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(value + "\n")
+    path.chmod(0o600)
+    return value
+
+
+# --- releases ----------------------------------------------------------------------------------------
+
+
+def release_specs(
+    cfg: Config, values: Mapping[str, dict[str, Any]], charts: Mapping[str, Path] | None = None
+) -> list[ReleaseSpec]:
+    """Helm release specs in install order, chart versions from ``versions:`` (default: the pin table);
+    ``charts``: chart archives to install from instead of the repositories (``up --bundle``)."""
+    versions = {
+        "gpu-operator": cfg.versions.gpu_operator,
+        "kube-prometheus-stack": cfg.versions.kube_prometheus_stack,
+        "dcgm-exporter": cfg.versions.dcgm_exporter,
+    }
+    return [
+        ReleaseSpec(
+            release=name,
+            chart=pins.CHARTS[name].name,
+            repo=cfg.sources.chart_repos.get(name, pins.CHARTS[name].repo),
+            version=versions[name],
+            namespace=NAMESPACES[name],
+            values=vals,
+            timeout=RELEASE_TIMEOUTS[name],
+            archive=(charts or {}).get(name),
+        )
+        for name, vals in values.items()
+    ]
+
+
+def _release_status(results: list[ReleaseResult]) -> Status:
+    return "unchanged" if all(r.action == "unchanged" and not r.repaired for r in results) else "changed"
+
+
+def _release_detail(results: list[ReleaseResult]) -> str:
+    parts = []
+    for r in results:
+        extra = f", {r.repaired}" if r.repaired else ""
+        parts.append(f"{r.release} {r.action} (rev {r.revision}{extra})")
+    return "; ".join(parts)
+
+
+# --- engine ------------------------------------------------------------------------------------------
+
+
+@contextmanager
+def _step(summaries: list[StepSummary], name: str, console: Console) -> Iterator[StepSummary]:
+    summary = StepSummary(name)
+    console.debug(f"cluster: {name} ...")
+    start = time.monotonic()
+    try:
+        yield summary
+    finally:
+        summary.seconds = time.monotonic() - start
+        summaries.append(summary)
+    console.info(
+        f"cluster: {name} {summary.status} in {summary.seconds:.1f}s{' - ' + summary.detail if summary.detail else ''}"
+    )
+
+
+def _applied_changes(kube_before: list[dict[str, Any] | None], after: list[dict[str, Any]]) -> int:
+    """How many applied objects changed (new object or new resourceVersion)."""
+    changed = 0
+    for old, new in zip(kube_before, after, strict=True):
+        old_rv = ((old or {}).get("metadata") or {}).get("resourceVersion")
+        new_rv = (new.get("metadata") or {}).get("resourceVersion")
+        changed += old_rv != new_rv
+    return changed
+
+
+def _apply_counted(kube: Kube, objects: list[dict[str, Any]]) -> int:
+    before = [
+        kube.get(o["apiVersion"], o["kind"], o["metadata"]["name"], o["metadata"].get("namespace")) for o in objects
+    ]
+    return _applied_changes(before, kube.apply(objects))
+
+
+def run_cluster_layer(
+    cfg: Config,
+    kubeconfig: Path,
+    facts: FactsSummary,
+    console: Console,
+    *,
+    helm: Helm | None = None,
+    kube: Kube | None = None,
+    state_root: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+    crd_timeout: float = 300.0,
+    charts: Mapping[str, Path] | None = None,
+) -> list[StepSummary]:
+    """Install/converge the cluster layer; returns one :class:`StepSummary` per step, in order."""
+    helm = helm or Helm(kubeconfig)
+    kube = kube or kube_from_file(kubeconfig)
+    values = render_values(cfg, facts)
+    manifests = mf.render_manifests(cfg, facts)
+    alert_secrets = mf.read_alert_secrets(cfg, environ)  # fail on a missing secret before changing anything
+    summaries: list[StepSummary] = []
+
+    with _step(summaries, "namespaces", console) as s:
+        first = manifests["namespaces.yaml"] + manifests.get("storage.yaml", [])
+        n = _apply_counted(kube, first)
+        s.status, s.detail = ("changed" if n else "unchanged"), ", ".join(mf.describe_all(first))
+
+    with _step(summaries, "secrets", console) as s:
+        secrets = mf.render_secrets(cfg, grafana_password(cfg, state_root), alert_secrets)
+        n = _apply_counted(kube, secrets)
+        s.status, s.detail = ("changed" if n else "unchanged"), ", ".join(o["metadata"]["name"] for o in secrets)
+
+    with _step(summaries, "releases", console) as s:
+        results = helm.ensure_releases(release_specs(cfg, values, charts))
+        s.releases = results
+        s.status, s.detail = _release_status(results), _release_detail(results)
+
+    with _step(summaries, "crds", console) as s:
+        kube.wait_for_crds(MONITORING_CRDS, time.monotonic() + crd_timeout, interval=0.5)
+        s.detail = f"{len(MONITORING_CRDS)} established"
+
+    with _step(summaries, "manifests", console) as s:
+        objects = [o for name, objs in manifests.items() if name not in FIRST_FILES for o in objs]
+        n = _apply_counted(kube, objects)
+        s.status, s.detail = ("changed" if n else "unchanged"), f"{n}/{len(objects)} objects changed"
+        if not cfg.remediation.enabled:
+            from gpustack.health.manifests import remove_when_disabled
+
+            if remove_when_disabled(kube):  # remediation switched off since the last run
+                s.status, s.detail = "changed", s.detail + "; GPU health CronJob removed (remediation disabled)"
+
+    return summaries

@@ -1,0 +1,322 @@
+"""``gpustack status``: what the cluster runs and what gpustack last did to it. Read-only.
+
+    this machine: the last run of a host-changing command (``<state>/runs/*/run.json``) and an
+      upgrade's record (``<state>/clusters/<name>/upgrade.json``) -- always shown
+    the cluster (through gpustack.runners.kube): each node's kubelet version against the API
+      server's, Ready and schedulable, against the config's node list; each Helm release's chart
+      version (from Helm's own release records) against gpustack's pins
+
+When the API server does not answer, the local part is still shown and the exit code is 3, as for
+``verify``. Everything here but the reads is a pure function of what was read.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpustack.cluster import skew
+from gpustack.cluster.upgrade_record import progress_path, read_progress
+from gpustack.config.model import Config
+from gpustack.console import Console
+from gpustack.constants import CONTROL_PLANE_LABEL, NAMESPACES, RELEASE_ORDER
+from gpustack.engine.lock import holder, lock_path
+from gpustack.errors import ClusterUnreachableError, GpustackError
+from gpustack.paths import state_dir
+from gpustack.runners.kube import Kube, Obj
+
+
+@dataclass
+class NodeStatus:
+    name: str
+    roles: list[str]
+    ready: bool
+    schedulable: bool
+    kubelet: str
+    in_config: bool
+    note: str = ""
+
+
+@dataclass
+class ReleaseStatus:
+    name: str
+    namespace: str
+    chart_version: str  # "" when not installed
+    pinned: str
+    status: str  # Helm's: deployed, failed, pending-upgrade, ...; "not installed"
+    revision: int = 0
+    note: str = ""
+
+
+@dataclass
+class Status:
+    cluster: str
+    reachable: bool
+    error: str | None = None
+    api_server: str = ""  # the API server's version
+    nodes: list[NodeStatus] = field(default_factory=list)
+    #: config nodes the cluster does not list
+    not_joined: list[str] = field(default_factory=list)
+    releases: list[ReleaseStatus] = field(default_factory=list)
+    last_run: dict[str, Any] | None = None
+    upgrade: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"command": "status", **asdict(self)}
+
+
+# -- nodes --------------------------------------------------------------------------------------------
+
+
+def skew_note(kubelet: str, api_server: str) -> str:
+    """How a kubelet's version stands against the API server's (pure; "" when they match)."""
+    try:
+        k, a = skew.minor_of(kubelet), skew.minor_of(api_server)
+    except ValueError:
+        return "kubelet version unknown" if api_server else ""
+    if k > a:
+        return f"kubelet newer than the API server {api_server}: not allowed by the version-skew policy"
+    if k < a:
+        behind = a[1] - k[1] if k[0] == a[0] else 99
+        return f"{behind} minor(s) behind the API server {api_server}" + (
+            ": beyond the 3 the version-skew policy allows" if behind > 3 else " (an upgrade in progress?)"
+        )
+    if kubelet.lstrip("v") != api_server.lstrip("v"):
+        return f"patch differs from the API server {api_server}"
+    return ""
+
+
+def node_status(objs: Sequence[Obj], cfg: Config, api_server: str) -> tuple[list[NodeStatus], list[str]]:
+    """The cluster's nodes against the config's (pure): rows, and config nodes the cluster lacks."""
+    configured = {n.name for n in cfg.nodes}
+    rows = []
+    for obj in sorted(objs, key=lambda o: str((o.get("metadata") or {}).get("name"))):
+        meta, spec, st = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
+        name = str(meta.get("name") or "")
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in st.get("conditions") or [])
+        kubelet = str((st.get("nodeInfo") or {}).get("kubeletVersion") or "")
+        notes = [x for x in (skew_note(kubelet, api_server),) if x]
+        if name not in configured:
+            notes.append("not in gpustack.yaml")
+        rows.append(
+            NodeStatus(
+                name=name,
+                roles=["control-plane"] if CONTROL_PLANE_LABEL in (meta.get("labels") or {}) else ["worker"],
+                ready=ready,
+                schedulable=not spec.get("unschedulable"),
+                kubelet=kubelet,
+                in_config=name in configured,
+                note="; ".join(notes),
+            )
+        )
+    listed = {r.name for r in rows}
+    return rows, [n.name for n in cfg.nodes if n.name not in listed]
+
+
+# -- Helm releases ------------------------------------------------------------------------------------
+
+
+def decode_release(secret: Obj) -> dict[str, Any] | None:
+    """Helm's release record in a ``sh.helm.release.v1.*`` Secret: the Secret's base64, then Helm's
+    base64 of the gzipped JSON (pure). None when it cannot be read."""
+    raw = (secret.get("data") or {}).get("release")
+    if not isinstance(raw, str):
+        return None
+    try:
+        blob = base64.b64decode(base64.b64decode(raw))
+        if blob[:2] == b"\x1f\x8b":
+            blob = gzip.decompress(blob)
+        data = json.loads(blob)
+    except (ValueError, OSError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def pinned_charts(cfg: Config) -> dict[str, str]:
+    v = cfg.versions
+    return {
+        "kube-prometheus-stack": v.kube_prometheus_stack,
+        "gpu-operator": v.gpu_operator,
+        "dcgm-exporter": v.dcgm_exporter,
+    }
+
+
+def release_status(name: str, namespace: str, pinned: str, secrets: Sequence[Obj]) -> ReleaseStatus:
+    """A release from its Helm records (pure): the deployed revision, else the newest one."""
+
+    def revision(s: Obj) -> int:
+        try:
+            return int(((s.get("metadata") or {}).get("labels") or {}).get("version") or 0)
+        except ValueError:
+            return 0
+
+    def status(s: Obj) -> str:
+        return str(((s.get("metadata") or {}).get("labels") or {}).get("status") or "")
+
+    if not secrets:
+        return ReleaseStatus(name, namespace, "", pinned, "not installed", note="`gpustack up` installs it")
+    deployed = [s for s in secrets if status(s) == "deployed"]
+    current = max(deployed or secrets, key=revision)
+    record = decode_release(current) or {}
+    chart = str(((record.get("chart") or {}).get("metadata") or {}).get("version") or "")
+    note = ""
+    if not chart:
+        note = "release record unreadable"
+    elif chart.lstrip("v") != pinned.lstrip("v"):
+        note = f"gpustack pins {pinned}: `gpustack upgrade --components`"
+    if status(current) != "deployed":
+        note = "; ".join(x for x in (f"Helm status {status(current) or '?'}", note) if x)
+    return ReleaseStatus(name, namespace, chart, pinned, status(current) or "?", revision(current), note)
+
+
+def releases(kube: Kube, cfg: Config) -> list[ReleaseStatus]:
+    pins = pinned_charts(cfg)
+    out = []
+    for name in RELEASE_ORDER:
+        ns = NAMESPACES[name]
+        secrets = kube.list_objects("v1", "Secret", ns, label_selector=f"owner=helm,name={name}")
+        out.append(release_status(name, ns, pins[name], secrets))
+    return out
+
+
+# -- this machine's records ---------------------------------------------------------------------------
+
+
+def _load(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _alive(pid: Any) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except (OSError, TypeError, ValueError):
+        return False
+    return True
+
+
+def last_run(cluster: str, root: Path | None = None) -> dict[str, Any] | None:
+    """The newest run of a host-changing command on ``cluster`` from this machine: its run.json (or,
+    for runs older than run.json, what config.json and summary.json tell)."""
+    runs = (root or state_dir()) / "runs"
+    if not runs.is_dir():
+        return None
+    for run in sorted((p for p in runs.iterdir() if p.is_dir()), reverse=True):
+        record = _load(run / "run.json")
+        if not isinstance(record, dict):
+            cfg = _load(run / "config.json")
+            if not isinstance(cfg, dict) or (cfg.get("cluster") or {}).get("name", "gpustack") != cluster:
+                continue
+            rows = _load(run / "summary.json") or []
+            states = {str(r.get("status")) for r in rows if isinstance(r, dict)}
+            result = "failed" if "failed" in states else "interrupted" if "interrupted" in states else "ok"
+            record = {"command": "?", "cluster": cluster, "result": result, "started": run.name}
+        elif record.get("cluster") != cluster:
+            continue
+        out = dict(record)
+        out["run_dir"] = str(run)
+        rows = _load(run / "summary.json")
+        if isinstance(rows, list):
+            out["stages"] = {str(r.get("stage")): str(r.get("status")) for r in rows if isinstance(r, dict)}
+        if out.get("result") == "running":
+            who = holder(lock_path(cluster, root))
+            if not (who.get("command") == out.get("command") and _alive(who.get("pid"))):
+                out["result"] = "ended without a result (killed?)"
+        return out
+    return None
+
+
+def upgrade_record(cfg: Config, root: Path | None = None) -> dict[str, Any] | None:
+    """This machine's upgrade.json; a ``running`` one whose run is gone reads ``interrupted``."""
+    record = read_progress(progress_path(cfg))
+    if record and record.get("status") == "running":
+        who = holder(lock_path(cfg.cluster.name, root))
+        if not (who.get("command") == "upgrade" and _alive(who.get("pid"))):
+            record["status"] = "interrupted"
+    return record
+
+
+# -- gather and show ----------------------------------------------------------------------------------
+
+
+def gather(cfg: Config, kube: Kube | None, error: str | None = None) -> Status:
+    """Everything status shows; ``kube`` None (no usable kubeconfig): the local part only."""
+    out = Status(
+        cfg.cluster.name, reachable=False, error=error, last_run=last_run(cfg.cluster.name), upgrade=upgrade_record(cfg)
+    )
+    if kube is None:
+        out.not_joined = [n.name for n in cfg.nodes]
+        return out
+    try:
+        out.api_server = kube.server_version()
+        out.reachable = True
+        out.nodes, out.not_joined = node_status(kube.list_objects("v1", "Node"), cfg, out.api_server)
+        out.releases = releases(kube, cfg)
+    except ClusterUnreachableError as exc:
+        out.reachable, out.error = False, exc.message
+    except GpustackError as exc:  # an answer, but not the one needed (e.g. 403): say so, keep what was read
+        out.error = exc.message
+    return out
+
+
+def print_status(s: Status, console: Console) -> None:
+    upgrade = s.upgrade or {}
+    if s.reachable:
+        console.print(f"[stage]cluster[/stage] {s.cluster}: API server {s.api_server}", markup=True)
+    else:
+        console.print(f"[fail]cluster {s.cluster}: unreachable[/fail]: {s.error}", markup=True)
+    if s.error and s.reachable:
+        console.warn(s.error)
+    if s.nodes:
+        rows = [
+            [
+                n.name,
+                ",".join(n.roles),
+                ("[ok]Ready[/ok]" if n.ready else "[fail]NotReady[/fail]") + ("" if n.schedulable else " (cordoned)"),
+                n.kubelet,
+                n.note,
+            ]
+            for n in s.nodes
+        ]
+        rows += [
+            [name, "", "[skip]not in the cluster[/skip]", "", "in gpustack.yaml: `gpustack node add`"]
+            for name in s.not_joined
+        ]
+        console.table("Nodes", ["node", "roles", "status", "kubelet", "note"], rows)
+    if s.releases:
+        rows = [[r.name, r.namespace, r.chart_version or "-", r.pinned, r.status, r.note] for r in s.releases]
+        console.table("Helm releases", ["release", "namespace", "chart", "pinned", "status", "note"], rows)
+    run = s.last_run
+    if run:
+        when = run.get("finished") or run.get("started")
+        which = f" ({', '.join(run['nodes'])})" if run.get("nodes") else ""
+        err = f": {run['error']}" if run.get("error") else ""
+        console.print(f"last run: gpustack {run.get('command')}{which}, {run.get('result')}{err}, {when}", markup=False)
+        console.print(f"  {run['run_dir']}", markup=False)
+    else:
+        console.print("last run: none from this machine", markup=False)
+    if upgrade:
+        turns: dict[str, Any] = upgrade.get("nodes") or {}
+        done = sum(1 for v in turns.values() if isinstance(v, dict) and v.get("status") == "done")
+        state = str(upgrade.get("status"))
+        line = f"upgrade {upgrade.get('from')} -> {upgrade.get('to')}: {state}, {done}/{len(turns)} node(s) done"
+        if state != "done":
+            line += f"; `gpustack upgrade --to {upgrade.get('to')}` continues it"
+        console.print(line + (f" ({upgrade['error']})" if upgrade.get("error") else ""), markup=False)
+
+
+def exit_code(s: Status) -> int:
+    """0 when the cluster answered, 3 when it did not (as verify)."""
+    return 0 if s.reachable else ClusterUnreachableError.exit_code
+
+
+def status_json(s: Status) -> str:
+    return json.dumps(s.to_json(), indent=2, default=str) + "\n"
