@@ -36,8 +36,9 @@ from gpustack.runners.kubeconfig import kube_from_file
 
 MONITORING_CRDS = ("servicemonitors.monitoring.coreos.com", "prometheusrules.monitoring.coreos.com")
 RELEASE_TIMEOUTS = {"kube-prometheus-stack": "10m", "gpu-operator": "15m", "dcgm-exporter": "10m"}
-#: applied before the releases (namespaces, and the volume Prometheus' claim binds to)
-FIRST_FILES = ("namespaces.yaml", "storage.yaml")
+#: applied before the releases (namespaces, the volume Prometheus' claim binds to, the device-plugin ConfigMap the
+#: GPU Operator mounts: without it the device plugin's pods stay ContainerCreating)
+FIRST_FILES = ("namespaces.yaml", "storage.yaml", mf.SHARING_FILE)
 
 Status = Literal["changed", "unchanged"]
 
@@ -206,7 +207,7 @@ def run_cluster_layer(
     summaries: list[StepSummary] = []
 
     with _step(summaries, "namespaces", console) as s:
-        first = manifests["namespaces.yaml"] + manifests.get("storage.yaml", [])
+        first = [o for name in FIRST_FILES for o in manifests.get(name, [])]
         n = _apply_counted(kube, first)
         s.status, s.detail = ("changed" if n else "unchanged"), ", ".join(mf.describe_all(first))
 

@@ -34,6 +34,7 @@ from gpustack.constants import (
 )
 from gpustack.monitoring.ksm import namespace_allowlist
 from gpustack.paths import resource_file
+from gpustack.render.sharing import exporter_settings, operator_values
 from gpustack.render.templating import environment
 
 NULL_RECEIVER = "null"
@@ -248,6 +249,8 @@ def template_context(cfg: Config, facts: FactsSummary) -> dict[str, Any]:
         "counters_csv": _counters_csv(),
         "collect_interval_ms": duration_ms(mon.scrape_interval),
         "ksm_labels_allowlist": namespace_allowlist(mon.team_label),
+        "sharing": operator_values(cfg),
+        "exporter": exporter_settings(cfg),
     }
 
 
