@@ -80,10 +80,29 @@ def _controller(pod: Obj) -> tuple[str, str]:
     return "", ""
 
 
-def classify(pods: Sequence[Obj]) -> Classified:
-    """Sort a node's pods into evicted, left alone and refused (pure)."""
+#: extended resources of GPU pods: whole or shared GPUs (nvidia.com/gpu, nvidia.com/gpu.shared) and MIG devices
+#: (nvidia.com/mig-1g.10gb) -- the GPU Operator's own GPU pod filter (cmd/gpu-operator/main.go gpuPodSpecFilter)
+GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
+
+
+def requests_gpus(pod: Obj) -> bool:
+    """A pod with a container (or init container) that requests or is limited to a GPU resource."""
+    spec = pod.get("spec") or {}
+    for c in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
+        res = (c or {}).get("resources") or {}
+        for section in ("requests", "limits"):
+            if any(str(k).startswith(GPU_RESOURCE_PREFIXES) for k in (res.get(section) or {})):
+                return True
+    return False
+
+
+def classify(pods: Sequence[Obj], select: Callable[[Obj], bool] | None = None) -> Classified:
+    """Sort a node's pods into evicted, left alone and refused (pure); ``select``: only the pods it accepts
+    are considered (a GPU drain: :func:`requests_gpus`), the others stay untouched."""
     out = Classified()
     for obj in pods:
+        if select is not None and not select(obj):
+            continue
         meta = obj.get("metadata") or {}
         kind, name = _controller(obj)
         volumes = (obj.get("spec") or {}).get("volumes") or []
@@ -123,12 +142,12 @@ def ours_to_uncordon(node: Obj) -> bool:
     return not (node.get("spec") or {}).get("unschedulable") or CORDON_ANNOTATION in (meta.get("annotations") or {})
 
 
-def cordon(kube: Kube, node: str, *, on: bool = True) -> None:
-    """Mark the node (un)schedulable: ``spec.unschedulable`` and gpustack's annotation by server-side
+def cordon(kube: Kube, node: str, *, on: bool = True, why: str = "gpustack node remove") -> None:
+    """Mark the node (un)schedulable: ``spec.unschedulable`` and gpustack's annotation (``why``) by server-side
     apply (field manager gpustack); uncordoning applies without the annotation, which removes it."""
     meta: Obj = {"name": node}
     if on:
-        meta["annotations"] = {CORDON_ANNOTATION: "gpustack node remove"}
+        meta["annotations"] = {CORDON_ANNOTATION: why}
     kube.apply_one({"apiVersion": "v1", "kind": "Node", "metadata": meta, "spec": {"unschedulable": on}})
 
 
@@ -149,20 +168,22 @@ def drain(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
     progress: Callable[[str], None] | None = None,
+    select: Callable[[Obj], bool] | None = None,
+    why: str = "gpustack node remove",
 ) -> DrainResult:
     """Cordon ``node`` and evict its pods within ``timeout`` seconds; on failure uncordon it (when
     this drain cordoned it) and raise :class:`DrainError` naming what blocked. ``wait_gone=False``
     (a dead host): the evictions are accepted but nobody is left to stop the pods; they are removed
-    with the Node object."""
+    with the Node object. ``select``: only these pods (:func:`classify`); ``why``: the cordon annotation."""
     obj = kube.get("v1", "Node", node)
     if obj is None:
         return DrainResult(node)  # not a node of the cluster (any more): nothing to drain
     result = DrainResult(node, cordoned=ours_to_uncordon(obj))
     if result.cordoned:
-        cordon(kube, node)
+        cordon(kube, node, why=why)
     deadline = clock() + timeout
     try:
-        pods = classify(node_pods(kube, node))
+        pods = classify(node_pods(kube, node), select)
         if pods.unmanaged:
             raise DrainError(
                 f"{node}: pods no controller manages: {', '.join(p.ref for p in pods.unmanaged)}",

@@ -9,7 +9,9 @@ Steps, in order (each timed, each idempotent):
    Operator and dcgm-exporter concurrently; unchanged releases are not touched;
 4. ``crds``       - wait until the ServiceMonitor/PrometheusRule CRDs are established;
 5. ``manifests``  - server-side apply of the ServiceMonitor, the PrometheusRules (alerts, usage recording
-   rules) and the dashboard ConfigMaps (DCGM, GPU capacity and cost).
+   rules) and the dashboard ConfigMaps (DCGM, GPU capacity and cost);
+6. ``gpu-sharing`` - each node's ``gpu_sharing`` as GPU Operator node labels; a MIG change drains the node's GPU
+   pods first and waits for the MIG manager (:mod:`gpustack.cluster.sharing`).
 
 """
 
@@ -197,8 +199,10 @@ def run_cluster_layer(
     environ: Mapping[str, str] | None = None,
     crd_timeout: float = 300.0,
     charts: Mapping[str, Path] | None = None,
+    sharing: Mapping[str, Any] | None = None,
 ) -> list[StepSummary]:
-    """Install/converge the cluster layer; returns one :class:`StepSummary` per step, in order."""
+    """Install/converge the cluster layer; returns one :class:`StepSummary` per step, in order. ``sharing``:
+    keyword arguments for :func:`gpustack.cluster.sharing.converge_sharing` (tests: timeouts, clock)."""
     helm = helm or Helm(kubeconfig)
     kube = kube or kube_from_file(kubeconfig)
     values = render_values(cfg, facts)
@@ -234,5 +238,12 @@ def run_cluster_layer(
 
             if remove_when_disabled(kube):  # remediation switched off since the last run
                 s.status, s.detail = "changed", s.detail + "; GPU health CronJob removed (remediation disabled)"
+
+    with _step(summaries, "gpu-sharing", console) as s:
+        from gpustack.cluster.sharing import converge_sharing
+
+        shared = converge_sharing(cfg, kube, progress=lambda line: console.info(f"cluster: gpu-sharing: {line}"),
+                                  **dict(sharing or {}))  # fmt: skip
+        s.status, s.detail = ("changed" if shared.changed else "unchanged"), shared.detail()
 
     return summaries
