@@ -18,12 +18,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpustack.constants import ANN_DRAIN_CORDONED_BY
+from gpustack.diagnose.objects import requests_gpus
 from gpustack.errors import GpustackError
 from gpustack.runners.kube import Eviction, Kube, Obj
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 #: set on a node this drain cordoned (see gpustack/constants.py)
 CORDON_ANNOTATION = ANN_DRAIN_CORDONED_BY
+
+
+__all__ = ["requests_gpus"]  # the GPU pod filter a GPU drain selects with (gpustack.cluster.sharing)
 
 
 class DrainError(GpustackError):
@@ -80,25 +84,9 @@ def _controller(pod: Obj) -> tuple[str, str]:
     return "", ""
 
 
-#: extended resources of GPU pods: whole or shared GPUs (nvidia.com/gpu, nvidia.com/gpu.shared) and MIG devices
-#: (nvidia.com/mig-1g.10gb) -- the GPU Operator's own GPU pod filter (cmd/gpu-operator/main.go gpuPodSpecFilter)
-GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
-
-
-def requests_gpus(pod: Obj) -> bool:
-    """A pod with a container (or init container) that requests or is limited to a GPU resource."""
-    spec = pod.get("spec") or {}
-    for c in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
-        res = (c or {}).get("resources") or {}
-        for section in ("requests", "limits"):
-            if any(str(k).startswith(GPU_RESOURCE_PREFIXES) for k in (res.get(section) or {})):
-                return True
-    return False
-
-
 def classify(pods: Sequence[Obj], select: Callable[[Obj], bool] | None = None) -> Classified:
     """Sort a node's pods into evicted, left alone and refused (pure); ``select``: only the pods it accepts
-    are considered (a GPU drain: :func:`requests_gpus`), the others stay untouched."""
+    are considered (a GPU drain: :func:`~gpustack.diagnose.objects.requests_gpus`), the others stay untouched."""
     out = Classified()
     for obj in pods:
         if select is not None and not select(obj):

@@ -93,7 +93,9 @@ class SharingResult:
                 parts.append(f"{n.node}: {n.note}")
         if self.configmap_deleted:
             parts.append(f"ConfigMap {DEVICE_PLUGIN_CONFIGMAP} deleted (no node uses it)")
-        return "; ".join(parts) or f"{len(self.nodes)} node(s) as configured"
+        if parts:
+            return "; ".join(parts)
+        return f"{len(self.nodes)} node(s) as configured" if self.nodes else "no node shares its GPUs"
 
 
 def _labels(node: Obj) -> dict[str, str]:

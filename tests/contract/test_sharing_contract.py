@@ -58,3 +58,28 @@ def test_the_mig_manager_double_logs_what_the_real_one_logs() -> None:
     w1 = api.objects[("", "v1", "nodes", "", "w1")]
     assert w1["status"]["allocatable"]["nvidia.com/mig-1g.10gb"] == "7"
     assert all(v == "true" for k, v in w1["metadata"]["labels"].items() if k in fm.DEPLOY_LABELS)
+
+
+def test_the_checks_recognise_the_upstream_messages() -> None:
+    """doctor's classifiers (gpustack/diagnose/checks_sharing.py) match the texts the MIG manager and the device plugin
+    print, and the device plugin's rules (gpustack/diagnose/sharing.py) answer with its own messages."""
+    from gpustack.diagnose import checks_sharing as cs
+    from gpustack.diagnose import sharing as sh
+
+    mm, dp = facts()["mig_manager"], facts()["device_plugin"]
+    assert cs.NOT_PRESENT.search(mm["log"]["not_present"]) and cs.NOT_PRESENT.search(mm["log"]["validate"])
+    assert cs.IN_USE.search(mm["in_use"]["text"]) and cs.IN_USE.search(mm["log"]["apply"])
+    assert cs.MODE.search(mm["log"]["mode"]) and cs.MODE.search(mm["log"]["reboot"])
+    assert cs.CLIENTS.search(mm["log"]["clients"])
+    assert cs.KEY_MISSING.search(dp["errors"]["missing_key"].replace("%v", "time-slicing-8"))
+    for key in ("load", "replicas", "mps_mixed", "mps_mig", "mps_max", "version"):
+        assert cs.PLUGIN_ERROR.search(dp["errors"][key]), key
+    rules = {
+        "version: v2": "version",
+        "sharing: {timeSlicing: {renameByDefault: true}}": "no_resources",
+        "sharing: {timeSlicing: {resources: [{name: gpu}]}}": "no_replicas",
+        "sharing: {timeSlicing: {resources: [{name: gpu, replicas: 1}]}}": "replicas",
+        "sharing: {mps: {resources: [{name: gpu, replicas: 64}]}}": "mps_max",
+    }
+    for text, key in rules.items():
+        assert dp["errors"][key] in sh.plugin_config(text)[1], key

@@ -26,9 +26,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpustack.cluster.drain import requests_gpus
 from gpustack.config import mig
 from gpustack.constants import GPU_NAMESPACE
+from gpustack.diagnose.objects import requests_gpus
 from tests.fakes.kube_api import FakeKubeAPI
 
 CONFIG = "nvidia.com/mig.config"
