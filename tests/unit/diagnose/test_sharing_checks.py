@@ -178,3 +178,22 @@ def test_no_sharing_node_no_pod_and_the_cuda_pod_takes_a_mig_device(fake_api: Fa
     assert cuda_resource(s.nodes()) == "nvidia.com/mig-1g.10gb"  # every GPU under MIG (mixed): a MIG device
     s.nodes()[0]["status"]["allocatable"] = {}
     assert cuda_resource(s.nodes()) is None
+
+
+# --- R04: which panels may be empty ----------------------------------------------------------------------
+
+
+def test_mig_panels_may_be_empty_only_where_no_node_has_mig() -> None:
+    from gpustack.diagnose.checks_grafana import allowed_empty
+
+    plain = sc.healthy(3)
+    nodes = lambda s: Snapshot(kube={"Node": s.nodes(), "Pod": []})  # noqa: E731
+    assert {"MIG Instances", "MIG Instance Engine Activity"} <= allowed_empty(nodes(plain))
+    assert "GPU Utilization" not in allowed_empty(nodes(plain))
+    some = sc.healthy(3)
+    ss.make_mig(some)  # one of three GPU nodes: its instances must show, and the whole GPUs' utilisation too
+    assert not {"MIG Instances", "GPU Utilization"} & allowed_empty(nodes(some))
+    one = sc.healthy(1)
+    ss.make_mig(one)  # every GPU node under MIG: DCGM_FI_DEV_GPU_UTIL is reported by none
+    allowed = allowed_empty(nodes(one))
+    assert "GPU Utilization" in allowed and "MIG Instances" not in allowed
