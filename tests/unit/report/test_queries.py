@@ -101,10 +101,14 @@ def test_the_rules_read_only_exported_dcgm_metrics_and_kube_state_metrics() -> N
 
     exported = set(load_counters().metrics)
     read = {m for r in q.rules() for m in metric_names(q.inline(r.expr))}
-    assert {m for m in read if m.startswith("DCGM_")} == {"DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_DEV_GPU_UTIL"}
+    # GPU_TEMP: the GPUs and MIG instances DCGM reports (shared GPUs' shares), whatever profiling collects
+    dcgm = {"DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_GPU_TEMP"}
+    assert {m for m in read if m.startswith("DCGM_")} == dcgm
     assert {m for m in read if m.startswith("DCGM_")} <= exported
     assert {m for m in read if not m.startswith("DCGM_")} == {
         "kube_node_status_allocatable",
+        "kube_node_status_capacity",  # time-sliced nodes: GPUs x replicas
+        "kube_node_labels",  # GFD's nvidia.com/gpu.sharing-strategy
         "kube_pod_container_resource_requests",
         "kube_pod_status_phase",
     }
