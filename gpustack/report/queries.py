@@ -223,7 +223,7 @@ def now_query(window: Window, team_label: str) -> str:
             "allocated": rule_expr(ALLOCATED),
             "starting": rule_expr(STARTING),
             "pending": rule_expr(PENDING),
-            "models": "count by (node, modelName) (DCGM_FI_DEV_GPU_UTIL)",
+            "models": "count by (node, modelName) (DCGM_FI_DEV_GPU_UTIL or DCGM_FI_DEV_GPU_TEMP)",  # GPU_UTIL: not under MIG
             "teams": team_map_expr(window, team_label),
             "first": (
                 'min_over_time(timestamp(sum(kube_node_status_allocatable{resource="nvidia_com_gpu"}))'
