@@ -12,6 +12,12 @@ import pytest
 from tests import realbin
 from tests.realbin import RealBins
 
+#: Support horizons (gpustack/config/support.py) are judged against this day in every test, so a verdict does not
+#: change as the calendar moves (a test that wants another day sets GPUSTACK_TODAY itself). scripts/pins_report.py
+#: judges the pins against the real day: that is where the calendar is watched.
+TODAY = "2026-11-26"
+os.environ.setdefault("GPUSTACK_TODAY", TODAY)
+
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if os.environ.get("PYTEST_NO_SKIPS") != "1":
@@ -27,5 +33,5 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 @pytest.fixture(scope="session")
 def real_bins() -> RealBins:
-    """The real helm (v4.2) and kubectl (v1.36) binaries (tests/realbin)."""
+    """The real helm (v4.3) and kubectl (v1.36) binaries (tests/realbin)."""
     return realbin.real_bins()
