@@ -150,12 +150,10 @@ def node_versions(nodes: Iterable[dict[str, object]]) -> dict[str, dict[str, lis
     return out
 
 
-def running_support(
-    nodes: Iterable[dict[str, object]], charts: dict[str, str], on: date, prometheus: str = ""
-) -> list[Judged]:
+def running_support(nodes: Iterable[dict[str, object]], charts: dict[str, str], on: date) -> list[Judged]:
     """What the cluster runs, judged on ``on``: per component and version (with the nodes that run it), and the
     charts (release name -> chart version; the GPU Operator by its major, kube-prometheus-stack by the
-    Prometheus it deploys unless ``prometheus``, the version Prometheus reports, is given)."""
+    Prometheus it deploys)."""
     out: list[Judged] = []
     for component, versions in node_versions(nodes).items():
         for version, names in sorted(versions.items()):
@@ -168,15 +166,17 @@ def running_support(
                 out.append(judge(component, version, on, names))
     if charts.get("gpu-operator"):
         out.append(judge("gpu-operator", charts["gpu-operator"], on, ["release gpu-operator"]))
-    prom = prometheus or prometheus_of(charts.get("kube-prometheus-stack", "")) or ""
+    prom = prometheus_of(charts.get("kube-prometheus-stack", ""))
     if prom:
         out.append(judge("prometheus", prom, on, ["release kube-prometheus-stack"]))
     return out
 
 
-def warnings(judged: Iterable[Judged]) -> list[Judged]:
-    """The components past their end of support or within the warning window."""
-    return [j for j in judged if j.status in ("past", "ending")]
+def warnings(judged: Iterable[Judged], *, estimates: bool = False) -> list[Judged]:
+    """The components past their end of support or within the warning window. Verdicts resting on an estimate (a
+    successor's expected month) only with ``estimates``: ``status`` and ``doctor`` report what a dated source says
+    about the cluster, ``version`` and ``scripts/pins_report.py`` also what is expected."""
+    return [j for j in judged if j.status in ("past", "ending") and (estimates or not j.verdict.estimated)]
 
 
 def upgrade_path(j: Judged, cfg: Config | None = None) -> str:

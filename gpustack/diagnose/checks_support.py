@@ -2,10 +2,12 @@
 
 Read from the snapshot, no extra request and no network: each Node's kubelet and containerd version and OS
 (``status.nodeInfo``), the NVIDIA driver the GPU feature discovery labels on GPU nodes, the GPU Operator's chart
-version (the ``helm.sh/chart`` label its chart puts on the operator Deployment), and the Prometheus version
-Prometheus reports (when the monitoring source ran). A component past its end of support, or within 90 days
-of it, is a warning that names the nodes and gpustack's way out (``upgrade --to``, ``upgrade --components``,
-``up --only containerd``). The day is :func:`gpustack.config.support.today` (``GPUSTACK_TODAY`` overrides it).
+version and kube-prometheus-stack's (the ``helm.sh/chart`` / ``chart`` label each chart puts on its operator
+Deployment; kube-prometheus-stack judged by the Prometheus it deploys). A component past its end of support, or
+within 90 days of it by a dated source, is a warning that names the nodes and gpustack's way out (``upgrade --to``,
+``upgrade --components``, ``up --only containerd``); a verdict resting on an estimate (a successor's expected
+month) is not a finding about the cluster and is left to ``gpustack version``. The day is
+:func:`gpustack.config.support.today` (``GPUSTACK_TODAY`` overrides it).
 """
 
 from __future__ import annotations
@@ -24,14 +26,21 @@ CHECK = "K10-support-horizons"
 _CHART_LABEL = re.compile(r"^(?P<chart>.+?)-(?P<version>v?\d+\.\d+\.\d+\S*)$")
 
 
+#: chart -> its operator Deployment (whose chart label is read): the GPU Operator's (deployments/gpu-operator
+#: templates/_helpers.tpl gpu-operator.labels: helm.sh/chart) and kube-prometheus-stack's (templates/_helpers.tpl
+#: kube-prometheus-stack.labels: chart)
+OPERATORS = {"gpu-operator": "gpu-operator", "kube-prometheus-stack": "kube-prometheus-stack-operator"}
+
+
 def chart_versions(snap: Snapshot) -> dict[str, str]:
-    """chart name -> version, from the ``helm.sh/chart`` label of the GPU Operator's Deployment."""
+    """chart name -> version, from the chart label of each chart's operator Deployment."""
     out: dict[str, str] = {}
     for dep in items(snap, "Deployment"):
-        label = str(labels_of(dep).get("helm.sh/chart") or "")
-        m = _CHART_LABEL.match(label)
-        if m and m.group("chart") == "gpu-operator" and name_of(dep) == "gpu-operator":
-            out["gpu-operator"] = m.group("version")
+        labels = labels_of(dep)
+        for key in ("helm.sh/chart", "chart"):
+            m = _CHART_LABEL.match(str(labels.get(key) or ""))
+            if m and OPERATORS.get(m.group("chart")) == name_of(dep):
+                out[m.group("chart")] = m.group("version")
     return out
 
 
@@ -41,13 +50,13 @@ def _where(names: tuple[str, ...]) -> str:
 
 
 @register(CHECK, LAYER, title="every component the cluster runs is within its upstream support",
-          reads="nodes (nodeInfo kubelet, containerd, OS; GPU feature discovery driver labels), the GPU Operator "
-                "Deployment's helm.sh/chart label, Prometheus' reported version; dates shipped with gpustack",
+          reads="nodes (nodeInfo kubelet, containerd, OS; GPU feature discovery driver labels), the chart label of "
+                "the GPU Operator's and kube-prometheus-stack's operator Deployments; dates shipped with gpustack",
           commands=("doctor",), needs=("Node",))  # fmt: skip
 def support_horizons(snap: Snapshot) -> list[Finding]:
     on = support.today()
     nodes = [as_dict(n) for n in items(snap, "Node")]
-    judged = lifecycle.running_support(nodes, chart_versions(snap), on, prometheus=snap.prometheus.version)
+    judged = lifecycle.running_support(nodes, chart_versions(snap), on)
     out = []
     for j in lifecycle.warnings(judged):
         what = f"{j.component} {j.version}" + (f" ({j.branch})" if j.branch and j.branch != j.version else "")
@@ -60,5 +69,7 @@ def support_horizons(snap: Snapshot) -> list[Finding]:
         return out
     known = [j for j in judged if j.status == "supported"]
     summary = ", ".join(sorted({f"{j.component} {j.branch}" for j in known})) or "no versions read"
-    return [Finding(CHECK, LAYER, "pass", f"within upstream support for 90+ days: {summary}",
-                    evidence=f"as of {on.isoformat()}")]  # fmt: skip
+    guessed = [f"{j.component} {j.version}: {j.verdict.text}" for j in lifecycle.warnings(judged, estimates=True)]
+    evidence = f"as of {on.isoformat()}" + (f"; estimated only (see `gpustack version`): {'; '.join(guessed)}"
+                                             if guessed else "")  # fmt: skip
+    return [Finding(CHECK, LAYER, "pass", f"within upstream support for 90+ days: {summary}", evidence=evidence)]

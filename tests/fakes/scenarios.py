@@ -313,6 +313,10 @@ def healthy(nodes: int = 1, *, exporter: str = "standalone") -> Scenario:
         objs.append(pod(f"{name}-6c9f7b8d5-x2x7q", ns, cp, labels=labels, owner=("ReplicaSet", f"{name}-6c9f7b8d5")))
         if name == "gpu-operator":  # the chart's gpu-operator.labels (deployments/gpu-operator/templates/_helpers.tpl)
             objs[-2]["metadata"]["labels"]["helm.sh/chart"] = f"gpu-operator-{pins.CHARTS['gpu-operator'].version}"
+        if name == "kube-prometheus-stack-operator":  # kube-prometheus-stack.labels (templates/_helpers.tpl): chart
+            objs[-2]["metadata"]["labels"]["chart"] = (
+                f"kube-prometheus-stack-{pins.CHARTS['kube-prometheus-stack'].version}"
+            )
     objs += grafana_admin(objs)
     prom_labels = {"app.kubernetes.io/name": "prometheus", "prometheus": "kube-prometheus-stack-prometheus"}
     objs.append(pod("prometheus-kube-prometheus-stack-prometheus-0", MONITORING_NAMESPACE, cp, labels=prom_labels,

@@ -38,7 +38,7 @@ CFG = Config.model_validate(
 OLD, NEW = "1.35.8", "1.36.4"
 
 #: the CLI under test is this checkout (not whichever gpustack is installed)
-THIS_CHECKOUT = {"PYTHONPATH": os.environ["PYTHONPATH"]} if "PYTHONPATH" in os.environ else {}
+THIS_CHECKOUT = {k: os.environ[k] for k in ("PYTHONPATH", "GPUSTACK_TODAY") if k in os.environ}
 
 
 def facts(**versions: str) -> dict[str, Any]:
