@@ -158,7 +158,7 @@ def _test_findings(node: str, test: DiagTest, run: DiagRun, level: int) -> list[
         label = _gpu_label(run, r)
         why = "; ".join(w.message for w in r.warnings) or r.status
         written = (
-            f" (dcgmi writes {r.status!r}: DCGM 4.x's JSON writes a warning so)"
+            " (dcgmi wrote 'Fail': DCGM 4.x's JSON writes a warning so)"
             if status == "warn" and r.status == "Fail"
             else ""
         )
@@ -167,10 +167,12 @@ def _test_findings(node: str, test: DiagTest, run: DiagRun, level: int) -> list[
         out.append(Finding(fid, LAYER, status, f"{name}: {status} on {label}: {why}{written}",
                            host=f"{node} GPU {r.entity_id}",
                            evidence="\n".join([w.describe() for w in r.warnings] + list(r.info)), fix=fix))  # fmt: skip
+    # the GPUs whose own errors made the test not pass
+    erring = [r.entity_id for r in gpu_results if r.warnings and r.status not in ("Pass", "Skip")]
     if bare and not unattached:
         marked = _ranges([r.entity_id for r in bare])
-        if attached:  # the error(s) sit on other GPUs: these passed every check of the test
-            where = _ranges([r.entity_id for r in gpu_results if r.warnings])
+        if erring:  # the error(s) sit on other GPUs: these passed every check of the test
+            where = _ranges(erring)
             out.append(Finding(fid, LAYER, "pass",
                                f"{name}: pass on {len(bare)} GPU(s) ({marked}): no error of their own (dcgmi writes "
                                f"'{bare[0].status}' for every GPU of the test when one check warns or fails; the error "
@@ -185,8 +187,8 @@ def _test_findings(node: str, test: DiagTest, run: DiagRun, level: int) -> list[
         out.append(Finding(fid, LAYER, status, f"{name}: {r.status.lower()} on {r.entity_group} {r.entity_id}",
                            host=node, evidence="\n".join(w.describe() for w in r.warnings)))  # fmt: skip
     if unattached or not test.results:  # errors of the whole test, or a test with only a summary
-        if unattached:
-            status = error_status(unattached)
+        if unattached:  # a skipped test stays skipped (its reason is an error entry too: DCGM_FR_TEST_SKIPPED)
+            status = "skip" if test.status == "Skip" and not bare else error_status(unattached)
         else:
             status = STATUS.get(test.status, "fail") if test.status in ("Pass", "Skip", "Warn") else "fail"
         why = "; ".join(w.message for w in unattached or test.warnings) or test.status or "no status"

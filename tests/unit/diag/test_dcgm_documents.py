@@ -222,3 +222,21 @@ def test_a_run_with_only_warnings_is_recorded_as_a_pass_for_the_release(cluster:
     assert [f.host for f in found if f.status == "warn"] == [f"{NODE} GPU 3"]
     record = json.loads(cluster.api.get("v1", "Node", NODE)["metadata"]["annotations"][ANN_DIAG_RESULT])
     assert (record["result"], record["warnings"], record["level"]) == ("pass", 1, 2)
+
+
+def test_skips_stay_skips_and_errors_on_skipped_gpus_explain_no_failure() -> None:
+    data = json.loads(doc(V4 / "diag-r2-pass-8gpu.json"))
+    memory = data["DCGM Diagnostic"]["test_categories"][1]["tests"][0]
+    for r in memory["results"]:
+        r["status"] = "Skip"
+    memory["test_summary"] = {"status": "Skip", "warnings": [{"error_category": 3, "error_id": 117, "error_severity": 5,
+                                                              "warning": "Test memory was skipped."}]}  # fmt: skip
+    skipped = [f for f in findings(json.dumps(data, indent=3) + "\n", exit_code=0) if f.id == "D03-memory"]
+    assert {f.status for f in skipped} == {"skip"} and len(skipped) == 9  # one per GPU, one for the test's reason
+    assert skipped[-1].host == NODE and "Test memory was skipped." in skipped[-1].summary
+    # GPU 2 skipped with its reason, GPU 4 "Fail" without one: nothing explains GPU 4's failure
+    memory["results"][2]["warnings"] = memory["test_summary"]["warnings"]
+    memory["results"][4]["status"] = "Fail"
+    memory["test_summary"]["status"] = "Fail"
+    found = findings(json.dumps(data, indent=3) + "\n", exit_code=226)
+    assert [f.host for f in by_status(found, "fail")] == [f"{NODE} GPU 4"] and not fd.passed(found, NODE)
