@@ -1,15 +1,16 @@
 """The circuit breaker: at most N nodes, and at most P% of the GPU nodes, quarantined per window. Pure.
 
 Its state is a ledger of quarantines (node, time, by whom, why, and the window and limit each was approved
-under) kept in one ConfigMap (``gpustack-system/gpustack-health-breaker``, key ``ledger.json``; the I/O is
+under) and of the limits recent runs decided under, kept in one ConfigMap (``gpustack-system/gpustack-health-breaker``, key ``ledger.json``; the I/O is
 :mod:`gpustack.health.ledger`). Three guarantees (docs/operations.md, "The circuit breaker"):
 
 - **One clock.** Every time in the ledger, and the "now" a decision is made at, is the API server's (the
   ``Date`` header of the ledger read), never an evaluator's own: skewed evaluators count the same entries.
 - **Retention independent of the run.** Entries are kept for :data:`RETENTION` or the longest window any
   run has used (recorded in the ledger, it only grows), whatever this run's ``--window``. And a run's limit
-  stays in force for its window: a new quarantine must fit this run's limit *and* the limit of every entry
-  still inside its own window, so a short-window run cannot spend the budget a longer-window policy counts.
+  stays in force for its window: every run that had a node to quarantine records its window and limit
+  (``limits``), and a new quarantine must fit this run's limit *and* every limit recorded within its own
+  window, so a short-window run cannot spend the budget a longer-window policy counts.
 - **Fail closed.** An unreadable ledger (not JSON, a malformed entry, an unknown version, a ConfigMap
   without the key) holds every new quarantine; the finding says why and how to repair it.
 
@@ -29,7 +30,7 @@ from typing import Any
 from gpustack.health.policy import Settings
 
 LEDGER_KEY = "ledger.json"
-LEDGER_VERSION = 2  # 2: entries carry their window and limit, the ledger its retention; 1 is still read
+LEDGER_VERSION = 2  # 2: entries carry their window and limit, the ledger its retention and limits; 1 is still read
 READABLE_VERSIONS = (1, 2)
 #: entries younger than this are never dropped (nor younger than the longest window a run used)
 RETENTION = 7 * 86400
@@ -53,6 +54,29 @@ class Entry:
                 "window": self.window, "limit": self.limit}  # fmt: skip
 
 
+@dataclass(frozen=True)
+class LimitRecord:
+    """A run decided under this limit at ``at``: it stays in force until ``at + window``."""
+
+    window: int
+    limit: int
+    at: float
+    by: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"window": self.window, "limit": self.limit, "at": round(self.at, 3), "by": self.by}
+
+
+def _limit(raw: Any, index: int) -> LimitRecord:
+    try:
+        record = LimitRecord(int(raw["window"]), int(raw["limit"]), float(raw["at"]), str(raw.get("by") or ""))
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise LedgerUnreadable(f"limit {index} ({json.dumps(raw)[:120]}): {type(exc).__name__} {exc}") from None
+    if record.window <= 0 or record.limit < 0 or not math.isfinite(record.at):
+        raise LedgerUnreadable(f"limit {index} ({json.dumps(raw)[:120]}): window, limit or at is out of range")
+    return record
+
+
 def _entry(raw: Any, index: int) -> Entry:
     if not isinstance(raw, dict):
         raise LedgerUnreadable(f"entry {index} is not an object")
@@ -71,6 +95,7 @@ def _entry(raw: Any, index: int) -> Entry:
 class Ledger:
     entries: tuple[Entry, ...] = ()
     retention: int = RETENTION  # the longest window any run has used (or RETENTION): entries younger stay
+    limits: tuple[LimitRecord, ...] = ()  # the limits runs decided under, each in force for its window
 
     @classmethod
     def from_text(cls, text: str | None) -> Ledger:
@@ -94,10 +119,15 @@ class Ledger:
             retention = max(RETENTION, int(data.get("retention") or RETENTION))
         except (TypeError, ValueError):
             raise LedgerUnreadable(f"{LEDGER_KEY}: retention {data.get('retention')!r} is not a number") from None
-        return cls(tuple(_entry(e, i) for i, e in enumerate(raw)), retention)
+        limits = data.get("limits", [])
+        if not isinstance(limits, list):
+            raise LedgerUnreadable(f"{LEDGER_KEY}: limits is not a list")
+        return cls(tuple(_entry(e, i) for i, e in enumerate(raw)), retention,
+                   tuple(_limit(x, i) for i, x in enumerate(limits)))  # fmt: skip
 
     def to_text(self) -> str:
         return json.dumps({"version": LEDGER_VERSION, "retention": self.retention,
+                           "limits": [x.to_json() for x in self.limits],
                            "entries": [e.to_json() for e in self.entries]}, sort_keys=True)  # fmt: skip
 
     def within(self, now: float, window: int) -> list[Entry]:
@@ -116,10 +146,11 @@ class Decision:
     why_held: str = ""  # which limit held them, or why the ledger could not be trusted
     unreadable: str = ""  # set when the ledger could not be read: every new quarantine is held
     at: float | None = None  # the API server's time the decision was made at
+    recorded_limit: bool = False  # this run's limit was (re)recorded: the ledger must be written
 
     @property
     def changed(self) -> bool:
-        return self.added > 0
+        return self.added > 0 or self.recorded_limit
 
 
 @dataclass
@@ -141,11 +172,12 @@ def decide(
     limit = settings.limit(gpu_nodes)
     retention = max(ledger.retention, RETENTION, settings.window, *(e.window for e in ledger.entries))
     entries = [e for e in ledger.entries if e.at > now - retention]
-    # limits in force: this run's, and each earlier run's whose window still holds its entry
+    # limits in force: this run's, each recorded one within its window, and each entry's within its window
+    records = [x for x in ledger.limits if x.at > now - x.window]
     limits = {(settings.window, limit, "this run")}
-    for e in entries:
-        if e.window > 0 and e.limit >= 0 and e.at > now - e.window:
-            limits.add((e.window, e.limit, f"{e.by or 'an earlier run'}"))
+    limits |= {(x.window, x.limit, x.by or "an earlier run") for x in records}
+    limits |= {(e.window, e.limit, e.by or "an earlier run") for e in entries
+               if e.window > 0 and e.limit >= 0 and e.at > now - e.window}  # fmt: skip
     seen = {e.node for e in entries if e.at > now - settings.window}
     approved, held, added = [], [], 0
     why = ""
@@ -164,8 +196,15 @@ def decide(
         seen.add(c.node)
         approved.append(c.node)
         added += 1
+    mine = LimitRecord(settings.window, limit, now, by)
+    others = tuple(x for x in records if (x.window, x.limit) != (mine.window, mine.limit))
+    # a run with candidates puts its limit in force for its window (held runs too), at most once a minute
+    stale = all(x.at <= now - 60 for x in records if (x.window, x.limit) == (mine.window, mine.limit))
+    recorded = bool(candidates) and (stale or added > 0)
+    kept = (*others, mine) if recorded else tuple(records)
     used = sum(1 for e in entries if e.at > now - settings.window)
-    return Decision(tuple(approved), tuple(held), Ledger(tuple(entries), retention), limit, used, added, why, at=now)
+    return Decision(tuple(approved), tuple(held), Ledger(tuple(entries), retention, kept), limit, used, added, why,
+                    at=now, recorded_limit=recorded)  # fmt: skip
 
 
 def _minutes(seconds: int) -> str:

@@ -6,7 +6,16 @@ import json
 
 import pytest
 
-from gpustack.health.breaker import RETENTION, Candidate, Entry, Ledger, LedgerUnreadable, decide, held_unreadable
+from gpustack.health.breaker import (
+    RETENTION,
+    Candidate,
+    Entry,
+    Ledger,
+    LedgerUnreadable,
+    LimitRecord,
+    decide,
+    held_unreadable,
+)
 from gpustack.health.ledger import NO_DATE, LedgerRead, _decide, server_time
 from gpustack.health.policy import Settings
 
@@ -66,11 +75,28 @@ def test_entries_dated_in_the_future_count() -> None:
 def test_an_interrupted_run_is_finished_without_spending_budget() -> None:
     ledger = Ledger((Entry("a", NOW - 30, "t"), Entry("b", NOW - 20, "t")))
     d = decide(ledger, cands("a", "c"), 10, S, NOW, "t")
-    assert d.approved == ("a",) and d.held == ("c",) and d.added == 0 and not d.changed
+    assert d.approved == ("a",) and d.held == ("c",) and d.added == 0
+    assert d.ledger is not None and [e.node for e in d.ledger.entries] == ["a", "b"]  # no budget spent
+
+
+def test_a_held_run_puts_its_limit_in_force_for_its_window() -> None:
+    # two 60-second runs spent their budget; an hourly run is held, and records its limit
+    short = Settings(max_nodes=2, max_percent=50, window=60)
+    d = decide(Ledger(), cands("a", "b"), 10, short, NOW, "short")
+    hourly = decide(d.ledger, cands("c"), 10, S, NOW + 10, "cron")  # type: ignore[arg-type]
+    assert hourly.held == ("c",) and hourly.changed and hourly.ledger is not None
+    assert [(x.window, x.limit, x.by) for x in hourly.ledger.limits] == [(60, 2, "short"), (3600, 2, "cron")]
+    # 90 s later the short runs' own window is empty, but the hourly limit is in force for its hour
+    later = decide(hourly.ledger, cands("c", "d"), 10, short, NOW + 100, "short")
+    assert later.held == ("c", "d") and later.why_held == "2 per 60 min (cron), all used"
+    assert decide(hourly.ledger, cands("c"), 10, short, NOW + 10 + 3600, "short").approved == ("c",)
+    # a run records its limit at most once a minute while nothing changes (no write per evaluation)
+    assert not decide(hourly.ledger, cands("c"), 10, S, NOW + 40, "cron").changed
 
 
 def test_ledger_round_trip_and_version_1() -> None:
-    ledger = Ledger((Entry("a", NOW, "gpustack health --apply (ops@host)", ("xid-79", "row-remap-failure"), 3600, 2),))
+    ledger = Ledger((Entry("a", NOW, "gpustack health --apply (ops@host)", ("xid-79", "row-remap-failure"), 3600, 2),),
+                    limits=(LimitRecord(3600, 2, NOW, "cron"),))  # fmt: skip
     assert Ledger.from_text(ledger.to_text()) == ledger
     v1 = json.dumps({"version": 1, "entries": [{"node": "b", "at": 5, "by": "", "rules": []}]})
     assert Ledger.from_text(v1).entries == (Entry("b", 5.0, ""),)
@@ -91,6 +117,9 @@ def test_ledger_round_trip_and_version_1() -> None:
         ('{"version": 2, "entries": [{"node": "a", "at": NaN}]}', "malformed"),
         ('{"version": 2, "entries": ["a"]}', "not an object"),
         ('{"version": 2, "retention": "long", "entries": []}', "retention"),
+        ('{"version": 2, "entries": [], "limits": {}}', "limits is not a list"),
+        ('{"version": 2, "entries": [], "limits": [{"window": 60}]}', "limit 0"),
+        ('{"version": 2, "entries": [], "limits": [{"window": 0, "limit": 1, "at": 5}]}', "out of range"),
     ],
 )
 def test_an_unreadable_ledger_says_why(text: str | None, why: str) -> None:
