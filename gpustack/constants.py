@@ -71,7 +71,7 @@ ANN_QUARANTINED_BY = f"{LABEL_PREFIX}/quarantined-by"
 ANN_QUARANTINED_AT = f"{LABEL_PREFIX}/quarantined-at"
 ANN_QUARANTINE_REASON = f"{LABEL_PREFIX}/quarantine-reason"
 ANN_QUARANTINE_POLICY = f"{LABEL_PREFIX}/quarantine-policy"
-#: label on a quarantined node: what it needs (reset, reboot, rma: gpustack/health/xid-policy.yaml), and the
+#: label on a quarantined node: what it needs (reset, reboot, rma: gpustack/templates/health/xid-policy.yaml), and the
 #: node's boot ID at the quarantine (a reboot- or rma-class release needs a new one)
 QUARANTINE_ACTION_LABEL = f"{LABEL_PREFIX}/quarantine-action"
 ANN_QUARANTINE_BOOT_ID = f"{LABEL_PREFIX}/quarantine-boot-id"

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Write gpustack health's policy tables into docs/operations.md, between the policy-table markers, from
-gpustack/health/xid-policy.yaml. tests/unit/health/test_docs.py fails when they are stale."""
+gpustack/templates/health/xid-policy.yaml. tests/unit/health/test_docs.py fails when they are stale."""
 
 from __future__ import annotations
 

@@ -160,7 +160,7 @@ def policy(
 ) -> None:
     """Print the XID policy: each XID's action (alert, reset, reboot, rma), the catalogue bucket and why.
 
-    The data is gpustack/health/xid-policy.yaml (versioned, with its upstream sources); `-o json` lists every
+    The data is gpustack/templates/health/xid-policy.yaml (versioned, with its upstream sources); `-o json` lists every
     XID with its mnemonic, the catalogue's and the legacy CSV's action."""
     import json
 

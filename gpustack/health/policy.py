@@ -1,6 +1,6 @@
 """The GPU fault-quarantine policy evaluated on a snapshot. Pure.
 
-Each signal carries gpustack's action for it, from the policy data (``xid-policy.yaml``, see
+Each signal carries gpustack's action for it, from the policy data (``templates/health/xid-policy.yaml``, see
 :mod:`gpustack.health.xids`): ``alert`` (reported, never quarantined), ``reset`` (quarantine until a GPU
 reset and a passing diag), ``reboot`` (until the node rebooted), ``rma`` (drain and RMA / contact support).
 A node takes the most severe action of its signals and is quarantined when that action quarantines.

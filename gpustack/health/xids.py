@@ -1,4 +1,4 @@
-"""The XID policy as data: ``xid-policy.yaml`` beside this module (NVIDIA's XID catalogue mapped to gpustack's
+"""The XID policy as data: ``templates/health/xid-policy.yaml`` (NVIDIA's XID catalogue mapped to gpustack's
 four actions, with the sources and the reason for every decision). Pure: load, look up, render.
 
 An XID's action: its ``decisions`` entry, else its catalogue bucket's action (``buckets``), else ``unknown``.
@@ -12,14 +12,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 import yaml
 
 from gpustack.errors import GpustackError
+from gpustack.paths import resource_file
 
-POLICY_FILE = Path(__file__).with_name("xid-policy.yaml")
+POLICY_FILE = resource_file("templates", "health", "xid-policy.yaml")
 ACTION_IDS = ("alert", "reset", "reboot", "rma")
 
 

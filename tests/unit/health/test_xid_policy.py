@@ -1,4 +1,4 @@
-"""The XID policy data (gpustack/health/xid-policy.yaml): complete, every XID issue 17 names decided with a reason,
+"""The XID policy data (gpustack/templates/health/xid-policy.yaml): complete, every XID issue 17 names decided with a reason,
 the facts as NVIDIA's catalogue and the legacy CSV write them, and the same XID lists in the alert rule."""
 
 from __future__ import annotations
