@@ -201,10 +201,18 @@ class Kube:
         content_type: str = "application/json",
     ) -> Obj:
         """One REST call; JSON in, JSON out. Connection failures -> :class:`ClusterUnreachableError`."""
+        return self.request_with_headers(method, path, body=body, query=query, content_type=content_type)[0]
+
+    def request_with_headers(
+        self, method: str, path: str, *, body: Any = None, query: Mapping[str, str] | None = None,
+        content_type: str = "application/json",
+    ) -> tuple[Obj, dict[str, str]]:  # fmt: skip
+        """:meth:`request`, and the response's headers (the API server's ``Date``: its clock). A non-2xx
+        answer raises ApiException, whose ``headers`` carry them too."""
         response = self._call(method, path, body=body, query=query,
                               headers={"Accept": "application/json", "Content-Type": content_type})  # fmt: skip
         data = json.loads(response.data or b"{}")
-        return cast(Obj, data) if isinstance(data, dict) else {}
+        return (cast(Obj, data) if isinstance(data, dict) else {}), _header_dict(response.headers)
 
     def text(self, path: str, query: Mapping[str, str] | None = None) -> str:
         """GET a text/plain resource (``pods/<name>/log``)."""

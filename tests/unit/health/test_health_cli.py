@@ -68,3 +68,15 @@ def test_in_cluster_outside_a_pod_is_a_clear_error(
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     assert _main(["health", "--in-cluster"]) == 2
     assert "no in-cluster credentials" in capsys.readouterr().err
+
+
+def test_policy_prints_the_table_and_json(capsys: pytest.CaptureFixture[str]) -> None:
+    assert _main(["health", "policy"]) == 0
+    out = capsys.readouterr().out
+    assert "gpustack XID policy, version 2" in out and "144-150" in out and "CONTACT_SUPPORT" in out
+    assert _main(["health", "policy", "-o", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["version"] == "2" and len(data["xids"]) == 172
+    assert {x["xid"]: x["action"] for x in data["xids"]}[95] == "reset"
+    assert _main(["health", "policy", "-o", "csv"]) == 2
+    assert "--output csv" in capsys.readouterr().err
