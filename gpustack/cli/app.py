@@ -172,9 +172,14 @@ def _usage_error(exc: Any) -> int:
 
 def _os_error(exc: OSError) -> int:
     """An OS error nothing else said: one line naming the file (or the output) and the reason."""
-    # without a file name it was the output itself: stdout on a full disk, a broken terminal
-    what = str(exc.filename) if exc.filename else "cannot write the output (standard output)"
-    _quiet_stdout()
+    try:
+        sys.stdout.flush()
+        broken = exc.filename is None and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO)
+    except (OSError, ValueError):
+        broken = True  # stdout itself cannot be written: a full disk, a terminal gone
+    if broken:
+        _quiet_stdout()
+    what = "cannot write the output (standard output)" if broken else str(exc.filename or "error")
     with contextlib.suppress(OSError):
         Console().error(f"{what}: {exc.strerror or exc}")
     return 1

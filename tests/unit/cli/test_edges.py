@@ -149,3 +149,45 @@ def test_connection_problem_for_timeouts_and_tls() -> None:
     cert.verify_message = "self-signed certificate"
     wrapped = urllib3.exceptions.MaxRetryError(None, "/api", reason=urllib3.exceptions.SSLError(cert))  # type: ignore[arg-type]
     assert connection_problem(wrapped) == "TLS: self-signed certificate"
+
+
+def test_an_os_error_nothing_else_caught_names_its_file(
+    user: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The safety net: one line naming the file, exit 1, and stdout left working."""
+    from gpustack.cli import version
+
+    def unreadable(*_: object) -> None:
+        raise PermissionError(13, "Permission denied", "/etc/gpustack/some-file")
+
+    monkeypatch.setattr(version, "print_versions", unreadable)
+    code, _, err = run(capsys, "version")
+    assert code == 1 and err == "error: /etc/gpustack/some-file: Permission denied\n", err
+    print("stdout still works")
+    assert capsys.readouterr().out == "stdout still works\n"
+
+
+def test_a_server_that_is_not_an_api_server_is_one_message(user: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A kubeconfig whose server answers, but not as an API server (a proxy, a web server): the
+    client's ApiException was a traceback."""
+    import http.server
+    import threading
+
+    class NotFound(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotFound)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        kc = write_kubeconfig(user / "kc.yaml", f"http://127.0.0.1:{server.server_port}")
+        code, _, err = run(capsys, "health", "--kubeconfig", str(kc))
+    finally:
+        server.shutdown()
+    assert code == 1 and "the Kubernetes API answered HTTP 404 Not Found" in err, err
+    assert "kubeconfig's server" in " ".join(err.split())
