@@ -36,22 +36,40 @@ InClusterOpt = Annotated[bool, typer.Option("--in-cluster", help="use the pod's 
 MaxNodesOpt = Annotated[
     int | None,
     typer.Option(
-        "--max-nodes", min=0, help="circuit breaker: new quarantines per window (remediation.max_nodes_per_window)"
+        "--max-nodes",
+        min=0,
+        metavar="N",
+        help="circuit breaker: new quarantines per window (remediation.max_nodes_per_window)",
     ),
 ]
 MaxPercentOpt = Annotated[
     float | None,
-    typer.Option("--max-percent", min=0.01, max=100, help="circuit breaker: % of the GPU nodes per window, rounded up"),
+    typer.Option(
+        "--max-percent",
+        min=0.01,
+        max=100,
+        metavar="PERCENT",
+        help="circuit breaker: % of the GPU nodes per window, rounded up",
+    ),
 ]
 WindowOpt = Annotated[
-    str | None, typer.Option("--window", help="circuit breaker window (remediation.window, default 1h)")
+    str | None,
+    typer.Option("--window", metavar="DURATION", help="circuit breaker window (remediation.window, default 1h)"),
 ]
-LookbackOpt = Annotated[str | None, typer.Option("--xid-lookback", help="how long a fatal XID counts (default 15m)")]
+LookbackOpt = Annotated[
+    str | None, typer.Option("--xid-lookback", metavar="DURATION", help="how long a fatal XID counts (default 15m)")
+]
 GrowthOpt = Annotated[
-    str | None, typer.Option("--rows-growth-window", help="window of the remapped-rows growth rule (default 1h)")
+    str | None,
+    typer.Option(
+        "--rows-growth-window", metavar="DURATION", help="window of the remapped-rows growth rule (default 1h)"
+    ),
 ]
 HoldOpt = Annotated[
-    str | None, typer.Option("--allocatable-hold", help="allocatable below capacity for this long (default 10m)")
+    str | None,
+    typer.Option(
+        "--allocatable-hold", metavar="DURATION", help="allocatable below capacity for this long (default 10m)"
+    ),
 ]
 
 
@@ -103,7 +121,8 @@ def health(
         bool, typer.Option("--apply", help="cordon and taint the nodes with a fatal GPU signal (default: dry run)")
     ] = False,
     node: Annotated[
-        list[str] | None, typer.Option("--node", "-n", help="only these GPU nodes (comma-separated or repeated)")
+        list[str] | None,
+        typer.Option("--node", "-n", metavar="NODE,...", help="only these GPU nodes (comma-separated or repeated)"),
     ] = None,
     output: OutputOpt = "table",
     save: SaveOpt = None,
@@ -186,7 +205,7 @@ def policy(
 
 @health_app.command("release")
 def release(
-    node: Annotated[str, typer.Argument(help="the quarantined node")],
+    node: Annotated[str, typer.Argument(metavar="NODE", help="the quarantined node")],
     yes: YesOpt = False,
     config: ConfigOpt = None,
     kubeconfig: KubeconfigOpt = None,

@@ -33,6 +33,7 @@ from urllib3.util.retry import Retry
 
 from gpustack.constants import FIELD_MANAGER
 from gpustack.errors import ClusterUnreachableError, StageError
+from gpustack.runners.neterr import connection_problem
 
 REQUEST_TIMEOUT = 30.0
 STAGE = "cluster"
@@ -306,7 +307,7 @@ class Kube:
             else:
                 stream.release_conn()
         except (Urllib3Error, OSError) as exc:
-            raise ApiUnreachable(str(self.api.configuration.host), str(exc)) from None
+            raise ApiUnreachable(str(self.api.configuration.host), connection_problem(exc)) from None
         return response, data[:limit], len(data) > limit
 
     # -- discovery ------------------------------------------------------------------------------------
