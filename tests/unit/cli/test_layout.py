@@ -90,8 +90,10 @@ def test_shell_completion_offers_commands_and_stage_names() -> None:
     env = {"_GPUSTACK_COMPLETE": "complete_bash", "COMP_WORDS": "gpustack plan node", "COMP_CWORD": "2"}
     r = subprocess.run([sys.executable, "-m", "gpustack"], env={**os.environ, **env}, capture_output=True, text=True)
     assert r.stdout.split() == ["node-add", "node-remove"], r.stdout + r.stderr
+    # typer finds the shell among the process's parents (shellingham), as when a user types it in bash; the
+    # second command (`exit $?`) keeps bash from exec-ing python, so bash stays the parent even when pytest runs detached
     shown = subprocess.run(
-        [sys.executable, "-m", "gpustack", "--show-completion", "bash"], capture_output=True, text=True
+        ["bash", "-c", '"$0" -m gpustack --show-completion; exit $?', sys.executable], capture_output=True, text=True
     )
     assert shown.returncode == 0, shown.stdout + shown.stderr
     script = shown.stdout
