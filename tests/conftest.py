@@ -13,6 +13,12 @@ import pytest
 from tests import realbin
 from tests.realbin import RealBins
 
+#: Support horizons (gpustack/config/support.py) are judged against this day in every test, so a verdict does not
+#: change as the calendar moves (a test that wants another day sets GPUSTACK_TODAY itself). scripts/pins_report.py
+#: judges the pins against the real day: that is where the calendar is watched.
+TODAY = "2026-11-26"
+os.environ.setdefault("GPUSTACK_TODAY", TODAY)
+
 # Every `python -m gpustack` a test starts runs this checkout, whatever else is installed: an editable
 # install made from another clone (or its force-included gpustack/_data) must not shadow it.
 REPO_ROOT = str(Path(__file__).resolve().parent.parent)
@@ -35,5 +41,5 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 @pytest.fixture(scope="session")
 def real_bins() -> RealBins:
-    """The real helm (v4.2) and kubectl (v1.36) binaries (tests/realbin)."""
+    """The real helm (v4.3) and kubectl (v1.36) binaries (tests/realbin)."""
     return realbin.real_bins()

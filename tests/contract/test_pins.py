@@ -44,6 +44,7 @@ def test_the_helm_doubles_imitate_the_pinned_helm() -> None:
     assert re.search(
         rf'"GPUSTACK_HELM_DOUBLE_VERSION", "v{re.escape(pins.HELM_VERSION)}"', (DOUBLES / "helm").read_text()
     )
+    assert _declared(DOUBLES / "helm", "KUBE_CLIENT_VERSION") == VERSIONS["helm"]["kube_client"]
 
 
 def test_the_grafana_double_imitates_the_pinned_charts_grafana() -> None:

@@ -18,6 +18,8 @@ from typing import Any
 
 import yaml
 
+from gpustack.config import pins
+
 from .cluster import run_gpustack, up, write_config
 from .hosts import Testbed
 from .pytest_plugin import TestbedFactory
@@ -25,6 +27,7 @@ from .services import HttpServer, Sources, build_k8s_repo
 
 NAMES = ["ug1", "ug2", "ug3"]  # ug1: control plane
 SHARED = "/var/lib/gpustack-doubles-cluster"
+OLD, NEW = pins.KUBERNETES["1.35"], pins.KUBERNETES["1.36"]  # the pinned patches of the two minors
 
 
 def events(shared: Path) -> list[dict[str, Any]]:
@@ -67,8 +70,8 @@ def test_upgrade_1_35_to_1_36_on_three_hosts_interrupted_and_resumed(
     gnupg = Path(tempfile.mkdtemp(prefix="gs-ug-")) / "gnupg"  # short: gpg's socket path limit
     try:
         base = http_server.root / "upgrade"
-        repo = build_k8s_repo(testbed_doubles, "1.35.8", base, "1.35", gnupg_home=gnupg)
-        assert build_k8s_repo(testbed_doubles, "1.36.4", base, "1.36", gnupg_home=gnupg).fingerprint == repo.fingerprint
+        repo = build_k8s_repo(testbed_doubles, OLD, base, "1.35", gnupg_home=gnupg)
+        assert build_k8s_repo(testbed_doubles, NEW, base, "1.36", gnupg_home=gnupg).fingerprint == repo.fingerprint
     finally:
         shutil.rmtree(gnupg.parent)
     shared = tmp_path / "cluster"
@@ -86,7 +89,7 @@ def test_upgrade_1_35_to_1_36_on_three_hosts_interrupted_and_resumed(
     built = up(cfg, state)
     assert built.rc == 0, built.output
     for h in bed.hosts:
-        assert h.run("kubeadm version -o short", check=True).stdout.strip() == "v1.35.8"
+        assert h.run("kubeadm version -o short", check=True).stdout.strip() == f"v{OLD}"
 
     # `up` with the new version on the live cluster: refused before anything changes
     newer = yaml.safe_load(cfg.read_text())
@@ -95,8 +98,8 @@ def test_upgrade_1_35_to_1_36_on_three_hosts_interrupted_and_resumed(
     cfg136.write_text(yaml.safe_dump(newer))
     refused = up(cfg136, state)
     assert refused.rc == 2, refused.output
-    assert "gpustack upgrade --to 1.36.4" in refused.stderr
-    assert bed.hosts[0].run("kubeadm version -o short", check=True).stdout.strip() == "v1.35.8"
+    assert f"gpustack upgrade --to {NEW}" in refused.stderr
+    assert bed.hosts[0].run("kubeadm version -o short", check=True).stdout.strip() == f"v{OLD}"
 
     # interrupted: kubeadm upgrade node fails once on the last worker
     (shared / "fail-once" / "ug3-upgrade-node").write_text("")
@@ -104,10 +107,10 @@ def test_upgrade_1_35_to_1_36_on_three_hosts_interrupted_and_resumed(
     assert first.rc == 1, first.output
     assert "continues" in first.stderr
     progress = json.loads((state / "clusters" / "gpustack" / "upgrade.json").read_text())
-    assert (progress["status"], progress["from"], progress["to"]) == ("failed", "1.35.8", "1.36.4")
+    assert (progress["status"], progress["from"], progress["to"]) == ("failed", OLD, NEW)
     assert {n: v["status"] for n, v in progress["nodes"].items()} == {"ug1": "done", "ug2": "done", "ug3": "pending"}
     ug3 = json.loads(bed.host("ug3").sudo("cat /var/lib/gpustack/upgrade.json", check=True).stdout)
-    assert ug3 == {"target": "1.36.4", "steps": ["kubeadm"]}
+    assert ug3 == {"target": NEW, "steps": ["kubeadm"]}
     # the half-done worker stays cordoned until its upgrade finishes
     assert json.loads((shared / "nodes" / "ug3.json").read_text())["unschedulable"] is True
 
@@ -132,14 +135,14 @@ def test_upgrade_1_35_to_1_36_on_three_hosts_interrupted_and_resumed(
 
     for h in bed.hosts:
         versions = h.run("dpkg-query -W -f='${Package}=${Version} ' kubeadm kubelet kubectl", check=True).stdout
-        assert sorted(versions.split()) == ["kubeadm=1.36.4-1.1", "kubectl=1.36.4-1.1", "kubelet=1.36.4-1.1"], h.name
+        assert sorted(versions.split()) == [f"kubeadm={NEW}-1.1", f"kubectl={NEW}-1.1", f"kubelet={NEW}-1.1"], h.name
         assert set(h.run("apt-mark showhold", check=True).stdout.split()) >= {"kubeadm", "kubelet", "kubectl"}
         assert "/v1.36/deb/" in h.sudo("cat /etc/apt/sources.list.d/kubernetes.list", check=True).stdout
         marker = json.loads(h.sudo("cat /etc/gpustack/installed.json", check=True).stdout)
-        assert marker["kubernetes_version"] == "1.36.4" and marker["managed_by"] == "gpustack"
+        assert marker["kubernetes_version"] == NEW and marker["managed_by"] == "gpustack"
         node = json.loads((shared / "nodes" / f"{h.name}.json").read_text())
-        assert (node["kubelet"], node["ready"], node["unschedulable"]) == ("v1.36.4", True, False), h.name
-    assert json.loads((shared / "api.json").read_text())["version"] == "v1.36.4"
+        assert (node["kubelet"], node["ready"], node["unschedulable"]) == (f"v{NEW}", True, False), h.name
+    assert json.loads((shared / "api.json").read_text())["version"] == f"v{NEW}"
     done = json.loads((state / "clusters" / "gpustack" / "upgrade.json").read_text())
     assert done["status"] == "done" and done["attempts"] == 2 and done["started"] == progress["started"]
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from gpustack.cli.app import main
+from gpustack.config import pins
 
 CP = "  - {name: cp1, address: 192.0.2.10, role: control-plane}\n"
 GOOD = "nodes:\n" + CP + "  - {name: w1, address: 192.0.2.11}\n"
@@ -266,7 +267,11 @@ CASES: list[Case] = [
         GOOD + "versions: {flannel_sha256: " + "a" * 64 + "}\n",
         ("versions.flannel_sha256", "gpustack renders Flannel's manifest itself"),
     ),
-    Case("flannel-version-not-rendered", GOOD + "versions: {flannel: 0.27.0}\n", ("versions.flannel", "0.28.4 only")),
+    Case(
+        "flannel-version-not-rendered",
+        GOOD + "versions: {flannel: 0.27.0}\n",
+        ("versions.flannel", f"{pins.FLANNEL_VERSION} only"),
+    ),
     Case("proxy-no-scheme", GOOD + "proxy: {http: 'proxy.local:3128'}\n", ("proxy.http: must be a URL",)),
     Case("proxy-bad-port", GOOD + "proxy: {https: 'http://p:99999'}\n", ("proxy.https: not a valid URL",)),
     Case("proxy-path", GOOD + "proxy: {http: 'http://p:3128/x'}\n", ("proxy.http", "has no path")),

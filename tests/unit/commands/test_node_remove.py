@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from gpustack.commands import node_remove as nr
+from gpustack.config import pins
 from gpustack.config.model import Config
 from gpustack.errors import UsageError
 from gpustack.runners.kube import Kube
@@ -132,7 +133,7 @@ def test_stages_and_hosts_per_kind_of_removal(fake_api: FakeKubeAPI, kube: Kube)
     assert ev["gpustack_node_remove_members"] == [{"name": "cp1", "address": "10.0.0.10"}]
     assert ev["gpustack_node_remove_etcd_host"] == "cp2" and ev["gpustack_node_remove_nodes"] == ["cp1"]
     lines = nr.describe(cp, nr.RemoveOptions(("cp1",)))
-    assert lines[0] == "node cp1 (10.0.0.10, control-plane): Ready, kubelet v1.36.4"
+    assert lines[0] == f"node cp1 (10.0.0.10, control-plane): Ready, kubelet v{pins.KUBERNETES['1.36']}"
     assert any(line.startswith("etcd: the member of cp1 removed") for line in lines)
 
 

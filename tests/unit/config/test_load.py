@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from gpustack.config import pins
 from gpustack.config.load import env_overrides, load
 from gpustack.errors import ConfigError
 
@@ -42,7 +43,7 @@ def test_good_config_loads_with_defaults(tmp_path: Path) -> None:
     assert str(cfg.cluster.pod_cidr) == "10.244.0.0/16"
     assert str(cfg.cluster.service_cidr) == "10.96.0.0/12"
     assert str(cfg.cluster.api_service_ip) == "10.96.0.1"
-    assert cfg.versions.kubernetes == "1.36.4"
+    assert cfg.versions.kubernetes == pins.KUBERNETES["1.36"]
     assert loaded.provenance["nodes"] == "file"
 
 
@@ -147,7 +148,7 @@ def test_readable_ssh_key_is_fine(tmp_path: Path) -> None:
 def test_unknown_kubernetes_version(tmp_path: Path) -> None:
     msg = err(tmp_path, GOOD + "versions:\n  kubernetes: '1.29'\n")
     assert "gpustack.yaml:8: versions.kubernetes: unknown Kubernetes version '1.29'" in msg
-    assert "1.36 (1.36.4)" in msg
+    assert f"1.36 ({pins.KUBERNETES['1.36']})" in msg
 
 
 def test_unpinned_kubernetes_patch(tmp_path: Path) -> None:
@@ -157,7 +158,7 @@ def test_unpinned_kubernetes_patch(tmp_path: Path) -> None:
 
 def test_kubernetes_minor_resolves_to_pin(tmp_path: Path) -> None:
     cfg = load(write(tmp_path, GOOD + "versions:\n  kubernetes: '1.35'\n"), environ={}, cwd=tmp_path).config
-    assert cfg.versions.kubernetes == "1.35.8" and cfg.versions.kubernetes_minor == "1.35"
+    assert cfg.versions.kubernetes == pins.KUBERNETES["1.35"] and cfg.versions.kubernetes_minor == "1.35"
 
 
 def test_unpinned_helm_needs_checksum(tmp_path: Path) -> None:
@@ -207,7 +208,7 @@ def test_flags_override_env(tmp_path: Path) -> None:
         flags={"versions": {"kubernetes": "1.35"}},
         cwd=tmp_path,
     )
-    assert loaded.config.versions.kubernetes == "1.35.8"
+    assert loaded.config.versions.kubernetes == pins.KUBERNETES["1.35"]
     assert loaded.provenance["versions.kubernetes"] == "flag"
 
 

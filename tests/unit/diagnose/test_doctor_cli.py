@@ -45,7 +45,7 @@ def admin_conf(api: FakeKubeAPI, state: Path) -> Path:
 
 def cli_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     """A clean environment (no $KUBECONFIG, HOME in tmp_path); PYTHONPATH kept so the CLI runs this checkout."""
-    keep = {k: os.environ[k] for k in ("PYTHONPATH",) if k in os.environ}
+    keep = {k: os.environ[k] for k in ("PYTHONPATH", "GPUSTACK_TODAY") if k in os.environ}
     return {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "GPUSTACK_STATE_DIR": str(tmp_path / "state"),
             "NO_COLOR": "1", "COLUMNS": "250", **keep, **extra}  # fmt: skip
 
