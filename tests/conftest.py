@@ -6,11 +6,19 @@ CI everything they need is installed, so a skip there means a test silently did 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
 from tests import realbin
 from tests.realbin import RealBins
+
+# Every `python -m gpustack` a test starts runs this checkout, whatever else is installed: an editable
+# install made from another clone (or its force-included gpustack/_data) must not shadow it.
+REPO_ROOT = str(Path(__file__).resolve().parent.parent)
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [REPO_ROOT, *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != REPO_ROOT]]
+)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

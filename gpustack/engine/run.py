@@ -29,11 +29,11 @@ from gpustack.engine.lock import cluster_lock
 from gpustack.engine.options import RunOptions
 from gpustack.engine.plan import CommandPlan, targets
 from gpustack.engine.progress import print_summary, report_preflight
-from gpustack.engine.records import finish_record, run_record, write_json
+from gpustack.engine.records import finish_record, run_record
 from gpustack.engine.stages import ansible_stages, host_key_gate, run_preflight
 from gpustack.engine.steps import Guard, RunResult, StageSummary, StepContext, StepFn
 from gpustack.errors import GpustackError, Interrupted
-from gpustack.paths import new_run_dir
+from gpustack.paths import new_run_dir, write_json
 from gpustack.runners import pinned_collections, sshmux
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gpustack.errors import StageError
+from gpustack.paths import make_tree_private
 
 SSH_ARGS = "-o ControlMaster=auto -o ControlPersist=60s -o ServerAliveInterval=15"
 
@@ -317,7 +318,13 @@ def run_playbook(
         return time.monotonic() - asked["at"] > GRACE_SECONDS + 5
 
     kwargs["cancel_callback"] = poll
-    runner = ansible_runner.run(**kwargs, event_handler=tracker.handle)
+    try:
+        runner = ansible_runner.run(**kwargs, event_handler=tracker.handle)
+    finally:
+        # ansible-runner writes its artifacts (stdout, events, the playbook's output) with the
+        # caller's umask: private, whatever it was (the umask itself is left alone, as Ansible
+        # passes it to the tasks it runs on a local-connection node)
+        make_tree_private(private)
     artifact_dir = Path(kwargs["private_data_dir"]) / "artifacts" / kwargs["ident"]
     return PlaybookResult(
         rc=int(runner.rc if runner.rc is not None else 1),

@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 from types import FrameType
 
+from gpustack.paths import write_file
 from gpustack.runners import sshmux
 
 PR_SET_PDEATHSIG = 1
@@ -89,7 +90,7 @@ def main(real: str, parent: int, pidfile: str, args: list[str]) -> int:
     if os.getppid() != parent:  # the parent died before the kernel could be asked to tell us
         return 143
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
-    Path(pidfile).write_text(f"{os.getpid()}\n", encoding="utf-8")
+    write_file(Path(pidfile), f"{os.getpid()}\n")
     child = subprocess.Popen([real, *args])
 
     def stop(signum: int, frame: FrameType | None) -> None:
@@ -132,15 +133,15 @@ def real_playbook_binary() -> str:
 def write_guard(directory: Path, *, real: str | None = None, parent: int | None = None) -> Path:
     """Write the guard (named ``ansible-playbook``) for one run into ``directory`` (0700)."""
     path = directory / "ansible-playbook"
-    path.write_text(
+    write_file(
+        path,
         f"#!{sys.executable}\n"
         "import sys\n"
         "from gpustack.runners.guard import main\n"
         f"sys.exit(main({real or real_playbook_binary()!r}, {parent or os.getpid()}, "
         f"{str(directory / PIDFILE)!r}, sys.argv[1:]))\n",
-        encoding="utf-8",
+        mode=0o700,
     )
-    path.chmod(0o700)
     return path
 
 
