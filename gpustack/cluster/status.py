@@ -255,6 +255,27 @@ def last_run(cluster: str, root: Path | None = None) -> dict[str, Any] | None:
     return None
 
 
+def kubelets_at(nodes: Sequence[NodeStatus], version: str) -> list[str]:
+    """The nodes whose kubelet runs ``version`` (pure): what the cluster says, whatever a record says."""
+    return [n.name for n in nodes if n.kubelet.lstrip("v") == version.lstrip("v")]
+
+
+def upgrade_line(upgrade: dict[str, Any]) -> str:
+    """One line for an upgrade record (pure): its state, the nodes its record counts done and, when
+    the API answered, the nodes whose kubelet runs the target (a run interrupted between a node's
+    upgrade and its record counts it only there)."""
+    turns: dict[str, Any] = upgrade.get("nodes") or {}
+    done = sum(1 for v in turns.values() if isinstance(v, dict) and v.get("status") == "done")
+    state = str(upgrade.get("status"))
+    line = f"upgrade {upgrade.get('from')} -> {upgrade.get('to')}: {state}, {done}/{len(turns)} node(s) done"
+    running = upgrade.get("kubelet_at_target")
+    if isinstance(running, list) and len(running) != done:
+        line += f" ({len(running)}/{len(turns)} run kubelet {upgrade.get('to')})"
+    if state != "done":
+        line += f"; `gpustack upgrade --to {upgrade.get('to')}` continues it"
+    return line + (f" ({upgrade['error']})" if upgrade.get("error") else "")
+
+
 def upgrade_record(cfg: Config, root: Path | None = None) -> dict[str, Any] | None:
     """This machine's upgrade.json; a ``running`` one whose run is gone reads ``interrupted``."""
     record = read_progress(progress_path(cfg))
@@ -281,6 +302,8 @@ def gather(cfg: Config, kube: Kube | None, error: str | None = None) -> Status:
         out.reachable = True
         node_objs = kube.list_objects("v1", "Node")
         out.nodes, out.not_joined = node_status(node_objs, cfg, out.api_server)
+        if out.upgrade and out.upgrade.get("to"):
+            out.upgrade["kubelet_at_target"] = kubelets_at(out.nodes, str(out.upgrade["to"]))
         out.releases = releases(kube, cfg)
         out.today, out.support = support_warnings(node_objs, out.releases, cfg)
     except ClusterUnreachableError as exc:
@@ -338,13 +361,7 @@ def print_status(s: Status, console: Console) -> None:
     else:
         console.print("last run: none from this machine", markup=False)
     if upgrade:
-        turns: dict[str, Any] = upgrade.get("nodes") or {}
-        done = sum(1 for v in turns.values() if isinstance(v, dict) and v.get("status") == "done")
-        state = str(upgrade.get("status"))
-        line = f"upgrade {upgrade.get('from')} -> {upgrade.get('to')}: {state}, {done}/{len(turns)} node(s) done"
-        if state != "done":
-            line += f"; `gpustack upgrade --to {upgrade.get('to')}` continues it"
-        console.print(line + (f" ({upgrade['error']})" if upgrade.get("error") else ""), markup=False)
+        console.print(upgrade_line(upgrade), markup=False)
 
 
 def exit_code(s: Status) -> int:

@@ -33,6 +33,8 @@ class AnsibleSettings:
     #: collection roots ansible-playbook searches, in order (gpustack.runners.pinned_collections);
     #: empty: ansible-core's own defaults
     collections_path: tuple[Path, ...] = ()
+    #: this run's own SSH control directory (gpustack.runners.sshmux); None: Ansible's default
+    control_dir: Path | None = None
 
 
 def ansible_env(settings: AnsibleSettings) -> dict[str, str]:
@@ -56,6 +58,9 @@ def ansible_env(settings: AnsibleSettings) -> dict[str, str]:
         "ANSIBLE_LOCALHOST_WARNING": "False",
         "ANSIBLE_INVENTORY_UNPARSED_WARNING": "False",
     }
+    if settings.control_dir is not None:
+        # the run's ControlMaster sockets where the run (and the guard) can end them: see runners/sshmux.py
+        env["ANSIBLE_SSH_CONTROL_PATH_DIR"] = str(settings.control_dir)
     if settings.collections_path:
         # exactly the roots the engine checked the pinned collections in; no ansible.cfg or sys.path adds others
         env["ANSIBLE_COLLECTIONS_PATH"] = os.pathsep.join(str(p) for p in settings.collections_path)

@@ -146,8 +146,32 @@ def test_gather_reads_nodes_releases_and_local_records(
     assert rel["gpu-operator"].chart_version == "v0.0.1" and "upgrade --components" in rel["gpu-operator"].note
     assert s.last_run is not None and (s.last_run["command"], s.last_run["result"]) == ("upgrade", "failed")
     assert s.upgrade is not None and s.upgrade["status"] == "failed"
+    assert s.upgrade["kubelet_at_target"] == ["cp1", "old"], "what the nodes run, beside the record"
     assert "values are never shown" not in json.dumps(s.to_json())
     assert status.exit_code(s) == 0
+
+
+def test_an_upgrade_line_counts_the_record_and_the_kubelets() -> None:
+    """A run interrupted between a node's upgrade and its record: the record says 1 of 3, the
+    cluster 2 of 3 (the issue's "1/3 done while two nodes were upgraded")."""
+    record: dict[str, Any] = {
+        "from": "1.35.8",
+        "to": "1.36.4",
+        "status": "interrupted",
+        "nodes": {"cp1": {"status": "done"}, "w1": {"status": "pending"}, "w2": {"status": "pending"}},
+    }
+    line = status.upgrade_line({**record, "kubelet_at_target": ["cp1", "w1"]})
+    assert line == (
+        "upgrade 1.35.8 -> 1.36.4: interrupted, 1/3 node(s) done (2/3 run kubelet 1.36.4); "
+        "`gpustack upgrade --to 1.36.4` continues it"
+    )
+    assert "run kubelet" not in status.upgrade_line({**record, "kubelet_at_target": ["cp1"]}), "they agree"
+    assert "run kubelet" not in status.upgrade_line(record), "the API did not answer: the record alone"
+    nodes = [
+        status.NodeStatus("cp1", [], True, True, "v1.36.4", True),
+        status.NodeStatus("w1", [], True, True, "v1.35.8", True),
+    ]
+    assert status.kubelets_at(nodes, "1.36.4") == ["cp1"]
 
 
 def test_a_run_that_was_killed_is_not_shown_as_running(tmp_path: Path) -> None:

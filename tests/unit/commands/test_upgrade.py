@@ -58,10 +58,12 @@ class Engine:
         self.extravars: dict[str, Any] = {}
         self.progress_seen: dict[str, Any] | None = None
         self.fail_at: str | None = None
-        monkeypatch.setattr(engine_run, "run_preflight", lambda plan, cfg, opts, run_dir, console: (host_facts, []))
+        monkeypatch.setattr(
+            engine_run, "run_preflight", lambda plan, cfg, opts, run_dir, console, **kw: (host_facts, [])
+        )
         monkeypatch.setattr(engine_run, "ansible_stages", self.ansible)
 
-    def ansible(self, plan_: CommandPlan, stages: list[Stage], cfg: Config, opts: Any, *a: Any) -> Any:
+    def ansible(self, plan_: CommandPlan, stages: list[Stage], cfg: Config, opts: Any, *a: Any, **kw: Any) -> Any:
         self.ran += [s.id for s in stages]
         self.extravars = dict(opts.extravars)
         self.cfg_version = cfg.versions.kubernetes

@@ -277,6 +277,7 @@ def test_playbook_run_is_limited_to_trusted_nodes_and_reports_failures(
 
     def fake_run(kwargs: dict[str, Any], tracker: ar.StageTracker) -> ar.PlaybookResult:
         calls.append(kwargs)
+        assert Path(kwargs["envvars"]["ANSIBLE_SSH_CONTROL_PATH_DIR"]).is_dir(), "its own SSH control directory"
         facts_dir = Path(kwargs["extravars"]["gpustack_facts_dir"])
         facts_dir.mkdir(parents=True, exist_ok=True)
         (facts_dir / "cp1.json").write_text(json.dumps(facts()))
@@ -293,6 +294,7 @@ def test_playbook_run_is_limited_to_trusted_nodes_and_reports_failures(
     assert snap.errors["hosts:w1"].endswith("sudo: a password is required")
     assert snap.errors["hosts:w2"] == "unknown SSH host key"
     assert not Path(calls[0]["private_data_dir"]).exists(), "the private temp dir is removed"
+    assert not Path(calls[0]["envvars"]["ANSIBLE_SSH_CONTROL_PATH_DIR"]).exists(), "and its SSH control directory"
 
 
 @pytest.mark.parametrize("junk", [[], "x", {"metadata": [], "spec": {"template": []}}, {"spec": {"driver": 3}}])
