@@ -44,6 +44,18 @@ def mig_on(labels: dict[str, Any]) -> bool:
     return isinstance(value, str) and value not in ("", mig.ALL_DISABLED, mig.ALL_ENABLED)
 
 
+def shared_nodes(snap: Snapshot) -> set[str]:
+    """Nodes whose nvidia.com/gpu allocatable is not one per physical GPU: MIG on, or time-sliced / MPS (GFD's
+    ``nvidia.com/gpu.sharing-strategy``, k8s-device-plugin v0.20.0 internal/lm/resource.go)."""
+    out = set()
+    for node in snap.items("Node"):
+        meta = node.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        if isinstance(labels, dict) and (mig_on(labels) or str(labels.get(SHARING_STRATEGY) or "none") != "none"):
+            out.add(str(meta.get("name") or ""))
+    return out
+
+
 def configmaps(snap: Snapshot) -> dict[str, dict[str, Any]]:
     """Name -> ``data`` of the ConfigMaps collected in the operator's namespace."""
     return {name_of(c): as_dict(c.get("data")) for c in items(snap, "ConfigMap")
