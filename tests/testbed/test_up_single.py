@@ -140,8 +140,12 @@ def test_single_node_up_with_doubles_converges(
     calls = doubles_log(host.sudo("cat /var/log/gpustack-doubles/kubeadm.log", check=True).stdout)
     assert len([c for c in calls if c[:1] == ["init"]]) == 1
 
-    # the run directory keeps the full event log
-    run_dir = second.last_run_dir()
-    assert (run_dir / "ansible" / "artifacts" / "site" / "job_events").is_dir()
+    # the run directory keeps the full event log: the first run's stages; the converged run started
+    # no stage playbook (nothing to do), only the preflight's
+    first_dir, run_dir = sorted((state / "runs").iterdir())[-2:]
+    assert (first_dir / "ansible" / "artifacts" / "site" / "job_events").is_dir()
+    assert run_dir == second.last_run_dir()
+    assert (run_dir / "ansible-preflight" / "artifacts" / "preflight" / "job_events").is_dir()
+    assert not (run_dir / "ansible").exists()
     facts = json.loads((run_dir / "facts" / f"{host.name}.json").read_text())
     assert facts["kubernetes"]["gpustack_marker"]
