@@ -71,6 +71,10 @@ ANN_QUARANTINED_BY = f"{LABEL_PREFIX}/quarantined-by"
 ANN_QUARANTINED_AT = f"{LABEL_PREFIX}/quarantined-at"
 ANN_QUARANTINE_REASON = f"{LABEL_PREFIX}/quarantine-reason"
 ANN_QUARANTINE_POLICY = f"{LABEL_PREFIX}/quarantine-policy"
+#: label on a quarantined node: what it needs (reset, reboot, rma: gpustack/templates/health/xid-policy.yaml), and the
+#: node's boot ID at the quarantine (a reboot- or rma-class release needs a new one)
+QUARANTINE_ACTION_LABEL = f"{LABEL_PREFIX}/quarantine-action"
+ANN_QUARANTINE_BOOT_ID = f"{LABEL_PREFIX}/quarantine-boot-id"
 #: set by `node remove`'s drain on a node it cordoned (value: the command), so a failed or interrupted
 #: removal uncordons only its own cordon: a node someone else cordoned (a quarantine included) stays so
 ANN_DRAIN_CORDONED_BY = f"{LABEL_PREFIX}/cordoned-by"
@@ -79,6 +83,8 @@ ANN_CORDONED_BY_GPUSTACK = f"{LABEL_PREFIX}/cordoned-by-gpustack"
 #: the last release (kept after the quarantine annotations are removed; the evaluator's baseline)
 ANN_RELEASED_AT = f"{LABEL_PREFIX}/released-at"
 ANN_RELEASED_BY = f"{LABEL_PREFIX}/released-by"
+#: the last-XID gauge per GPU at the release (JSON {UUID: code}): those codes no longer count on the node
+ANN_RELEASED_LAST_XIDS = f"{LABEL_PREFIX}/released-last-xids"
 #: the last `gpustack diag` result on a node (JSON: level, result, at, job); release reads it
 ANN_DIAG_RESULT = f"{LABEL_PREFIX}/diag-result"
 #: the circuit breaker's ledger (a ConfigMap in SYSTEM_NAMESPACE, updated with resourceVersion checks)

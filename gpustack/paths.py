@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
 import shutil
-from collections.abc import Mapping
+import stat
+import tempfile
+from collections.abc import Iterator, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 
-from gpustack.errors import ConfigError
+from gpustack.errors import ConfigError, UsageError
 
 _PKG = Path(__file__).resolve().parent
 
@@ -69,6 +73,123 @@ def ensure_private_dir(path: Path) -> Path:
             hint="GPUSTACK_STATE_DIR moves gpustack's state directory (docs/configuration.md)",
         ) from None
     return path
+
+
+#: the mode of every file gpustack writes under its state (and of what it writes for you that may
+#: hold cluster details: snapshots, support bundles), whatever the umask
+PRIVATE = 0o600
+
+
+def current_umask() -> int:
+    """The process umask, read without changing it where the kernel says it (/proc, Linux 4.7+)."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text(encoding="ascii").splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    old = os.umask(0o077)
+    os.umask(old)
+    return old
+
+
+def _mode(mode: int | None) -> int:
+    return (0o666 & ~current_umask()) if mode is None else mode
+
+
+@contextlib.contextmanager
+def replacing(path: Path, *, mode: int | None = PRIVATE) -> Iterator[Path]:
+    """A new file beside ``path`` with an explicit ``mode`` (see :func:`write_file`), for a library
+    that writes by file name (paramiko's known_hosts): renamed over ``path`` when the block ends
+    without an error, removed otherwise."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.fchmod(fd, _mode(mode))
+        os.close(fd)
+        yield Path(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def write_file(path: Path, data: bytes | str, *, mode: int | None = PRIVATE) -> Path:
+    """The one way gpustack writes a file: atomically and with an explicit ``mode``.
+
+    The data goes to a new file beside ``path`` (a random name created with O_EXCL|O_NOFOLLOW, so
+    never through a link someone placed there), its mode is set with fchmod (which the umask does
+    not touch: 0600 stays 0600 under umask 000), then it is renamed over ``path`` (which replaces a
+    link at ``path`` itself and never writes through it). ``mode=None``: what a new file gets
+    from the umask (0666 less the umask), for files written for the user (``render --out``)."""
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.fchmod(fd, _mode(mode))
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(raw)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def write_json(path: Path, data: object, *, mode: int | None = PRIVATE) -> Path:
+    """``data`` as indented JSON (see :func:`write_file`; private by default)."""
+    return write_file(path, json.dumps(data, indent=2, default=str) + "\n", mode=mode)
+
+
+def check_input_file(path: Path, flag: str) -> Path:
+    """A file the user named to be read (``--kubeconfig FILE``): a UsageError (exit 2) naming the
+    flag, the path and what is wrong with it (missing, a directory, unreadable)."""
+    where = f"{flag} {path}" if flag else str(path)
+    p = path.expanduser()
+    if p.is_dir():
+        raise UsageError(f"{where}: is a directory, not a file")
+    if not p.exists():
+        raise UsageError(f"{where}: no such file")
+    if not p.is_file():
+        raise UsageError(f"{where}: not a regular file")
+    if not os.access(p, os.R_OK):
+        raise UsageError(f"{where}: not readable (permission denied)")
+    return p
+
+
+def check_output_path(path: Path, flag: str) -> None:
+    """Refuse, before any work, a file the user named (``--save FILE``) that cannot be written: a
+    UsageError (exit 2) naming the flag and the path."""
+    where = f"{flag} {path}" if flag else str(path)
+    if path.is_dir():
+        raise UsageError(f"{where}: is a directory", hint="name a file")
+    parent = path.parent
+    if not parent.is_dir():
+        why = "is not a directory" if parent.exists() else "does not exist"
+        raise UsageError(f"{where}: directory {parent} {why}", hint=f"create it first (mkdir -p {parent})")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"{where}: directory {parent} is not writable", hint="choose a directory you can write to")
+
+
+def write_output(path: Path, data: bytes | str, *, flag: str, mode: int | None = None) -> Path:
+    """A file the user named on the command line (``--save FILE``; ``mode=None``: as the umask
+    says): a problem with the path is a UsageError (exit 2) that names the flag and the path."""
+    check_output_path(path, flag)
+    try:
+        return write_file(path, data, mode=mode)
+    except OSError as exc:
+        where = f"{flag} {path}" if flag else str(path)
+        raise UsageError(f"{where}: cannot write: {exc.strerror or exc}") from None
+
+
+def make_tree_private(root: Path) -> None:
+    """Take group and other permissions off everything under ``root`` (what a tool gpustack runs
+    wrote there with the caller's umask: ansible-runner's artifacts). Links are not followed."""
+    for base, dirs, files in os.walk(root):
+        for name in dirs + files:
+            p = os.path.join(base, name)
+            with contextlib.suppress(OSError):
+                st = os.lstat(p)
+                if not stat.S_ISLNK(st.st_mode) and st.st_mode & 0o077:
+                    os.chmod(p, stat.S_IMODE(st.st_mode) & ~0o077)
 
 
 DEFAULT_KEEP_RUNS = 20

@@ -6,11 +6,25 @@ CI everything they need is installed, so a skip there means a test silently did 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
 from tests import realbin
 from tests.realbin import RealBins
+
+#: Support horizons (gpustack/config/support.py) are judged against this day in every test, so a verdict does not
+#: change as the calendar moves (a test that wants another day sets GPUSTACK_TODAY itself). scripts/pins_report.py
+#: judges the pins against the real day: that is where the calendar is watched.
+TODAY = "2026-11-26"
+os.environ.setdefault("GPUSTACK_TODAY", TODAY)
+
+# Every `python -m gpustack` a test starts runs this checkout, whatever else is installed: an editable
+# install made from another clone (or its force-included gpustack/_data) must not shadow it.
+REPO_ROOT = str(Path(__file__).resolve().parent.parent)
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [REPO_ROOT, *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != REPO_ROOT]]
+)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -27,5 +41,5 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 @pytest.fixture(scope="session")
 def real_bins() -> RealBins:
-    """The real helm (v4.2) and kubectl (v1.36) binaries (tests/realbin)."""
+    """The real helm (v4.3) and kubectl (v1.36) binaries (tests/realbin)."""
     return realbin.real_bins()

@@ -37,11 +37,16 @@ def containerd_version(ctx: Context) -> Finding:
                 "archive in /usr/local/bin and its unit takes over (the package stays installed, unused)",
                 f"containerd --version: {found}",
             )
+        advice = pins.containerd_recommendation(v.containerd, kl.minor)
         return host_finding(
             ctx,
             "P18-containerd",
-            "pass",
-            f"containerd {v.containerd} from the release archive" + (f" (found {found})" if found else ""),
+            "warn" if advice else "pass",
+            f"containerd {v.containerd} from the release archive"
+            + (f" (found {found})" if found else "")
+            + (f": {advice}" if advice else ""),
+            f"versions.containerd: {v.containerd}" if advice else "",
+            f"versions.containerd: {pins.CONTAINERD_VERSION} (the pin)" if advice else "",
         )
     # the distribution's package: the host's own containerd must be new enough
     release = _os(ctx)
@@ -55,6 +60,13 @@ def containerd_version(ctx: Context) -> Finding:
     else:
         return host_finding(ctx, "P18-containerd", "fail", "unknown OS: cannot tell which containerd its archive ships")
     if ok:
+        advice = (
+            pins.containerd_recommendation(found.split(" ")[0], kl.minor) if evidence.startswith("containerd") else ""
+        )
+        if advice:
+            return host_finding(ctx, "P18-containerd", "warn", f"distribution containerd {found} runs Kubernetes "
+                                f"{kl.minor}, but {advice}", evidence,
+                                "set versions.containerd_source: release (upstream containerd, checksummed)")  # fmt: skip
         return host_finding(
             ctx, "P18-containerd", "pass", f"distribution containerd {found} satisfies Kubernetes {kl.minor}"
         )

@@ -75,16 +75,19 @@ def cgroup_v2(facts: Facts, minor: str) -> Verdict:
 
 
 def containerd_for_kubelet(containerd: str, minor: str) -> Verdict:
-    """The installed containerd against what the kubelet's minor needs (2.0 from 1.36)."""
+    """The installed containerd against what the kubelet's minor needs (2.0 from 1.36: fail below it) and what
+    containerd recommends for it (containerd RELEASES.md, one floor per branch: warn outside it)."""
     need = pins.kubernetes_line(minor).containerd_min
-    if pins.at_least(containerd, need):
-        return Verdict("pass", f"containerd {containerd} satisfies Kubernetes {minor}")
-    return Verdict(
-        "fail", f"containerd {containerd} is too old for Kubernetes {minor} (needs {need} or newer)",
-        f"containerd --version: {containerd}; kubelet {minor}",
-        f"gpustack up --only containerd   (installs containerd {pins.CONTAINERD_VERSION} from the release archive, "
-        "sha256-verified; versions.containerd_source: release)",
-    )  # fmt: skip
+    fix = (f"gpustack up --only containerd   (installs containerd {pins.CONTAINERD_VERSION} from the release archive, "
+           "sha256-verified; versions.containerd_source: release)")  # fmt: skip
+    evidence = f"containerd --version: {containerd}; kubelet {minor}"
+    if not pins.at_least(containerd, need):
+        return Verdict("fail", f"containerd {containerd} is too old for Kubernetes {minor} (needs {need} or newer)",
+                       evidence, fix)  # fmt: skip
+    advice = pins.containerd_recommendation(containerd, minor)
+    if advice:
+        return Verdict("warn", f"containerd {containerd} runs Kubernetes {minor}, but {advice}", evidence, fix)
+    return Verdict("pass", f"containerd {containerd} satisfies Kubernetes {minor}")
 
 
 def containerd_config(containerd: str, config_version: int | None) -> Verdict:

@@ -29,6 +29,8 @@ CLUSTER_PORTS: tuple[tuple[int, str, str], ...] = (
     (2379, "tcp", "etcd"),
     (2380, "tcp", "etcd peer"),
     (8472, "udp", "Flannel VXLAN"),
+    # flanneld's health endpoint from Flannel 0.28.9 (hostNetwork, 0.0.0.0): taken, flanneld panics and crash-loops
+    (pins.FLANNEL_HEALTHZ_PORT, "tcp", "Flannel health (flanneld --healthz-port)"),
 )
 KUBE_PROCESSES = {
     "kube-apiserver",

@@ -6,10 +6,13 @@ it is registered here with one line. Shared option types and helpers are in ``gp
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import os
 import signal
 import sys
 from types import FrameType
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -33,7 +36,41 @@ from gpustack.cli import diag as diag_cmd
 from gpustack.cli import health as health_cmd
 from gpustack.cli import report as report_cmd
 from gpustack.console import Console
-from gpustack.errors import GpustackError, Interrupted
+from gpustack.errors import GpustackError, Interrupted, UsageError
+
+
+def _help_as_users_read_it() -> None:
+    """Two things of Typer's help text that the CLI's rules (docs/commands.md, "Rules every command
+    keeps") do not allow: an argument's Python type beside its name (``NODE <str>``, ``FILE <path>``:
+    a user reads the metavar alone, as for options), and words broken at a hyphen or in the middle
+    when a line wraps (``node-`` / ``remove``, ``control-`` / ``plane``: stage ids and flags are copied
+    from the help). Both are switched off here, once, for the help of every command."""
+    import importlib
+
+    from typer.core import TyperArgument
+
+    if hasattr(TyperArgument, "display_type_rich"):
+        TyperArgument.display_type_rich = lambda self, ctx: None  # type: ignore[method-assign]
+    for name in ("typer._click._textwrap", "click._textwrap"):
+        try:
+            module: Any = importlib.import_module(name)
+        except ImportError:
+            continue
+        base = module.TextWrapper
+        if getattr(base, "keeps_words_whole", False):
+            return
+
+        class WholeWords(base):  # type: ignore[misc,valid-type]
+            keeps_words_whole = True
+
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                super().__init__(*args, **{**kwargs, "break_on_hyphens": False, "break_long_words": False})
+
+        module.TextWrapper = WholeWords
+        return
+
+
+_help_as_users_read_it()
 
 app = typer.Typer(
     name="gpustack",
@@ -59,7 +96,9 @@ def _print_version(value: bool) -> None:
 def _root(
     version: Annotated[
         bool,
-        typer.Option("--version", is_eager=True, callback=_print_version, help="print gpustack's version and exit"),
+        typer.Option(
+            "--version", "-V", is_eager=True, callback=_print_version, help="print gpustack's version and exit"
+        ),
     ] = False,
 ) -> None:
     """Fresh Ubuntu/Debian GPU servers -> a monitored Kubernetes GPU cluster, proven to work."""
@@ -88,19 +127,143 @@ def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
     raise Interrupted("interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}")
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Run the CLI. Typer/click handle usage errors (exit 2) and --help; gpustack errors are
-    mapped here, in one place, to their exit codes with a message and a hint, never a traceback.
-
-    Ctrl-C and SIGTERM raise :class:`Interrupted` (click would turn a KeyboardInterrupt into
-    "Aborted!" and exit 1): exit 130 with what was interrupted and how to resume."""
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, _raise_interrupted)
+def _click_exceptions() -> Any:
+    """click's exceptions: Typer ships its own click from 0.20 on (typer._click), older Typers use click."""
     try:
-        app(args=argv, prog_name="gpustack")
+        from typer._click import exceptions
+    except ImportError:  # pragma: no cover - Typer < 0.20
+        from click import exceptions  # type: ignore[no-redef]
+    return exceptions
+
+
+#: confusions people make, explained with the did-you-mean of an unknown option
+KNOWN_CONFUSIONS = {"-o": "-o is --output (a format: table, json ...) wherever a command has one"}
+
+
+def did_you_mean(option: str, known: list[str], possibilities: list[str] | None = None) -> str | None:
+    """What an unknown option may have meant: click's close matches, else the one long option the
+    letter of a short option begins (``render -o`` -> ``--out``)."""
+    guesses = sorted(possibilities or [])
+    if not guesses and len(option) == 2 and option[0] == "-" and option[1] != "-":
+        longs = [o for o in known if o.startswith(f"--{option[1]}") and not o.startswith("--no-")]
+        guesses = longs if len(longs) == 1 else []
+    return " or ".join(guesses) or None
+
+
+def _usage_error(exc: Any) -> int:
+    """A click usage error (unknown option, bad value, missing option) said the gpustack way: one
+    message naming the flag (with a did-you-mean), and a hint: a known confusion, where the help is."""
+    x = _click_exceptions()
+    ctx = exc.ctx
+    hints: list[str] = []
+    message = exc.format_message().rstrip(".")
+    if isinstance(exc, x.NoSuchOption):
+        message = exc.message
+        known = [o for prm in ctx.command.params for o in (*prm.opts, *prm.secondary_opts)] if ctx else []
+        guess = did_you_mean(exc.option_name, known, getattr(exc, "possibilities", None))
+        message += f" (did you mean {guess}?)" if guess else ""
+        if exc.option_name in KNOWN_CONFUSIONS:
+            hints.append(KNOWN_CONFUSIONS[exc.option_name])
+    if ctx is not None:
+        hints.append(f"see `{ctx.command_path} --help`")
+    Console().error(message, "; ".join(hints) or None)
+    return 2
+
+
+def _os_error(exc: OSError) -> int:
+    """An OS error nothing else said: one line naming the file (or the output) and the reason."""
+    try:
+        sys.stdout.flush()
+        broken = exc.filename is None and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO)
+    except (OSError, ValueError):
+        broken = True  # stdout itself cannot be written: a full disk, a terminal gone
+    if broken:
+        _quiet_stdout()
+    what = "cannot write the output (standard output)" if broken else str(exc.filename or "error")
+    with contextlib.suppress(OSError):
+        Console().error(f"{what}: {exc.strerror or exc}")
+    return 1
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so that what is still buffered for a full disk or a closed pipe is
+    not written again (and reported again) when Python exits."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
+def _require_cwd() -> None:
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        raise UsageError(
+            "the current directory no longer exists (deleted or moved while this shell was in it)",
+            hint="cd to a directory that exists and run the command again",
+        ) from None
+
+
+def run(argv: list[str] | None = None) -> int:
+    """The command line, run: its exit code. Every error becomes one message and its code here
+    (docs/commands.md, "Rules every command keeps"): usage errors 2, GpustackError its own, an
+    interruption 130, an OS error nothing else caught (a full disk under stdout) 1."""
+    x = _click_exceptions()
+    try:
+        _require_cwd()
+        code = app(args=argv, prog_name="gpustack", standalone_mode=False)
+        sys.stdout.flush()
+        return code if isinstance(code, int) and not isinstance(code, bool) else 0
+    except x.NoArgsIsHelpError as exc:
+        exc.show()
+        return 2
+    except x.UsageError as exc:
+        return _usage_error(exc)
+    except typer.Abort:
+        Console().error("aborted: nothing was changed")
+        return 1
     except GpustackError as exc:
         Console().error(exc.message, exc.hint)
-        sys.exit(exc.exit_code)
+        return exc.exit_code
     except Interrupted as exc:
         Console().error(exc.message, exc.hint or "run the command again: every stage is idempotent and resumes safely")
-        sys.exit(Interrupted.exit_code)
+        return Interrupted.exit_code
+    except OSError as exc:
+        if exc.errno == errno.EPIPE:  # the reader went away (`gpustack version | head -1`)
+            _quiet_stdout()
+            return 141
+        return _os_error(exc)
+    except Exception as exc:
+        if not _is_api_answer(exc):
+            raise
+        # an answer no caller expected (a kubeconfig whose server is a web server, not an API server)
+        Console().error(
+            f"the Kubernetes API answered HTTP {exc.status} {exc.reason or ''}".rstrip(),  # type: ignore[attr-defined]
+            hint="check that the kubeconfig's server is the cluster's API server (kubectl get --raw /readyz)",
+        )
+        return 1
+
+
+def _is_api_answer(exc: BaseException) -> bool:
+    """A kubernetes client ApiException (the client is imported only by the commands that use it)."""
+    api = getattr(sys.modules.get("kubernetes.client.exceptions"), "ApiException", None)
+    return api is not None and isinstance(exc, api)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the CLI and exit with its code. Ctrl-C and SIGTERM raise :class:`Interrupted` (click
+    would turn a KeyboardInterrupt into "Aborted!" and exit 1): exit 130 with what was interrupted
+    and how to resume."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _raise_interrupted)
+    _own_bin_on_path()
+    sys.exit(run(argv))
+
+
+def _own_bin_on_path() -> None:
+    """The venv's bin directory first on PATH, as the launcher puts it: `gpustack` run through its
+    link in ~/.local/bin finds the tools installed beside it (ansible-playbook, ansible-galaxy)."""
+    own = os.path.dirname(sys.executable)
+    path = os.environ.get("PATH", os.defpath)
+    if own and own not in path.split(os.pathsep):
+        os.environ["PATH"] = f"{own}{os.pathsep}{path}"

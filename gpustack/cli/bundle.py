@@ -19,12 +19,12 @@ bundle_app = typer.Typer(help="Artifacts for air-gapped sites.", no_args_is_help
 @bundle_app.command("list")
 def list_(
     config: Annotated[
-        Path | None, typer.Option("--config", "-c", help="gpustack.yaml (default: the usual lookup)")
+        Path | None, typer.Option("--config", "-c", metavar="FILE", help="gpustack.yaml (default: the usual lookup)")
     ] = None,
     os_: Annotated[
-        str, typer.Option("--os", help="target OS as id-version, e.g. ubuntu-24.04 or debian-13")
+        str, typer.Option("--os", metavar="OS", help="target OS as id-version, e.g. ubuntu-24.04 or debian-13")
     ] = "ubuntu-24.04",
-    output: Annotated[str, typer.Option("--output", "-o", help="table or json")] = "table",
+    output: Annotated[str, typer.Option("--output", "-o", metavar="FORMAT", help="table or json")] = "table",
 ) -> None:
     """Print every artifact a run of this config needs on the chosen OS: files with sha256, apt
     packages, container images, chart archives."""
@@ -53,21 +53,31 @@ def list_(
 
 @bundle_app.command("create")
 def create(
-    out: Annotated[Path, typer.Option("--out", help="the bundle directory (created; a re-run resumes it)")],
+    out: Annotated[
+        Path, typer.Option("--out", metavar="DIR", help="the bundle directory (created; a re-run resumes it)")
+    ],
     config: ConfigOpt = None,
     os_: Annotated[
         list[str] | None,
-        typer.Option("--os", help="node OS release(s), id-version, repeated or comma-separated (default ubuntu-24.04)"),
+        typer.Option(
+            "--os",
+            metavar="OS,...",
+            help="node OS release(s), id-version, repeated or comma-separated (default ubuntu-24.04)",
+        ),
     ] = None,
     arch: Annotated[
-        list[str] | None, typer.Option("--arch", help="node architecture(s): amd64, arm64 (default amd64)")
+        list[str] | None,
+        typer.Option("--arch", metavar="ARCH,...", help="node architecture(s): amd64, arm64 (default amd64)"),
     ] = None,
     helm: Annotated[
-        Path | None, typer.Option("--helm", help="helm to pull and render charts with (default: gpustack's, PATH)")
+        Path | None,
+        typer.Option("--helm", metavar="FILE", help="helm to pull and render charts with (default: gpustack's, PATH)"),
     ] = None,
     kubeadm: Annotated[
         Path | None,
-        typer.Option("--kubeadm", help="kubeadm for its image list (default: from the bundle's kubeadm package)"),
+        typer.Option(
+            "--kubeadm", metavar="FILE", help="kubeadm for its image list (default: from the bundle's kubeadm package)"
+        ),
     ] = None,
     verbose: VerboseOpt = 0,
 ) -> None:

@@ -24,13 +24,19 @@ OUTPUTS = ("table", "json", "junit")
 def diag(
     node: Annotated[
         list[str] | None,
-        typer.Option("--node", "-n", help="only these nodes (comma-separated or repeated; default: every GPU node)"),
+        typer.Option(
+            "--node",
+            "-n",
+            metavar="NODE,...",
+            help="only these nodes (comma-separated or repeated; default: every GPU node)",
+        ),
     ] = None,
     level: Annotated[
         int | None,
         typer.Option(
             "--level",
             "-r",
+            metavar="LEVEL",
             min=1,
             max=4,
             help="dcgmi diag level: 1 quick (seconds), 2 medium (~2 min), 3 long (~15-30 min), 4 extended (hours)",
@@ -45,7 +51,12 @@ def diag(
     force: Annotated[bool, typer.Option("--force", help="level 3/4 even while GPU workloads run on the node")] = False,
     timeout: Annotated[
         int | None,
-        typer.Option("--timeout", min=10, help="dcgmi's timeout in seconds (default per level: 120, 600, 2700, 14400)"),
+        typer.Option(
+            "--timeout",
+            min=10,
+            metavar="SECONDS",
+            help="dcgmi's timeout in seconds (default per level: 120, 600, 2700, 14400)",
+        ),
     ] = None,
     output: OutputOpt = "table",
     save: SaveOpt = None,

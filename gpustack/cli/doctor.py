@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from gpustack.cli.diagnose import list_checks, run_diagnose
-from gpustack.cli.options import CheckArgs, check_options
+from gpustack.cli.options import CheckArgs, check_options, output_file_callback
 from gpustack.errors import UsageError
 
 
@@ -20,7 +20,13 @@ def doctor(
     ] = False,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="with --fix: apply without asking")] = False,
     bundle: Annotated[
-        Path | None, typer.Option("--bundle", help="write a support bundle (.tar.gz, secrets redacted) to FILE")
+        Path | None,
+        typer.Option(
+            "--bundle",
+            metavar="FILE",
+            callback=output_file_callback,
+            help="write a support bundle (.tar.gz, secrets redacted, 0600) to FILE",
+        ),
     ] = None,
 ) -> None:
     """Find known failures and say exactly how to fix them. Exit codes as for verify.

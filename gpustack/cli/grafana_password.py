@@ -16,9 +16,9 @@ def grafana_password(config: ConfigOpt = None, kubeconfig: KubeconfigOpt = None,
     gpustack's own cluster: the password `gpustack up` generated (kept 0600 in the state directory). Another
     cluster (--kubeconfig, $KUBECONFIG, ~/.kube/config), or no state file: the Secret that Grafana's Deployment
     reads GF_SECURITY_ADMIN_PASSWORD from, as `gpustack doctor` finds it. Exit 2 when there is no password to
-    find, 3 when the cluster cannot be reached."""
+    find (no state file and no kubeconfig, or a cluster without one), 3 when a cluster was asked and did not answer."""
     from gpustack.diagnose.collect_grafana import CredentialError, cluster_credentials, state_credentials
-    from gpustack.errors import ClusterUnreachableError, ConfigError
+    from gpustack.errors import ConfigError
     from gpustack.paths import grafana_password_path
     from gpustack.runners.kubeconfig import QUICK_TIMEOUT, KubeconfigNotFound, connect, resolve_kubeconfig
 
@@ -31,8 +31,8 @@ def grafana_password(config: ConfigOpt = None, kubeconfig: KubeconfigOpt = None,
     try:
         found = state_credentials(cfg, own=target is None or target.own)
         if found is None:
-            if target is None:
-                raise ClusterUnreachableError(
+            if target is None:  # nothing to ask: not found (2), not "unreachable" (3, nothing was tried)
+                raise ConfigError(
                     f"no Grafana password: no state file {grafana_password_path(cfg.cluster.name)}, and {no_kubeconfig}",
                     hint=HINT,
                 )

@@ -27,7 +27,7 @@ FLAG_OF = {"max_nodes_per_window": "--max-nodes", "max_percent_per_window": "--m
            "allocatable_hold": "--allocatable-hold"}  # fmt: skip
 
 health_app = typer.Typer(
-    help="GPU fault quarantine: evaluate the fatal-signal policy (dry run), --apply to cordon and taint, release NODE.",
+    help="GPU fault quarantine: evaluate the XID policy (dry run), --apply to quarantine, release NODE, show the policy.",
     invoke_without_command=True,
     no_args_is_help=False,
 )
@@ -36,22 +36,40 @@ InClusterOpt = Annotated[bool, typer.Option("--in-cluster", help="use the pod's 
 MaxNodesOpt = Annotated[
     int | None,
     typer.Option(
-        "--max-nodes", min=0, help="circuit breaker: new quarantines per window (remediation.max_nodes_per_window)"
+        "--max-nodes",
+        min=0,
+        metavar="N",
+        help="circuit breaker: new quarantines per window (remediation.max_nodes_per_window)",
     ),
 ]
 MaxPercentOpt = Annotated[
     float | None,
-    typer.Option("--max-percent", min=0.01, max=100, help="circuit breaker: % of the GPU nodes per window, rounded up"),
+    typer.Option(
+        "--max-percent",
+        min=0.01,
+        max=100,
+        metavar="PERCENT",
+        help="circuit breaker: % of the GPU nodes per window, rounded up",
+    ),
 ]
 WindowOpt = Annotated[
-    str | None, typer.Option("--window", help="circuit breaker window (remediation.window, default 1h)")
+    str | None,
+    typer.Option("--window", metavar="DURATION", help="circuit breaker window (remediation.window, default 1h)"),
 ]
-LookbackOpt = Annotated[str | None, typer.Option("--xid-lookback", help="how long a fatal XID counts (default 15m)")]
+LookbackOpt = Annotated[
+    str | None, typer.Option("--xid-lookback", metavar="DURATION", help="how long a fatal XID counts (default 15m)")
+]
 GrowthOpt = Annotated[
-    str | None, typer.Option("--rows-growth-window", help="window of the remapped-rows growth rule (default 1h)")
+    str | None,
+    typer.Option(
+        "--rows-growth-window", metavar="DURATION", help="window of the remapped-rows growth rule (default 1h)"
+    ),
 ]
 HoldOpt = Annotated[
-    str | None, typer.Option("--allocatable-hold", help="allocatable below capacity for this long (default 10m)")
+    str | None,
+    typer.Option(
+        "--allocatable-hold", metavar="DURATION", help="allocatable below capacity for this long (default 10m)"
+    ),
 ]
 
 
@@ -103,7 +121,8 @@ def health(
         bool, typer.Option("--apply", help="cordon and taint the nodes with a fatal GPU signal (default: dry run)")
     ] = False,
     node: Annotated[
-        list[str] | None, typer.Option("--node", "-n", help="only these GPU nodes (comma-separated or repeated)")
+        list[str] | None,
+        typer.Option("--node", "-n", metavar="NODE,...", help="only these GPU nodes (comma-separated or repeated)"),
     ] = None,
     output: OutputOpt = "table",
     save: SaveOpt = None,
@@ -121,10 +140,11 @@ def health(
 ) -> None:
     """Evaluate the GPU fault policy on every GPU node; --apply quarantines (cordon + taint gpustack.io/gpu-health=fatal:NoSchedule).
 
-    Dry run by default: prints what it would do. Signals: fatal XIDs, row-remap failure, uncorrectable remapped
-    rows growing, allocatable GPUs below capacity (docs/operations.md). A circuit breaker limits quarantines
-    per window. Exit 0: nothing left to do; 1: a node needs quarantine (dry run), was held by the breaker, or
-    could not be patched, or Prometheus could not be read; 2 usage; 3 unreachable."""
+    Dry run by default: prints what each node needs (nothing, an alert, or a quarantine until GPU reset,
+    until reboot, or for RMA) and what it would do. Signals: XIDs by NVIDIA's catalogue (`gpustack health
+    policy`), row-remap failure, allocatable GPUs below capacity (docs/operations.md). A circuit breaker
+    limits quarantines per window. Exit 0: nothing left to do; 1: a node needs quarantine (dry run), was held
+    by the breaker, or could not be patched, or a signal source is missing; 2 usage; 3 unreachable."""
     if ctx.invoked_subcommand is not None:
         return
     from gpustack.diagnose import report
@@ -153,18 +173,49 @@ def health(
     raise typer.Exit(report.exit_code(findings))
 
 
+@health_app.command("policy")
+def policy(
+    output: Annotated[str, typer.Option("--output", "-o", metavar="FORMAT", help="table or json")] = "table",
+) -> None:
+    """Print the XID policy: each XID's action (alert, reset, reboot, rma), the catalogue bucket and why.
+
+    The data is gpustack/templates/health/xid-policy.yaml (versioned, with its upstream sources); `-o json` lists every
+    XID with its mnemonic, the catalogue's and the legacy CSV's action."""
+    import json
+
+    from gpustack.errors import UsageError
+    from gpustack.health.xids import grouped, xid_policy
+
+    if output not in ("table", "json"):
+        raise UsageError(f"--output {output}: use table or json")
+    pol = xid_policy()
+    if output == "json":
+        typer.echo(json.dumps(pol.to_json(), indent=2))
+        return
+    console = console_for()
+    console.table(f"gpustack XID policy, version {pol.version}: actions", ["action", "the node needs", "how", "release needs"],
+                  [[f"{a.id}: {a.title}", a.needs, a.how, a.release or "-"] for a in sorted(pol.actions.values(), key=lambda a: a.rank)])  # fmt: skip
+    console.table("XIDs (NVIDIA's catalogue; -o json for every XID)", ["XID", "action", "catalogue", "why"],
+                  [list(row) for row in grouped(pol)])  # fmt: skip
+    console.table("other signals", ["rule", "source", "action", "why"],
+                  [[s.id, s.source, s.action, s.reason] for s in pol.signals])  # fmt: skip
+    sources = "; ".join(f"{k}: {v.get('repo')} {v.get('path')} @ {v.get('commit')}" for k, v in pol.sources.items())
+    console.print(f"sources: {sources}")
+
+
 @health_app.command("release")
 def release(
-    node: Annotated[str, typer.Argument(help="the quarantined node")],
+    node: Annotated[str, typer.Argument(metavar="NODE", help="the quarantined node")],
     yes: YesOpt = False,
     config: ConfigOpt = None,
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
     verbose: VerboseOpt = 0,
 ) -> None:
-    """Release a node gpustack quarantined: only after `gpustack diag --node NODE --level 2` passed since the quarantine.
+    """Release a node gpustack quarantined, once what its action demands is done: a passing `gpustack diag
+    --node NODE --level 2` since the quarantine, and for `reboot`/`rma` a reboot since (a new boot ID).
 
-    Removes gpustack's taint, label and annotations and uncordons the node only if gpustack cordoned it."""
+    Removes gpustack's taint, labels and annotations and uncordons the node only if gpustack cordoned it."""
     from gpustack.health.runner import HealthOptions, release_node
     from gpustack.runners.kubeconfig import cluster_client
 

@@ -11,7 +11,7 @@ from gpustack.cli.options import console_for
 
 
 def init(
-    path: Annotated[Path, typer.Argument(help="where to write the example")] = Path("gpustack.yaml"),
+    path: Annotated[Path, typer.Argument(metavar="FILE", help="where to write the example")] = Path("gpustack.yaml"),
     force: Annotated[bool, typer.Option("--force", help="overwrite an existing file")] = False,
 ) -> None:
     """Write a commented example gpustack.yaml."""

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from gpustack.cli.options import (
+    AcceptKeysOpt,
     ConfigOpt,
     VerboseOpt,
     YesOpt,
@@ -23,8 +24,9 @@ from gpustack.errors import UsageError
 
 node_app = typer.Typer(help="Add nodes to, or remove them from, a running cluster.", no_args_is_help=True)
 
-NamesArg = Annotated[list[str], typer.Argument(help="node name(s) from gpustack.yaml", show_default=False)]
-HostKeysOpt = Annotated[bool, typer.Option(help="trust and record SSH host keys seen for the first time")]
+NamesArg = Annotated[
+    list[str], typer.Argument(metavar="NODE", help="node name(s) from gpustack.yaml", show_default=False)
+]
 
 
 @node_app.command("add")
@@ -34,16 +36,23 @@ def add(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Ansible check mode: change nothing")] = False,
     no_verify: Annotated[bool, typer.Option("--no-verify", help="do not run `gpustack verify` afterwards")] = False,
     ignore_preflight: Annotated[
-        list[str] | None, typer.Option(help="preflight check ids/names to downgrade to warnings")
+        list[str] | None, typer.Option(metavar="ID,...", help="preflight check ids/names to downgrade to warnings")
     ] = None,
     yes: YesOpt = False,
-    accept_new_host_keys: HostKeysOpt = False,
+    accept_new_host_keys: AcceptKeysOpt = False,
     bundle: Annotated[
         Path | None,
-        typer.Option("--bundle", help="install the new nodes from this air-gapped bundle (as `gpustack up --bundle`)"),
+        typer.Option(
+            "--bundle",
+            metavar="DIR",
+            help="install the new nodes from this air-gapped bundle (as `gpustack up --bundle`)",
+        ),
     ] = None,
     bundle_listen: Annotated[
-        str | None, typer.Option("--bundle-listen", help="ADDRESS[:PORT] to serve the bundle on (default: port 8780)")
+        str | None,
+        typer.Option(
+            "--bundle-listen", metavar="ADDRESS[:PORT]", help="where to serve the bundle (default: port 8780)"
+        ),
     ] = None,
     verbose: VerboseOpt = 0,
 ) -> None:
@@ -80,13 +89,16 @@ def remove(
         typer.Option("--offline", help="the host is dead: drain and delete the node, do not contact the host"),
     ] = False,
     timeout: Annotated[
-        float, typer.Option("--timeout", help="seconds the drain may take before it gives up (and uncordons)")
+        float,
+        typer.Option(
+            "--timeout", metavar="SECONDS", help="seconds the drain may take before it gives up (and uncordons)"
+        ),
     ] = 300.0,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="check and show the drain preview (server-side dry run); change nothing")
     ] = False,
     yes: YesOpt = False,
-    accept_new_host_keys: HostKeysOpt = False,
+    accept_new_host_keys: AcceptKeysOpt = False,
     verbose: VerboseOpt = 0,
 ) -> None:
     """Take nodes out of the cluster: PodDisruptionBudgets checked with a server-side dry run before

@@ -27,11 +27,32 @@ from gpustack.errors import UsageError
 if typing.TYPE_CHECKING:
     from gpustack.config.model import Config
 
+
+def input_file_callback(ctx: typer.Context, param: typer.CallbackParam, value: Path | None) -> Path | None:
+    """A file to read, checked before the command starts (missing, a directory, unreadable: exit 2)."""
+    from gpustack.paths import check_input_file
+
+    if value is not None and not ctx.resilient_parsing:
+        check_input_file(value, param.opts[0])
+    return value
+
+
+def output_file_callback(ctx: typer.Context, param: typer.CallbackParam, value: Path | None) -> Path | None:
+    """A file to write, checked before the command starts: its directory exists and is writable
+    (exit 2 naming the flag, rather than a traceback after minutes of collecting)."""
+    from gpustack.paths import check_output_path
+
+    if value is not None and not ctx.resilient_parsing:
+        check_output_path(value, param.opts[0])
+    return value
+
+
 ConfigOpt = Annotated[
     Path | None,
     typer.Option(
         "--config",
         "-c",
+        metavar="FILE",
         help="gpustack.yaml (default: ./gpustack.yaml, $GPUSTACK_CONFIG, else this machine as a single node)",
     ),
 ]
@@ -157,22 +178,47 @@ CheckOpt = Annotated[
 IgnoreOpt = Annotated[list[str] | None, typer.Option("--ignore", metavar="ID,...", help="check ids to leave out")]
 #: -o is always --output, the report's format (as in kubectl); never a path
 OutputOpt = Annotated[str, typer.Option("--output", "-o", metavar="FORMAT", help="table, json or junit")]
-SaveOpt = Annotated[Path | None, typer.Option("--save", help="also write the report to FILE (.xml: JUnit, else JSON)")]
+SaveOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--save",
+        metavar="FILE",
+        callback=output_file_callback,
+        help="also write the report to FILE (.xml: JUnit, else JSON)",
+    ),
+]
 ListOpt = Annotated[bool, typer.Option("--list", help="list the checks (id, layer, what they read) and exit")]
 SnapInOpt = Annotated[
-    Path | None, typer.Option("--from-snapshot", help="analyse a saved snapshot instead of the cluster")
+    Path | None,
+    typer.Option(
+        "--from-snapshot",
+        metavar="FILE",
+        callback=input_file_callback,
+        help="analyse a saved snapshot (--save-snapshot) instead of the cluster",
+    ),
 ]
-SnapOutOpt = Annotated[Path | None, typer.Option("--save-snapshot", help="write what was collected to FILE (JSON)")]
+SnapOutOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--save-snapshot",
+        metavar="FILE",
+        callback=output_file_callback,
+        help="write what was collected to FILE (JSON, 0600)",
+    ),
+]
 KubeconfigOpt = Annotated[
     Path | None,
     typer.Option(
         "--kubeconfig",
+        metavar="FILE",
+        callback=input_file_callback,
         help="kubeconfig of the cluster (default: $KUBECONFIG, else the admin.conf `gpustack up` fetched, "
         "else ~/.kube/config)",
     ),
 ]
 ContextOpt = Annotated[
-    str | None, typer.Option("--context", help="kubeconfig context to use (default: its current-context)")
+    str | None,
+    typer.Option("--context", metavar="NAME", help="kubeconfig context to use (default: its current-context)"),
 ]
 
 

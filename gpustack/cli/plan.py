@@ -20,14 +20,23 @@ PlanStagesOpt = Annotated[
 ]
 
 
+def _complete_command(incomplete: str) -> list[str]:
+    """`gpustack plan <TAB>`: the commands that have a plan (the registry in gpustack/commands/)."""
+    return [c for c in commands.SEQUENCES if c.startswith(incomplete)]
+
+
 def plan(
     command: Annotated[
         str,
-        typer.Argument(metavar="COMMAND", help=f"the command whose stages to show: {', '.join(commands.SEQUENCES)}"),
+        typer.Argument(
+            metavar="COMMAND",
+            help=f"the command whose stages to show: {', '.join(commands.SEQUENCES)}",
+            autocompletion=_complete_command,
+        ),
     ] = "up",
     names: Annotated[
         list[str] | None,
-        typer.Argument(metavar="[NODE]...", help="node-add, node-remove, reset: the nodes the command names"),
+        typer.Argument(metavar="NODE", help="node-add, node-remove, reset: the nodes the command names"),
     ] = None,
     config: ConfigOpt = None,
     only: PlanStagesOpt = None,
@@ -46,7 +55,6 @@ def plan(
     stages = seq.select(only=split_csv(only, "--only"), from_=from_, skip=split_csv(skip, "--skip"))
     loaded = load_config(config)
     cfg = loaded.config
-    console.print(target.announcement(loaded), markup=False)
     where = {
         "all": ", ".join(n.name for n in cfg.nodes),
         "control-plane": cfg.control_plane.name,
@@ -58,6 +66,9 @@ def plan(
     if names:
         where["targets"] = ", ".join(targets(cfg, split_csv(names, "NODE")))
     rows = [[str(i), s.id, where[s.hosts], s.changes] for i, s in enumerate(stages, 1)]
+    # everything is worked out before the first line is printed: a bad --to is an error alone
+    details = list(seq.details(cfg, to)) if seq.details else []
+    console.print(target.announcement(loaded), markup=False)
     console.table(f"gpustack {seq.command} would run", ["#", "stage", "hosts", "changes"], rows)
-    for title, columns, table in seq.details(cfg, to) if seq.details else []:
+    for title, columns, table in details:
         console.table(title, columns, table)

@@ -18,7 +18,7 @@ def render(
     config: ConfigOpt = None,
     facts: Annotated[
         Path | None,
-        typer.Option(help="a run's facts/ directory (preflight output): values then follow those hosts"),
+        typer.Option(metavar="DIR", help="a run's facts/ directory (preflight output): values then follow those hosts"),
     ] = None,
 ) -> None:
     """Write every generated file (inventory, extravars, kubeadm config, Helm values, manifests) to DIR."""
@@ -33,3 +33,5 @@ def render(
         console.print(f"{path}  ({size:,} bytes)", markup=False)
     for path in result.removed:
         console.print(f"{path}  (removed: no longer generated)", markup=False)
+    for path, why in result.kept:
+        console.warn(f"kept {path}: an earlier render listed it, but {why}")

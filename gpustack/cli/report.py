@@ -11,21 +11,34 @@ from gpustack.cli.options import ConfigOpt, ContextOpt, KubeconfigOpt, VerboseOp
 
 def report(
     config: ConfigOpt = None,
-    since: Annotated[str, typer.Option("--since", help="the window, back from --until: 30d, 12h, 2w")] = "30d",
+    since: Annotated[
+        str, typer.Option("--since", metavar="DURATION", help="the window, back from --until: 30d, 12h, 2w")
+    ] = "30d",
     until: Annotated[
-        str | None, typer.Option("--until", help="end of the window: 2026-11-01 (midnight UTC) or an ISO time; now")
+        str | None,
+        typer.Option(
+            "--until", metavar="TIME", help="end of the window: 2026-11-01 (midnight UTC) or an ISO time; now"
+        ),
     ] = None,
     price: Annotated[
         list[str] | None,
-        typer.Option("--price", help="USD per GPU-hour: 2.5 (every model) or MODEL=PRICE,... (H100=3.2,A100=1.8)"),
+        typer.Option(
+            "--price",
+            metavar="PRICE",
+            help="USD per GPU-hour: 2.5 (every model) or MODEL=PRICE,... (H100=3.2,A100=1.8)",
+        ),
     ] = None,
-    by: Annotated[str, typer.Option("--by", help="group by namespace, team, node or model")] = "namespace",
+    by: Annotated[
+        str, typer.Option("--by", metavar="KEY", help="group by namespace, team, node or model")
+    ] = "namespace",
     team_label: Annotated[
-        str | None, typer.Option("--team-label", help="namespace label naming the team (monitoring.team_label)")
+        str | None,
+        typer.Option("--team-label", metavar="LABEL", help="namespace label naming the team (monitoring.team_label)"),
     ] = None,
-    output: Annotated[str, typer.Option("--output", "-o", help="table, csv or json")] = "table",
+    output: Annotated[str, typer.Option("--output", "-o", metavar="FORMAT", help="table, csv or json")] = "table",
     prometheus_url: Annotated[
-        str | None, typer.Option("--prometheus-url", help="Prometheus itself (default: the API server's proxy)")
+        str | None,
+        typer.Option("--prometheus-url", metavar="URL", help="Prometheus itself (default: the API server's proxy)"),
     ] = None,
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
@@ -44,6 +57,7 @@ def report(
     end, seconds = inputs.parse_until(until, now), inputs.parse_duration(since)
     group, prices, fmt = inputs.parse_by(by), inputs.parse_prices(price), inputs.parse_output(output)
     label = inputs.parse_team_label(team_label) if team_label is not None else None
+    prometheus_url = inputs.parse_prometheus_url(prometheus_url)
     console = console_for(verbose)
     cfg = load_config(config).config  # bad options fail above, before the config is read
     request = Request(end, seconds, group, label or cfg.monitoring.team_label, prices)
@@ -55,4 +69,4 @@ def report(
     elif fmt == "csv":
         console.out.print(csv_text(result), end="", markup=False, highlight=False, emoji=False, soft_wrap=True)
     else:
-        console.print(table_view(result), soft_wrap=False)  # wrap notes at the terminal width
+        console.print(table_view(result, console.width))  # laid out for the width: printed as it is

@@ -13,7 +13,7 @@ from gpustack.errors import ClusterUnreachableError, UsageError
 
 def status(
     config: ConfigOpt = None,
-    output: Annotated[str, typer.Option("--output", "-o", help="table or json")] = "table",
+    output: Annotated[str, typer.Option("--output", "-o", metavar="FORMAT", help="table or json")] = "table",
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
     verbose: VerboseOpt = 0,

@@ -59,6 +59,7 @@ def up(
         Path | None,
         typer.Option(
             "--bundle",
+            metavar="DIR",
             help="install from this air-gapped bundle (gpustack bundle create): checked, then served to the nodes",
         ),
     ] = None,
@@ -66,7 +67,8 @@ def up(
         str | None,
         typer.Option(
             "--bundle-listen",
-            help="ADDRESS[:PORT] to serve the bundle on (default: this machine's address toward the nodes, port 8780)",
+            metavar="ADDRESS[:PORT]",
+            help="where to serve the bundle (default: this machine's address toward the nodes, port 8780)",
         ),
     ] = None,
     verbose: VerboseOpt = 0,

@@ -27,9 +27,14 @@ def print_versions(console: Console, cfg: object | None) -> None:
 def version(
     config: Annotated[
         Path | None,
-        typer.Option("--config", "-c", help="show the versions this gpustack.yaml chooses (default: the pin table)"),
+        typer.Option(
+            "--config",
+            "-c",
+            metavar="FILE",
+            help="show the versions this gpustack.yaml chooses (default: the pin table)",
+        ),
     ] = None,
-    output: Annotated[str, typer.Option("--output", "-o", help="table or json")] = "table",
+    output: Annotated[str, typer.Option("--output", "-o", metavar="FORMAT", help="table or json")] = "table",
 ) -> None:
     """Print gpustack's version, the pinned components, the compatibility matrix and every
     artifact with its checksum."""

@@ -15,7 +15,6 @@ Steps, in order (each timed, each idempotent):
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -27,7 +26,7 @@ from gpustack.config import pins
 from gpustack.config.model import Config
 from gpustack.console import Console
 from gpustack.constants import GPU_NAMESPACE, NAMESPACES
-from gpustack.paths import ensure_private_dir, grafana_password_path
+from gpustack.paths import ensure_private_dir, grafana_password_path, write_file
 from gpustack.render import manifests as mf
 from gpustack.render.values import FactsSummary, generate_password, render_values
 from gpustack.runners.helm import Helm, ReleaseResult, ReleaseSpec
@@ -102,10 +101,7 @@ def grafana_password(cfg: Config, root: Path | None = None, *, generate: Callabl
             return value
     ensure_private_dir(path.parent)
     value = generate()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(value + "\n")
-    path.chmod(0o600)
+    write_file(path, value + "\n")
     return value
 
 

@@ -4,7 +4,9 @@
       upgrade's record (``<state>/clusters/<name>/upgrade.json``) -- always shown
     the cluster (through gpustack.runners.kube): each node's kubelet version against the API
       server's, Ready and schedulable, against the config's node list; each Helm release's chart
-      version (from Helm's own release records) against gpustack's pins
+      version (from Helm's own release records) against gpustack's pins; what the nodes run (kubelet,
+      containerd, OS, the NVIDIA driver) and the charts, against the end of their upstream support
+      (gpustack/config/lifecycle.py: past it, or within 90 days, with the way out gpustack offers)
 
 When the API server does not answer, the local part is still shown and the exit code is 3, as for
 ``verify``. Everything here but the reads is a pure function of what was read.
@@ -64,6 +66,9 @@ class Status:
     #: config nodes the cluster does not list
     not_joined: list[str] = field(default_factory=list)
     releases: list[ReleaseStatus] = field(default_factory=list)
+    #: components past their end of upstream support or within 90 days of it (lifecycle.Judged.to_json + "fix")
+    support: list[dict[str, Any]] = field(default_factory=list)
+    today: str = ""
     last_run: dict[str, Any] | None = None
     upgrade: dict[str, Any] | None = None
 
@@ -185,6 +190,22 @@ def releases(kube: Kube, cfg: Config) -> list[ReleaseStatus]:
     return out
 
 
+# -- support horizons ---------------------------------------------------------------------------------
+
+
+def support_warnings(
+    nodes: Sequence[Obj], rels: Sequence[ReleaseStatus], cfg: Config
+) -> tuple[str, list[dict[str, Any]]]:
+    """(the day judged, the components past or near their end of support) from what the cluster runs: the nodes'
+    kubelet, containerd, OS and driver, and the charts Helm's records name (pure but for the day)."""
+    from gpustack.config import lifecycle, support
+
+    on = support.today()
+    charts = {r.name: r.chart_version for r in rels if r.chart_version}
+    judged = lifecycle.running_support(list(nodes), charts, on)
+    return on.isoformat(), [{**j.to_json(), "fix": lifecycle.upgrade_path(j, cfg)} for j in lifecycle.warnings(judged)]
+
+
 # -- this machine's records ---------------------------------------------------------------------------
 
 
@@ -234,6 +255,27 @@ def last_run(cluster: str, root: Path | None = None) -> dict[str, Any] | None:
     return None
 
 
+def kubelets_at(nodes: Sequence[NodeStatus], version: str) -> list[str]:
+    """The nodes whose kubelet runs ``version`` (pure): what the cluster says, whatever a record says."""
+    return [n.name for n in nodes if n.kubelet.lstrip("v") == version.lstrip("v")]
+
+
+def upgrade_line(upgrade: dict[str, Any]) -> str:
+    """One line for an upgrade record (pure): its state, the nodes its record counts done and, when
+    the API answered, the nodes whose kubelet runs the target (a run interrupted between a node's
+    upgrade and its record counts it only there)."""
+    turns: dict[str, Any] = upgrade.get("nodes") or {}
+    done = sum(1 for v in turns.values() if isinstance(v, dict) and v.get("status") == "done")
+    state = str(upgrade.get("status"))
+    line = f"upgrade {upgrade.get('from')} -> {upgrade.get('to')}: {state}, {done}/{len(turns)} node(s) done"
+    running = upgrade.get("kubelet_at_target")
+    if isinstance(running, list) and len(running) != done:
+        line += f" ({len(running)}/{len(turns)} run kubelet {upgrade.get('to')})"
+    if state != "done":
+        line += f"; `gpustack upgrade --to {upgrade.get('to')}` continues it"
+    return line + (f" ({upgrade['error']})" if upgrade.get("error") else "")
+
+
 def upgrade_record(cfg: Config, root: Path | None = None) -> dict[str, Any] | None:
     """This machine's upgrade.json; a ``running`` one whose run is gone reads ``interrupted``."""
     record = read_progress(progress_path(cfg))
@@ -258,8 +300,12 @@ def gather(cfg: Config, kube: Kube | None, error: str | None = None) -> Status:
     try:
         out.api_server = kube.server_version()
         out.reachable = True
-        out.nodes, out.not_joined = node_status(kube.list_objects("v1", "Node"), cfg, out.api_server)
+        node_objs = kube.list_objects("v1", "Node")
+        out.nodes, out.not_joined = node_status(node_objs, cfg, out.api_server)
+        if out.upgrade and out.upgrade.get("to"):
+            out.upgrade["kubelet_at_target"] = kubelets_at(out.nodes, str(out.upgrade["to"]))
         out.releases = releases(kube, cfg)
+        out.today, out.support = support_warnings(node_objs, out.releases, cfg)
     except ClusterUnreachableError as exc:
         out.reachable, out.error = False, exc.message
     except GpustackError as exc:  # an answer, but not the one needed (e.g. 403): say so, keep what was read
@@ -294,6 +340,17 @@ def print_status(s: Status, console: Console) -> None:
     if s.releases:
         rows = [[r.name, r.namespace, r.chart_version or "-", r.pinned, r.status, r.note] for r in s.releases]
         console.table("Helm releases", ["release", "namespace", "chart", "pinned", "status", "note"], rows)
+    if s.support:
+        rows = [
+            [f"{w['component']} {w['version']}", ", ".join(w.get("where") or []),
+             ("[fail]past[/fail]" if w["status"] == "past" else "[warn]ending[/warn]") + f": {w['text']}", w["fix"]]
+            for w in s.support
+        ]  # fmt: skip
+        console.table(f"Support (as of {s.today}: past, or within 90 days of, the end of upstream support)",
+                      ["component", "where", "support", "way out"], rows)  # fmt: skip
+    elif s.reachable and s.nodes:
+        console.print(f"support: every component read is within upstream support for 90+ days (as of {s.today})",
+                      markup=False)  # fmt: skip
     run = s.last_run
     if run:
         when = run.get("finished") or run.get("started")
@@ -304,13 +361,7 @@ def print_status(s: Status, console: Console) -> None:
     else:
         console.print("last run: none from this machine", markup=False)
     if upgrade:
-        turns: dict[str, Any] = upgrade.get("nodes") or {}
-        done = sum(1 for v in turns.values() if isinstance(v, dict) and v.get("status") == "done")
-        state = str(upgrade.get("status"))
-        line = f"upgrade {upgrade.get('from')} -> {upgrade.get('to')}: {state}, {done}/{len(turns)} node(s) done"
-        if state != "done":
-            line += f"; `gpustack upgrade --to {upgrade.get('to')}` continues it"
-        console.print(line + (f" ({upgrade['error']})" if upgrade.get("error") else ""), markup=False)
+        console.print(upgrade_line(upgrade), markup=False)
 
 
 def exit_code(s: Status) -> int:

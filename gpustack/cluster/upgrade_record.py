@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpustack.paths import ensure_private_dir, kubeconfig_path
+from gpustack.paths import ensure_private_dir, kubeconfig_path, write_json
 
 if TYPE_CHECKING:
     from gpustack.cluster.skew import ClusterVersions
@@ -82,7 +82,4 @@ def read_progress(path: Path) -> dict[str, Any] | None:
 
 def write_progress(path: Path, data: Mapping[str, Any]) -> None:
     ensure_private_dir(path.parent)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    tmp.chmod(0o600)
-    tmp.replace(path)
+    write_json(path, dict(data))

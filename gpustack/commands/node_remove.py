@@ -8,6 +8,8 @@ run by the one engine.
        uncordons the node
     -> reset: the host, with the reset role (skipped with --offline: a dead host is not contacted)
     -> etcd-member: a control plane's etcd member removed if still listed (on a remaining control plane)
+    -> firewall: the remaining nodes' GPUSTACK-INPUT chain (firewalld's gpustack zone) no longer
+       accepts the removed addresses (also with --offline; not with firewall.enabled: false)
     -> delete: the Node object
 
 The drain runs from this machine through gpustack.runners.kube (see docs/decisions.md, "node
@@ -70,6 +72,16 @@ STAGES: tuple[Stage, ...] = (
         "if it is still listed (--offline, or a reset that could not do it)",
     ),
     Stage(
+        "firewall",
+        "The remaining nodes' firewall",
+        "ansible",
+        "all",
+        "gpustack's firewall on every remaining node rewritten by the firewall role without the removed nodes' "
+        "addresses (the GPUSTACK-INPUT peer rules, firewalld's gpustack zone sources and etcd rules), also with "
+        "--offline; its stamp is the one `up` records for the config without them (not run with "
+        "firewall.enabled: false)",
+    ),
+    Stage(
         "delete",
         "Delete the Node object",
         "python",
@@ -88,10 +100,15 @@ PLAN = CommandPlan(
         "gpustack_node_remove_nodes",
         "gpustack_node_remove_etcd_host",
         "gpustack_node_remove_members",
+        "gpustack_node_remove_remaining",
+        "gpustack_node_remove_firewall_digests",
         "gpustack_reset_purge",
         "gpustack_reset_restore",
     ),
-    host_notes={"control-plane": "a remaining control-plane node (control-plane removals only)"},
+    host_notes={
+        "control-plane": "a remaining control-plane node (control-plane removals only)",
+        "all": "every node that remains",
+    },
 )
 
 #: seconds a drain may take (``--timeout``), as the upgrade's drain
@@ -223,6 +240,10 @@ class Assessment:
     previews: list[drain.Preview] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     etcd_host: Node | None = None
+    #: the config's nodes that stay
+    remaining: list[Node] = field(default_factory=list)
+    #: gpustack manages the nodes' firewall (firewall.enabled): the remaining ones forget the removed addresses
+    firewall: bool = True
 
     @property
     def control_planes(self) -> list[Node]:
@@ -249,7 +270,13 @@ def assess(cfg: Config, kube: Kube, opts: RemoveOptions) -> Assessment:
     problems = removal_problems(nodes, names)
     if problems:
         raise RemovalRefused("; ".join(problems), hint="nothing was changed")
-    a = Assessment(targets, nodes, warnings=removal_warnings(nodes, names))
+    a = Assessment(
+        targets,
+        nodes,
+        warnings=removal_warnings(nodes, names),
+        remaining=[n for n in cfg.nodes if n.name not in names],
+        firewall=cfg.firewall.enabled,
+    )
     if a.control_planes:
         a.etcd_host = etcd_host(cfg, nodes, names)
         if a.etcd_host is None:
@@ -288,6 +315,11 @@ def describe(a: Assessment, opts: RemoveOptions) -> list[str]:
     for n in a.control_planes:
         host = a.etcd_host.name if a.etcd_host else "?"
         lines.append(f"etcd: the member of {n.name} removed (kubeadm reset does it when it can; checked on {host})")
+    if a.firewall:
+        lines.append(
+            f"firewall of {', '.join(n.name for n in a.remaining)}: gpustack's chain no longer accepts "
+            + ", ".join(n.address for n in a.targets)
+        )
     lines.append(f"delete the Node object(s) {names}")
     return lines
 
@@ -305,22 +337,60 @@ def remove_extravars(a: Assessment) -> dict[str, Any]:
         "gpustack_node_remove_nodes": [n.name for n in a.targets],
         "gpustack_node_remove_etcd_host": a.etcd_host.name if a.etcd_host else "",
         "gpustack_node_remove_members": [{"name": n.name, "address": n.address} for n in a.control_planes],
+        "gpustack_node_remove_remaining": [n.name for n in a.remaining] if a.firewall else [],
         "gpustack_reset_purge": False,
         "gpustack_reset_restore": False,
     }
 
 
+def without(cfg: Config, names: Sequence[str]) -> Config:
+    """The config without the nodes ``names`` (pure): what gpustack.yaml says once they are taken out."""
+    return cfg.model_copy(update={"nodes": [n for n in cfg.nodes if n.name not in names]})
+
+
+def firewall_extravars(cfg: Config, names: Sequence[str]) -> dict[str, Any]:
+    """The firewall stage's variables: the node-list variables as the config without the removed
+    nodes has them (the firewall role reads them under their own names), and each remaining host's
+    firewall stage digest for that config, as the engine computes it for `up`
+    (gpustack/render/converge.py): the `up` after gpustack.yaml lost the nodes finds the stage
+    converged, an `up` with them still listed visits it again (and accepts them again)."""
+    from gpustack.engine.stages import stage_inventory
+    from gpustack.paths import kubeconfig_path
+    from gpustack.render.ansible import extravars
+
+    pruned = without(cfg, names)
+    ev = extravars(pruned, kubeconfig_dest=kubeconfig_path(cfg.cluster.name))
+    inv = stage_inventory(pruned, ev)
+    return {
+        "gpustack_node_addresses": ev["gpustack_node_addresses"],
+        "gpustack_control_plane_addresses": ev["gpustack_control_plane_addresses"],
+        "gpustack_node_remove_firewall_digests": {
+            name: hv["gpustack_stage_digests"]["firewall"]
+            for group in inv["all"]["children"].values()
+            for name, hv in (group.get("hosts") or {}).items()
+        },
+    }
+
+
 def stages(a: Assessment, opts: RemoveOptions) -> list[Stage]:
-    """The stages this removal runs: no reset with --offline, no etcd stage without a control plane."""
-    skip = (["reset"] if opts.offline else []) + ([] if a.control_planes else ["etcd-member"])
+    """The stages this removal runs: no reset with --offline, no etcd stage without a control plane,
+    no firewall stage when gpustack does not manage the firewall."""
+    skip = (
+        (["reset"] if opts.offline else [])
+        + ([] if a.control_planes else ["etcd-member"])
+        + ([] if a.firewall else ["firewall"])
+    )
     return PLAN.select(skip=skip)
 
 
 def host_limit(a: Assessment, opts: RemoveOptions) -> list[str]:
-    """The hosts the playbook may contact: the removed ones (not with --offline) and the etcd host."""
+    """The hosts the playbook may contact: the removed ones (not with --offline), the etcd host and,
+    for their firewall, the remaining ones."""
     hosts = [] if opts.offline else [n.name for n in a.targets]
     if a.control_planes and a.etcd_host is not None:
         hosts.append(a.etcd_host.name)
+    if a.firewall:
+        hosts += [n.name for n in a.remaining if n.name not in hosts]
     return hosts
 
 
@@ -362,6 +432,9 @@ def remove(cfg: Config, opts: RemoveOptions, console: Console, kube: Kube) -> Re
         deleted = [n for n in names if kube.delete("v1", "Node", n)]
         return [StageSummary("delete", "changed" if deleted else "ok", time.monotonic() - t0, len(deleted), names)]
 
-    run_opts = opts.run_options(stages(a, opts), limit=host_limit(a, opts), extravars=remove_extravars(a))
+    extra = remove_extravars(a)
+    if a.firewall:
+        extra.update(firewall_extravars(cfg, names))
+    run_opts = opts.run_options(stages(a, opts), limit=host_limit(a, opts), extravars=extra)
     result = run(PLAN, cfg, run_opts, console, steps={"check": check, "drain": drain_step, "delete": delete})
     return RemoveResult(result.run_dir, result.summaries, names)

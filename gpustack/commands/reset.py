@@ -126,9 +126,14 @@ def describe(cfg: Config, nodes: Sequence[Node], opts: ResetOptions) -> list[str
 
 
 def archive_state(cfg: Config, *, forget: bool, now: datetime | None = None) -> tuple[Path | None, list[Path]]:
-    """Move ``<state>/clusters/<name>`` under ``<state>/archive/`` (0700), or delete it."""
+    """Move ``<state>/clusters/<name>`` under ``<state>/archive/`` (0700), or delete it. An empty
+    one (the engine makes the directory before a playbook runs, so a reset after a reset finds it
+    so) is removed and not archived: nothing was there, nothing changed."""
     src = kubeconfig_path(cfg.cluster.name).parent
     if not src.exists():
+        return None, []
+    if src.is_dir() and not any(src.iterdir()):
+        src.rmdir()
         return None, []
     if forget:
         shutil.rmtree(src)

@@ -9,8 +9,9 @@ need the host's facts and live in :mod:`gpustack.checks.compat`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import date
 
-from gpustack.config import pins
+from gpustack.config import lifecycle, pins, support
 from gpustack.config.model import Config
 
 ARCHES = ("amd64", "arm64")
@@ -85,14 +86,6 @@ def config_problems(cfg: Config) -> list[Problem]:
                     f"containerd {v.containerd} is too old for Kubernetes {minor} (needs {kl.containerd_min} or newer)",
                 )
             )
-        if pins.version_tuple(v.containerd)[:2] >= (2, 3):
-            out.append(
-                Problem(
-                    ("versions", "containerd"),
-                    f"containerd {v.containerd} writes config version 4, which gpustack does not edit yet; "
-                    "use containerd 2.0-2.2",
-                )
-            )
         if not containerd_sha256(cfg):
             out.append(
                 Problem(
@@ -145,7 +138,7 @@ def matrix_rows(cfg: Config | None = None) -> list[list[str]]:
             [
                 minor,
                 patch,
-                f">= {kl.containerd_min}",
+                f">= {kl.containerd_min} (containerd recommends {', '.join(f + '+' for f in kl.containerd_recommended)})",
                 "required" if kl.cgroup_v2_required else "recommended",
                 pins.PAUSE_IMAGE.format(tag=kl.pause),
                 f"{chart}: {operator}",
@@ -243,51 +236,74 @@ def rendered(cfg: Config) -> list[Artifact]:
     ]
 
 
-def pin_rows(cfg: Config | None = None) -> list[list[str]]:
-    """component -> version, for the config (or the pin table's defaults)."""
-    v = cfg.versions if cfg else None
-    kube = (
-        v.kubernetes
-        if v
-        else ", ".join(pins.KUBERNETES.values()) + f" (default {pins.KUBERNETES[pins.KUBERNETES_DEFAULT]})"
-    )
-    source = v.containerd_source if v else "release"
-    rows = [
-        ["kubernetes", kube],
-        ["containerd", (v.containerd if v else pins.CONTAINERD_VERSION) + f" ({source})"],
-        ["runc", v.runc if v else pins.RUNC_VERSION],
-        ["flannel", v.flannel if v else pins.FLANNEL_VERSION],
-        ["helm", v.helm if v else pins.HELM_VERSION],
-    ]
-    charts = {
-        "gpu-operator": v.gpu_operator if v else None,
-        "kube-prometheus-stack": v.kube_prometheus_stack if v else None,
-        "dcgm-exporter": v.dcgm_exporter if v else None,
-    }
-    rows += [[c.name, charts.get(c.name) or c.version] for c in pins.CHARTS.values()]
+def pin_rows(cfg: Config | None = None, on: date | None = None) -> list[list[str]]:
+    """component -> version, the end of its upstream support and how that stands on ``on`` (default: today), for
+    the config (or the pin table's defaults)."""
+    judged = lifecycle.pin_support(cfg, on or support.today())
+    source = cfg.versions.containerd_source if cfg else "release"
+    rows = []
+    for j in judged:
+        version = j.version + (f" ({source})" if j.component == "containerd" else "")
+        if j.component == "kubernetes" and not cfg and j.version == pins.KUBERNETES[pins.KUBERNETES_DEFAULT]:
+            version += " (default)"
+        rows.append([lifecycle.pin_label(j), version, j.verdict.ends, _status_cell(j)])
     return rows
 
 
-def report(cfg: Config | None = None) -> dict[str, object]:
+def _status_cell(j: lifecycle.Judged) -> str:
+    v = j.verdict
+    if v.status == "past":
+        return "PAST END OF SUPPORT" + (f" ({-v.days} days)" if v.days is not None else "")
+    if v.status == "ending":
+        when = f"{v.days} days" if v.days is not None and v.days >= 0 else "due"
+        return f"ENDING ({when}{', estimate' if v.estimated else ''})"
+    if v.status == "unknown":
+        return "no date published" if v.ends == "no end of support published" else v.ends
+    return "supported" + (f" ({v.days} days)" if v.days is not None else "")
+
+
+def report(cfg: Config | None = None, on: date | None = None) -> dict[str, object]:
     """What ``gpustack version`` and ``plan`` print, as data (also the JSON output)."""
     from gpustack.config.model import Config as _Config
 
     full = cfg or _Config(nodes=[])
+    day = on or support.today()
     return {
-        "pins": [{"component": c, "version": ver} for c, ver in pin_rows(cfg)],
+        "today": day.isoformat(),
+        "pins": [
+            {**j.to_json(), "component": lifecycle.pin_label(j), "checksums": _checksum_source(j)}
+            for j in lifecycle.pin_support(cfg, day)
+        ],
         "matrix": [dict(zip(MATRIX_HEADERS, row, strict=True)) for row in matrix_rows(cfg)],
+        "os": [j.to_json() for j in lifecycle.os_support(day)],
         "artifacts": [a.__dict__ for a in artifacts(full)],
         "rendered": [a.__dict__ for a in rendered(full)],
     }
 
 
-def version_tables(cfg: Config | None) -> list[tuple[str, list[str], list[list[str]]]]:
-    """What `gpustack version` and `gpustack plan up` print: the pins, the matrix line(s), the artifacts
-    a run downloads and the manifests gpustack renders, as (title, columns, rows) tables (pure)."""
+def _checksum_source(j: lifecycle.Judged) -> str | None:
+    """Where a pinned download's two checksums come from (None: not a checksummed download)."""
+    return pins.CHECKSUM_SOURCES.get((j.component, j.version))
+
+
+def version_tables(cfg: Config | None, on: date | None = None) -> list[tuple[str, list[str], list[list[str]]]]:
+    """What `gpustack version` and `gpustack plan up` print: the pins with their end of support (judged on
+    ``on``, default today), the matrix line(s), the host OS releases' support, the artifacts a run downloads and
+    the manifests gpustack renders, as (title, columns, rows) tables."""
     arts = artifacts(cfg or Config(nodes=[]))
+    day = on or support.today()
     return [
-        ("pins", ["component", "version"], pin_rows(cfg)),
+        (
+            f"pins on {day.isoformat()} (end of upstream support; `gpustack version -o json` names each source)",
+            ["component", "version", "support ends", "status"],
+            pin_rows(cfg, day),
+        ),
         ("compatibility matrix" + (" (the chosen Kubernetes minor)" if cfg else ""), MATRIX_HEADERS, matrix_rows(cfg)),
+        (
+            "host OS support",
+            ["os", "support ends", "status"],
+            [[j.version, j.verdict.ends, _status_cell(j)] for j in lifecycle.os_support(day)],
+        ),
         (
             "artifacts (downloaded by a run, verified before use)",
             ["artifact", "version", "arch", "checksum", "url"],

@@ -35,6 +35,7 @@ NON_CONFIG: dict[str, EnvVar] = {
         EnvVar("GPUSTACK_STATE_DIR", "cli", "the state directory (default ~/.local/state/gpustack)"),
         EnvVar("GPUSTACK_NO_COLOR", "cli", "no colour in output (like NO_COLOR)"),
         EnvVar("GPUSTACK_VENV", "launcher", "the virtualenv scripts/gpustack installs into"),
+        EnvVar("GPUSTACK_TODAY", "cli", "the day support horizons are judged against (YYYY-MM-DD; default today)"),
         EnvVar("GPUSTACK_KEEP_RUNS", "cli", "how many run directories `up` keeps (default 20)"),
         EnvVar("GPUSTACK_IPTABLES", "host", "the iptables binary the host firewall script uses"),
         EnvVar("GPUSTACK_IPTABLES_RESTORE", "host", "the iptables-restore binary the host firewall script uses"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpustack.errors import UsageError
-from gpustack.paths import resource_file
+from gpustack.paths import resource_file, write_file
 
 
 def example_yaml() -> str:
@@ -25,7 +25,7 @@ def write_example(path: Path, *, force: bool = False) -> Path:
             f"cannot write {path}: directory {parent} does not exist", hint=f"create it first (mkdir -p {parent})"
         )
     try:
-        path.write_text(example_yaml(), encoding="utf-8")
+        write_file(path, example_yaml(), mode=None)  # your file: your umask
     except OSError as exc:
         raise UsageError(f"cannot write {path}: {exc.strerror}") from None
     return path

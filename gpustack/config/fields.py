@@ -70,6 +70,8 @@ def url_problem(v: str, *, schemes: tuple[str, ...] = ("http", "https"), placeho
         text = re.sub(r"\{[a-z]+\}", "x", v)
     if any(c.isspace() for c in text):
         return "a URL cannot contain spaces"
+    if any(ord(c) < 32 or ord(c) == 127 for c in text):
+        return "a URL cannot contain control characters"
     try:
         parts = urlsplit(text)
         port = parts.port

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ValidationError
 
 from gpustack.config import environment, semantics
 from gpustack.config.model import Config
+from gpustack.console import MESSAGE_VALUE_LIMIT, shorten
 from gpustack.errors import ConfigError
 
 ENV_PREFIX = "GPUSTACK_"
@@ -305,7 +306,16 @@ def load(
     lines: dict[Key, int] = {}
     provenance: dict[str, str] = {}
     if file is not None:
-        parsed, lines = _compose(read_config_text(file), str(file))
+        try:
+            text = read_config_text(file)
+        except ConfigError as exc:
+            if path is None and environ.get("GPUSTACK_CONFIG"):
+                raise ConfigError(
+                    f"environment variable GPUSTACK_CONFIG: {exc.message}",
+                    hint="point GPUSTACK_CONFIG at your gpustack.yaml, or unset it",
+                ) from None
+            raise
+        parsed, lines = _compose(text, str(file))
         if parsed is None:
             raise ConfigError(
                 f"{file}: the config file is empty",
@@ -339,9 +349,8 @@ def load(
         raise ConfigError(_format_validation(exc, source, lines, provenance, data)) from None
     problems = semantics.check(cfg)
     if problems:
-        raise ConfigError(
-            _problems_message([_format_problem(p.path, p.message, source, lines, provenance) for p in problems])
-        )
+        msgs = [_format_problem(_blamed(p, provenance), p.message, source, lines, provenance) for p in problems]
+        raise ConfigError(_problems_message(msgs))
     return Loaded(cfg, source, provenance)
 
 
@@ -367,6 +376,17 @@ def _origin(path: Key, provenance: Mapping[str, str]) -> str | None:
         if len(kp) > len(parts) and kp[: len(parts)] == parts:
             below.append(origin)
     return below[0] if below else None
+
+
+#: which setting wins when a rule involves several fields: the one set last
+_LAYER = {"flag": 3, "env": 2, "file": 1}
+
+
+def _blamed(problem: semantics.Problem, provenance: Mapping[str, str]) -> Key:
+    """The field a cross-field problem is told at: of those it involves, the one set in the latest
+    layer (a flag, then the environment, then the file); the problem's own on a tie."""
+    paths = (problem.path, *problem.also)
+    return max(paths, key=lambda p: (_LAYER.get(_origin(p, provenance) or "", 0), p == problem.path))
 
 
 def _where(path: Key, source: str, lines: Mapping[Key, int], provenance: Mapping[str, str]) -> str:
@@ -428,6 +448,10 @@ def _format_validation(
             text = "required field is missing"
         else:
             text = err["msg"].removeprefix("Value error, ")
+            value = err.get("input")
+            if isinstance(value, str) and len(value) > MESSAGE_VALUE_LIMIT:  # a 1 MB value is not echoed whole
+                text = text.replace(repr(value), repr(value[:60]) + f"… ({len(value):,} characters)")
+                text = text.replace(value, shorten(value))
         msgs.append(_format_problem(loc, text, source, lines, prov))
     return _problems_message(msgs)
 

@@ -1,30 +1,35 @@
 """Every version pin, download checksum and compatibility rule gpustack uses, in one table.
 
-Sources (checked November 2026): Kubernetes patch releases, containerd/runc release-archive and
-Helm archive checksums as published upstream and mirrored in Kubespray's checksum table
-(roles/kubespray_defaults/vars/main/checksums.yml); the pause tag per Kubernetes minor as
-Kubespray pins it (pod_infra_supported_versions); Helm v4.2.4's checksums from its release
-page; the pkgs.k8s.io signing key fingerprint as published with the repositories; Flannel
-release v0.28.4; chart versions from each chart's index. To move a pin, change it here and
-nowhere else. What could not be verified from the build sandbox says so (``None``), it is never
-guessed.
+Sources (checked November 2026): Kubernetes patch releases (kubernetes.io/releases/<minor>),
+containerd/runc release-archive and Helm archive checksums, each from two independent sources named in
+:data:`CHECKSUM_SOURCES` (Kubespray's checksum table, roles/kubespray_defaults/vars/main/checksums.yml,
+where it has the version); the pause tag per Kubernetes minor as Kubespray pins it
+(pod_infra_supported_versions); the pkgs.k8s.io signing key fingerprint as published with the
+repositories; Flannel release v0.28.9; chart versions from each chart's repository. When upstream
+support of each pinned branch ends: gpustack/config/horizons.py. To move a pin, change it here and
+nowhere else (docs/maintaining.md). What could not be verified from the build sandbox says so
+(``None``), it is never guessed.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Kubernetes minor -> newest patch gpustack pins. The GPU Operator validates 1.33-1.36.
+# Kubernetes minor -> newest patch gpustack pins. The GPU Operator validates 1.33-1.36. 1.35.9 and 1.36.5: the
+# 2026-09-15 patch day (kubernetes.io/releases/1.35 lists 1.35.9 released, /1.36 lists 1.36.5 for that day, a
+# third-party tracker dates both). 1.34 reached its end of life on 2026-10-27 and stays at its last patch
+# kubernetes.io confirms (1.34.12 is only reported by a third party): kept so clusters on 1.34 can still add
+# nodes and upgrade; `gpustack version` and `doctor` say it is past support.
 KUBERNETES: dict[str, str] = {
     "1.34": "1.34.11",
-    "1.35": "1.35.8",
-    "1.36": "1.36.4",
+    "1.35": "1.35.9",
+    "1.36": "1.36.5",
 }
 KUBERNETES_DEFAULT = "1.36"
 # pkgs.k8s.io package revision appended to the upstream version (kubeadm=1.36.4-1.1).
 KUBERNETES_PACKAGE_REVISION = "1.1"
 
-FLANNEL_VERSION = "0.28.4"
+FLANNEL_VERSION = "0.28.9"  # fixes CVE-2026-46600 and CVE-2026-56852 (flannel ca937945)
 
 # HA control plane with cluster.virtual_ip: kube-vip as a static pod on every control-plane node
 # (ARP, leader election). Pinned by tag only: no digest could be verified from the build sandbox.
@@ -32,9 +37,13 @@ KUBE_VIP_VERSION = "v1.0.2"
 KUBE_VIP_IMAGE = f"ghcr.io/kube-vip/kube-vip:{KUBE_VIP_VERSION}"
 # Flannel's manifest is rendered by gpustack (gpustack/render/flannel.py), not downloaded: per
 # release, the flannel-cni-plugin tag that release's kube-flannel.yml runs in its install-cni-plugin
-# init container (v0.28.4: chart/kube-flannel/values.yaml). Images pinned by tag only: no digest
-# could be verified from the build sandbox (versions.image_digests adds one).
-FLANNEL_CNI_PLUGIN: dict[str, str] = {"0.28.4": "v1.9.1-flannel1"}
+# init container (v0.28.9: Documentation/kube-flannel.yml and chart/kube-flannel/values.yaml). Only releases
+# whose objects the renderer writes are listed (0.28.4 is gone: install-conf and the health port are
+# 0.28.6/0.28.9 objects). Images pinned by tag only: no digest could be verified from the build sandbox
+# (versions.image_digests adds one).
+FLANNEL_CNI_PLUGIN: dict[str, str] = {"0.28.9": "v1.9.1-flannel3"}
+#: flanneld's health endpoint (--healthz-port; hostNetwork, so it listens on every node's 0.0.0.0:8081).
+FLANNEL_HEALTHZ_PORT = 8081
 FLANNEL_IMAGE = "ghcr.io/flannel-io/flannel:v{version}"
 FLANNEL_CNI_PLUGIN_IMAGE = "ghcr.io/flannel-io/flannel-cni-plugin:{tag}"
 
@@ -46,19 +55,49 @@ class KubernetesLine:
     """What one Kubernetes minor needs from the host and its container runtime."""
 
     minor: str
-    # oldest containerd the kubelet of this minor supports (1.35 is the last minor with 1.x)
+    # oldest containerd the kubelet of this minor runs with at all (1.35 is the last minor with 1.x): below it
+    # the config is refused
     containerd_min: str
     # from 1.35 the kubelet refuses cgroup v1 by default (failCgroupV1)
     cgroup_v2_required: bool
     # the sandbox (pause) image tag kubeadm of this minor expects; containerd is configured with it
     pause: str
+    # containerd's own recommendation for this minor, one floor per containerd branch ("the versions which are
+    # recommended ... most thoroughly tested": containerd RELEASES.md "Kubernetes Support", main 91be73ba,
+    # 2026-07-29; the EOL 1.6 entry of the 1.34 row left out). Below a floor, or on an unlisted branch older than
+    # the newest listed one, the preflight (P18) and doctor (C04) warn.
+    containerd_recommended: tuple[str, ...] = ()
 
 
 KUBERNETES_LINES: dict[str, KubernetesLine] = {
-    "1.34": KubernetesLine("1.34", containerd_min="1.7.0", cgroup_v2_required=False, pause="3.10.1"),
-    "1.35": KubernetesLine("1.35", containerd_min="1.7.0", cgroup_v2_required=True, pause="3.10.1"),
-    "1.36": KubernetesLine("1.36", containerd_min="2.0.0", cgroup_v2_required=True, pause="3.10.2"),
-}
+    "1.34": KubernetesLine("1.34", containerd_min="1.7.0", cgroup_v2_required=False, pause="3.10.1",
+                           containerd_recommended=("2.1.3", "2.0.6", "1.7.28")),
+    "1.35": KubernetesLine("1.35", containerd_min="1.7.0", cgroup_v2_required=True, pause="3.10.1",
+                           containerd_recommended=("2.2.0", "2.1.5", "1.7.28")),
+    "1.36": KubernetesLine("1.36", containerd_min="2.0.0", cgroup_v2_required=True, pause="3.10.2",
+                           containerd_recommended=("2.3.0", "2.2.0")),
+}  # fmt: skip
+
+
+def containerd_recommendation(containerd: str, minor: str) -> str:
+    """ "" when ``containerd`` is what containerd recommends for Kubernetes ``minor`` (a listed branch at or above
+    its floor, or a branch newer than every listed one); else why not, naming the recommendation."""
+    line = kubernetes_line(minor)
+    floors = line.containerd_recommended
+    have = version_tuple(containerd)
+    if not floors or len(have) < 2:
+        return ""
+    listed = ", ".join(f"{f}+" for f in floors)
+    for floor in floors:
+        if version_tuple(floor)[:2] == have[:2]:
+            if have >= version_tuple(floor):
+                return ""
+            return f"containerd recommends {floor} or newer on the {floor.rsplit('.', 1)[0]} branch for Kubernetes {line.minor} ({listed})"
+    if have[:2] > max(version_tuple(f)[:2] for f in floors):
+        return ""
+    return f"containerd {'.'.join(map(str, have[:2]))} is not among containerd's recommendations for Kubernetes {line.minor} ({listed})"
+
+
 PAUSE_IMAGE = "registry.k8s.io/pause:{tag}"
 
 
@@ -117,10 +156,16 @@ GPU_OPERATOR_VALIDATED: dict[str, GpuOperatorRange] = {
 
 # --- container runtime -------------------------------------------------------------------
 
-# containerd 2.2 (config version 3; 2.3 writes version 4, which gpustack does not edit yet)
-CONTAINERD_VERSION = "2.2.7"
+# containerd 2.3, the LTS branch (2026-04-30 .. 2028-04-30, containerd RELEASES.md); 2.3.4 (tag 2026-08-12) is what
+# Kubespray master defaults to (46dbdd39, 2026-08-21). Newer 2.3 patches are known (gpustack/config/horizons.py
+# KNOWN_RELEASES) but have no second checksum source yet.
+CONTAINERD_VERSION = "2.3.4"
 # sha256 of https://github.com/containerd/containerd/releases/download/v<v>/containerd-<v>-linux-<arch>.tar.gz
 CONTAINERD_SHA256: dict[str, dict[str, str]] = {
+    "2.3.4": {
+        "amd64": "9d68969855fbf676cdb8ed758e420fb048d61f984f61de3e53eddfebe484d168",
+        "arm64": "a985fbb7e18fc0362d31a055338f5d7b0e087a3e27f14c70d1c5965399a29f95",
+    },
     "2.2.7": {
         "amd64": "91cd216ea26a1b8b512219d3f205375c967e7b7de4dae571bc3dd16bfacd34b5",
         "arm64": "84eb0a161e20ad45465202fa2d6d93b3d9b74666c363e9908706d590a86e2618",
@@ -131,8 +176,13 @@ CONTAINERD_SHA256: dict[str, dict[str, str]] = {
     },
 }
 # the config.toml version each containerd line writes (`containerd config default`), from the first release of
-# the line: 1.x writes 2, 2.0-2.2 write 3, 2.3 writes 4. Older versions are migrated in memory at every start,
-# newer ones refused ("unsupported config version").
+# the line: 1.x writes 2, 2.0-2.2 write 3, 2.3 writes 4 (containerd RELEASES.md "Daemon Configuration": version 4
+# needs v2.3.0). Older versions are migrated in memory at every start, newer ones refused ("unsupported config
+# version"). gpustack writes what the installed containerd writes: version 4 moves only the server settings
+# ([grpc], [ttrpc], [debug], [metrics]) into plugins (containerd v2.3.4 cmd/containerd/server/config/config.go,
+# serviceMigrate), the CRI tables gpustack edits keep their version-3 names; and a drop-in of a higher version than
+# config.toml is refused at start ("drop-in config version 4 higher than root config version 3", LoadConfigWithPlugins),
+# which a version-3 config.toml would risk once the NVIDIA toolkit writes its drop-in in 2.3's version.
 CONTAINERD_CONFIG_VERSIONS: tuple[tuple[str, int], ...] = (("1.0", 2), ("2.0", 3), ("2.3", 4))
 
 
@@ -142,9 +192,14 @@ def containerd_config_version(containerd: str) -> int | None:
     return found[-1] if found and version_tuple(containerd) else None
 
 
-RUNC_VERSION = "1.3.6"
+# what containerd 2.3.4 builds against (script/setup/runc-version at tag v2.3.4: v1.4.3)
+RUNC_VERSION = "1.4.3"
 # sha256 of https://github.com/opencontainers/runc/releases/download/v<v>/runc.<arch> (a static binary)
 RUNC_SHA256: dict[str, dict[str, str]] = {
+    "1.4.3": {
+        "amd64": "f6ae8efc0fa40079e1475e97cbe9d1bd3f106a28d6af78a11d9f1bd565515e60",
+        "arm64": "633301e2e32f8a5ad54031aab4901eb00308bec677dd15faa2751e8f9dab5ca4",
+    },
     "1.3.6": {
         "amd64": "3f3921dbbee7723e9868f97e88e51ffc910206e3ba55646e74d93d24ea76023c",
         "arm64": "6be27a061ef89bb14c6cb495405bba80f46cea213b8f79378a6086b1bac6b747",
@@ -159,10 +214,14 @@ CONTAINERD_URL = (
 RUNC_URL = "https://github.com/opencontainers/runc/releases/download/v{version}/runc.{arch}"
 
 # Helm 4 (docs/decisions.md: Helm 3 gets security fixes only until Feb 2027; pyhelm3 0.5.8 already
-# builds Helm 4's flags)
-HELM_VERSION = "4.2.4"
-# sha256 of https://get.helm.sh/helm-v<version>-linux-<arch>.tar.gz (4.2.4: its release page)
+# builds Helm 4's flags). Helm 4 supports only its newest minor: 4.3.0 (2026-09-09) ended 4.2's support.
+HELM_VERSION = "4.3.0"
+# sha256 of https://get.helm.sh/helm-v<version>-linux-<arch>.tar.gz
 HELM_SHA256: dict[str, dict[str, str]] = {
+    "4.3.0": {
+        "amd64": "86584a54def73570558f66f5111cc53dfed56689637ae32c1201205d494f54fb",
+        "arm64": "31c5794dd55c66a51e6b7d2e2ac7a114ae8b1de41ff1d9ba51748ac973b06a08",
+    },
     "4.2.4": {
         "amd64": "c306b46f719b0a4da32d0f78ee21bf90ce8d602f15b22ab753f0674d1670a7f3",
         "arm64": "564de2191b881e9f71b5606b25345821ea1682f06ab90499d3ab22b530176da1",
@@ -171,6 +230,24 @@ HELM_SHA256: dict[str, dict[str, str]] = {
         "amd64": "f8180838c23d7c7d797b208861fecb591d9ce1690d8704ed1e4cb8e2add966c1",
         "arm64": "c0a45e67eef0c7416a8a8c9e9d5d2d30d70e4f4d3f7bea5de28241fffa8f3b89",
     },
+}
+
+#: Where each pinned checksum comes from: two independent sources per download ("3P id N": a third-party public
+#: repository found by the search index, cited by its index id because the index does not name it). Kubespray's
+#: table: kubernetes-sigs/kubespray roles/kubespray_defaults/vars/main/checksums.yml, whose updater reads the
+#: upstream release assets' sha256sum files (scripts/component_hash_update).
+CHECKSUM_SOURCES: dict[tuple[str, str], str] = {
+    ("containerd", "2.3.4"): "Kubespray checksums.yml (master 46dbdd39, 2026-08-21, #13423); 3P ids 69785670388 (both "
+    "arches), 58663545062 and 58519690306 (amd64)",
+    ("containerd", "2.2.7"): "Kubespray checksums.yml; the upstream release page",
+    ("containerd", "2.1.9"): "Kubespray checksums.yml; the upstream release page",
+    ("runc", "1.4.3"): "Kubespray checksums.yml (e15b1f27, 2026-07-14, #13368); 3P ids 69785670388 (both arches) and "
+    "56990304274 (arm64, checked against the PGP-signed runc.sha256sum)",
+    ("runc", "1.3.6"): "Kubespray checksums.yml; the upstream release page",
+    ("helm", "4.3.0"): "no Kubespray entry (it has no Helm 4): independent 3P pins citing get.helm.sh's .sha256sum, "
+    "ids 69382076193, 70112920478, 70074840368 (both arches), 70366098126 (amd64)",
+    ("helm", "4.2.4"): "its release page; Kubespray has no Helm 4",
+    ("helm", "3.18.4"): "Kubespray checksums.yml; the release page",
 }
 
 
@@ -196,6 +273,10 @@ CHARTS: dict[str, Chart] = {
 #: fails when the chart pin moves without this, or when this Prometheus' major is not the one the
 #: real-Prometheus tests run (docs/operations.md, "Prometheus versions").
 KUBE_PROMETHEUS_STACK_PROMETHEUS = ("88.5.3", "3.14.0")
+
+#: GPU Operator chart -> the NVIDIA driver it deploys by default (v26.7.0 deployments/gpu-operator/values.yaml
+#: driver.version; gpustack does not override it): its branch (R595) has an end of life (horizons.py).
+GPU_OPERATOR_DRIVER: dict[str, str] = {"v26.7.0": "595.91.07"}
 
 # Image digests (sha256 of the multi-arch index), where one could be checked: each agrees across
 # several independent public manifests that pin it (the registries cannot be queried from the

@@ -17,6 +17,9 @@ Path_ = tuple[str | int, ...]
 class Problem:
     path: Path_
     message: str
+    #: the other fields the rule is about: the loader blames whichever of them was set last (a flag,
+    #: then the environment, then the file), so an overlap set by a variable names the variable
+    also: tuple[Path_, ...] = ()
 
 
 def check(cfg: Config) -> list[Problem]:
@@ -96,14 +99,26 @@ def _networks(cfg: Config) -> list[Problem]:
     out: list[Problem] = []
     pod, svc = cfg.cluster.pod_cidr, cfg.cluster.service_cidr
     if pod.overlaps(svc):
-        out.append(Problem(("cluster", "service_cidr"), f"service CIDR {svc} overlaps pod CIDR {pod}"))
+        out.append(
+            Problem(
+                ("cluster", "service_cidr"),
+                f"pod CIDR {pod} and service CIDR {svc} overlap",
+                (("cluster", "pod_cidr"),),
+            )
+        )
     for i, n in enumerate(cfg.nodes):
         ip = n.ip
         if ip is None:
             continue
         for name, net in (("pod_cidr", pod), ("service_cidr", svc)):
             if ip in net:
-                out.append(Problem(("nodes", i, "address"), f"node address {ip} lies inside cluster.{name} {net}"))
+                out.append(
+                    Problem(
+                        ("nodes", i, "address"),
+                        f"node address {ip} lies inside cluster.{name} {net}",
+                        (("cluster", name),),
+                    )
+                )
     # kubeadm gives the API service the 1st address of the service CIDR and cluster DNS the 10th;
     # kube-apiserver refuses a service range wider than /12 (more than 20 host bits).
     if svc.num_addresses < 16:

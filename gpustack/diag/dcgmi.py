@@ -1,12 +1,13 @@
 """What ``dcgmi diag -j`` and ``dcgmi health -c -j`` print, as typed results. Pure.
 
-``dcgmi diag -j`` (DCGM 4.x, ``dcgmi/Diag.cpp``; key names from ``nvvs/include/NvvsJsonStrings.h``)::
+``dcgmi diag -j`` (DCGM 4.x, ``dcgmi/Diag.cpp`` @v4.6.0 ``HelperJsonBuildOutput``; key names from
+``nvvs/include/NvvsJsonStrings.h``; schema ``testing/python3/dcgm_diag_schema.json``)::
 
     {"DCGM Diagnostic": {"test_categories": [
          {"category": "Deployment" | "Hardware" | "Integration" | "Stress",
           "tests": [{"name": "software" | "memory" | "pcie" | ...,
                      "results": [{"entity_group": "GPU", "entity_group_id": 1, "entity_id": 0,
-                                  "status": "Pass" | "Fail" | "Skip" | "Warn",
+                                  "status": "Pass" | "Fail" | "Skip",
                                   "warnings": [{"warning": str, "error_id": int (DCGM_FR_*),
                                                 "error_category": int, "error_severity": int}],
                                   "info": [str]}],
@@ -15,8 +16,23 @@
                         "entities": [{"entity_id": 0, "serial_num": str, "device_id": str}]}],
      "metadata": {"version": "4.6.0", "Driver Version Detected": "595.91.07"}}
 
+**The JSON never says "Warn"**: ``HelperJsonAddResult`` writes a result through ``HelperDisplayDiagResult``
+with its default ``DDR_NO_DISPLAY_WARN`` (``Diag.h`` l.69-75, ``Diag.cpp`` l.845-865), which turns a WARN
+into ``"Fail"``; only the text table's per-test line shows "Warn". A warning is told from a failure by
+the error it carries (:mod:`gpustack.diag.dcgm_errors`). A software check that warns sets **every** GPU of the
+software test to WARN (``nvvs/src/PluginTest.cpp`` ``SetResult``), so every GPU reads "Fail" while the error
+is attached to one GPU (and to ``test_summary``, which lists every error of the test).
+
+``dcgmi diag --iterations N -j`` (``Diag::RunStartDiag`` l.577-626) prints ONE object at the end:
+``{"iterations": [<document as above>, ...], "Overall Result": "Pass" | "Fail"[, "warning": str]}``, and
+stops after the first iteration that did not pass. ``-i`` selects GPUs (``--entity-id``), still one object.
+
 A run that could not complete prints ``{"DCGM Diagnostic": {"version": ..., "runtime_error": "Error: ..."}}``
-instead (a timeout included: ``Return: (-11) : Timeout``). A test a GPU did not run has no entry for it.
+instead (a timeout included: ``Return: (-11) : Timeout``), at once, so an ``--iterations`` run may print it
+before its own object. A test a GPU did not run has no entry for it.
+
+DCGM 3.x (``"DCGM GPU Diagnostic"``, string ``gpu_id``; ``dcgmi/Diag.cpp`` @v3.3.9) is read by
+:mod:`gpustack.diag.dcgmi_v3` into the same types.
 
 ``dcgmi health -c -j`` (``dcgmi/Health.cpp`` through ``DcgmiOutputJson``: every node is ``{"value": str,
 "children": {...}, "overflow": [str]}``)::
@@ -28,176 +44,43 @@ instead (a timeout included: ``Return: (-11) : Timeout``). A test a GPU did not 
                                              "PCIe system": {"value": "Warning", "overflow": [str, ...]}}}}}}}}}
 
 Only entities with an incident appear; a long message is split over ``overflow`` parts (joined with a
-space here). Without watches dcgmi prints ``Error: Health watches not enabled. ...`` (not JSON).
+space here). DCGM's "devastating" XIDs (48, 74, 79, 94, 95, 119, 120, 140) are reported with the system
+``DCGM_HEALTH_WATCH_ALL``, which ``Health::HelperSystemToString`` has no name for: the key is
+``"Internal error"``. Without watches dcgmi prints ``Error: Health watches not enabled. ...`` (not JSON).
 
 The pod log carries gpustack's markers around dcgmi's output (see :mod:`gpustack.diag.job`); the
-parsers find the JSON object between them, or anywhere in the text when the markers are missing.
+parsers find the JSON object between them, or anywhere in the text when the markers are missing. No
+input makes them raise anything but :class:`DcgmiParseError` (tests/unit/diag/test_dcgmi_fuzz.py).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
+
+from gpustack.diag.dcgmi_v3 import V3_ROOT, parse_v3
+from gpustack.diag.model import (
+    DcgmiParseError,
+    DiagRun,
+    DiagTest,
+    EntityResult,
+    GpuInfo,
+    HealthEntity,
+    HealthIncident,
+    HealthRun,
+    as_int,
+    as_list,
+    as_obj,
+    as_str,
+    info_of,
+    warnings_of,
+)
 
 BEGIN_MARKER = "gpustack: begin dcgmi output"
 END_MARKER = "gpustack: end dcgmi output"
-_END_RE = re.compile(re.escape(END_MARKER) + r" \(exit (-?\d+)\)")
-
-#: DCGM_FR_* error codes gpustack names in its findings (dcgmlib/dcgm_errors.h, DCGM 4.6)
-ERROR_NAMES: dict[int, str] = {
-    3: "DCGM_FR_PCI_REPLAY_RATE",
-    4: "DCGM_FR_VOLATILE_DBE_DETECTED",
-    6: "DCGM_FR_PENDING_PAGE_RETIREMENTS",
-    9: "DCGM_FR_CORRUPT_INFOROM",
-    14: "DCGM_FR_NVLINK_DOWN",
-    23: "DCGM_FR_DENYLISTED_DRIVER",
-    25: "DCGM_FR_GRAPHICS_PROCESSES",
-    29: "DCGM_FR_PERSISTENCE_MODE",
-    30: "DCGM_FR_LOW_BANDWIDTH",
-    40: "DCGM_FR_THERMAL_VIOLATIONS",
-    42: "DCGM_FR_TEMP_VIOLATION",
-    46: "DCGM_FR_PCIE_WIDTH",
-    47: "DCGM_FR_ABORTED",
-    48: "DCGM_FR_TEST_DISABLED",
-    50: "DCGM_FR_STRESS_LEVEL",
-    52: "DCGM_FR_FAULTY_MEMORY",
-    55: "DCGM_FR_ECC_DISABLED",
-    57: "DCGM_FR_CUDA_DBE",
-    58: "DCGM_FR_MEMORY_MISMATCH",
-    62: "DCGM_FR_MEMORY_BANDWIDTH",
-    63: "DCGM_FR_TARGET_POWER",
-    80: "DCGM_FR_ROW_REMAP_FAILURE",
-    81: "DCGM_FR_UNCONTAINED_ERROR",
-    84: "DCGM_FR_UNCORRECTABLE_ROW_REMAP",
-    85: "DCGM_FR_PENDING_ROW_REMAP",
-    101: "DCGM_FR_XID_ERROR",
-    103: "DCGM_FR_DBE_VIOLATION",
-    104: "DCGM_FR_PCIE_REPLAY_VIOLATION",
-    117: "DCGM_FR_TEST_SKIPPED",
-    120: "DCGM_FR_FALLEN_OFF_BUS",
-}
-
-#: error_severity (dcgmErrorSeverity_t)
-SEVERITIES: dict[int, str] = {0: "none", 1: "monitor", 2: "isolate", 3: "unknown", 4: "triage", 5: "config", 6: "reset"}
-
-#: error_category (dcgmErrorCategory_t)
-CATEGORIES: dict[int, str] = {
-    0: "none",
-    1: "performance threshold",
-    2: "performance violation",
-    3: "software configuration",
-    4: "software library",
-    5: "software XID",
-    6: "software CUDA",
-    7: "software EUD",
-    8: "software other",
-    9: "hardware thermal",
-    10: "hardware memory",
-    11: "hardware NVLink",
-    12: "hardware NVSwitch",
-    13: "hardware PCIe",
-    14: "hardware power",
-    15: "hardware other",
-    16: "internal",
-}
-
-
-class DcgmiParseError(ValueError):
-    """The text holds no dcgmi JSON document of the expected shape."""
-
-
-@dataclass(frozen=True)
-class DiagWarning:
-    """One ``warnings`` entry: the message and DCGM's code, category and severity for it."""
-
-    message: str
-    error_id: int | None = None
-    category: int | None = None
-    severity: int | None = None
-
-    @property
-    def code(self) -> str:
-        """``DCGM_FR_FAULTY_MEMORY (52)`` or ``error 123``."""
-        if self.error_id is None:
-            return ""
-        name = ERROR_NAMES.get(self.error_id)
-        return f"{name} ({self.error_id})" if name else f"DCGM error {self.error_id}"
-
-    def describe(self) -> str:
-        parts = [self.message]
-        extra = [x for x in (self.code, CATEGORIES.get(self.category or -1, ""),
-                             f"severity {SEVERITIES[self.severity]}" if self.severity in SEVERITIES else "") if x]  # fmt: skip
-        if extra:
-            parts.append(f"[{', '.join(extra)}]")
-        return " ".join(parts)
-
-
-@dataclass(frozen=True)
-class EntityResult:
-    """One entity's (GPU's) result of one test."""
-
-    entity_group: str
-    entity_id: int
-    status: str  # Pass | Fail | Skip | Warn
-    warnings: tuple[DiagWarning, ...] = ()
-    info: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class DiagTest:
-    """One test (plugin) of the run: its overall status and the per-entity results."""
-
-    category: str
-    name: str
-    status: str
-    results: tuple[EntityResult, ...] = ()
-    warnings: tuple[DiagWarning, ...] = ()  # test_summary warnings (all entities, and global ones)
-
-
-@dataclass(frozen=True)
-class GpuInfo:
-    entity_id: int
-    serial: str = ""
-    device_id: str = ""
-
-
-@dataclass(frozen=True)
-class DiagRun:
-    """A parsed ``dcgmi diag -j``; ``runtime_error`` set when the run could not complete."""
-
-    tests: tuple[DiagTest, ...] = ()
-    gpus: tuple[GpuInfo, ...] = ()
-    version: str = ""
-    driver: str = ""
-    runtime_error: str = ""
-
-    def gpu(self, entity_id: int) -> GpuInfo | None:
-        return next((g for g in self.gpus if g.entity_id == entity_id), None)
-
-
-@dataclass(frozen=True)
-class HealthIncident:
-    system: str  # "Memory system", "PCIe system", ...
-    health: str  # Healthy | Warning | Failure
-    message: str
-
-
-@dataclass(frozen=True)
-class HealthEntity:
-    entity_group: str  # GPU, NvSwitch, ...
-    entity_id: str
-    health: str
-    incidents: tuple[HealthIncident, ...] = ()
-
-
-@dataclass(frozen=True)
-class HealthRun:
-    """A parsed ``dcgmi health -c -j``."""
-
-    overall: str
-    entities: tuple[HealthEntity, ...] = field(default=())
+_END_RE = re.compile(re.escape(END_MARKER) + r" \(exit (-?[0-9]{1,9})\)")
 
 
 @dataclass(frozen=True)
@@ -223,86 +106,135 @@ def split_log(log: str) -> Output:
     return Output(text=rest[: end.start()], exit_code=int(end.group(1)), begun=True, preamble=preamble)
 
 
-def find_json(text: str, key: str | None = None) -> dict[str, Any]:
-    """The first JSON object in ``text`` that starts a line (and has ``key``, when given).
+def json_objects(text: str) -> list[dict[str, Any]]:
+    """Every top-level JSON object in ``text``: one whose ``{`` starts a line (dcgmi prints with jsoncpp's
+    ``toStyledString``: the document's braces at column 0, every nested object indented), scanning on after
+    the end of each object found, so an object nested in another one is never taken for a document.
 
-    dcgmi may print warnings before its JSON (e.g. about a module it could not load), so the object is
-    searched for rather than expected at the start."""
+    dcgmi may print other lines before its JSON (a module it could not load), and an ``--iterations`` run
+    may print a runtime error's object before its own."""
     decoder = json.JSONDecoder()
-    for match in re.finditer(r"(?m)^[ \t]*\{", text):
-        try:
-            obj, _ = decoder.raw_decode(text, match.end() - 1)
-        except ValueError:
+    found: list[dict[str, Any]] = []
+    pos = 0
+    for match in re.finditer(r"(?m)^\{", text):
+        if match.start() < pos:
             continue
-        if isinstance(obj, dict) and (key is None or key in obj):
+        try:
+            obj, end = decoder.raw_decode(text, match.start())
+        except (ValueError, RecursionError):  # not JSON, cut off (a killed container), or nested too deep
+            continue
+        if isinstance(obj, dict):
+            found.append(obj)
+            pos = end
+    return found
+
+
+def find_json(text: str, key: str | None = None) -> dict[str, Any]:
+    """The first top-level JSON object in ``text`` (that has ``key``, when given)."""
+    for obj in json_objects(text):
+        if key is None or key in obj:
             return obj
-    what = f"a JSON object with {key!r}" if key else "a JSON object"
+    what = f"JSON object with {key!r}" if key else "JSON object"
     raise DcgmiParseError(f"no {what} in the output: {text.strip()[:300]!r}")
-
-
-def _int(value: Any) -> int | None:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
-
-
-def _warnings(raw: Any) -> tuple[DiagWarning, ...]:
-    out = []
-    for w in raw if isinstance(raw, list) else []:
-        if isinstance(w, dict):
-            out.append(DiagWarning(str(w.get("warning") or ""), _int(w.get("error_id")),
-                                   _int(w.get("error_category")), _int(w.get("error_severity"))))  # fmt: skip
-        elif isinstance(w, str):  # older dcgmi printed bare strings
-            out.append(DiagWarning(w))
-    return tuple(out)
 
 
 def _results(raw: Any) -> tuple[EntityResult, ...]:
     out = []
-    for r in raw if isinstance(raw, list) else []:
+    for r in as_list(raw):
         if not isinstance(r, dict):
             continue
-        entity_id = _int(r.get("entity_id"))
+        entity_id = as_int(r.get("entity_id"))
         if entity_id is None:
             continue
-        info = tuple(str(i) for i in r.get("info") or [] if isinstance(i, str | int | float))
-        out.append(EntityResult(str(r.get("entity_group") or "GPU"), entity_id, str(r.get("status") or ""),
-                                _warnings(r.get("warnings")), info))  # fmt: skip
+        out.append(EntityResult(as_str(r.get("entity_group")) or "GPU", entity_id, as_str(r.get("status")),
+                                warnings_of(r.get("warnings")), info_of(r.get("info"))))  # fmt: skip
     return tuple(out)
 
 
-def parse_diag(text: str) -> DiagRun:
-    """Parse ``dcgmi diag -j`` output (the JSON may be surrounded by other lines)."""
-    doc = find_json(text, "DCGM Diagnostic")
-    body = doc.get("DCGM Diagnostic")
+V4_ROOT = "DCGM Diagnostic"
+
+
+def _parse_v4(doc: dict[str, Any], iteration: int = 0) -> DiagRun:
+    """One DCGM 4.x document (a single run, or one element of ``iterations``)."""
+    body = doc.get(V4_ROOT)
     if not isinstance(body, dict):
-        raise DcgmiParseError('"DCGM Diagnostic" is not an object')
-    meta_raw = doc.get("metadata")
-    meta: dict[str, Any] = meta_raw if isinstance(meta_raw, dict) else {}
-    version = str(meta.get("version") or body.get("version") or "")
+        raise DcgmiParseError(f"{V4_ROOT!r} is not an object")
+    meta = as_obj(doc.get("metadata"))
+    version = as_str(meta.get("version")) or as_str(body.get("version"))
     if body.get("runtime_error"):
-        return DiagRun(version=version, runtime_error=str(body["runtime_error"]).strip())
+        return DiagRun(version=version, runtime_error=as_str(body["runtime_error"]).strip() or "runtime error")
     tests: list[DiagTest] = []
-    for cat in body.get("test_categories") or []:
+    for cat in as_list(body.get("test_categories")):
         if not isinstance(cat, dict):
             continue
-        for t in cat.get("tests") or []:
-            if not isinstance(t, dict) or not t.get("name"):
+        for t in as_list(cat.get("tests")):
+            if not isinstance(t, dict) or not as_str(t.get("name")):
                 continue
-            summary_raw = t.get("test_summary")
-            summary: dict[str, Any] = summary_raw if isinstance(summary_raw, dict) else {}
-            tests.append(DiagTest(str(cat.get("category") or ""), str(t["name"]), str(summary.get("status") or ""),
-                                  _results(t.get("results")), _warnings(summary.get("warnings"))))  # fmt: skip
+            summary = as_obj(t.get("test_summary"))
+            tests.append(DiagTest(as_str(cat.get("category")), as_str(t["name"]), as_str(summary.get("status")),
+                                  _results(t.get("results")), warnings_of(summary.get("warnings")),
+                                  iteration=iteration))  # fmt: skip
     if not tests:
         raise DcgmiParseError("the dcgmi diag output lists no test")
     gpus: list[GpuInfo] = []
-    for group in doc.get("entity_groups") or []:
+    for group in as_list(doc.get("entity_groups")):
         if isinstance(group, dict) and group.get("entity_group") == "GPU":
-            for e in group.get("entities") or []:
-                if isinstance(e, dict) and _int(e.get("entity_id")) is not None:
-                    gpus.append(GpuInfo(int(e["entity_id"]), str(e.get("serial_num") or ""), str(e.get("device_id") or "")))  # fmt: skip
-    return DiagRun(tuple(tests), tuple(gpus), version, str(meta.get("Driver Version Detected") or ""))
+            for e in as_list(group.get("entities")):
+                entity_id = as_int(e.get("entity_id")) if isinstance(e, dict) else None
+                if isinstance(e, dict) and entity_id is not None:
+                    gpus.append(GpuInfo(entity_id, as_str(e.get("serial_num")), as_str(e.get("device_id"))))
+    return DiagRun(tuple(tests), tuple(gpus), version, as_str(meta.get("Driver Version Detected")))
+
+
+def _runtime_error(doc: dict[str, Any]) -> DiagRun | None:
+    for root, shape in ((V4_ROOT, "4.x"), (V3_ROOT, "3.x")):
+        body = doc.get(root)
+        if isinstance(body, dict) and body.get("runtime_error"):
+            error = as_str(body["runtime_error"]).strip() or "runtime error"
+            return DiagRun(version=as_str(body.get("version")) or as_str(doc.get("version")), runtime_error=error,
+                           shape=shape)  # fmt: skip
+    return None
+
+
+def _parse_doc(doc: dict[str, Any], iteration: int = 0) -> DiagRun:
+    if V4_ROOT in doc:
+        return _parse_v4(doc, iteration)
+    return parse_v3(doc, iteration)
+
+
+def _parse_iterations(doc: dict[str, Any]) -> DiagRun:
+    runs = [_parse_doc(item, i + 1) for i, item in enumerate(as_list(doc.get("iterations")))
+            if isinstance(item, dict) and (V4_ROOT in item or V3_ROOT in item)]  # fmt: skip
+    if not runs:
+        raise DcgmiParseError(f"the dcgmi diag --iterations output holds no run (Overall Result: "
+                              f"{as_str(doc.get('Overall Result')) or 'none'})")  # fmt: skip
+    failed = next((r for r in runs if r.runtime_error), None)
+    if failed is not None:
+        return failed
+    first = runs[0]
+    return DiagRun(tuple(t for r in runs for t in r.tests), first.gpus, first.version, first.driver,
+                   shape=first.shape, iterations=len(runs), overall=as_str(doc.get("Overall Result")),
+                   overall_warning=as_str(doc.get("warning")))  # fmt: skip
+
+
+def parse_diag(text: str) -> DiagRun:
+    """Parse ``dcgmi diag -j`` output (the JSON may be surrounded by other lines): DCGM 4.x, DCGM 3.x, a
+    single run or ``--iterations``. A runtime error printed anywhere wins: the run did not complete."""
+    docs = json_objects(text)
+    for doc in docs:
+        failed = _runtime_error(doc)
+        if failed is not None:
+            return failed
+    for doc in docs:
+        if "iterations" in doc:
+            return _parse_iterations(doc)
+        if V4_ROOT in doc or V3_ROOT in doc:
+            return _parse_doc(doc)
+    seen = "; ".join(f"an object with {', '.join(repr(k) for k in list(d)[:5])}" for d in docs[:3])
+    raise DcgmiParseError(
+        f"no dcgmi diag JSON in the output (a {V4_ROOT!r} object, DCGM 4.x; {V3_ROOT!r}, DCGM 3.x; or "
+        f'"iterations")' + (f": found {seen}" if seen else f": {text.strip()[:300]!r}")
+    )
 
 
 def _children(node: Any) -> dict[str, Any]:
@@ -311,7 +243,12 @@ def _children(node: Any) -> dict[str, Any]:
 
 
 def _value(node: Any) -> str:
-    return str(node.get("value") or "") if isinstance(node, dict) else ""
+    return as_str(node.get("value")) if isinstance(node, dict) else as_str(node)
+
+
+def _overflow(node: Any) -> str:
+    parts = node.get("overflow") if isinstance(node, dict) else None
+    return " ".join(as_str(p).strip() for p in as_list(parts) if as_str(p).strip())
 
 
 def parse_health(text: str) -> HealthRun:
@@ -327,10 +264,9 @@ def parse_health(text: str) -> HealthRun:
         if group == "Overall Health":
             continue
         for entity_id, entity in _children(group_node).items():
-            incidents = []
-            for system, sys_node in _children(_children(entity).get("Errors")).items():
-                parts = [str(p) for p in (sys_node.get("overflow") or []) if isinstance(sys_node, dict)]
-                incidents.append(HealthIncident(system, _value(sys_node), " ".join(p.strip() for p in parts)))
-            entities.append(HealthEntity(group, str(entity_id), _value(entity), tuple(incidents)))
-    entities.sort(key=lambda e: (e.entity_group, _int(e.entity_id) if _int(e.entity_id) is not None else 1 << 30))
+            incidents = tuple(HealthIncident(str(system), _value(node), _overflow(node))
+                              for system, node in _children(_children(entity).get("Errors")).items())  # fmt: skip
+            entities.append(HealthEntity(str(group), str(entity_id), _value(entity), incidents))
+    entities.sort(key=lambda e: (e.entity_group, as_int(e.entity_id) if as_int(e.entity_id) is not None else 1 << 62,
+                                 e.entity_id))  # fmt: skip
     return HealthRun(_value(body["Overall Health"]), tuple(entities))

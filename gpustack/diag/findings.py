@@ -4,6 +4,10 @@ One finding per node and test while every GPU agrees (``memory: Pass on 8 GPUs``
 that failed, warned or skipped (host ``node GPU n``), and ``D00-diag-run`` for the run itself (could
 not start, timed out, no output). The report is doctor's (:mod:`gpustack.diagnose.report`), layer
 :data:`LAYER`.
+
+Whether a GPU failed or warned is decided from the errors DCGM attaches (``error_id``), not from the status
+string, which DCGM 4.x writes "Fail" for a warning too (:mod:`gpustack.diag.dcgm_errors` says which errors
+block a release; docs/operations.md "Warnings, failures and the release").
 """
 
 from __future__ import annotations
@@ -12,18 +16,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from gpustack.checks.model import Finding, Status
-from gpustack.diag.dcgmi import (
-    DcgmiParseError,
-    DiagRun,
-    DiagTest,
-    DiagWarning,
-    EntityResult,
-    HealthRun,
-    parse_diag,
-    parse_health,
-    split_log,
-)
+from gpustack.diag.dcgm_errors import blocks_release
+from gpustack.diag.dcgmi import parse_diag, parse_health, split_log
 from gpustack.diag.job import DiagSpec
+from gpustack.diag.model import DcgmiParseError, DiagRun, DiagTest, DiagWarning, EntityResult, HealthRun
 
 LAYER = "diag"
 RUN_ID = "D00-diag-run"
@@ -124,40 +120,85 @@ def _gpu_label(run: DiagRun, r: EntityResult) -> str:
     return f"GPU {r.entity_id}{serial}"
 
 
+def error_status(warnings: Sequence[DiagWarning]) -> Status:
+    """What DCGM's errors say, whatever the status string: ``fail`` when one blocks a release
+    (:func:`gpustack.diag.dcgm_errors.blocks_release`), ``warn`` when every one is a warning-only state."""
+    return "fail" if any(blocks_release(w.error_id) for w in warnings) else "warn"
+
+
+def result_status(r: EntityResult) -> Status:
+    """A GPU's result with errors of its own: Pass and Skip as written; anything else ("Fail", which is
+    also how DCGM 4.x writes a WARN, or "Warn") decided by the errors."""
+    if r.status == "Skip":
+        return "skip"
+    if r.status == "Pass":
+        return "warn" if r.warnings else "pass"
+    return error_status(r.warnings) if r.warnings else ("warn" if r.status == "Warn" else "fail")
+
+
 def _test_findings(node: str, test: DiagTest, run: DiagRun, level: int) -> list[Finding]:
     fid = TEST_IDS.get(test.name, OTHER_ID)
+    name = test.label
     gpu_results = [r for r in test.results if r.entity_group == "GPU"]
     other = [r for r in test.results if r.entity_group != "GPU"]
-    out: list[Finding] = []
+    attached = {w for r in test.results for w in r.warnings}
+    unattached = [w for w in test.warnings if w not in attached]  # global errors: test_summary only
     clean = [r for r in gpu_results if r.status == "Pass" and not r.warnings]
+    # "Fail" (or "Warn") with no error of its own: DCGM marks every GPU of a test when one check warns or
+    # fails the whole test (PluginTest::SetResult), the error going to one GPU or to none
+    bare = [r for r in gpu_results if r.status not in ("Pass", "Skip") and not r.warnings]
+    out: list[Finding] = []
     if clean:
-        out.append(Finding(fid, LAYER, "pass", f"{test.name}: pass on {len(clean)} GPU(s) ({_ranges([r.entity_id for r in clean])})",
+        out.append(Finding(fid, LAYER, "pass", f"{name}: pass on {len(clean)} GPU(s) ({_ranges([r.entity_id for r in clean])})",
                            host=node, evidence="\n".join(i for r in clean[:1] for i in r.info)))  # fmt: skip
     for r in gpu_results:
-        if r in clean:
+        if r in clean or r in bare:
             continue
-        status = STATUS.get(r.status, "fail")
+        status = result_status(r)
         label = _gpu_label(run, r)
         why = "; ".join(w.message for w in r.warnings) or r.status
+        written = (
+            " (dcgmi wrote 'Fail': DCGM 4.x's JSON writes a warning so)"
+            if status == "warn" and r.status == "Fail"
+            else ""
+        )
         info = run.gpu(r.entity_id)
         fix = _fix(node, r.entity_id, r.warnings, level, info.serial if info else "") if status == "fail" else ""
-        out.append(Finding(fid, LAYER, status, f"{test.name}: {r.status.lower()} on {label}: {why}",
+        out.append(Finding(fid, LAYER, status, f"{name}: {status} on {label}: {why}{written}",
                            host=f"{node} GPU {r.entity_id}",
                            evidence="\n".join([w.describe() for w in r.warnings] + list(r.info)), fix=fix))  # fmt: skip
+    # the GPUs whose own errors made the test not pass
+    erring = [r.entity_id for r in gpu_results if r.warnings and r.status not in ("Pass", "Skip")]
+    if bare and not unattached:
+        marked = _ranges([r.entity_id for r in bare])
+        if erring:  # the error(s) sit on other GPUs: these passed every check of the test
+            where = _ranges(erring)
+            out.append(Finding(fid, LAYER, "pass",
+                               f"{name}: pass on {len(bare)} GPU(s) ({marked}): no error of their own (dcgmi writes "
+                               f"'{bare[0].status}' for every GPU of the test when one check warns or fails; the error "
+                               f"is on GPU {where})", host=node))  # fmt: skip
+        else:  # nothing says why: fail closed
+            for r in bare:
+                status = "warn" if r.status == "Warn" else "fail"
+                out.append(Finding(fid, LAYER, status, f"{name}: {r.status.lower()} on {_gpu_label(run, r)}: DCGM names no error",
+                                   host=f"{node} GPU {r.entity_id}", fix=f"on {node}: dcgmi diag -r {max(level, 2)} -v for details"))  # fmt: skip
     for r in other:  # CPU entities (cpu_eud)
-        status = STATUS.get(r.status, "fail")
-        out.append(Finding(fid, LAYER, status, f"{test.name}: {r.status.lower()} on {r.entity_group} {r.entity_id}",
+        status = result_status(r)
+        out.append(Finding(fid, LAYER, status, f"{name}: {r.status.lower()} on {r.entity_group} {r.entity_id}",
                            host=node, evidence="\n".join(w.describe() for w in r.warnings)))  # fmt: skip
-    if not test.results:  # a test with only a summary (it ran on no entity)
-        status = STATUS.get(test.status, "fail")
-        why = "; ".join(w.message for w in test.warnings) or test.status
-        out.append(Finding(fid, LAYER, status, f"{test.name}: {why}", host=node,
-                           evidence="\n".join(w.describe() for w in test.warnings)))  # fmt: skip
-    elif test.status == "Fail" and not any(f.status == "fail" for f in out):
-        # the summary failed on something no entity carries (a global error)
-        why = "; ".join(w.message for w in test.warnings) or "failed"
-        out.append(Finding(fid, LAYER, "fail", f"{test.name}: {why}", host=node,
-                           evidence="\n".join(w.describe() for w in test.warnings),
+    if unattached or not test.results:  # errors of the whole test, or a test with only a summary
+        if unattached:  # a skipped test stays skipped (its reason is an error entry too: DCGM_FR_TEST_SKIPPED)
+            status = "skip" if test.status == "Skip" and not bare else error_status(unattached)
+        else:
+            status = STATUS.get(test.status, "fail") if test.status in ("Pass", "Skip", "Warn") else "fail"
+        why = "; ".join(w.message for w in unattached or test.warnings) or test.status or "no status"
+        marked = f" (dcgmi marks GPU(s) {_ranges([r.entity_id for r in bare])} '{bare[0].status}')" if bare else ""
+        out.append(Finding(fid, LAYER, status, f"{name}: {why}{marked}", host=node,
+                           evidence="\n".join(w.describe() for w in unattached or test.warnings),
+                           fix=f"on {node}: dcgmi diag -r {max(level, 2)} -v for details" if status == "fail" else ""))  # fmt: skip
+    elif test.status not in ("Pass", "Skip", "") and not any(f.status in ("fail", "warn") for f in out):
+        # the summary did not pass, and nothing above says why: fail closed
+        out.append(Finding(fid, LAYER, "fail", f"{name}: {test.status.lower()} with no error named", host=node,
                            fix=f"on {node}: dcgmi diag -r {max(level, 2)} -v for details"))  # fmt: skip
     return out
 
@@ -220,13 +261,30 @@ def node_findings(o: NodeOutcome, spec: DiagSpec) -> list[Finding]:
                         fix=("--timeout SECONDS to allow more (GPUs under load run the tests slower)" if timeout
                              else f"on {o.node}: dcgmi diag -r {spec.level} -v"))]  # fmt: skip
     versions = ", ".join(x for x in (f"DCGM {run.version}" if run.version else "",
-                                     f"driver {run.driver}" if run.driver else "") if x)  # fmt: skip
+                                     f"driver {run.driver}" if run.driver else "",
+                                     "DCGM 3.x output" if run.shape == "3.x" else "",
+                                     f"{run.iterations} iteration(s), overall {run.overall or 'unknown'}" if run.iterations else "")
+                         if x)  # fmt: skip
     findings = [Finding(RUN_ID, LAYER, "pass",
                         f"{what} ran on {len(run.gpus) or o.gpus} GPU(s) in {o.elapsed:.0f}s" + (f" ({versions})" if versions else ""),
                         host=o.node)]  # fmt: skip
     for test in run.tests:
         findings += _test_findings(o.node, test, run, spec.level)
+    named = any(f.status in ("fail", "warn") for f in findings)
+    if run.overall == "Fail" and not named:
+        findings.append(Finding(RUN_ID, LAYER, "fail", f"{what}: dcgmi reports Overall Result Fail but names no error"
+                                + (f" ({run.overall_warning})" if run.overall_warning else ""), host=o.node,
+                                fix=f"on {o.node}: dcgmi diag -r {spec.level} -v"))  # fmt: skip
+    elif out.exit_code not in (0, None) and not named:  # dcgmi exits non-zero for any error, warnings too
+        findings.append(Finding(RUN_ID, LAYER, "fail", f"{what}: dcgmi exited {out.exit_code} but its JSON names no error",
+                                host=o.node, evidence=out.text.strip()[-600:], fix=f"on {o.node}: dcgmi diag -r {spec.level} -v"))  # fmt: skip
     return findings
+
+
+#: health systems whose name needs a word: DCGM reports its "devastating" XIDs (48, 74, 79, 94, 95, 119, 120,
+#: 140) with the system DCGM_HEALTH_WATCH_ALL, which dcgmi prints as "Internal error" (Health.cpp v4.6.0
+#: HelperSystemToString has no case for it; DcgmHealthWatch.cpp MonitorDevastatingXids)
+SYSTEM_NOTES = {"Internal error": "a devastating XID (DCGM reports those under the system 'Internal error')"}
 
 
 def health_findings(node: str, run: HealthRun) -> list[Finding]:
@@ -237,7 +295,8 @@ def health_findings(node: str, run: HealthRun) -> list[Finding]:
                    host=node)]  # fmt: skip
     for e in run.entities:
         status = STATUS.get(e.health, "fail")
-        lines = [f"{i.system}: {i.health}: {i.message}" for i in e.incidents]
+        lines = [f"{i.system}: {i.health}: {i.message}" + (f" [{SYSTEM_NOTES[i.system]}]" if i.system in SYSTEM_NOTES else "")
+                 for i in e.incidents]  # fmt: skip
         fix = (f"gpustack diag --node {node} --level 2 for the active tests; kubectl drain {node} before a reset"
                if status == "fail" else "")  # fmt: skip
         out.append(Finding(HEALTH_ID, LAYER, status,
@@ -246,8 +305,18 @@ def health_findings(node: str, run: HealthRun) -> list[Finding]:
     return out
 
 
+def _mine(findings: Sequence[Finding], node: str) -> list[Finding]:
+    return [f for f in findings if f.host == node or (f.host or "").startswith(f"{node} ")]
+
+
 def passed(findings: Sequence[Finding], node: str) -> bool:
-    """Whether a node's diag passed: it ran, and nothing failed on the node or any of its GPUs."""
-    mine = [f for f in findings if f.host == node or (f.host or "").startswith(f"{node} ")]
+    """Whether a node's diag passed: it ran, and nothing failed on the node or any of its GPUs. A warning
+    (an error :func:`gpustack.diag.dcgm_errors.blocks_release` lets through) does not fail it."""
+    mine = _mine(findings, node)
     ran = any(f.id == RUN_ID and f.status == "pass" for f in mine)
     return ran and not any(f.status == "fail" for f in mine)
+
+
+def warnings(findings: Sequence[Finding], node: str) -> int:
+    """How many warnings the node's diag had (recorded with the verdict)."""
+    return sum(1 for f in _mine(findings, node) if f.status == "warn")

@@ -333,7 +333,7 @@ class DiagJobs:
             if not o.log:  # no result: the previous verdict stays
                 continue
             verdict = {"level": self.opts.spec.level, "result": "pass" if fd.passed(findings, o.node) else "fail",
-                       "at": now_rfc3339(), "job": o.job, "by": by}  # fmt: skip
+                       "warnings": fd.warnings(findings, o.node), "at": now_rfc3339(), "job": o.job, "by": by}  # fmt: skip
             patch = {"metadata": {"annotations": {ANN_DIAG_RESULT: json.dumps(verdict, sort_keys=True)}}}
             try:
                 self.kube.request("PATCH", f"/api/v1/nodes/{o.node}", body=patch, query={"fieldManager": DIAG_FIELD_MANAGER},

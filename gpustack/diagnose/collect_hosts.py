@@ -23,7 +23,7 @@ from gpustack.diagnose.snapshot import Snapshot
 from gpustack.paths import ensure_private_dir, kubeconfig_path, resource_dir
 from gpustack.render.ansible import extravars, inventory
 from gpustack.runners import ansible as ar
-from gpustack.runners import ssh
+from gpustack.runners import ssh, sshmux
 
 SEAM = "host_facts"
 MAX_MESSAGE = 500
@@ -72,22 +72,25 @@ def run_facts_playbook(
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """Run preflight.yml on ``nodes``; returns (facts by node, error by node)."""
     facts_dir = ensure_private_dir(work_dir / "facts")
-    kwargs = ar.build_runner_kwargs(
-        private_data_dir=work_dir / "ansible-doctor",
-        project_dir=resource_dir("playbooks"),
-        playbook="preflight.yml",
-        inventory=inventory(cfg),
-        extravars=extravars(cfg, kubeconfig_dest=kubeconfig_path(cfg.cluster.name)),
-        tags=(),
-        settings=ar.AnsibleSettings(
-            known_hosts=cfg.ssh.known_hosts.expanduser(), connect_timeout=cfg.ssh.connect_timeout
-        ),
-        ident="doctor-facts",
-    )
-    kwargs["limit"] = ",".join(nodes)
-    # stop before the collector's own deadline so the nodes that answered are still reported
-    kwargs["settings"] = {**kwargs["settings"], "job_timeout": max(5, int(timeout) - 3)}
-    result = ar.run_playbook(kwargs, ar.StageTracker())
+    with sshmux.control_dir() as control:  # its SSH masters end with it (runners/sshmux.py)
+        kwargs = ar.build_runner_kwargs(
+            private_data_dir=work_dir / "ansible-doctor",
+            project_dir=resource_dir("playbooks"),
+            playbook="preflight.yml",
+            inventory=inventory(cfg),
+            extravars=extravars(cfg, kubeconfig_dest=kubeconfig_path(cfg.cluster.name)),
+            tags=(),
+            settings=ar.AnsibleSettings(
+                known_hosts=cfg.ssh.known_hosts.expanduser(),
+                connect_timeout=cfg.ssh.connect_timeout,
+                control_dir=control,
+            ),
+            ident="doctor-facts",
+        )
+        kwargs["limit"] = ",".join(nodes)
+        # stop before the collector's own deadline so the nodes that answered are still reported
+        kwargs["settings"] = {**kwargs["settings"], "job_timeout": max(5, int(timeout) - 3)}
+        result = ar.run_playbook(kwargs, ar.StageTracker())
     result.write_facts(facts_dir)
     facts: dict[str, Any] = {}
     errors: dict[str, str] = {}

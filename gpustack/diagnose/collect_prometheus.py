@@ -54,7 +54,9 @@ QUERIES: dict[str, str] = {
     "gpu_models": "count by (modelName) (DCGM_FI_DEV_GPU_UTIL)",
     "exporter_targets": f"count by (job) ({EXPORTER_UP})",
     "exporter_down": f"{EXPORTER_UP} == 0",
-    "gpu_allocatable": 'sum by (node) (kube_node_status_allocatable{resource="nvidia_com_gpu"})',
+    # the usage rule gpustack:gpu_allocatable:sum's expression (deduplicated: two kube-state-metrics targets
+    # export the same series; tests/unit/report/test_queries.py keeps the two equal)
+    "gpu_allocatable": 'sum by (node) (max by (node, resource) (kube_node_status_allocatable{resource="nvidia_com_gpu"}))',
 }
 #: the Prometheus releases doctor, verify and report support, oldest and newest major (docs/operations.md,
 #: "Prometheus versions"): 2.42 is Debian 12's package (the first with the scrape-pool filter below), 3 the

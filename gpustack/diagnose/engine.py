@@ -14,6 +14,7 @@ from gpustack.diagnose import registry, report
 from gpustack.diagnose.collect import CollectContext, collect
 from gpustack.diagnose.snapshot import Snapshot
 from gpustack.errors import UsageError
+from gpustack.paths import PRIVATE, check_input_file, check_output_path, write_output
 from gpustack.runners.kubeconfig import ENV, HOME, KubeconfigNotFound, KubeTarget, resolve_kubeconfig
 
 if TYPE_CHECKING:
@@ -55,8 +56,13 @@ def validate(opts: DiagnoseOptions) -> None:
     unknown = [c for c in (*opts.checks, *opts.ignore) if c not in known and c not in prefixes]
     if unknown:
         raise UsageError(f"unknown check id(s): {', '.join(unknown)} (see `gpustack {opts.command} --list`)")
-    if opts.kubeconfig is not None and not opts.kubeconfig.is_file():
-        raise UsageError(f"--kubeconfig {opts.kubeconfig}: no such file")
+    if opts.kubeconfig is not None:
+        check_input_file(opts.kubeconfig, "--kubeconfig")
+    if opts.snapshot_in is not None:
+        check_input_file(opts.snapshot_in, "--from-snapshot")
+    for path, flag in ((opts.save, "--save"), (opts.snapshot_out, "--save-snapshot")):
+        if path is not None:
+            check_output_path(path, flag)
     if opts.fix and opts.snapshot_in is not None:
         raise UsageError("--fix needs the live cluster: it cannot be combined with --from-snapshot")
 
@@ -95,7 +101,8 @@ def gather(
         try:
             return Snapshot.from_json(json.loads(opts.snapshot_in.read_text(encoding="utf-8")))
         except (OSError, ValueError, TypeError) as exc:
-            raise UsageError(f"--snapshot {opts.snapshot_in}: cannot load: {exc}") from None
+            why = exc.strerror if isinstance(exc, OSError) else f"not a gpustack snapshot ({exc})"
+            raise UsageError(f"--from-snapshot {opts.snapshot_in}: cannot load: {why}") from None
     resolved, why = target if target is not None else target_for(cfg, opts)
     ctx = CollectContext(
         cfg=cfg, command=opts.command, kubeconfig=None, timeout=opts.timeout, workload=opts.workload,
@@ -121,7 +128,13 @@ def diagnose(cfg: Config, opts: DiagnoseOptions, console: Console) -> tuple[int,
     # `--check H04` needs the hosts, not the cluster: collect for the selected checks' layers only
     snap = gather(cfg, opts, tuple(sorted({s.layer for s in specs})), target)
     if opts.snapshot_out is not None:
-        opts.snapshot_out.write_text(json.dumps(snap.to_json(), indent=1, default=str) + "\n", encoding="utf-8")
+        # private: a snapshot holds the cluster's objects, addresses and host facts
+        write_output(
+            opts.snapshot_out,
+            json.dumps(snap.to_json(), indent=1, default=str) + "\n",
+            flag="--save-snapshot",
+            mode=PRIVATE,
+        )
     findings = registry.run(specs, snap)
     unreachable = cluster_unreachable(snap)
     if unreachable:  # one cause, said once: what is read through the API server was not checked

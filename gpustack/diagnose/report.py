@@ -16,6 +16,7 @@ from rich.markup import escape
 from gpustack.checks.model import Finding
 from gpustack.console import Console
 from gpustack.diagnose.registry import LAYERS
+from gpustack.paths import write_output
 
 STATUSES = ("pass", "warn", "fail", "skip")
 #: the check that says the Kubernetes API server cannot be read
@@ -156,7 +157,7 @@ def show(
 def save(path: Path, command: str, findings: Sequence[Finding], *, target: Mapping[str, Any] | None = None) -> None:
     """``--save FILE``: junit for a ``.xml`` file, json otherwise."""
     fmt = "junit" if path.suffix == ".xml" else "json"
-    path.write_text(render(command, findings, fmt, target=target), encoding="utf-8")
+    write_output(path, render(command, findings, fmt, target=target), flag="--save")
 
 
 def _layers(findings: Sequence[Finding]) -> str:
@@ -176,7 +177,7 @@ def print_table(
     reason share one row (their ids, one per line): a cause is said once, not restated in every row."""
     style = {"pass": "ok", "warn": "warn", "fail": "fail", "skip": "skip"}
     if target is not None:  # verify/doctor pass {} when they found no cluster: that is said too
-        console.print(f"cluster: {escape(cluster_line(target))}", soft_wrap=False, overflow="fold")
+        console.say(f"cluster: {cluster_line(target)}")
     for layer in layers_of(findings):
         rows = []
         shown = [

@@ -3,20 +3,14 @@ reads it) and the JSON files the engine writes beside it."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from gpustack.config.model import Config
     from gpustack.engine.options import RunOptions
     from gpustack.engine.plan import CommandPlan
-
-
-def write_json(path: Path, data: Any) -> None:
-    path.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
 
 
 #: version of a run directory's run.json

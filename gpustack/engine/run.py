@@ -15,6 +15,7 @@ Commands (:mod:`gpustack.commands`) only supply their plan, options, Python step
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Mapping
 from itertools import groupby
@@ -28,12 +29,12 @@ from gpustack.engine.lock import cluster_lock
 from gpustack.engine.options import RunOptions
 from gpustack.engine.plan import CommandPlan, targets
 from gpustack.engine.progress import print_summary, report_preflight
-from gpustack.engine.records import finish_record, run_record, write_json
+from gpustack.engine.records import finish_record, run_record
 from gpustack.engine.stages import ansible_stages, host_key_gate, run_preflight
 from gpustack.engine.steps import Guard, RunResult, StageSummary, StepContext, StepFn
 from gpustack.errors import GpustackError, Interrupted
-from gpustack.paths import new_run_dir
-from gpustack.runners import pinned_collections
+from gpustack.paths import new_run_dir, write_json
+from gpustack.runners import pinned_collections, sshmux
 
 
 def run(
@@ -83,7 +84,12 @@ def _run_locked(
     record = run_record(plan, cfg, opts)
     write_json(run_dir / "run.json", record)
     try:
-        _run_stages(plan, cfg, opts, console, steps, run_dir, summaries, findings, facts, finish, after_preflight)
+        # the run's own SSH masters, ended when the run ends however it ends (runners/sshmux.py)
+        reaches_hosts = any(s.runner in ("preflight", "ansible") for s in opts.stages)
+        with sshmux.control_dir() if reaches_hosts else contextlib.nullcontext() as control:
+            _run_stages(
+                plan, cfg, opts, console, steps, run_dir, summaries, findings, facts, finish, after_preflight, control
+            )
     except Interrupted as exc:
         for s in summaries:
             if s.status == "running":
@@ -112,6 +118,7 @@ def _run_stages(
     facts: dict[str, Any],
     finish: Callable[[], None],
     after_preflight: Guard | None,
+    control: Path | None = None,
 ) -> None:
     if any(s.runner in ("preflight", "ansible") for s in opts.stages):
         host_key_gate(cfg, opts, console)  # a run of Python steps only contacts no host
@@ -121,7 +128,7 @@ def _run_stages(
         if runner == "preflight":
             t0 = time.monotonic()
             summaries.append(StageSummary("preflight", "running", 0.0, hosts=targets(cfg, opts.limit)))
-            got, found = run_preflight(plan, cfg, opts, run_dir, console)
+            got, found = run_preflight(plan, cfg, opts, run_dir, console, control_dir=control)
             facts.update(got)
             findings[:] = found
             write_json(run_dir / "preflight.json", [f.__dict__ for f in findings])
@@ -135,7 +142,7 @@ def _run_stages(
                 write_json(run_dir / "summary.json", [s.__dict__ for s in summaries])
                 raise
         elif runner == "ansible":
-            rows, result = ansible_stages(plan, stages, cfg, opts, run_dir, console, facts)
+            rows, result = ansible_stages(plan, stages, cfg, opts, run_dir, console, facts, control_dir=control)
             summaries += rows
             if result.status == "canceled":
                 where = ", ".join(r.stage for r in rows if r.status == "interrupted") or "the host layer"

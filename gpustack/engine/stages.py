@@ -44,13 +44,14 @@ def host_key_gate(cfg: Config, opts: RunOptions, console: Console) -> None:
     ssh.raise_for_host_keys(results, cfg.ssh.known_hosts.expanduser())
 
 
-def _settings(cfg: Config, opts: RunOptions, *, check: bool) -> ar.AnsibleSettings:
+def _settings(cfg: Config, opts: RunOptions, *, check: bool, control_dir: Path | None = None) -> ar.AnsibleSettings:
     return ar.AnsibleSettings(
         known_hosts=cfg.ssh.known_hosts.expanduser(),
         connect_timeout=cfg.ssh.connect_timeout,
         verbosity=opts.verbosity,
         check=check,
         collections_path=pinned_collections.default_search_path(),
+        control_dir=control_dir,
     )
 
 
@@ -86,6 +87,7 @@ def run_playbook(
     console: Console,
     stage_patterns: Mapping[str, str] | None = None,
     extra: Mapping[str, Any] | None = None,
+    control_dir: Path | None = None,
 ) -> ar.PlaybookResult:
     """One run of a shipped playbook with the stages' tags and the run's host limit, with progress."""
     kubeconfig = kubeconfig_path(cfg.cluster.name)
@@ -107,7 +109,7 @@ def run_playbook(
         inventory=inv,
         extravars=ev,
         tags=tags,
-        settings=_settings(cfg, opts, check=check),
+        settings=_settings(cfg, opts, check=check, control_dir=control_dir),
         ident=ident,
     )
     if opts.limit:
@@ -140,7 +142,13 @@ def _cancel_on_signal(console: Console) -> Iterator[Callable[[], bool]]:
 
 
 def run_preflight(
-    plan: CommandPlan, cfg: Config, opts: RunOptions, run_dir: Path, console: Console
+    plan: CommandPlan,
+    cfg: Config,
+    opts: RunOptions,
+    run_dir: Path,
+    console: Console,
+    *,
+    control_dir: Path | None = None,
 ) -> tuple[dict[str, Any], list[Finding]]:
     """Collect every host's facts (read-only) and check them; returns (facts by node, findings)."""
     facts_dir = ensure_private_dir(run_dir / "facts")
@@ -148,7 +156,8 @@ def run_preflight(
     probes = sources.probe_list(cfg, [s.id for s in opts.stages], full=opts.full, run_vars=opts.extravars)
     result = run_playbook(
         plan, cfg, opts, playbook="preflight.yml", tags=(), private_dir=run_dir / "ansible-preflight",
-        ident="preflight", check=False, console=console, extra={"gpustack_preflight_sources": probes},
+        ident="preflight", check=False, console=console,
+        extra={"gpustack_preflight_sources": probes}, control_dir=control_dir,
     )  # fmt: skip
     result.write_facts(facts_dir)  # the run record
     facts = {name: result.host_facts[name] for name in targets(cfg, opts.limit) if name in result.host_facts}
@@ -179,6 +188,8 @@ def ansible_stages(
     run_dir: Path,
     console: Console,
     facts: Mapping[str, Any],
+    *,
+    control_dir: Path | None = None,
 ) -> tuple[list[StageSummary], ar.PlaybookResult]:
     ensure_private_dir(kubeconfig_path(cfg.cluster.name).parent)
     ensure_private_dir(state_dir() / "bin")  # the helm stage installs this machine's Helm here
@@ -195,6 +206,7 @@ def ansible_stages(
     result = run_playbook(
         plan, cfg, opts, playbook=plan.playbook, tags=ids, private_dir=run_dir / ("ansible" if first else f"ansible-{ids[0]}"),
         ident=plan.playbook.removesuffix(".yml"), check=opts.dry_run, console=console, stage_patterns=patterns,
+        control_dir=control_dir,
     )  # fmt: skip
     rows = []
     for sid in ids:

@@ -1,18 +1,20 @@
 """Read what the policy needs: the GPU Nodes from the Kubernetes API and the signals from Prometheus
 (through the API server's service proxy, as verify/doctor reach it). The only I/O of an evaluation.
 
-A fixed set of queries whatever the cluster size, plus two per node released within the windows (their
+A fixed set of queries whatever the cluster size (7), plus two per node released within the windows (their
 XID and row-growth windows start at the release, see :mod:`gpustack.health.policy`).
 """
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
 from gpustack.constants import (
     ANN_QUARANTINED_AT,
     ANN_RELEASED_AT,
+    ANN_RELEASED_LAST_XIDS,
     MONITORING_NAMESPACE,
     PROMETHEUS_PORT,
     PROMETHEUS_SERVICE,
@@ -32,8 +34,12 @@ DEFAULT_XID_WINDOW_MS = 300_000
 #: the policy's queries; ``{sel}`` is an extra label matcher (one node), ``{w}`` a window in seconds
 QUERIES: dict[str, str] = {
     "xid": 'max by (node, gpu, UUID, xid) (max_over_time(DCGM_EXP_XID_ERRORS_COUNT{{xid!=""{sel}}}[{w}s]))',
-    "xid_window": "count by (window_size_in_ms) (DCGM_EXP_XID_ERRORS_COUNT)",
+    # which nodes have XID counts at all (and the exporter's counting window)
+    "xid_sources": "count by (node, window_size_in_ms) (DCGM_EXP_XID_ERRORS_COUNT)",
+    # the last XID per GPU: the fallback where counts are missing, and what explains a withdrawn GPU
+    "xid_last": "max by (node, gpu, UUID) (DCGM_FI_DEV_XID_ERRORS)",
     "remap_failure": "max by (node, gpu, UUID) (DCGM_FI_DEV_ROW_REMAP_FAILURE) > 0",
+    "remap_pending": "max by (node, gpu, UUID) (DCGM_FI_DEV_ROW_REMAP_PENDING) > 0",
     "growth": "max by (node, gpu, UUID) (increase(DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS{{{sel}}}[{w}s])) > 0",
     "allocatable": 'max by (node) (max_over_time(kube_node_status_allocatable{{resource="nvidia_com_gpu"}}[{w}s]))',
 }
@@ -65,7 +71,18 @@ def node_state(node: Obj) -> NodeState:
         quarantined=labels.get(QUARANTINE_LABEL) == "true",
         quarantined_at=str(annotations.get(ANN_QUARANTINED_AT) or ""),
         released_at=parse_time(str(annotations.get(ANN_RELEASED_AT) or "")),
+        released_last_xids=_last_xids(annotations.get(ANN_RELEASED_LAST_XIDS)),
+        boot_id=str(((node.get("status") or {}).get("nodeInfo") or {}).get("bootID") or ""),
     )
+
+
+def _last_xids(text: Any) -> dict[str, int]:
+    """``{"GPU-…": 48}`` as release wrote it (anything else: nothing recorded)."""
+    try:
+        data = json.loads(str(text or "{}"))
+        return {str(k): int(v) for k, v in data.items()} if isinstance(data, dict) else {}
+    except (ValueError, TypeError, AttributeError):
+        return {}
 
 
 def _samples(rows: list[Obj], *, xid: bool = False) -> list[GpuSample]:
@@ -82,15 +99,17 @@ def _samples(rows: list[Obj], *, xid: bool = False) -> list[GpuSample]:
     return out
 
 
-def _xid_window(ep: Endpoint, timeout: float) -> int:
-    """The exporter's XID counting window, seconds (from its series' label)."""
-    windows = []
-    for row in instant(ep, QUERIES["xid_window"], timeout):
+def _xid_sources(ep: Endpoint, timeout: float) -> tuple[set[str], int]:
+    """(the nodes with XID counts, the exporter's XID counting window in seconds, from its series' label)."""
+    nodes, windows = set(), []
+    for row in instant(ep, QUERIES["xid_sources"], timeout):
+        labels = row.get("metric") or {}
+        nodes.add(str(labels.get("node") or ""))
         try:
-            windows.append(int((row.get("metric") or {})["window_size_in_ms"]))
+            windows.append(int(labels["window_size_in_ms"]))
         except (KeyError, TypeError, ValueError):
             continue
-    return (max(windows) if windows else DEFAULT_XID_WINDOW_MS) // 1000
+    return nodes, (max(windows) if windows else DEFAULT_XID_WINDOW_MS) // 1000
 
 
 def collect(kube: Kube, settings: Settings, *, prometheus_url: str | None = None, now: float | None = None,
@@ -108,7 +127,7 @@ def collect(kube: Kube, settings: Settings, *, prometheus_url: str | None = None
 
 
 def _collect_prometheus(ep: Endpoint, snap: Snapshot, s: Settings, timeout: float) -> None:
-    xid_window = _xid_window(ep, timeout)
+    count_nodes, xid_window = _xid_sources(ep, timeout)
     recent = {n: st.released_at for n, st in snap.nodes.items()
               if st.released_at is not None and snap.now - st.released_at < max(s.lookback + xid_window, s.growth_window)}  # fmt: skip
     xids = _samples(instant(ep, QUERIES["xid"].format(sel="", w=s.lookback), timeout), xid=True)
@@ -130,6 +149,9 @@ def _collect_prometheus(ep: Endpoint, snap: Snapshot, s: Settings, timeout: floa
         if window >= 1:
             snap.growth += _samples(instant(ep, QUERIES["growth"].format(sel=sel, w=window), timeout))
     snap.remap_failures = _samples(instant(ep, QUERIES["remap_failure"], timeout))
+    snap.remap_pending = _samples(instant(ep, QUERIES["remap_pending"], timeout))
+    snap.xid_last = _samples(instant(ep, QUERIES["xid_last"], timeout))
+    snap.xid_count_nodes = count_nodes  # last: set only once every query answered
     for row in instant(ep, QUERIES["allocatable"].format(w=s.hold), timeout):
         node = str((row.get("metric") or {}).get("node") or "")
         try:

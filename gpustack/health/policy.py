@@ -1,27 +1,31 @@
-"""The GPU fault-quarantine policy: a versioned table of fatal signals, evaluated on a snapshot. Pure.
+"""The GPU fault-quarantine policy evaluated on a snapshot. Pure.
 
-A fatal signal on any GPU of a node quarantines the node (cordon + taint, see :mod:`gpustack.health.actions`).
-The table is data: docs/operations.md prints it and a test keeps the two in step. Changing what counts as
-fatal is a new :data:`POLICY_VERSION`; each quarantine records the version it was made under.
+Each signal carries gpustack's action for it, from the policy data (``templates/health/xid-policy.yaml``, see
+:mod:`gpustack.health.xids`): ``alert`` (reported, never quarantined), ``reset`` (quarantine until a GPU
+reset and a passing diag), ``reboot`` (until the node rebooted), ``rma`` (drain and RMA / contact support).
+A node takes the most severe action of its signals and is quarantined when that action quarantines.
 
-Where each signal comes from (all instant queries, through the API server's service proxy to Prometheus,
-plus the Node objects):
+Where each signal comes from (instant queries through the API server's service proxy to Prometheus, plus
+the Node objects):
 
 - XIDs: ``DCGM_EXP_XID_ERRORS_COUNT`` (dcgm-exporter counts every XID per code over a sliding window,
-  5 minutes by default, label ``xid``), maximum over the policy's lookback. Not ``DCGM_FI_DEV_XID_ERRORS``:
-  that gauge holds only the *last* XID of a GPU, so an application XID 13 right after an XID 79 hides the
-  79, and it keeps showing a fatal code after the GPU was reset, until the exporter restarts.
-- ``DCGM_FI_DEV_ROW_REMAP_FAILURE``: the current value (a state: the GPU has no spare rows left).
-- ``DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS``: its increase over the growth window.
+  label ``xid``), maximum over the lookback. On a node without that series (an older exporter, or a
+  counters list without it) the last-XID gauge ``DCGM_FI_DEV_XID_ERRORS`` stands in: the code it shows now
+  (it holds the *last* XID only, so a later XID hides an earlier one), and after a release only a code that
+  differs from the one it showed at the release. A node with neither has no XID source: a finding, never a
+  pass (:attr:`Verdict.source`).
+- ``DCGM_FI_DEV_ROW_REMAP_FAILURE`` (now), ``DCGM_FI_DEV_ROW_REMAP_PENDING`` (now) and the increase of
+  ``DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS`` over the growth window. The count includes pending remaps
+  (InfoROM entries), so growth is a recorded remap, not a fault; only a failed remap quarantines.
 - allocatable below capacity: the Node's ``status.allocatable`` vs ``status.capacity`` of ``nvidia.com/gpu``
-  now (the device plugin withdraws a GPU it marked unhealthy, e.g. after XID 48/79/94/95/119/120), and
-  kube-state-metrics' ``kube_node_status_allocatable`` below that capacity during the whole hold window, so
-  a device-plugin restart (allocatable drops briefly) does not quarantine a node.
+  now, and kube-state-metrics' ``kube_node_status_allocatable`` below that capacity during the whole hold
+  window. The device plugin withdraws a GPU on most XIDs (alert-only 63, 92, 94 too) and never restores it
+  until it restarts, so the XIDs seen on the node decide the action: the most severe one's, ``alert`` when all
+  are alert-only (restart the device plugin after checking the GPU), ``reset`` when none explains it.
 
-After a release, event signals (XIDs, row growth) only count from the release on (and XIDs from the
-release plus the exporter's XID window, whose counts may still include the old events): a released node is
-not quarantined again for the fault it was released from. State signals (row-remap failure, allocatable
-below capacity) count whenever they hold: if they still hold, the GPU was not fixed.
+After a release, XID counts and row growth only count from the release on (XID counts from the release plus
+the exporter's window, which may still include the old events). State signals (row-remap failure or pending,
+allocatable below capacity) count whenever they hold: if they still hold, the GPU was not fixed.
 """
 
 from __future__ import annotations
@@ -30,55 +34,13 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-POLICY_VERSION = "1"
+from gpustack.health.xids import Action, XidPolicy, xid_policy
 
-#: XID codes fatal on their own (NVIDIA's XID catalogue: the GPU needs a reset or replacement)
-FATAL_XIDS: dict[int, str] = {
-    48: "double-bit ECC error",
-    64: "ECC page retirement or row remapper recording failure",
-    74: "NVLink error",
-    79: "GPU has fallen off the bus",
-    119: "GSP RPC timeout",
-    120: "GSP error",
-}
-#: fatal only together with a row-remap failure on the same GPU (contained / uncontained ECC error
-#: whose row could not be remapped away)
-REMAP_XIDS: dict[int, str] = {94: "contained ECC error", 95: "uncontained ECC error"}
-
-
-@dataclass(frozen=True)
-class Rule:
-    """One row of the policy table."""
-
-    id: str
-    signal: str
-    source: str
-    condition: str
-    why: str
-
-
-RULES: tuple[Rule, ...] = (
-    *(
-        Rule(f"xid-{code}", f"XID {code} ({text})", "Prometheus: DCGM_EXP_XID_ERRORS_COUNT{xid}",
-             f"any XID {code} on a GPU within the lookback", "the GPU must be reset or replaced before it runs work again")
-        for code, text in FATAL_XIDS.items()
-    ),
-    Rule("xid-94-95-row-remap-failure", "XID 94 or 95 (contained / uncontained ECC error) with a row-remap failure",
-         "Prometheus: DCGM_EXP_XID_ERRORS_COUNT{xid}, DCGM_FI_DEV_ROW_REMAP_FAILURE",
-         "XID 94 or 95 within the lookback on a GPU whose ROW_REMAP_FAILURE is 1",
-         "the faulty row could not be remapped: the error will come back"),
-    Rule("row-remap-failure", "row remapping failed", "Prometheus: DCGM_FI_DEV_ROW_REMAP_FAILURE",
-         "DCGM_FI_DEV_ROW_REMAP_FAILURE = 1 now", "no spare rows left: the GPU needs replacing"),
-    Rule("uncorrectable-remapped-rows-growth", "new rows remapped after uncorrectable errors",
-         "Prometheus: DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "increase over the growth window > 0",
-         "uncorrectable memory errors hit running work; the remap needs a GPU reset to apply"),
-    Rule("gpu-allocatable-below-capacity", "fewer GPUs allocatable than installed",
-         "Kubernetes API: Node status; Prometheus: kube_node_status_allocatable",
-         "allocatable nvidia.com/gpu < capacity now and during the whole hold window",
-         "the device plugin withdrew a GPU it found unhealthy"),
-)  # fmt: skip
-RULE_IDS = tuple(r.id for r in RULES)
-STATE_RULES = frozenset({"row-remap-failure", "gpu-allocatable-below-capacity"})
+POLICY_VERSION = xid_policy().version
+#: signals that describe the GPU now: release is refused while one holds
+STATE_RULES = frozenset({"row-remap-failure", "row-remap-pending", "gpu-allocatable-below-capacity"})
+#: Verdict.source values
+SOURCE_COUNT, SOURCE_LAST, SOURCE_NONE, SOURCE_UNKNOWN = "count", "last-xid", "none", "unknown"
 
 
 @dataclass(frozen=True)
@@ -120,6 +82,9 @@ class NodeState:
     quarantined: bool = False  # carries gpustack's quarantine label
     quarantined_at: str = ""
     released_at: float | None = None  # epoch seconds of the last release, if any
+    #: GPU UUID -> the last-XID gauge's code when the node was released (such a code no longer counts)
+    released_last_xids: dict[str, int] = field(default_factory=dict)
+    boot_id: str = ""
 
 
 @dataclass
@@ -129,7 +94,12 @@ class Snapshot:
     now: float
     nodes: dict[str, NodeState]
     xids: list[GpuSample] = field(default_factory=list)
+    #: DCGM_FI_DEV_XID_ERRORS per GPU (value: the last XID, 0 none)
+    xid_last: list[GpuSample] = field(default_factory=list)
+    #: nodes with DCGM_EXP_XID_ERRORS_COUNT series (None: unknown, Prometheus unread)
+    xid_count_nodes: set[str] | None = None
     remap_failures: list[GpuSample] = field(default_factory=list)
+    remap_pending: list[GpuSample] = field(default_factory=list)
     growth: list[GpuSample] = field(default_factory=list)
     #: node -> the most GPUs kube-state-metrics saw allocatable during the hold window (absent: no data)
     allocatable_max: dict[str, float] = field(default_factory=dict)
@@ -144,13 +114,14 @@ class Signal:
     gpu: str  # "" for a node-level signal
     uuid: str
     detail: str
+    action: str = "reset"  # gpustack's action (xids.ACTION_IDS)
 
     def describe(self) -> str:
         where = f"GPU {self.gpu}" + (f" ({self.uuid})" if self.uuid else "") if self.gpu else "node"
         return f"{self.rule} on {where}: {self.detail}"
 
     def to_json(self) -> dict[str, str]:
-        return {"rule": self.rule, "gpu": self.gpu, "uuid": self.uuid, "detail": self.detail}
+        return {"rule": self.rule, "gpu": self.gpu, "uuid": self.uuid, "detail": self.detail, "action": self.action}
 
 
 @dataclass(frozen=True)
@@ -159,53 +130,117 @@ class Verdict:
     signals: tuple[Signal, ...]
     state: NodeState
     notes: tuple[str, ...] = ()  # e.g. a signal seen but not confirmed
+    source: str = SOURCE_COUNT  # where its XIDs came from (SOURCE_*)
 
     @property
-    def fatal(self) -> bool:
-        return bool(self.signals)
+    def action(self) -> Action | None:
+        """The most severe action of its signals (None: no signal)."""
+        actions = xid_policy().actions
+        return max((actions[s.action] for s in self.signals), key=lambda a: a.rank, default=None)
+
+    @property
+    def quarantine(self) -> bool:
+        return self.action is not None and self.action.quarantine
+
+    @property
+    def quarantine_signals(self) -> tuple[Signal, ...]:
+        actions = xid_policy().actions
+        return tuple(s for s in self.signals if actions[s.action].quarantine)
+
+    @property
+    def alerts(self) -> tuple[Signal, ...]:
+        actions = xid_policy().actions
+        return tuple(s for s in self.signals if not actions[s.action].quarantine)
 
 
-def _by_node(samples: Iterable[GpuSample]) -> dict[str, list[GpuSample]]:
-    out: dict[str, list[GpuSample]] = {}
-    for s in samples:
-        out.setdefault(s.node, []).append(s)
-    return out
+def _on(samples: Iterable[GpuSample], node: str) -> list[GpuSample]:
+    return sorted((s for s in samples if s.node == node), key=lambda s: (s.gpu, s.xid or 0))
+
+
+def _xid_text(pol: XidPolicy, code: int) -> str:
+    row = pol.row(code)
+    return f"XID {code} ({row.description or row.mnemonic})"
+
+
+def _xid_signals(snap: Snapshot, node: NodeState, pol: XidPolicy) -> tuple[list[Signal], str, list[int]]:
+    """(XID signals, the XID source, every code seen on the node, for the allocatable rule)."""
+    signals, seen = [], []
+    for s in _on(snap.xids, node.name):
+        if s.value > 0 and s.xid is not None:
+            seen.append(s.xid)
+            signals.append(Signal(f"xid-{s.xid}", s.gpu, s.uuid, f"{_xid_text(pol, s.xid)} x{s.value:.0f}",
+                                  pol.row(s.xid).action))  # fmt: skip
+    last = [s for s in _on(snap.xid_last, node.name) if s.value > 0]
+    seen += [int(s.value) for s in last]
+    if snap.xid_count_nodes is None:
+        return signals, SOURCE_UNKNOWN, seen
+    if node.name in snap.xid_count_nodes:
+        return signals, SOURCE_COUNT, seen
+    if not _on(snap.xid_last, node.name):
+        return signals, SOURCE_NONE, seen
+    for s in last:
+        code = int(s.value)
+        if node.released_last_xids.get(s.uuid) == code:
+            continue  # shown since before the release it was released from
+        signals.append(Signal(f"xid-last-{code}", s.gpu, s.uuid,
+                              f"last {_xid_text(pol, code)} (DCGM_FI_DEV_XID_ERRORS; no XID counts on this node)",
+                              pol.row(code).action))  # fmt: skip
+    return signals, SOURCE_LAST, seen
+
+
+def _allocatable(snap: Snapshot, node: NodeState, pol: XidPolicy, seen: list[int]) -> Signal | str | None:
+    """The allocatable rule: a signal, a note (not confirmed yet), or None."""
+    if not (node.capacity > 0 and node.allocatable < node.capacity):
+        return None
+    held = snap.allocatable_max.get(node.name)
+    if held is None or held >= node.capacity:
+        why = (
+            "no kube-state-metrics data for it"
+            if held is None
+            else f"{held:.0f} were allocatable within the hold window"
+        )
+        return f"allocatable {node.allocatable} < capacity {node.capacity} not confirmed yet ({why})"
+    what = f"allocatable {node.allocatable} < capacity {node.capacity} (at most {held:.0f} during the hold window)"
+    codes = sorted({c for c in seen if c not in pol.device_plugin_ignores})
+    if not codes:
+        return Signal("gpu-allocatable-below-capacity", "", "", f"{what}; no XID explains it: the device plugin "
+                      "found a GPU unhealthy", "reset")  # fmt: skip
+    worst = max((pol.action_of(c) for c in codes), key=lambda a: a.rank)
+    listed = ", ".join(str(c) for c in codes)
+    if worst.quarantine:
+        return Signal("gpu-allocatable-below-capacity", "", "", f"{what}, after XID {listed}", worst.id)
+    return Signal("gpu-allocatable-below-capacity", "", "", f"{what}: the device plugin withdrew it after XID "
+                  f"{listed} (alert only) and restores it only when the plugin restarts", "alert")  # fmt: skip
 
 
 def evaluate_node(snap: Snapshot, node: NodeState) -> Verdict:
-    """The fatal signals on one node (see the module docstring)."""
-    signals: list[Signal] = []
+    """The signals on one node (see the module docstring)."""
+    pol = xid_policy()
     notes: list[str] = []
-    failed_uuids = {s.uuid for s in snap.remap_failures if s.node == node.name and s.value > 0}
-    for s in sorted(_by_node(snap.xids).get(node.name, []), key=lambda s: (s.gpu, s.xid or 0)):
-        if s.value <= 0 or s.xid is None:
-            continue
-        if s.xid in FATAL_XIDS:
-            signals.append(Signal(f"xid-{s.xid}", s.gpu, s.uuid, f"XID {s.xid} ({FATAL_XIDS[s.xid]}) x{s.value:.0f}"))
-        elif s.xid in REMAP_XIDS and s.uuid in failed_uuids:
-            signals.append(Signal("xid-94-95-row-remap-failure", s.gpu, s.uuid,
-                                  f"XID {s.xid} ({REMAP_XIDS[s.xid]}) and row remapping failed"))  # fmt: skip
-        elif s.xid in REMAP_XIDS:
-            notes.append(f"XID {s.xid} on GPU {s.gpu} without a row-remap failure: not fatal (reset the GPU when idle)")
-    for s in sorted(_by_node(snap.remap_failures).get(node.name, []), key=lambda s: s.gpu):
+    signals, source, seen = _xid_signals(snap, node, pol)
+    remap = pol.signal("row-remap-failure").action
+    for s in _on(snap.remap_failures, node.name):
         if s.value > 0:
-            signals.append(Signal("row-remap-failure", s.gpu, s.uuid, "DCGM_FI_DEV_ROW_REMAP_FAILURE = 1"))
-    for s in sorted(_by_node(snap.growth).get(node.name, []), key=lambda s: s.gpu):
+            signals.append(Signal("row-remap-failure", s.gpu, s.uuid, "DCGM_FI_DEV_ROW_REMAP_FAILURE = 1", remap))
+    pending = {s.uuid for s in _on(snap.remap_pending, node.name) if s.value > 0}
+    for s in _on(snap.remap_pending, node.name):
         if s.value > 0:
+            signals.append(Signal("row-remap-pending", s.gpu, s.uuid, "a row remap waits for a GPU reset "
+                                  "(DCGM_FI_DEV_ROW_REMAP_PENDING = 1)", pol.signal("row-remap-pending").action))  # fmt: skip
+    growth = pol.signal("uncorrectable-remapped-rows-growth").action
+    for s in _on(snap.growth, node.name):
+        if s.value > 0:
+            state = "pending a GPU reset" if s.uuid in pending else "applied or not yet reported pending"
             signals.append(Signal("uncorrectable-remapped-rows-growth", s.gpu, s.uuid,
-                                  f"{s.value:.0f} more row(s) remapped after uncorrectable errors"))  # fmt: skip
-    if node.capacity > 0 and node.allocatable < node.capacity:
-        held = snap.allocatable_max.get(node.name)
-        if held is not None and held < node.capacity:
-            signals.append(Signal("gpu-allocatable-below-capacity", "", "",
-                                  f"allocatable {node.allocatable} < capacity {node.capacity} (at most {held:.0f} during the hold window)"))  # fmt: skip
-        else:
-            why = ("no kube-state-metrics data for it" if held is None
-                   else f"{held:.0f} were allocatable within the hold window")  # fmt: skip
-            notes.append(f"allocatable {node.allocatable} < capacity {node.capacity} not confirmed yet ({why})")
+                                  f"{s.value:.0f} more row(s) remapped after uncorrectable errors ({state})", growth))  # fmt: skip
+    found = _allocatable(snap, node, pol, seen)
+    if isinstance(found, Signal):
+        signals.append(found)
+    elif found:
+        notes.append(found)
     if node.name in snap.xid_paused:
         notes.append(snap.xid_paused[node.name])
-    return Verdict(node.name, tuple(signals), node, tuple(notes))
+    return Verdict(node.name, tuple(signals), node, tuple(notes), source)
 
 
 def evaluate(snap: Snapshot) -> list[Verdict]:

@@ -2,10 +2,10 @@
 ``gpustack health release NODE``. The I/O around the pure policy, breaker and patches.
 
 Order of an ``--apply`` run, so that an interruption at any point leaves a state the next run finishes:
-collect -> evaluate -> reserve the quarantines in the breaker's ledger (one resourceVersion-checked write)
--> patch each approved node (one resourceVersion-checked merge patch each; a 409 re-reads the node and
-decides again). A run stopped after the ledger write is finished by the next run (the node is already in
-the ledger, so no budget is spent twice); one stopped before it changed nothing.
+collect -> evaluate -> reserve the quarantines in the breaker's ledger (one resourceVersion-checked write,
+timed by the API server's clock) -> patch each approved node (one resourceVersion-checked merge patch each;
+a 409 re-reads the node and decides again). A run stopped after the ledger write is finished by the next
+run (the node is already in the ledger, so no budget is spent twice); one stopped before it changed nothing.
 """
 
 from __future__ import annotations
@@ -18,36 +18,26 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from gpustack.checks.model import Finding, Status
+from gpustack.checks.model import Finding
 from gpustack.console import Console
 from gpustack.constants import (
     ANN_QUARANTINE_REASON,
     ANN_QUARANTINED_AT,
     ANN_QUARANTINED_BY,
-    BREAKER_CONFIGMAP,
     HEALTH_FIELD_MANAGER,
-    SYSTEM_NAMESPACE,
 )
 from gpustack.diag.runner import now_rfc3339
 from gpustack.errors import GpustackError, UsageError
 from gpustack.health import actions
-from gpustack.health.breaker import LEDGER_KEY, Candidate, Decision, Ledger, decide
+from gpustack.health.breaker import Candidate, Decision, held_unreadable
 from gpustack.health.collect import collect
-from gpustack.health.policy import Settings, Snapshot, Verdict, evaluate, state_signals
+from gpustack.health.findings import CHECK_IDS, NodeResult, findings
+from gpustack.health.ledger import ATTEMPTS, MERGE, api_message, preview, read_ledger, reserve, server_time
+from gpustack.health.policy import Settings, Verdict, evaluate, state_signals
 from gpustack.runners.kube import Kube
 
 Obj = dict[str, Any]
-LAYER = "quarantine"
-SOURCES_ID = "Q00-signal-sources"
-NODE_ID = "Q01-gpu-health"
-BREAKER_ID = "Q02-circuit-breaker"
-CHECK_IDS = {
-    SOURCES_ID: "the Kubernetes API and Prometheus answered the policy's queries",
-    NODE_ID: "a GPU node has no fatal signal (else: quarantined, or why not)",
-    BREAKER_ID: "quarantines in the breaker's window stay within its limit",
-}
-MERGE = "application/merge-patch+json"
-ATTEMPTS = 5
+__all__ = ["CHECK_IDS", "HealthOptions", "release_node", "run_health"]
 
 
 @dataclass(frozen=True)
@@ -59,156 +49,62 @@ class HealthOptions:
     by: str = "gpustack health"
 
 
-def _api(exc: ApiException) -> str:
-    try:
-        return str(json.loads(exc.body or "{}").get("message") or exc.reason)
-    except ValueError:
-        return str(exc.reason)
-
-
 def _node_path(name: str) -> str:
     return f"/api/v1/nodes/{name}"
 
 
-CM_PATH = f"/api/v1/namespaces/{SYSTEM_NAMESPACE}/configmaps"
-
-
-def read_ledger(kube: Kube) -> tuple[Ledger, str | None]:
-    """The breaker's ledger and its resourceVersion (None: no ConfigMap yet)."""
-    try:
-        cm = kube.request("GET", f"{CM_PATH}/{BREAKER_CONFIGMAP}")
-    except ApiException as exc:
-        if exc.status == 404:
-            return Ledger(), None
-        raise GpustackError(
-            f"cannot read the circuit breaker's ledger ({SYSTEM_NAMESPACE}/{BREAKER_CONFIGMAP}): {_api(exc)}"
-        ) from None
-    return Ledger.from_text((cm.get("data") or {}).get(LEDGER_KEY)), str(
-        (cm.get("metadata") or {}).get("resourceVersion") or ""
-    )
-
-
-def write_ledger(kube: Kube, ledger: Ledger, resource_version: str | None) -> bool:
-    """Compare-and-swap: False when someone else wrote first (re-read and decide again)."""
-    try:
-        if resource_version is None:
-            body = {"apiVersion": "v1", "kind": "ConfigMap",
-                    "metadata": {"name": BREAKER_CONFIGMAP, "namespace": SYSTEM_NAMESPACE,
-                                 "labels": {"app.kubernetes.io/part-of": "gpustack"}},
-                    "data": {LEDGER_KEY: ledger.to_text()}}  # fmt: skip
-            try:
-                kube.request("POST", CM_PATH, body=body, query={"fieldManager": HEALTH_FIELD_MANAGER})
-            except ApiException as exc:
-                if exc.status != 404:  # 404: the namespace is missing (health --apply before `up` made it)
-                    raise
-                kube.apply_one({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM_NAMESPACE,
-                                "labels": {"app.kubernetes.io/part-of": "gpustack"}}})  # fmt: skip
-                kube.request("POST", CM_PATH, body=body, query={"fieldManager": HEALTH_FIELD_MANAGER})
-        else:
-            patch = {"metadata": {"resourceVersion": resource_version}, "data": {LEDGER_KEY: ledger.to_text()}}
-            kube.request("PATCH", f"{CM_PATH}/{BREAKER_CONFIGMAP}", body=patch,
-                         query={"fieldManager": HEALTH_FIELD_MANAGER}, content_type=MERGE)  # fmt: skip
-    except ApiException as exc:
-        if exc.status == 409:
-            return False
-        raise GpustackError(f"cannot write the circuit breaker's ledger: {_api(exc)}") from None
-    return True
-
-
-def reserve(
-    kube: Kube, candidates: list[Candidate], gpu_nodes: int, settings: Settings, now: float, by: str
-) -> Decision:
-    """Decide and record the decision atomically (read, decide, conditional write; again on a conflict)."""
-    for _ in range(ATTEMPTS):
-        ledger, rv = read_ledger(kube)
-        decision = decide(ledger, candidates, gpu_nodes, settings, now, by)
-        nothing_new = len(decision.ledger.entries) == len(ledger.recent(now, settings.window))
-        if nothing_new or write_ledger(kube, decision.ledger, rv):
-            return decision
-    raise GpustackError(f"the circuit breaker's ledger kept changing under this run ({ATTEMPTS} attempts): try again")
-
-
-@dataclass
-class NodeResult:
-    verdict: Verdict
-    action: str = ""  # quarantined | already | held | failed | would | would-hold | released
-    detail: str = ""
-
-
 def quarantine_node(kube: Kube, name: str, first: Obj, verdict: Verdict, *, by: str, at: str) -> tuple[str, str]:
-    """Cordon + taint + annotate one node in one conditional patch. (action, detail)."""
+    """Cordon + taint + label + annotate one node in one conditional patch. (action, detail)."""
     node = first
+    what = verdict.action.id if verdict.action else actions.LEGACY_ACTION
     for _ in range(ATTEMPTS):
         if actions.is_quarantined(node):
             return "already", "quarantined meanwhile by another evaluator"
-        patch = actions.quarantine_patch(node, list(verdict.signals), by=by, at=at)
+        patch = actions.quarantine_patch(node, list(verdict.quarantine_signals), by=by, at=at, action=what)
         try:
             kube.request("PATCH", _node_path(name), body=patch, query={"fieldManager": HEALTH_FIELD_MANAGER},
                          content_type=MERGE)  # fmt: skip
             cordon = "cordoned" if "unschedulable" in patch["spec"] else "already cordoned (not by gpustack)"
-            return "quarantined", f"{cordon}, tainted {actions.taint_text()}"
+            return "quarantined", f"{cordon}, tainted {actions.taint_text()}, labelled {what}"
         except ApiException as exc:
             if exc.status != 409:
-                return "failed", f"PATCH node {name} failed, the node is unchanged: {_api(exc)}"
+                return "failed", f"PATCH node {name} failed, the node is unchanged: {api_message(exc)}"
             try:
                 node = kube.request("GET", _node_path(name))
             except ApiException as exc2:
-                return "failed", f"re-reading node {name} failed, the node is unchanged: {_api(exc2)}"
+                return "failed", f"re-reading node {name} failed, the node is unchanged: {api_message(exc2)}"
     return "failed", f"node {name} kept changing ({ATTEMPTS} attempts); it is unchanged"
 
 
-def _findings(
-    snap: Snapshot, results: list[NodeResult], decision: Decision | None, settings: Settings, apply: bool
-) -> list[Finding]:
-    out: list[Finding] = []
-    if snap.errors:
-        out.append(Finding(SOURCES_ID, LAYER, "fail", "Prometheus could not be read: the XID and row-remap rules were not evaluated",
-                           evidence="\n".join(snap.errors.values()),
-                           fix="gpustack doctor --layer monitoring (is kube-prometheus-stack running?)"))  # fmt: skip
-    else:
-        out.append(
-            Finding(SOURCES_ID, LAYER, "pass", f"Kubernetes API and Prometheus read ({len(snap.nodes)} GPU node(s))")
-        )
-    for r in results:
-        v, name = r.verdict, r.verdict.node
-        signals = "; ".join(s.describe() for s in v.signals)
-        notes = "\n".join(v.notes)
-        # the signals are in the summary where it names them; elsewhere they are the evidence
-        evidence = "\n".join(x for x in (signals.replace("; ", "\n") if r.action == "already" else "", notes) if x)
-        release = f"gpustack diag --node {name} --level 2, then gpustack health release {name}"
-        if r.action == "already":
-            out.append(
-                Finding(NODE_ID, LAYER, "warn", f"quarantined {r.detail}", host=name, evidence=evidence, fix=release)
-            )
-        elif r.action == "quarantined":
-            out.append(Finding(NODE_ID, LAYER, "warn", f"quarantined now ({r.detail}): {signals}", host=name,
-                               evidence=evidence, fix=f"drain it when convenient (kubectl drain {name} --ignore-daemonsets "
-                               f"--delete-emptydir-data), fix the GPU, then {release}"))  # fmt: skip
-        elif r.action == "would":
-            out.append(Finding(NODE_ID, LAYER, "fail", f"would cordon and taint {actions.taint_text()}: {signals}", host=name,
-                               evidence=evidence, fix="gpustack health --apply"))  # fmt: skip
-        elif r.action in ("held", "would-hold"):
-            verb = "not quarantined" if r.action == "held" else "would not be quarantined"
-            out.append(Finding(NODE_ID, LAYER, "fail", f"{verb}: the circuit breaker is open ({r.detail}): {signals}",
-                               host=name, evidence=evidence,
-                               fix=f"kubectl cordon {name} by hand if you are sure, or raise remediation.max_nodes_per_window"))  # fmt: skip
-        elif r.action == "failed":
-            out.append(Finding(NODE_ID, LAYER, "fail", f"quarantine failed: {r.detail}", host=name, evidence=evidence,
-                               fix="gpustack health --apply again (it finishes what this run started)"))  # fmt: skip
-        else:
-            out.append(Finding(NODE_ID, LAYER, "pass", "no fatal GPU signal", host=name, evidence=notes))
-    if decision is not None:
-        status: Status = "warn" if decision.held else "pass"
-        what = "used" if apply else "would be used"
-        out.append(Finding(BREAKER_ID, LAYER, status,
-                           f"{decision.used} of {decision.limit} quarantine(s) per {settings.window // 60} min {what}"
-                           + (f"; held: {', '.join(decision.held)}" if decision.held else ""),
-                           evidence=f"limit = min({settings.max_nodes} nodes, {settings.max_percent:g}% of {len(snap.nodes)} GPU nodes, rounded up)"))  # fmt: skip
-    return out
+def _reasons(annotations: Obj) -> list[Obj]:
+    try:
+        data = json.loads(annotations.get(ANN_QUARANTINE_REASON) or "[]")
+    except ValueError:
+        return []
+    return [d for d in data if isinstance(d, dict)] if isinstance(data, list) else []
+
+
+def _already(r: NodeResult, obj: Obj) -> None:
+    meta = (obj.get("metadata") or {}).get("annotations") or {}
+    reasons = "; ".join(f"{s.get('rule')} GPU {s.get('gpu')}" for s in _reasons(meta))
+    r.action, r.recorded = "already", actions.quarantine_action(obj)
+    r.detail = (f"since {meta.get(ANN_QUARANTINED_AT, '?')} by {meta.get(ANN_QUARANTINED_BY, '?')}"
+                + (f" ({reasons})" if reasons else ""))  # fmt: skip
+
+
+def _ledger_check(kube: Kube, gpu_nodes: int, settings: Settings) -> Decision | None:
+    """With nothing to quarantine: an unreadable ledger is still reported (it would hold the next quarantine),
+    a readable one says nothing. A failed read is left to the run that needs the ledger."""
+    try:
+        read = read_ledger(kube)
+    except GpustackError:
+        return None
+    return held_unreadable([], gpu_nodes, settings, read.problem) if read.ledger is None else None
 
 
 def run_health(kube: Kube, opts: HealthOptions, console: Console, *, now: float | None = None) -> list[Finding]:
-    """Evaluate (and with ``opts.apply`` quarantine); every finding of the run."""
+    """Evaluate (and with ``opts.apply`` quarantine); every finding of the run. ``now``: the evaluator's clock
+    for the signal windows; the breaker and the annotations use the API server's."""
     now = time.time() if now is None else now
     snap, objs = collect(kube, opts.settings, prometheus_url=opts.prometheus_url, now=now)
     unknown = [n for n in opts.nodes if n not in objs]
@@ -221,28 +117,24 @@ def run_health(kube: Kube, opts: HealthOptions, console: Console, *, now: float 
     for v in verdicts:
         r = NodeResult(v)
         if v.state.quarantined:
-            meta = (objs[v.node].get("metadata") or {}).get("annotations") or {}
-            reasons = "; ".join(f"{s.get('rule')} GPU {s.get('gpu')}" for s in _reasons(meta))
-            r.action, r.detail = "already", (f"since {meta.get(ANN_QUARANTINED_AT, '?')} by {meta.get(ANN_QUARANTINED_BY, '?')}"
-                                             + (f" ({reasons})" if reasons else ""))  # fmt: skip
+            _already(r, objs[v.node])
         results.append(r)
-    candidates = [Candidate(r.verdict.node, tuple(dict.fromkeys(s.rule for s in r.verdict.signals)))
-                  for r in results if r.verdict.fatal and not r.action]  # fmt: skip
-    decision = None
-    if candidates:
+    candidates = [Candidate(r.verdict.node, tuple(dict.fromkeys(s.rule for s in r.verdict.quarantine_signals)))
+                  for r in results if r.verdict.quarantine and not r.action]  # fmt: skip
+    decision: Decision | None = None
+    if not candidates:
+        decision = _ledger_check(kube, len(snap.nodes), opts.settings)
+    else:
+        gpu_nodes = len(snap.nodes)
         if opts.apply:
-            decision = reserve(kube, candidates, len(snap.nodes), opts.settings, now, opts.by)
+            decision = reserve(kube, candidates, gpu_nodes, opts.settings, opts.by)
         else:
-            try:
-                ledger, _ = read_ledger(kube)
-            except GpustackError:
-                ledger = Ledger()
-            decision = decide(ledger, candidates, len(snap.nodes), opts.settings, now, opts.by)
+            decision = preview(kube, candidates, gpu_nodes, opts.settings, opts.by)
         by_node = {r.verdict.node: r for r in results}
-        at = now_rfc3339(now)
         for name in decision.held:
             by_node[name].action = "held" if opts.apply else "would-hold"
-            by_node[name].detail = f"{decision.limit} per {opts.settings.window // 60} min, all used"
+            by_node[name].detail = decision.why_held
+        at = now_rfc3339(decision.at if decision.at is not None else now)
         for name in decision.approved:
             r = by_node[name]
             if not opts.apply:
@@ -250,27 +142,21 @@ def run_health(kube: Kube, opts: HealthOptions, console: Console, *, now: float 
                 continue
             r.action, r.detail = quarantine_node(kube, name, objs[name], r.verdict, by=opts.by, at=at)
             console.info(f"health: {name}: {r.action}: {r.detail}")
-    return _findings(snap, results, decision, opts.settings, opts.apply)
-
-
-def _reasons(annotations: Obj) -> list[Obj]:
-    try:
-        data = json.loads(annotations.get(ANN_QUARANTINE_REASON) or "[]")
-    except ValueError:
-        return []
-    return [d for d in data if isinstance(d, dict)] if isinstance(data, list) else []
+    return findings(snap, results, decision, opts.settings, opts.apply)
 
 
 def release_node(kube: Kube, name: str, opts: HealthOptions, console: Console, *,
                  confirm: Callable[[str], bool], now: float | None = None) -> list[str]:  # fmt: skip
-    """Release ``name`` when allowed; returns what was done. Raises :class:`GpustackError` when refused."""
+    """Release ``name`` when what its quarantine action demands is done; returns what was done. Raises
+    :class:`GpustackError` when refused."""
     now = time.time() if now is None else now
     try:
-        node = kube.request("GET", _node_path(name))
+        node, headers = kube.request_with_headers("GET", _node_path(name))
     except ApiException as exc:
         if exc.status == 404:
             raise UsageError(f"no node {name!r}") from None
         raise
+    at = server_time(headers) or now
     snap, _ = collect(kube, opts.settings, prometheus_url=opts.prometheus_url, now=now, nodes=[node])
     verdict = evaluate(snap)[0] if snap.nodes else None
     still = state_signals(verdict) if verdict else []
@@ -278,20 +164,23 @@ def release_node(kube: Kube, name: str, opts: HealthOptions, console: Console, *
     if problems:
         raise GpustackError(f"release of {name} refused: " + "; ".join(problems),
                             hint="gpustack health shows why each node is quarantined")  # fmt: skip
+    last_xids = None
     if snap.errors:
         console.warn(
             f"Prometheus could not be read, row-remap failures were not re-checked: {'; '.join(snap.errors.values())}"
         )
+    else:
+        last_xids = {s.uuid: int(s.value) for s in snap.xid_last if s.node == name and s.uuid and s.value > 0}
     annotations = (node.get("metadata") or {}).get("annotations") or {}
     uncordon = annotations.get("gpustack.io/cordoned-by-gpustack") == "true"
-    plan = [f"remove the taint {actions.taint_text()} and the quarantine label/annotations"]
+    plan = [f"remove the taint {actions.taint_text()} and the quarantine labels/annotations"]
     plan.append(
         "uncordon it (gpustack cordoned it)" if uncordon else "leave it cordoned (the cordon is not gpustack's)"
     )
     if not confirm(f"release {name}: " + "; ".join(plan) + "?"):
         raise GpustackError(f"release of {name} not confirmed: nothing changed", hint="--yes to release without asking")
     for _ in range(ATTEMPTS):
-        patch = actions.release_patch(node, by=opts.by, at=now_rfc3339(now))
+        patch = actions.release_patch(node, by=opts.by, at=now_rfc3339(at), last_xids=last_xids)
         try:
             kube.request("PATCH", _node_path(name), body=patch, query={"fieldManager": HEALTH_FIELD_MANAGER},
                          content_type=MERGE)  # fmt: skip
@@ -299,7 +188,7 @@ def release_node(kube: Kube, name: str, opts: HealthOptions, console: Console, *
             return plan
         except ApiException as exc:
             if exc.status != 409:
-                raise GpustackError(f"releasing {name} failed, the node is unchanged: {_api(exc)}") from None
+                raise GpustackError(f"releasing {name} failed, the node is unchanged: {api_message(exc)}") from None
             node = kube.request("GET", _node_path(name))
             if not actions.is_quarantined(node):
                 return ["already released by someone else"]

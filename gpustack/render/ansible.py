@@ -113,6 +113,11 @@ def runtime_vars(cfg: Config) -> dict[str, Any]:
     return {
         "gpustack_containerd_source": v.containerd_source,
         "gpustack_containerd_version": v.containerd,
+        # the config.toml version this containerd writes and gpustack keeps (4 from 2.3, 3 for 2.0-2.2); 0 for the
+        # distribution's package: keep whatever version 2/3 file it has
+        "gpustack_containerd_config_version": (
+            (pins.containerd_config_version(v.containerd) or 0) if v.containerd_source == "release" else 0
+        ),
         "gpustack_containerd_downloads": _downloads(s.containerd_url, v.containerd, compat.containerd_sha256(cfg)),
         "gpustack_runc_version": v.runc,
         "gpustack_runc_downloads": _downloads(s.runc_url, v.runc, compat.runc_sha256(cfg)),

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
-from dataclasses import dataclass
-from pathlib import Path
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
 
 import yaml
 
 from gpustack.config.model import Config
 from gpustack.errors import UsageError
-from gpustack.paths import kubeconfig_path
+from gpustack.paths import kubeconfig_path, write_file
 from gpustack.render.ansible import extravars, inventory
 from gpustack.render.kubeadm import render_init_config
 from gpustack.render.manifests import render_manifests
@@ -53,18 +55,20 @@ def generated_files(
     }
 
 
-# The list of files a render wrote, kept in DIR: the next render removes the ones it no longer
-# generates (switching to the operator's exporter must not leave values/dcgm-exporter.yaml behind)
-# and never touches a file it did not write.
+# What a render wrote, kept in DIR: each file's path (relative to DIR) and the sha256 of what it
+# wrote. The next render removes a file it no longer generates (switching to the operator's exporter
+# must not leave values/dcgm-exporter.yaml behind) only when it is still exactly what gpustack wrote:
+# a regular file inside DIR (no absolute path, no `..`, no symbolic link on the way), whose content
+# has the recorded checksum. Anything else named there is kept and reported, never deleted.
 MANIFEST = ".gpustack-render.json"
-# Written by renders before the manifest existed (their only conditional files).
-_LEGACY_OPTIONAL = ("values/dcgm-exporter.yaml", "manifests/storage.yaml")
+MANIFEST_FORMAT = 2
 
 
 @dataclass(frozen=True)
 class RenderResult:
     written: list[tuple[Path, int]]  # path, size in bytes
     removed: list[Path]
+    kept: list[tuple[Path, str]] = field(default_factory=list)  # listed by an earlier render, not removed: why
 
 
 def _check_out_dir(out: Path) -> None:
@@ -82,48 +86,116 @@ def _check_out_dir(out: Path) -> None:
         raise UsageError(f"--out {out}: {probe} is not writable", hint="choose a directory you can write to")
 
 
-def _owned(out: Path) -> set[str]:
-    manifest = out / MANIFEST
-    if manifest.is_file():
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _listed(out: Path) -> dict[str, str | None]:
+    """What the earlier render's manifest lists: relative path -> sha256 (None: an older gpustack's
+    list without checksums). An unreadable manifest lists nothing."""
+    try:
+        data = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    files = data.get("files") if isinstance(data, dict) else None
+    if isinstance(files, dict):
+        return {k: v if isinstance(v, str) else None for k, v in files.items() if isinstance(k, str)}
+    if isinstance(files, list):
+        return {k: None for k in files if isinstance(k, str)}
+    return {}
+
+
+def _inside(out: Path, rel: str) -> Path | str:
+    """``out / rel`` when ``rel`` names a regular file inside ``out`` reached without a symbolic link;
+    else why not (never an absolute path, ``..``, or a path that leaves ``out``)."""
+    parts = PurePosixPath(rel).parts
+    if not rel or PurePosixPath(rel).is_absolute() or "\\" in rel or any(p in ("..", ".", "") for p in parts):
+        return "not a plain path inside --out"
+    cur = out
+    for i, part in enumerate(parts):
+        cur = cur / part
         try:
-            data = json.loads(manifest.read_text(encoding="utf-8"))
-            return {str(p) for p in data.get("files", []) if isinstance(p, str) and ".." not in Path(p).parts}
-        except (OSError, ValueError, AttributeError):
-            return set()
-    if (out / "config" / "effective-config.json").is_file():  # an earlier gpustack's render
-        return set(_LEGACY_OPTIONAL)
-    return set()
+            st = os.lstat(cur)
+        except FileNotFoundError:
+            return "gone"
+        except OSError as exc:
+            return f"cannot read: {exc.strerror}"
+        if stat.S_ISLNK(st.st_mode):
+            return "a symbolic link: not followed"
+        last = i == len(parts) - 1
+        if last and not stat.S_ISREG(st.st_mode):
+            return "not a regular file"
+        if not last and not stat.S_ISDIR(st.st_mode):
+            return "gone"
+    if os.path.commonpath([os.path.realpath(cur), os.path.realpath(out)]) != os.path.realpath(out):
+        return "outside --out"
+    return cur
+
+
+def _read_nofollow(path: Path) -> bytes:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as fh:
+        return fh.read()
+
+
+def _remove_stale(out: Path, stale: dict[str, str | None]) -> tuple[list[Path], list[tuple[Path, str]]]:
+    removed: list[Path] = []
+    kept: list[tuple[Path, str]] = []
+    for rel, digest in sorted(stale.items()):
+        where = _inside(out, rel)
+        if isinstance(where, str):
+            if where != "gone":
+                kept.append((out / rel if not PurePosixPath(rel).is_absolute() else Path(rel), where))
+            continue
+        if digest is None:
+            kept.append((where, "no checksum recorded (written by an older gpustack): remove it by hand"))
+            continue
+        if _sha256(_read_nofollow(where)) != digest:
+            kept.append((where, "changed since gpustack wrote it"))
+            continue
+        where.unlink()
+        removed.append(where)
+        parent = where.parent
+        while parent != out and not parent.is_symlink() and parent.is_dir() and not any(parent.iterdir()):
+            parent.rmdir()
+            parent = parent.parent
+    return removed, kept
+
+
+def _write_inside(out: Path, rel: str, data: bytes) -> Path:
+    """Write ``out / rel`` (mode as the umask says): its directories are created inside ``out``; a
+    symbolic link on the way is refused, never written through."""
+    cur = out
+    for part in PurePosixPath(rel).parts[:-1]:
+        cur = cur / part
+        if cur.is_symlink():
+            raise UsageError(f"--out {out}: {cur} is a symbolic link: gpustack writes only inside --out")
+        if not cur.exists():
+            cur.mkdir()
+    return write_file(out / rel, data, mode=None)
 
 
 def render_to(
     cfg: Config, out: Path, *, state_root: Path | None = None, facts: FactsSummary | None = None
 ) -> RenderResult:
     """Write every generated file under ``out``; remove the files an earlier render wrote that are no
-    longer generated. A path problem is a UsageError (exit 2) raised before anything is written."""
+    longer generated and are unchanged (the others are kept and reported). A path problem is a
+    UsageError (exit 2) raised before anything is written."""
     files = generated_files(cfg, state_root=state_root, facts=facts)
     _check_out_dir(out)
-    stale = sorted(_owned(out) - set(files))
-    written: list[tuple[Path, int]] = []
     try:
+        out.mkdir(parents=True, exist_ok=True)
+        listed = _listed(out)
+        written: list[tuple[Path, int]] = []
+        digests: dict[str, str] = {}
         for rel, content in files.items():
-            path = out / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
             data = content.encode("utf-8")
-            tmp = path.with_name(f".{path.name}.tmp")
-            tmp.write_bytes(data)
-            tmp.replace(path)
+            path = _write_inside(out, rel, data)
             written.append((path, len(data)))
-        removed: list[Path] = []
-        for rel in stale:
-            path = out / rel
-            if path.is_file():
-                path.unlink()
-                removed.append(path)
-                parent = path.parent
-                while parent != out and parent.is_dir() and not any(parent.iterdir()):
-                    parent.rmdir()
-                    parent = parent.parent
-        (out / MANIFEST).write_text(json.dumps({"files": sorted(files)}, indent=1) + "\n", encoding="utf-8")
+            digests[rel] = _sha256(data)
+        removed, kept = _remove_stale(out, {k: v for k, v in listed.items() if k not in files})
+        manifest = {"format": MANIFEST_FORMAT, "files": dict(sorted(digests.items()))}
+        write_file(out / MANIFEST, json.dumps(manifest, indent=1) + "\n", mode=None)
     except OSError as exc:
         raise UsageError(f"--out {out}: cannot write {exc.filename or out}: {exc.strerror}") from None
-    return RenderResult(written, removed)
+    return RenderResult(written, removed, kept)

@@ -1,10 +1,16 @@
 """Flannel's manifest, rendered by gpustack (nothing is downloaded; docs/decisions.md).
 
-The objects are those of the Flannel release the pin table names (v0.28.4's kube-flannel.yml:
-Namespace, RBAC, ConfigMap ``kube-flannel-cfg``, DaemonSet ``kube-flannel-ds``), written from
-the config: ``net-conf.json``'s ``Network`` is ``cluster.pod_cidr`` (vxlan backend),
+The objects are those of the Flannel release the pin table names (v0.28.9's
+Documentation/kube-flannel.yml: Namespace, RBAC, ConfigMap ``kube-flannel-cfg``, DaemonSet
+``kube-flannel-ds``, in upstream's field order), written from the config: ``net-conf.json``'s ``Network`` is ``cluster.pod_cidr`` (vxlan backend),
 ``cluster.flannel_iface`` becomes flanneld's ``--iface``, and the two images come from the pin
 table (with a digest where one is pinned). Pure: the same config gives the same bytes.
+
+Since v0.28.6 the install-cni init container runs ``/opt/bin/install-conf`` (flannel 6c58d115), and since
+v0.28.9 flanneld serves ``/healthz`` and ``/readyz`` on ``--healthz-port=8081`` with liveness and readiness
+probes on it (flannel 07c20946). With hostNetwork that port is every node's 0.0.0.0:8081 (``--healthz-ip``
+defaults to 0.0.0.0; a failed listen panics flanneld), so the preflight requires 8081/tcp free (P07-ports).
+The kubelet probes it on the node itself: no firewall rule is needed for it.
 
 The network stage writes :func:`flannel_manifest` to /etc/gpustack/flannel/kube-flannel.yml on the
 first control-plane node and applies it; ``gpustack render`` writes it to
@@ -60,7 +66,7 @@ def net_conf(cfg: Config) -> dict[str, Any]:
 
 
 def flanneld_args(cfg: Config) -> list[str]:
-    args = ["--ip-masq", "--kube-subnet-mgr"]
+    args = ["--ip-masq", "--kube-subnet-mgr", f"--healthz-port={pins.FLANNEL_HEALTHZ_PORT}"]
     if cfg.cluster.flannel_iface:
         args.append(f"--iface={cfg.cluster.flannel_iface}")
     return args
@@ -83,6 +89,10 @@ def _host_path(name: str, path: str, type_: str | None = None) -> dict[str, Any]
 
 def _field(path: str) -> dict[str, Any]:
     return {"fieldRef": {"fieldPath": path}}
+
+
+def _probe(path: str, *, initial_delay: int, period: int) -> dict[str, Any]:
+    return {"httpGet": {"path": path, "port": "healthz"}, "initialDelaySeconds": initial_delay, "periodSeconds": period}
 
 
 def _daemonset(cfg: Config) -> dict[str, Any]:
@@ -114,8 +124,8 @@ def _daemonset(cfg: Config) -> dict[str, Any]:
             {
                 "name": "install-cni",
                 "image": flannel_image,
-                "command": ["cp"],
-                "args": ["-f", "/etc/kube-flannel/cni-conf.json", "/etc/cni/net.d/10-flannel.conflist"],
+                "command": ["/opt/bin/install-conf"],
+                "args": ["/etc/kube-flannel/cni-conf.json", "/etc/cni/net.d/10-flannel.conflist"],
                 "volumeMounts": [
                     {"name": "cni", "mountPath": "/etc/cni/net.d"},
                     {"name": "flannel-cfg", "mountPath": "/etc/kube-flannel/"},
@@ -128,6 +138,9 @@ def _daemonset(cfg: Config) -> dict[str, Any]:
                 "image": flannel_image,
                 "command": ["/opt/bin/flanneld"],
                 "args": flanneld_args(cfg),
+                "ports": [{"name": "healthz", "containerPort": pins.FLANNEL_HEALTHZ_PORT, "protocol": "TCP"}],
+                "livenessProbe": _probe("/healthz", initial_delay=10, period=30),
+                "readinessProbe": _probe("/readyz", initial_delay=5, period=10),
                 "resources": {"requests": {"cpu": "100m", "memory": "50Mi"}},
                 "securityContext": {"privileged": False, "capabilities": {"add": ["NET_ADMIN", "NET_RAW"]}},
                 "env": [

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from gpustack.config.fields import LABEL_KEY_RE
+from gpustack.config.fields import LABEL_KEY_RE, url_problem
 from gpustack.errors import UsageError
 from gpustack.monitoring.ksm import label_name
 
@@ -22,6 +22,19 @@ MAX_WINDOW_S = 730 * 86400
 _UNITS = {"w": 7 * 86400, "d": 86400, "h": 3600, "m": 60, "s": 1}
 _DURATION = re.compile(r"^(?:\d+[wdhms])+$")
 _PART = re.compile(r"(\d+)([wdhms])")
+
+
+def parse_prometheus_url(text: str | None) -> str | None:
+    """``--prometheus-url``: an http:// or https:// URL with a host and a port in range, else None."""
+    if text is None:
+        return None
+    problem = url_problem(text)
+    if problem is not None:
+        raise UsageError(
+            f"--prometheus-url {text!r}: {problem}",
+            hint="e.g. --prometheus-url http://127.0.0.1:9090 (after kubectl port-forward)",
+        )
+    return text.rstrip("/")
 
 
 def parse_duration(text: str, option: str = "--since") -> int:

@@ -7,6 +7,10 @@ the very same expressions, with the rules they reference inlined, in a subquery 
 ``sum_over_time((<expr>)[window:1m])`` -- identical numbers, at the price of re-joining raw series at
 every minute of the window (``scripts/bench_report.py`` prints both).
 
+Every kube-state-metrics series is deduplicated (``max by`` its identifying labels) before it is summed, in
+the rules and so in every raw expression built from them: two kube-state-metrics targets (a rollout, a
+second replica) export the same series (docs/report.md "Counting each GPU-hour once").
+
 Queries that the report sends together are tagged and joined with ``or`` (:func:`union`), so one HTTP
 request answers several questions: a window query (GPU-hours per pod and GPU, totals, the activity
 histogram), a "now" query (capacity at the end of the window, GPU models, teams, how far back data goes)
@@ -212,6 +216,12 @@ def team_map_expr(window: Window, team_label: str) -> str:
     )
 
 
+def first_data(window: Window) -> str:
+    """When the cluster's GPU capacity is first seen in the window, from the raw series (the allocatable rule's
+    expression: deduplicated, as every kube-state-metrics reading here)."""
+    return f"min_over_time(timestamp({rule_expr(CLUSTER_ALLOCATABLE)})[{window.range}:{COVERAGE_STEP}])"
+
+
 def now_query(window: Window, team_label: str) -> str:
     """The state at the end of the window (always from raw series: as cheap as the rules, and not a minute
     behind), the GPU model of every node, the team of every namespace, and when GPU data starts."""
@@ -223,10 +233,7 @@ def now_query(window: Window, team_label: str) -> str:
             "pending": rule_expr(PENDING),
             "models": "count by (node, modelName) (DCGM_FI_DEV_GPU_UTIL)",
             "teams": team_map_expr(window, team_label),
-            "first": (
-                'min_over_time(timestamp(sum(kube_node_status_allocatable{resource="nvidia_com_gpu"}))'
-                f"[{window.range}:{COVERAGE_STEP}])"
-            ),
+            "first": first_data(window),
         }
     )
 
@@ -236,10 +243,7 @@ def coverage_query(window: Window) -> str:
     return union(
         {
             "rules": f"min_over_time(timestamp({CLUSTER_ALLOCATABLE})[{window.range}:{COVERAGE_STEP}])",
-            "raw": (
-                'min_over_time(timestamp(sum(kube_node_status_allocatable{resource="nvidia_com_gpu"}))'
-                f"[{window.range}:{COVERAGE_STEP}])"
-            ),
+            "raw": first_data(window),
         }
     )
 

@@ -10,9 +10,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Group, RenderableType
-from rich.table import Table
+from rich.markup import escape
 from rich.text import Text
 
+from gpustack.console import grid, wrap_words
 from gpustack.report.inputs import format_duration, iso
 from gpustack.report.model import GroupRow, NodeCapacity, Report
 
@@ -58,27 +59,36 @@ def title(report: Report) -> str:
     )
 
 
-def _table(title_text: str, columns: Sequence[str], numeric_from: int = 1) -> Table:
-    table = Table(title=title_text, title_justify="left", show_lines=False)
-    for i, column in enumerate(columns):
-        table.add_column(column, justify="right" if i >= numeric_from else "left", overflow="fold")
-    return table
+def _table(
+    title_text: str,
+    columns: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    width: int,
+    numeric_from: int = 1,
+    footer: Sequence[str] | None = None,
+) -> RenderableType:
+    """The console's layout (a namespace or pod name is never broken: a table that fits, else blocks);
+    numbers right-aligned; the cells are text, never markup."""
+    return grid(
+        title_text,
+        columns,
+        [[escape(c) for c in r] for r in rows],
+        width=width,
+        right=range(numeric_from, len(columns)),
+        footer=[escape(c) for c in footer] if footer is not None else None,
+    )
 
 
-def groups_table(report: Report) -> Table:
+def groups_table(report: Report, width: int = 80) -> RenderableType:
     priced = report.prices.given
     columns = [report.by, "allocated GPU-h", "used GPU-h", "idle GPU-h", "activity"] + (["cost USD"] if priced else [])
-    table = _table(f"GPU-hours by {report.by}", columns)
 
     def cells(row: GroupRow) -> list[str]:
         out = [row.key, hours(row.allocated_h), hours(row.used_h), hours(row.idle_h), pct(row.activity_pct)]
         return out + ([money(row.cost)] if priced else [])
 
-    for row in report.groups:
-        table.add_row(*cells(row))
-    table.add_section()
-    table.add_row(*cells(report.total), style="bold")
-    return table
+    rows = [cells(row) for row in report.groups]
+    return _table(f"GPU-hours by {report.by}", columns, rows, width, footer=cells(report.total))
 
 
 def summary_lines(report: Report) -> list[str]:
@@ -97,21 +107,22 @@ def summary_lines(report: Report) -> list[str]:
     return lines
 
 
-def idle_table(report: Report, top: int = TOP_IDLE) -> Table | None:
+def idle_table(report: Report, top: int = TOP_IDLE, width: int = 80) -> RenderableType | None:
     if not report.idle:
         return None
     shown = report.idle[:top]
     more = f" (top {top} of {len(report.idle)})" if len(report.idle) > top else ""
-    table = _table(f"Idle allocated GPUs{more}", ["pod", "node/GPU", "idle GPU-h", "held GPU-h", "now"], 2)
-    for item in shown:
-        table.add_row(
+    rows = [
+        [
             f"{item.namespace}/{item.pod}",
             f"{item.node}/{item.gpu}",
             hours(item.idle_h),
             hours(item.held_h),
             "running" if item.running_now else "gone",
-        )
-    return table
+        ]
+        for item in shown
+    ]
+    return _table(f"Idle allocated GPUs{more}", ["pod", "node/GPU", "idle GPU-h", "held GPU-h", "now"], rows, width, 2)
 
 
 def _by_model(nodes: Sequence[NodeCapacity]) -> list[tuple[str, float, float, float, float]]:
@@ -123,20 +134,20 @@ def _by_model(nodes: Sequence[NodeCapacity]) -> list[tuple[str, float, float, fl
     return [(m, *vals) for m, vals in sorted(per.items())]  # type: ignore[misc]
 
 
-def capacity_table(report: Report) -> Table:
-    table = _table(f"GPUs at {_when(report.end)} UTC", ["GPU model", "allocatable", "allocated", "starting", "free"])
-    for model, alloc_able, allocated, starting, free in _by_model(report.nodes):
-        table.add_row(model, gpus(alloc_able), gpus(allocated), gpus(starting), gpus(free))
-    table.add_section()
-    table.add_row(
+def capacity_table(report: Report, width: int = 80) -> RenderableType:
+    rows = [
+        [model, gpus(alloc_able), gpus(allocated), gpus(starting), gpus(free)]
+        for model, alloc_able, allocated, starting, free in _by_model(report.nodes)
+    ]
+    total = [
         "total",
         gpus(report.allocatable_now),
         gpus(report.allocated_now),
         gpus(report.starting_now),
         gpus(report.free_now),
-        style="bold",
-    )
-    return table
+    ]
+    columns = ["GPU model", "allocatable", "allocated", "starting", "free"]
+    return _table(f"GPUs at {_when(report.end)} UTC", columns, rows, width, footer=total)
 
 
 def pending_line(report: Report) -> str:
@@ -169,16 +180,21 @@ def trend_lines(report: Report) -> list[str]:
     return lines
 
 
-def table_view(report: Report) -> RenderableType:
-    """Everything, in the order people read it: who used what, what is idle, capacity, where it is going."""
-    parts: list[RenderableType] = [Text(title(report), style="bold"), groups_table(report)]
-    parts += [Text(line) for line in summary_lines(report)]
-    idle = idle_table(report)
+def table_view(report: Report, width: int = 80) -> RenderableType:
+    """Everything, in the order people read it: who used what, what is idle, capacity, where it is going
+    (laid out for ``width`` columns)."""
+
+    def prose(line: str, style: str = "") -> Text:  # wrapped at words here: a pod name stays whole
+        return Text(wrap_words(line, width), style=style)
+
+    parts: list[RenderableType] = [prose(title(report), "bold"), groups_table(report, width)]
+    parts += [prose(line) for line in summary_lines(report)]
+    idle = idle_table(report, width=width)
     if idle is not None:
         parts.append(idle)
-    parts += [capacity_table(report), Text(pending_line(report))]
-    parts += [Text(line) for line in trend_lines(report)]
-    parts += [Text(f"note: {n}", style="yellow") for n in report.notes]
+    parts += [capacity_table(report, width), prose(pending_line(report))]
+    parts += [prose(line) for line in trend_lines(report)]
+    parts += [prose(f"note: {n}", "yellow") for n in report.notes]
     return Group(*parts)
 
 

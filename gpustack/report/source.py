@@ -31,6 +31,7 @@ from typing import Any
 from gpustack.config.model import Config
 from gpustack.constants import MONITORING_NAMESPACE, PROMETHEUS_PORT, PROMETHEUS_SERVICE
 from gpustack.errors import ClusterUnreachableError, GpustackError, UsageError
+from gpustack.paths import check_input_file
 from gpustack.report import compute
 from gpustack.report import queries as q
 from gpustack.report.model import Report
@@ -52,13 +53,13 @@ def endpoint(cfg: Config, kubeconfig: Path | None, url: str | None, context: str
     """Where Prometheus answers: ``url``, else the API server's proxy of the cluster the one kubeconfig resolution
     finds (``--kubeconfig``, ``$KUBECONFIG``, gpustack's admin.conf, ``~/.kube/config``)."""
     if url:
-        if not url.startswith(("http://", "https://")):
-            raise UsageError(f"--prometheus-url {url!r}: not an http:// or https:// URL")
-        return DirectEndpoint(url.rstrip("/"))
+        from gpustack.report.inputs import parse_prometheus_url
+
+        return DirectEndpoint(parse_prometheus_url(url) or url)
     from gpustack.runners.kubeconfig import KubeconfigNotFound, cluster_client
 
-    if kubeconfig is not None and not kubeconfig.is_file():
-        raise UsageError(f"--kubeconfig {kubeconfig}: no such file")
+    if kubeconfig is not None:
+        check_input_file(kubeconfig, "--kubeconfig")
     try:
         kube = cluster_client(cfg.cluster.name, kubeconfig, context=context, request_timeout=QUERY_TIMEOUT)
     except KubeconfigNotFound as exc:

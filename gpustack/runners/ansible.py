@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from gpustack.errors import StageError
+from gpustack.paths import make_tree_private
 
 SSH_ARGS = "-o ControlMaster=auto -o ControlPersist=60s -o ServerAliveInterval=15"
 
@@ -33,6 +34,8 @@ class AnsibleSettings:
     #: collection roots ansible-playbook searches, in order (gpustack.runners.pinned_collections);
     #: empty: ansible-core's own defaults
     collections_path: tuple[Path, ...] = ()
+    #: this run's own SSH control directory (gpustack.runners.sshmux); None: Ansible's default
+    control_dir: Path | None = None
 
 
 def ansible_env(settings: AnsibleSettings) -> dict[str, str]:
@@ -56,6 +59,9 @@ def ansible_env(settings: AnsibleSettings) -> dict[str, str]:
         "ANSIBLE_LOCALHOST_WARNING": "False",
         "ANSIBLE_INVENTORY_UNPARSED_WARNING": "False",
     }
+    if settings.control_dir is not None:
+        # the run's ControlMaster sockets where the run (and the guard) can end them: see runners/sshmux.py
+        env["ANSIBLE_SSH_CONTROL_PATH_DIR"] = str(settings.control_dir)
     if settings.collections_path:
         # exactly the roots the engine checked the pinned collections in; no ansible.cfg or sys.path adds others
         env["ANSIBLE_COLLECTIONS_PATH"] = os.pathsep.join(str(p) for p in settings.collections_path)
@@ -364,7 +370,13 @@ def run_playbook(
         return time.monotonic() - asked["at"] > GRACE_SECONDS + 5
 
     kwargs["cancel_callback"] = poll
-    runner = ansible_runner.run(**kwargs, event_handler=tracker.handle)
+    try:
+        runner = ansible_runner.run(**kwargs, event_handler=tracker.handle)
+    finally:
+        # ansible-runner writes its artifacts (stdout, events, the playbook's output) with the
+        # caller's umask: private, whatever it was (the umask itself is left alone, as Ansible
+        # passes it to the tasks it runs on a local-connection node)
+        make_tree_private(private)
     artifact_dir = Path(kwargs["private_data_dir"]) / "artifacts" / kwargs["ident"]
     return PlaybookResult(
         rc=int(runner.rc if runner.rc is not None else 1),

@@ -12,6 +12,10 @@ dies (``PR_SET_PDEATHSIG``) and to adopt orphaned descendants (``PR_SET_CHILD_SU
 the real ``ansible-playbook`` and, on SIGTERM, ends every descendant — whatever session it is in —
 with SIGTERM, then SIGKILL after a grace period. Ctrl-C takes the same path: the engine sends the
 guard SIGTERM (see ``runners.ansible.run_playbook``).
+
+It also ends the SSH masters of the run's control directory (``ANSIBLE_SSH_CONTROL_PATH_DIR``, see
+:mod:`gpustack.runners.sshmux`): those an earlier playbook of the run left behind are not its
+descendants. When gpustack is gone it removes the directory too.
 """
 
 from __future__ import annotations
@@ -26,6 +30,9 @@ import sys
 import time
 from pathlib import Path
 from types import FrameType
+
+from gpustack.paths import write_file
+from gpustack.runners import sshmux
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -83,17 +90,36 @@ def main(real: str, parent: int, pidfile: str, args: list[str]) -> int:
     if os.getppid() != parent:  # the parent died before the kernel could be asked to tell us
         return 143
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
-    Path(pidfile).write_text(f"{os.getpid()}\n", encoding="utf-8")
+    write_file(Path(pidfile), f"{os.getpid()}\n")
     child = subprocess.Popen([real, *args])
 
     def stop(signum: int, frame: FrameType | None) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         end_tree(os.getpid())
+        end_control_dir(os.environ.get("ANSIBLE_SSH_CONTROL_PATH_DIR"))
         os._exit(128 + signum)
 
     signal.signal(signal.SIGTERM, stop)
     rc = child.wait()
     return 128 - rc if rc < 0 else rc
+
+
+def end_control_dir(value: str | None) -> None:
+    """End the masters of the run's control directory (only one gpustack made); remove it when
+    the gpustack that made it is gone."""
+    if not value:
+        return
+    path = Path(value)
+    if not sshmux.is_control_dir(path):
+        return
+    try:
+        owner = (path / sshmux.OWNER).read_text(encoding="utf-8")
+    except OSError:
+        return
+    if sshmux.owner_alive(owner):
+        sshmux.end_masters(path)
+    else:
+        sshmux.close(path)
 
 
 def real_playbook_binary() -> str:
@@ -107,15 +133,15 @@ def real_playbook_binary() -> str:
 def write_guard(directory: Path, *, real: str | None = None, parent: int | None = None) -> Path:
     """Write the guard (named ``ansible-playbook``) for one run into ``directory`` (0700)."""
     path = directory / "ansible-playbook"
-    path.write_text(
+    write_file(
+        path,
         f"#!{sys.executable}\n"
         "import sys\n"
         "from gpustack.runners.guard import main\n"
         f"sys.exit(main({real or real_playbook_binary()!r}, {parent or os.getpid()}, "
         f"{str(directory / PIDFILE)!r}, sys.argv[1:]))\n",
-        encoding="utf-8",
+        mode=0o700,
     )
-    path.chmod(0o700)
     return path
 
 

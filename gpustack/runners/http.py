@@ -26,6 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from gpustack.runners.neterr import connection_problem
+
 DEFAULT_TIMEOUT = 10.0
 DEFAULT_LIMIT = 4 * 1024 * 1024  # bytes read from a body at most: every source asks only for what its checks need
 
@@ -180,8 +182,7 @@ class DirectEndpoint:
             text = exc.read(2048).decode("utf-8", errors="replace")
             raise HttpError(f"{method} {url}: HTTP {exc.code} {exc.reason}", status=exc.code, body=text) from None
         except (TimeoutError, urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise HttpError(f"{method} {url}: {reason}") from None
+            raise HttpError(f"{method} {url}: {connection_problem(exc)}") from None
 
 
 @dataclass

@@ -33,6 +33,7 @@ from urllib3.util.retry import Retry
 
 from gpustack.constants import FIELD_MANAGER
 from gpustack.errors import ClusterUnreachableError, StageError
+from gpustack.runners.neterr import connection_problem
 
 REQUEST_TIMEOUT = 30.0
 STAGE = "cluster"
@@ -201,10 +202,18 @@ class Kube:
         content_type: str = "application/json",
     ) -> Obj:
         """One REST call; JSON in, JSON out. Connection failures -> :class:`ClusterUnreachableError`."""
+        return self.request_with_headers(method, path, body=body, query=query, content_type=content_type)[0]
+
+    def request_with_headers(
+        self, method: str, path: str, *, body: Any = None, query: Mapping[str, str] | None = None,
+        content_type: str = "application/json",
+    ) -> tuple[Obj, dict[str, str]]:  # fmt: skip
+        """:meth:`request`, and the response's headers (the API server's ``Date``: its clock). A non-2xx
+        answer raises ApiException, whose ``headers`` carry them too."""
         response = self._call(method, path, body=body, query=query,
                               headers={"Accept": "application/json", "Content-Type": content_type})  # fmt: skip
         data = json.loads(response.data or b"{}")
-        return cast(Obj, data) if isinstance(data, dict) else {}
+        return (cast(Obj, data) if isinstance(data, dict) else {}), _header_dict(response.headers)
 
     def text(self, path: str, query: Mapping[str, str] | None = None) -> str:
         """GET a text/plain resource (``pods/<name>/log``)."""
@@ -298,7 +307,7 @@ class Kube:
             else:
                 stream.release_conn()
         except (Urllib3Error, OSError) as exc:
-            raise ApiUnreachable(str(self.api.configuration.host), str(exc)) from None
+            raise ApiUnreachable(str(self.api.configuration.host), connection_problem(exc)) from None
         return response, data[:limit], len(data) > limit
 
     # -- discovery ------------------------------------------------------------------------------------

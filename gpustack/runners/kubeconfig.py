@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from gpustack.errors import ClusterUnreachableError, ConfigError, UsageError
+from gpustack.paths import check_input_file
 
 if TYPE_CHECKING:
     from gpustack.runners.kube import Kube
@@ -197,9 +198,7 @@ def resolve_kubeconfig(
         if own_conf.is_file():
             files, source = [own_conf], GPUSTACK
     elif kubeconfig is not None:
-        path = kubeconfig.expanduser()
-        if not path.is_file():
-            raise UsageError(f"--kubeconfig {kubeconfig}: no such file")
+        path = check_input_file(kubeconfig, "--kubeconfig")
         files, source = [path], FLAG
     elif env.get("KUBECONFIG"):
         listed = _env_files(env["KUBECONFIG"])

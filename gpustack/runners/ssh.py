@@ -12,6 +12,7 @@ from pathlib import Path
 import paramiko
 
 from gpustack.errors import HostKeyError
+from gpustack.paths import ensure_private_dir, replacing
 
 PREFERRED_KEY_TYPES = ("ssh-ed25519", "ecdsa-sha2-nistp256", "rsa-sha2-512", "rsa-sha2-256", "ssh-rsa")
 
@@ -103,9 +104,10 @@ def check_host_keys(
         else:
             results.append(HostKeyResult(host, port, "unknown", fp))
     if recorded:
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        db.save(str(path))
-        path.chmod(0o600)
+        if not path.parent.exists():
+            ensure_private_dir(path.parent)
+        with replacing(path) as tmp:  # 0600 from the start, whatever the umask
+            db.save(str(tmp))
     return results
 
 

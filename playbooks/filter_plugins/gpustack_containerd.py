@@ -9,8 +9,11 @@ same driver or control-plane pods restart in a loop. The edit is section-aware (
 ``SystemdCgroup`` key of another runtime, e.g. one nvidia-ctk added, is never touched) and
 minimal: every other line is kept byte for byte, so a converged file is returned unchanged.
 
-Supported: config ``version = 2`` (containerd 1.x, ``[plugins."io.containerd.grpc.v1.cri"...]``)
-and ``version = 3`` (containerd 2.x, ``[plugins.'io.containerd.cri.v1.runtime'...]``).
+Supported: config ``version = 2`` (containerd 1.x, ``[plugins."io.containerd.grpc.v1.cri"...]``),
+``version = 3`` (containerd 2.0-2.2, ``[plugins.'io.containerd.cri.v1.runtime'...]``) and ``version = 4``
+(containerd 2.3): version 4 moves only the server settings ([grpc], [ttrpc], [debug], [metrics]) into
+``io.containerd.server.v1.*`` plugins; the CRI tables keep their version-3 names (containerd v2.3.4
+cmd/containerd/server/config/config.go: the 3 -> 4 migration is ``serviceMigrate`` alone).
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ RUNC_TABLES: dict[int, tuple[tuple[str, ...], str]] = {
         "plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc",
     ),
 }
+RUNC_TABLES[4] = RUNC_TABLES[3]
 
 # config version -> (table key, how containerd quotes it, key) of the sandbox (pause) image
 SANDBOX_KEYS: dict[int, tuple[tuple[str, ...], str, str]] = {
@@ -62,6 +66,7 @@ SANDBOX_KEYS: dict[int, tuple[tuple[str, ...], str, str]] = {
         "sandbox",
     ),
 }
+SANDBOX_KEYS[4] = SANDBOX_KEYS[3]
 
 _TABLE_RE = re.compile(r"^(?P<indent>[ \t]*)\[(?!\[)(?P<key>[^\]]*)\][ \t]*(?:#.*)?$")
 _ARRAY_TABLE_RE = re.compile(r"^[ \t]*\[\[")
@@ -109,7 +114,7 @@ def containerd_systemd_cgroup(text: str) -> str:
     version = config_version(text)
     if version not in RUNC_TABLES:
         raise AnsibleFilterError(
-            f"containerd config version {version!r} is not supported (expected 2 or 3); "
+            f"containerd config version {version!r} is not supported (expected 2, 3 or 4); "
             "move /etc/containerd/config.toml away and re-run to regenerate it"
         )
     runc_key, runc_header = RUNC_TABLES[version]
@@ -299,8 +304,9 @@ def needs_default(text: str, expected_version: int | str | None = None) -> bool:
     without the CRI runc runtime table. Debian 12 ships such a stub (version 2, only the CNI
     section, ``bin_dir = "/usr/lib/cni"``): kept, containerd would look for CNI plugins where
     neither kubernetes-cni nor Flannel put them (/opt/cni/bin). With ``expected_version``
-    (3 for containerd 2.x) a file of another version is replaced too: a version 2 file left by
-    the distribution's containerd 1.x before gpustack installed containerd 2.
+    (3 for containerd 2.0-2.2, 4 for 2.3) a file of another version is replaced too: a version 2
+    file left by the distribution's containerd 1.x before gpustack installed containerd 2, or the
+    version 3 file of containerd 2.2 when 2.3 replaces it.
     """
     version = config_version(str(text))
     if version not in RUNC_TABLES:

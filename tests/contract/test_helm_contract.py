@@ -1,9 +1,10 @@
 """Contract: the helm doubles (tests/fakes/fake_helm.py behind tests/fakes/helm; tests/testbed/doubles/helm)
-answer what the real Helm 4.2 answers.
+answer what the real Helm 4.3 answers.
 
-The real helm (tests/realbin, v4.2.x) runs here. It cannot install into the fake API server (it sends protobuf
+The real helm (tests/realbin, v4.3.x) runs here. It cannot install into the fake API server (it sends protobuf
 bodies), but it reads releases the way it stores them (Secrets ``sh.helm.release.v1.<name>.v<n>``, the release
-JSON gzipped and base64-encoded: helm/helm v4.2.4 pkg/storage/driver/secrets.go, util.go). So the double's
+JSON gzipped and base64-encoded: helm/helm v4.2.4 pkg/storage/driver/secrets.go, util.go; the real v4.3.1
+reads the same records here). So the double's
 releases are written into the fake API server in Helm's storage format and the real helm and the double answer
 the same commands, the ones gpustack's runner (pyhelm3 0.5) sends: every output is compared.
 The flags the double parses are checked against the real helm's own ``--help``."""
@@ -150,7 +151,7 @@ def test_missing_release_errors(both: Both, argv: tuple[str, ...]) -> None:
 def test_version_outputs(both: Both) -> None:
     real = both.helm(True, "version", "--template", "{{.Version}}").stdout
     fake = both.helm(False, "version", "--template", "{{.Version}}").stdout
-    assert real.startswith("v4.2.") and fake.startswith("v4.2.")
+    assert real.startswith("v4.3.") and fake.startswith("v4.3.")
     for args, pattern in ((("version", "--short"), r"v\d+\.\d+\.\d+\+g[0-9a-f]{7}\n"),
                           (("version",), r'version\.BuildInfo\{Version:"v[\d.]+", GitCommit:"[0-9a-f]{40}", '
                                          r'GitTreeState:"clean", GoVersion:"go[\d.]+", KubeClientVersion:"v1\.\d+"\}\n'),

@@ -2,8 +2,8 @@
 
 No API server runs here, so its answers are upstream facts recorded as data (tests/contract/upstream/
 kube_apiserver.yaml, each with its source): field selectors per kind, LIST pagination and its errors, the
-Eviction subresource with PodDisruptionBudgets, server-side apply's validation and conflicts, dry runs and the
-Status objects of errors. Each is asked of the fake over HTTP, as a client would."""
+Eviction subresource with PodDisruptionBudgets, server-side apply's validation and conflicts, dry runs, the
+Status objects of errors and the Date header every answer carries. Each is asked of the fake over HTTP, as a client would."""
 
 from __future__ import annotations
 
@@ -276,3 +276,17 @@ def test_error_status_objects(api: FakeKubeAPI) -> None:
     assert_status(
         call(api, "POST", "/api/v1/namespaces/default/configmaps", _cm("c")), errs["already_exists"], name="c"
     )
+
+
+@pytest.mark.parametrize("path", ["/api/v1/namespaces", "/api/v1/namespaces/default/configmaps/nope"])
+def test_every_answer_carries_the_servers_clock(api: FakeKubeAPI, path: str) -> None:
+    import time
+
+    api.clock = lambda: 1_800_000_000.4  # the server's clock, whatever the client's
+    req = urllib.request.Request(api.url + path)
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            date = resp.headers["Date"]
+    except urllib.error.HTTPError as exc:  # a 404 Status carries it too
+        date = exc.headers["Date"]
+    assert date == time.strftime(K["date_header"]["format"], time.gmtime(1_800_000_000))

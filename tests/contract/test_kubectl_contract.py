@@ -29,6 +29,8 @@ ROOT = Path(__file__).resolve().parents[2]
 DOUBLE = ROOT / "tests" / "testbed" / "doubles" / "kubectl"
 F = facts("kubectl")
 TAINT = {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}
+#: kubeadm's kube-proxy image at the pinned 1.36 patch (cmd/kubeadm/app/images/images.go GetKubernetesImage)
+KUBE_PROXY = "registry.k8s.io/kube-proxy:v1.36.4"
 #: values for the playbooks' template variables, by the end of the variable's name
 VALUES = {"node_name": "n1", "taint_key": TAINT["key"], "namespace": "gpu-operator", "selector": "app=validator",
           "timeout": "5s", "manifest": "MANIFEST", "admin_conf": "KUBECONFIG", "kubeconfig": "KUBECONFIG"}  # fmt: skip
@@ -85,8 +87,15 @@ class Pair:
         (cluster / "nodes/n1.json").write_text(
             json.dumps({"kubelet": "v1.36.4", "ready": True, "roles": ["control-plane"]})
         )
+        # the API server's version and kubeadm's kube-proxy, as the kubeadm double records them
+        (cluster / "api.json").write_text(json.dumps({"version": api.version, "kube_proxy_image": KUBE_PROXY}))
         api.seed([
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kube-flannel"}},
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kube-system"}},
+            {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "kube-proxy", "namespace": "kube-system"},
+             "spec": {"selector": {"matchLabels": {"k8s-app": "kube-proxy"}},
+                      "template": {"metadata": {"labels": {"k8s-app": "kube-proxy"}},
+                                   "spec": {"containers": [{"name": "kube-proxy", "image": KUBE_PROXY}]}}}},
             {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "labels": {TAINT["key"]: ""}},
              "spec": {"taints": [TAINT]}, "status": {"conditions": [{"type": "Ready", "status": "True"}],
                                                       "nodeInfo": {"kubeletVersion": "v1.36.4"}}},
@@ -127,7 +136,7 @@ def _sub(args: list[str]) -> str:
 
 def test_the_playbooks_kubectl_command_lines_were_found() -> None:
     subs = {_sub(a) for a in COMMANDS}
-    assert {"get", "taint", "apply", "rollout", "uncordon", "drain"} <= subs, subs
+    assert {"get", "taint", "apply", "rollout", "uncordon", "drain", "version"} <= subs, subs
 
 
 @pytest.mark.parametrize("args", [a for a in COMMANDS if _sub(a) == "get"], ids=" ".join)
@@ -135,6 +144,9 @@ def test_get_answers_alike(pair: Pair, args: list[str]) -> None:
     real, double = pair.real(args), pair.double(args)
     assert (real.returncode, double.returncode) == (0, 0), (real.stderr, double.stderr)
     if args[-1].startswith("jsonpath="):
+        if args[-1].endswith(".image}"):  # a string, printed as it is
+            assert double.stdout == real.stdout == KUBE_PROXY
+            return
         assert json.loads(double.stdout) == json.loads(real.stdout)
         return
     got, want = json.loads(double.stdout), json.loads(real.stdout)
@@ -211,6 +223,19 @@ def test_etcdctl_member_remove_line_is_upstreams(tmp_path: Path) -> None:
 def test_get_nodes_table_has_the_servers_columns(pair: Pair) -> None:
     header = pair.double(["--kubeconfig", "KUBECONFIG", "get", "nodes"]).stdout.splitlines()[0]
     assert header.split() == F["get_nodes_columns"]["columns"]
+
+
+@pytest.mark.parametrize("args", [a for a in COMMANDS if _sub(a) == "version"], ids=" ".join)
+def test_version_json_answers_alike(pair: Pair, args: list[str]) -> None:
+    """`kubectl version -o json` (the upgrade asks the API server's version): the same keys, the
+    server's gitVersion from the cluster."""
+    real, double = pair.real(args), pair.double(args)
+    assert (real.returncode, double.returncode) == (0, 0), (real.stderr, double.stderr)
+    got, want = json.loads(double.stdout), json.loads(real.stdout)
+    assert set(got) == set(want) == {"clientVersion", "kustomizeVersion", "serverVersion"}
+    assert got["serverVersion"]["gitVersion"] == want["serverVersion"]["gitVersion"] == pair.api.version
+    assert set(want["clientVersion"]) >= set(got["clientVersion"]) >= {"major", "minor", "gitVersion"}
+    assert got["clientVersion"]["minor"] == want["clientVersion"]["minor"]
 
 
 def test_version_lines(pair: Pair) -> None:

@@ -4,6 +4,7 @@ facts (tests/contract/upstream/*.yaml), then the version it declares."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -43,6 +44,7 @@ def test_the_helm_doubles_imitate_the_pinned_helm() -> None:
     assert re.search(
         rf'"GPUSTACK_HELM_DOUBLE_VERSION", "v{re.escape(pins.HELM_VERSION)}"', (DOUBLES / "helm").read_text()
     )
+    assert _declared(DOUBLES / "helm", "KUBE_CLIENT_VERSION") == VERSIONS["helm"]["kube_client"]
 
 
 def test_the_grafana_double_imitates_the_pinned_charts_grafana() -> None:
@@ -63,6 +65,16 @@ def test_the_recorded_dcgm_outputs_are_of_the_pinned_dcgm() -> None:
     for log in sorted((TESTS / "fixtures" / "dcgmi").glob("*.log")):
         versions = set(re.findall(r"\(DCGM ([\d.]+)\)", log.read_text()))
         assert versions <= {pins.DCGM_VERSION}, log.name
+    recorded = TESTS / "fixtures" / "dcgmi"
+    assert (recorded / f"dcgm-{pins.DCGM_VERSION}").is_dir(), "record the pinned DCGM's documents first"
+    for path in sorted((recorded / f"dcgm-{pins.DCGM_VERSION}").glob("diag-*.json")):
+        data = json.loads(path.read_text())
+        for one in data.get("iterations", [data]):
+            meta = one.get("metadata") or one["DCGM Diagnostic"]
+            assert meta["version"] == pins.DCGM_VERSION, path.name
+    # dcgm-3.3.9/ is DCGM 3.x on purpose: the older shape gpustack still reads
+    for path in sorted(recorded.glob("dcgm-3.*/diag-*.json")):
+        assert json.loads(path.read_text())["version"].startswith("3."), path.name
 
 
 def test_the_kubeadm_doubles_pause_image_is_the_pinned_one() -> None:

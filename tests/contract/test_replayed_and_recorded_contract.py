@@ -64,3 +64,15 @@ def test_recorded_dcgmi_outputs_hold_one_json_document(log: Path) -> None:
         return
     doc = json.loads(body[body.index("{") :])
     assert isinstance(doc, dict) and doc
+
+
+DOCUMENTS = sorted((FIXTURES / "dcgmi").glob("dcgm-*/*.json"))
+
+
+@pytest.mark.parametrize("path", DOCUMENTS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_dcgm_documents_are_one_json_object_each_and_named_in_the_readme(path: Path) -> None:
+    """dcgmi prints one object (``toStyledString``: braces at column 0); the README names each one's writer."""
+    text = path.read_text()
+    assert text.startswith("{\n") and isinstance(json.loads(text), dict)
+    readme = (FIXTURES / "dcgmi" / "README.md").read_text()
+    assert f"`{path.parent.name}/{path.name}`" in readme

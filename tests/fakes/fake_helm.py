@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 #: the Helm release this double imitates (tests/contract/test_pins.py: its major.minor is the pinned Helm's)
-VERSION = "v4.2.4"
+VERSION = "v4.3.0"
 MUTATING = {"upgrade", "install", "rollback", "uninstall"}
 GLOBAL_FLAGS_WITH_VALUE = {"--kubeconfig", "--kube-context", "--kube-apiserver", "--kube-token"}
 DEFAULT_FAIL = (

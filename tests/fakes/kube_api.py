@@ -48,6 +48,9 @@ For verify/doctor (collect once, at scale, with faults):
   deleted without asking its budget. ``deleteOptions.dryRun: [All]`` (or ``?dryRun=All``) makes every
   check and changes nothing. Budgets' status is taken as seeded: there is no disruption controller;
 - ``GET /version`` (``gitVersion`` = :attr:`FakeKubeAPI.version`);
+- a ``Date`` header on every response, errors included, as kube-apiserver's Go net/http writes it
+  (RFC 7231 IMF-fixdate, 1 s resolution), from :attr:`FakeKubeAPI.clock` (default: the real clock; tests set
+  it to skew the server against the clients);
 - fault injection per path regex (``re.search`` on the raw path with query): :meth:`FakeKubeAPI.fail`
   (status, optional ``times`` and ``method``) and :meth:`FakeKubeAPI.delay` (seconds before answering).
 
@@ -291,6 +294,8 @@ class FakeKubeAPI:
         self.logs: dict[tuple[str, str, str], str] = {}  # (ns, pod, container[+PREVIOUS_SUFFIX]) -> text
         self._faults: list[_Fault] = []
         self.version = f"v{pins.KUBERNETES[ks.IMITATES]}"  # GET /version: the pinned patch of the imitated minor
+        #: the server's clock: every response's ``Date`` header (as Go's net/http writes it, 1 s resolution)
+        self.clock: Callable[[], float] = time.time
         self.compacted_rv = 0  # continue tokens of this resourceVersion or older are expired (see compact())
         self._index: dict[tuple[str, ...], list[tuple[str, Key]]] = {}
         self._index_stamp: tuple[int, int, int] = (0, -1, -1)
@@ -312,6 +317,9 @@ class FakeKubeAPI:
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *args: Any) -> None:  # quiet
                 pass
+
+            def date_time_string(self, timestamp: float | None = None) -> str:  # the Date header, on api.clock
+                return super().date_time_string(api.clock() if timestamp is None else timestamp)
 
             def _reply(self, code: int, body: Obj) -> None:
                 self._reply_raw(RawResponse(code, json.dumps(body).encode(), "application/json"))

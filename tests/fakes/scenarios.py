@@ -79,6 +79,14 @@ def node_ip(i: int) -> str:
     return f"10.0.{i // 200}.{i % 200 + 10}"
 
 
+def _driver_labels(version: str) -> dict[str, str]:
+    major, minor, rev = version.split(".")
+    return {"nvidia.com/cuda.driver.major": major, "nvidia.com/cuda.driver.minor": minor,
+            "nvidia.com/cuda.driver.rev": rev, "nvidia.com/cuda.driver-version.major": major,
+            "nvidia.com/cuda.driver-version.minor": minor, "nvidia.com/cuda.driver-version.revision": rev,
+            "nvidia.com/cuda.driver-version.full": version}  # fmt: skip
+
+
 def _node(i: int, total: int) -> Obj:
     name = node_name(i, total)
     labels = {
@@ -87,6 +95,8 @@ def _node(i: int, total: int) -> Obj:
         "nvidia.com/gpu.present": "true",
         "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
         "nvidia.com/gpu.count": str(GPUS),
+        # GPU feature discovery's driver labels (NVIDIA/k8s-device-plugin internal/lm/nvml.go): the operator's driver
+        **_driver_labels(pins.GPU_OPERATOR_DRIVER[pins.CHARTS["gpu-operator"].version]),
     }
     if i == 0:
         labels["node-role.kubernetes.io/control-plane"] = ""
@@ -301,6 +311,12 @@ def healthy(nodes: int = 1, *, exporter: str = "standalone") -> Scenario:
     for ns, name, labels in singles:
         objs.append(deployment(name, ns, 1, labels))
         objs.append(pod(f"{name}-6c9f7b8d5-x2x7q", ns, cp, labels=labels, owner=("ReplicaSet", f"{name}-6c9f7b8d5")))
+        if name == "gpu-operator":  # the chart's gpu-operator.labels (deployments/gpu-operator/templates/_helpers.tpl)
+            objs[-2]["metadata"]["labels"]["helm.sh/chart"] = f"gpu-operator-{pins.CHARTS['gpu-operator'].version}"
+        if name == "kube-prometheus-stack-operator":  # kube-prometheus-stack.labels (templates/_helpers.tpl): chart
+            objs[-2]["metadata"]["labels"]["chart"] = (
+                f"kube-prometheus-stack-{pins.CHARTS['kube-prometheus-stack'].version}"
+            )
     objs += grafana_admin(objs)
     prom_labels = {"app.kubernetes.io/name": "prometheus", "prometheus": "kube-prometheus-stack-prometheus"}
     objs.append(pod("prometheus-kube-prometheus-stack-prometheus-0", MONITORING_NAMESPACE, cp, labels=prom_labels,

@@ -79,6 +79,24 @@ class TeamLabel:
     since: int
 
 
+@dataclass(frozen=True)
+class KsmTarget:
+    """One kube-state-metrics pod Prometheus scrapes in [start, end): kube-prometheus-stack's ServiceMonitor
+    (honorLabels: true) adds ``instance`` to every series, and its own ``namespace``/``pod``/``container``
+    where kube-state-metrics' output has none (node and namespace series; ``container`` on pod phases)."""
+
+    pod: str
+    instance: str
+    start: int
+    end: int
+
+    def labels(self, exported: dict[str, str]) -> dict[str, str]:
+        target = {"job": "kube-state-metrics", "instance": self.instance, "namespace": "monitoring", "pod": self.pod,
+                  "container": "kube-state-metrics", "service": "kube-prometheus-stack-kube-state-metrics",
+                  "endpoint": "http"}  # fmt: skip
+        return target | exported  # honorLabels: the exported labels win
+
+
 @dataclass
 class History:
     start: int  # first sample
@@ -87,6 +105,8 @@ class History:
     pods: list[Pod]
     teams: list[TeamLabel] = field(default_factory=list)
     team_key: str = "team"
+    #: the kube-state-metrics pods scraped (overlapping during a rollout); none: one, without target labels
+    ksm: list[KsmTarget] = field(default_factory=list)
 
     @property
     def seconds(self) -> int:
@@ -134,10 +154,23 @@ def write_openmetrics(history: History, out: TextIO) -> int:
     w = _Writer(out)
     end = history.end + MINUTE  # sample times < end: the last one at history.end
 
+    targets = history.ksm or [None]
+
+    def ksm(labels: dict[str, str], points: Iterable[tuple[int, float]]) -> None:
+        """One kube-state-metrics series as each target scraped it (its samples within the target's life)."""
+        pts = list(points)
+        for target in targets:
+            if target is None:
+                w.series(labels, pts)
+            else:
+                mine = [(t, v) for t, v in pts if target.start <= t < target.end]
+                if mine:
+                    w.series(target.labels({k: v for k, v in labels.items() if k != "job"}), mine)
+
     w.family("kube_node_status_allocatable")
     for node in history.nodes:
         labels = {"job": "kube-state-metrics", "node": node.name, "resource": "nvidia_com_gpu", "unit": "integer"}
-        w.series(labels, ((t, node.gpus) for t in _grid(history.start, end)))
+        ksm(labels, ((t, node.gpus) for t in _grid(history.start, end)))
 
     team_label = ksm_label_name(history.team_key)
     w.family("kube_namespace_labels")
@@ -149,7 +182,7 @@ def write_openmetrics(history: History, out: TextIO) -> int:
         for i, entry in enumerate(entries):
             until = entries[i + 1].since if i + 1 < len(entries) else end
             labels = {"job": "kube-state-metrics", "namespace": ns, team_label: entry.team or ""}
-            w.series(labels, ((t, 1) for t in _grid(max(entry.since, history.start), until, 4 * MINUTE)))
+            ksm(labels, ((t, 1) for t in _grid(max(entry.since, history.start), until, 4 * MINUTE)))
 
     def pod_base(pod: Pod) -> dict[str, str]:
         return {"job": "kube-state-metrics", "namespace": pod.namespace, "pod": pod.name, "uid": f"uid-{pod.name}"}
@@ -163,20 +196,17 @@ def write_openmetrics(history: History, out: TextIO) -> int:
         lo, hi = exists(pod)
         labels = {**pod_base(pod), "container": "main", "node": pod.node, "resource": "nvidia_com_gpu",
                   "unit": "integer"}  # fmt: skip
-        w.series(labels, ((t, pod.count) for t in _grid(lo, hi)))
+        ksm(labels, ((t, pod.count) for t in _grid(lo, hi)))
 
     w.family("kube_pod_status_phase")
     for pod in history.pods:
         lo, hi = exists(pod)
         if pod.node:
-            w.series({**pod_base(pod), "phase": "Running"}, ((t, int(pod.start <= t < pod.end)) for t in _grid(lo, hi)))
+            ksm({**pod_base(pod), "phase": "Running"}, ((t, int(pod.start <= t < pod.end)) for t in _grid(lo, hi)))
             if pod.end < hi:  # kube-state-metrics exports every phase; only Running and Pending are read
-                w.series({**pod_base(pod), "phase": "Succeeded"}, ((t, 1) for t in _grid(pod.end, hi)))
+                ksm({**pod_base(pod), "phase": "Succeeded"}, ((t, 1) for t in _grid(pod.end, hi)))
         if pod.pending_s or not pod.node:
-            w.series(
-                {**pod_base(pod), "phase": "Pending"},
-                ((t, int(t < pod.start or not pod.node)) for t in _grid(lo, hi)),
-            )
+            ksm({**pod_base(pod), "phase": "Pending"}, ((t, int(t < pod.start or not pod.node)) for t in _grid(lo, hi)))
 
     nodes = {n.name: n for n in history.nodes}
 
@@ -296,6 +326,7 @@ class Expected:
     allocated_now: float
     starting_now: float
     teams: dict[str, str]
+    rollout: tuple[int, int] = (0, 0)  # [start, end): both kube-state-metrics pods scraped
 
 
 H100 = "NVIDIA H100 80GB HBM3"
@@ -316,7 +347,10 @@ def ci_history(end: int, days: int = 30) -> tuple[History, Expected]:
       up so the day's average allocation is exactly 1 + 0.1 x day (day 0 the oldest): a linear trend that
       reaches the 12 allocatable GPUs 81 days after the end;
     - teams: ml and vision are "research" (vision was "perception" until day 20), infra "platform",
-      batch has no team label.
+      batch has no team label;
+    - kube-state-metrics rolls out on day 20 while train-a runs: Prometheus scrapes the old and the new pod
+      for one hour, and every kube-state-metrics series is there twice (with their own ``instance`` and
+      target labels). Nothing may count twice: every figure above stays as it is.
     """
     start = end - days * DAY + MINUTE  # the first sample; (end - days, end] holds days x 1440 samples
     day0 = end - days * DAY  # day i is (day0 + i d, day0 + (i + 1) d]
@@ -353,7 +387,12 @@ def ci_history(end: int, days: int = 30) -> tuple[History, Expected]:
         TeamLabel("infra", "platform", start),
         TeamLabel("batch", None, start),
     ]
-    history = History(start, end, nodes, pods, teams)
+    rollout = train_start + 30 * MINUTE  # no pod starts or ends within 5 minutes of the overlap (lookback)
+    ksm = [
+        KsmTarget("kube-prometheus-stack-kube-state-metrics-7c9d6b5f4-x2x7q", "10.244.1.7:8080", start, rollout + HOUR),
+        KsmTarget("kube-prometheus-stack-kube-state-metrics-5f8b9c7d6-k2m4p", "10.244.2.9:8080", rollout, end + MINUTE),
+    ]
+    history = History(start, end, nodes, pods, teams, ksm=ksm)
 
     alloc: dict[str, float] = {}
     for pod in pods:
@@ -371,6 +410,7 @@ def ci_history(end: int, days: int = 30) -> tuple[History, Expected]:
         allocated_now=3,  # serve-0 (2) and base-0 (1): every grow pod ends within its day
         starting_now=1,
         teams={"ml": "research", "vision": "research", "infra": "platform", "batch": "(none)"},
+        rollout=(rollout, rollout + HOUR),
     )
     return history, expected
 

@@ -9,9 +9,12 @@ temperatures following load, a PCIe replay counter creeping on one GPU.
 Scenarios (switch at start or later with ``GET /-/scenario?name=...``): ``healthy``, ``xid79``
 (GPU 3 fell off the bus), ``overheat`` (GPU 5), ``row_remap_failure`` (GPU 1), ``fb_full`` (GPU 0),
 ``gpu_missing`` (GPU 7 absent: 7 GPUs instead of 8), ``xid48_app13`` (GPU 2: a double-bit ECC XID 48,
-then application XID 13s: the last-XID gauge shows 13, the per-code count both), ``remap_growth``
-(GPU 6: rows remapped after uncorrectable errors, one more every 5 seconds).
-:attr:`NodeSpec.unhealthy_gpus` makes kube-state-metrics report fewer GPUs allocatable than installed.
+then application XID 13s: the last-XID gauge shows 13, the per-code count both), ``xid48`` (GPU 2: XID 48
+alone, gauge and count), ``remap_growth`` (GPU 6: rows remapped after uncorrectable errors, one more every
+5 seconds, each pending until a GPU reset: the uncorrectable count holds InfoROM entries, pending included).
+:attr:`NodeSpec.unhealthy_gpus` makes kube-state-metrics report fewer GPUs allocatable than installed;
+:attr:`NodeSpec.counters_without` leaves fields out of the counters list (an older exporter, or a list
+without ``DCGM_EXP_XID_ERRORS_COUNT``, as both lists dcgm-exporter ships).
 
 Pods come and go: :meth:`DcgmReplay.assign` gives a GPU to a pod (or frees it), as dcgm-exporter learns
 from the kubelet's pod-resources API. A :class:`PodRef` with ``load=True`` is ``gpustack verify --load``'s
@@ -43,6 +46,7 @@ SCENARIOS = (
     "fb_full",
     "gpu_missing",
     "xid48_app13",
+    "xid48",
     "remap_growth",
 )
 LOOPBACK = "127.0.0.1"
@@ -55,7 +59,12 @@ SM_CLOCK_IDLE_MHZ = 345
 MEM_CLOCK_MHZ = 2619
 TENSOR_UNDER_LOAD = 0.93  # DCGM_FI_PROF_PIPE_TENSOR_ACTIVE under dcgmproftester -t 1004 on an H100
 PCI_BUSES = ("18", "2A", "3A", "5D", "9A", "AB", "BA", "DB")  # HGX H100 8-GPU board layout
-XID_TEXT = {0: "No Error", 13: "Graphics Engine Exception", 79: "GPU has fallen off the bus"}
+XID_TEXT = {
+    0: "No Error",
+    13: "Graphics Engine Exception",
+    48: "Double Bit ECC Error",
+    79: "GPU has fallen off the bus",
+}
 XID_WINDOW_MS = "300000"  # dcgm-exporter's default --xid-count-window-size
 # DCGM fields dcgm-exporter prints with %f (doubles); everything else is an int64 printed with %d.
 DOUBLE_FIELDS = frozenset(
@@ -99,6 +108,7 @@ class NodeSpec:
     gpus: int = 8
     scenario: str = "healthy"
     unhealthy_gpus: int = 0  # GPUs the device plugin withdrew: allocatable = gpus - unhealthy_gpus
+    counters_without: tuple[str, ...] = ()  # fields this node's exporter does not emit
 
 
 @dataclass(frozen=True)
@@ -198,13 +208,16 @@ class GpuState:
             return [Sample(1, {**window, "xid": "79"})]
         if self._is("xid48_app13", 2):
             return [Sample(1, {**window, "xid": "48"}), Sample(3, {**window, "xid": "13"})]
+        if self._is("xid48", 2):
+            return [Sample(1, {**window, "xid": "48"})]
         return [Sample(0, window)]
 
     def values(self) -> dict[str, Sample | list[Sample]]:
         """Every metric gpustack's CSV may enable, for this GPU (a list: several series for it)."""
         util, gr = self.util, self.util / 100 * 0.97
-        xid = 79 if self._is("xid79", 3) else 13 if self._is("xid48_app13", 2) else 0
+        xid = 79 if self._is("xid79", 3) else 13 if self._is("xid48_app13", 2) else 48 if self._is("xid48", 2) else 0
         failed = self._is("row_remap_failure", 1)
+        pending = failed or self._is("remap_growth", 6)
         uncorrectable = 9 if failed else 2 + int(self.t // 5) if self._is("remap_growth", 6) else 0
         fb_used = int(self.fb_used)
         return {
@@ -229,7 +242,7 @@ class GpuState:
             "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": Sample(uncorrectable),
             "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": Sample(2 if self.gpu == 4 else 0),
             "DCGM_FI_DEV_ROW_REMAP_FAILURE": Sample(1 if failed else 0),
-            "DCGM_FI_DEV_ROW_REMAP_PENDING": Sample(1 if failed else 0),
+            "DCGM_FI_DEV_ROW_REMAP_PENDING": Sample(1 if pending else 0),
             "DCGM_FI_PROF_GR_ENGINE_ACTIVE": Sample(gr),
             "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": Sample(TENSOR_UNDER_LOAD if self.loaded else gr * 0.62),
             "DCGM_FI_PROF_DRAM_ACTIVE": Sample(gr * 0.41),
@@ -408,7 +421,8 @@ class DcgmReplay(ReplayServer):
 
     def __init__(self, spec: NodeSpec, counters: CounterFile | None = None) -> None:
         self.spec = spec
-        self.counters = counters or load_counters()
+        full = counters or load_counters()
+        self.counters = CounterFile(tuple(c for c in full.counters if c.name not in spec.counters_without))
         self._t0 = time.monotonic()
         self._lock = threading.Lock()
         super().__init__(self.render, self.set_scenario)

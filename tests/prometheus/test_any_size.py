@@ -58,7 +58,7 @@ def doctor_at(nodes: int, fleet: Fleet, workdir: Path) -> tuple[dict[str, Any], 
         api.proxy_upstreams[(exporter.namespace, exporter.service, exporter.port)] = f"http://{fleet.address}"
         kubeconfig = api.write_kubeconfig(workdir / "someone-elses.conf")
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(workdir), "KUBECONFIG": str(kubeconfig),
-               "GPUSTACK_STATE_DIR": str(workdir / "state"), "NO_COLOR": "1",
+               "GPUSTACK_STATE_DIR": str(workdir / "state"), "NO_COLOR": "1", "GPUSTACK_TODAY": os.environ["GPUSTACK_TODAY"],
                "PYTHONPATH": os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))}  # fmt: skip
         started = time.monotonic()
         proc = subprocess.run([sys.executable, "-m", "gpustack", "doctor", "--layer", LAYERS, "--output", "json"],

@@ -13,6 +13,7 @@ import pytest
 
 from gpustack.cli.app import main
 from gpustack.report import forecast as fc
+from gpustack.report import queries as q
 from gpustack.report.compute import Request, quantile
 from gpustack.report.inputs import iso, parse_prices
 from gpustack.report.model import Report
@@ -152,10 +153,17 @@ def test_utilisation_percentiles(rules_report: Report) -> None:
         assert rules_report.percentiles[name] == pytest.approx(want, abs=0.005), name
 
 
+@pytest.fixture(scope="module")
+def both_paths(usage_history: Backfilled) -> dict[str, tuple[Report, int]]:
+    """The 30-day report (at 2 per GPU-hour) from the raw expressions and from the rules, with the requests each
+    took (computed once: the raw path re-joins 30 days of raw series)."""
+    return {server: run(usage_history, server, prices=parse_prices(["2"])) for server in ("raw", "rules")}
+
+
 @pytest.mark.both_prometheus  # version-sensitive: also on the oldest supported (docs/operations.md)
-def test_raw_expressions_give_the_same_report_as_the_rules(usage_history: Backfilled) -> None:
-    raw, raw_requests = run(usage_history, "raw", prices=parse_prices(["2"]))
-    rules, rules_requests = run(usage_history, "rules", prices=parse_prices(["2"]))
+def test_raw_expressions_give_the_same_report_as_the_rules(both_paths: dict[str, tuple[Report, int]]) -> None:
+    raw, raw_requests = both_paths["raw"]
+    rules, rules_requests = both_paths["rules"]
     assert raw.source == "raw expressions" and rules.source == "recording rules"
     assert any("not loaded" in n for n in raw.notes)
     from gpustack.report.render import to_json
@@ -280,3 +288,59 @@ def test_every_capacity_panel_returns_the_report_numbers(usage_history: Backfill
     assert len(series["gpustack:cluster_gpu_allocated:sum"]["values"]) >= 30 * 24
     # 30 days ahead on the minute samples of a line rising 0.1 GPU a day: about 3.9 + 3 = 6.9 GPUs
     assert 5.5 < scalar(panels["Allocated GPUs in 30 days (linear trend)"]) < 8.5
+
+
+# --- kube-state-metrics rolls out: two targets for an hour (history.py ci_history) ------------------------
+
+#: the usage rules' request and allocatable expressions before the dedupe: a plain sum adds both copies
+NAIVE_ALLOCATED = (
+    'sum by (namespace, pod, node) (kube_pod_container_resource_requests{resource="nvidia_com_gpu", node!=""})'
+    ' and on (namespace, pod) (max by (namespace, pod) (kube_pod_status_phase{phase="Running"}) == 1)'
+)
+NAIVE_ALLOCATABLE = 'sum by (node) (kube_node_status_allocatable{resource="nvidia_com_gpu"})'
+
+
+def instant(pair: Backfilled, server: str, expr: str, at: int) -> float:
+    prom = pair.rules if server == "rules" else pair.raw
+    [row] = prom.api("query", {"query": expr, "time": str(at)})["result"]
+    return float(row["value"][1])
+
+
+@pytest.mark.both_prometheus  # version-sensitive: also on the oldest supported (docs/operations.md)
+def test_a_kube_state_metrics_rollout_counts_each_gpu_hour_once(
+    usage_history: Backfilled, both_paths: dict[str, tuple[Report, int]], prometheus_release: Release
+) -> None:
+    """For an hour Prometheus scrapes the old and the new kube-state-metrics pod (train-a holds 2 GPUs, base-0
+    one, 12 allocatable): every series is there twice, yet each GPU-hour counts once, on both paths."""
+    e = usage_history.expected
+    lo, hi = e.rollout
+    mid = (lo + hi) // 2
+    # the data does hold two copies: a plain sum doubles, the rules and the report's expressions do not
+    assert instant(usage_history, "raw", f"sum({NAIVE_ALLOCATABLE})", mid) == 24
+    assert instant(usage_history, "raw", f"sum({q.rule_expr(q.CLUSTER_ALLOCATABLE)})", mid) == 12
+    assert instant(usage_history, "rules", q.CLUSTER_ALLOCATABLE, mid) == 12
+    assert instant(usage_history, "rules", q.CLUSTER_ALLOCATED, mid) == 3
+    # the dashboard's fallback where the rules are not loaded (the raw server)
+    from gpustack.monitoring.dashboard import load_capacity_dashboard, panel_queries
+
+    [allocatable] = [e for t, e in panel_queries(load_capacity_dashboard()) if t == "GPUs allocatable"]
+    assert instant(usage_history, "raw", allocatable, mid) == 12
+    # over the 60 minutes of overlap, and the minutes the old pod's last sample stays visible after it (a
+    # backfilled TSDB has no staleness marker; 5-minute lookback, left-open on 3.x), a plain sum counts
+    # 2 (train-a) + 1 (base-0) GPUs and 12 allocatable twice; the rules once
+    minutes = 60 + (4 if prometheus_release.version_tuple >= (3,) else 5)
+    span, at = 80 * MINUTE, hi + 10 * MINUTE
+    for naive, rule, doubled in ((NAIVE_ALLOCATED, q.ALLOCATED, 3), (NAIVE_ALLOCATABLE, q.ALLOCATABLE, 12)):
+        plain = instant(usage_history, "raw", f"sum(sum_over_time(({naive})[{span}s:1m]))", at)
+        once = instant(usage_history, "raw", f"sum(sum_over_time(({q.rule_expr(rule)})[{span}s:1m]))", at)
+        recorded = instant(usage_history, "rules", f"sum(sum_over_time({rule}[{span}s]))", at)
+        assert (plain - once, recorded) == (doubled * minutes, once), rule
+    # the report: every known figure exact, from the recorded rules and from the raw expressions alike
+    alloc = e.allocated_by_namespace
+    for server, (report, _) in both_paths.items():
+        got = {k: g.allocated_h for k, g in by_key(report).items()}
+        assert got == pytest.approx(alloc, abs=1e-9), server
+        assert report.capacity_h == pytest.approx(e.capacity * 30 * 24, abs=1e-9), server  # 12.0 GPUs, not 12.4
+        unmeasured = report.total.allocated_h - report.total.measured_h
+        [note] = [n for n in report.notes if "no DCGM activity" in n]
+        assert note.startswith(f"{unmeasured:,.1f} allocated GPU-hours") and unmeasured < 720 + alloc["batch"] + 0.1

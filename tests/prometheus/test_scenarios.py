@@ -46,8 +46,11 @@ def panel_rows(stack: Stack, title: str) -> list[dict[str, Any]]:
 def test_xid79_fires_critical_and_fills_the_xid_table(scenario_stack: Stack) -> None:
     with scenario(scenario_stack, "node-a", "xid79"):
         alert = wait_alert(scenario_stack, "GPUXidCritical", "firing", node="node-a", gpu="3", err_code="79")
-        assert alert["labels"]["severity"] == "critical"
-        assert alert["annotations"]["summary"] == "node-a GPU 3: critical XID 79 (GPU has fallen off the bus)"
+        assert alert["labels"]["severity"] == "critical" and alert["labels"]["action"] == "reboot"
+        assert (
+            alert["annotations"]["summary"]
+            == "node-a GPU 3: critical XID 79 (GPU has fallen off the bus), needs reboot"
+        )
         rows = wait_for(
             "XID table row", lambda: panel_rows(scenario_stack, "XID Errors (last XID per GPU)"), timeout=TIMEOUT
         )

@@ -37,11 +37,11 @@ from .services import (
 )
 
 DOUBLES_DIR = Path(__file__).parent / "doubles"
-K8S_VERSION = "1.36.4"
 K8S_MINOR = "1.36"
+K8S_VERSION = pins.KUBERNETES[K8S_MINOR]
 #: Other versions in the same repository: an older and a newer one, so that only an explicit
-#: pin (kubeadm=1.36.4-1.1) installs K8S_VERSION.
-K8S_EXTRA_VERSIONS = ("1.35.8", "1.36.5")
+#: pin (kubeadm=<K8S_VERSION>-1.1) installs K8S_VERSION.
+K8S_EXTRA_VERSIONS = (pins.KUBERNETES["1.35"], "1.36." + str(int(K8S_VERSION.rsplit(".", 1)[1]) + 1))
 HELM_VERSION = pins.HELM_VERSION
 HTTP_PORT = 8081
 PROXY_PORT = 3128

@@ -415,7 +415,7 @@ class HelmTarball:
     sha256: str
 
 
-def build_helm_tarball(helm_binary: Path, out_dir: Path, version: str = "4.2.4", arch: str = "amd64") -> HelmTarball:
+def build_helm_tarball(helm_binary: Path, out_dir: Path, version: str = "4.3.0", arch: str = "amd64") -> HelmTarball:
     """Write ``out_dir/helm/helm-v<version>-linux-<arch>.tar.gz`` holding
     ``linux-<arch>/helm`` (the double), like get.helm.sh."""
     url_path = f"/helm/helm-v{version}-linux-{arch}.tar.gz"

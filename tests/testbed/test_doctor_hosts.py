@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from gpustack.config import pins
+
 from .cluster import run_gpustack, up, write_config
 from .hosts import Testbed
 from .prepare import write_files
@@ -80,18 +82,22 @@ def test_doctor_finds_real_host_breakage_and_fixes_the_firewall(
     rc, report, output = doctor(cfg, state, "--layer", "host,runtime", "--save-snapshot", str(tmp_path / "snap.json"))
     checks = by_id(report)
     for cid in ("H00-host-facts", "H01-swap", "H02-bridge-netfilter", "H03-ip-forward", "H04-firewall", "C02-cri",
-                "C04-containerd-version", "C05-containerd-config-version", "C06-containerd-drop-ins",
+                "C05-containerd-config-version", "C06-containerd-drop-ins",
                 "H12-fabric-manager", "H13-unattended-upgrades", "H14-next-kernel-headers"):  # fmt: skip
         assert checks[cid]["status"] == "pass", (cid, output)
+    # the bed's containerd is Debian forky's 2.1 standing in for the pinned 2.3: it runs the kubelet 1.36, but
+    # containerd recommends 2.3.0+ or 2.2.0+ for 1.36 (RELEASES.md), and doctor says so
+    assert checks["C04-containerd-version"]["status"] == "warn", output
+    assert "not among containerd's recommendations for Kubernetes 1.36" in checks["C04-containerd-version"]["summary"]
     # the bed's kernel runs cgroup v1 (hybrid), so every bed host does (write_config ignores P17 for `up`): the
     # kubelet 1.36 the kubernetes stage installed would refuse to start on it, and doctor says so
     cgroup = checks["C03-cgroup-v2"]
-    assert cgroup["status"] == "fail" and "kubelet 1.36.4" in cgroup["evidence"], output
+    assert cgroup["status"] == "fail" and f"kubelet {pins.KUBERNETES['1.36']}" in cgroup["evidence"], output
     assert "systemd.unified_cgroup_hierarchy=1" in cgroup["fix"]
     assert report["summary"]["fail"] == 1 and rc == 1, output
     # the facts behind them, read on the real host (kubelet: the package's double; containerd: Debian forky's 2.1)
     facts = json.loads((tmp_path / "snap.json").read_text())["hosts"][host.name]
-    assert facts["kubelet_version"] == "1.36.4" and facts["cgroup_v2"] is False
+    assert facts["kubelet_version"] == pins.KUBERNETES["1.36"] and facts["cgroup_v2"] is False
     assert facts["containerd"]["version"].startswith("2.1.") and facts["containerd"]["config_version"] == 3
     # up's containerd stage keeps the NVIDIA toolkit's drop-in directory imported (no drop-in there yet)
     assert facts["containerd"]["imports"] == ["/etc/containerd/conf.d/*.toml"] and facts["containerd"]["drop_ins"] == []

@@ -1,7 +1,7 @@
 """Interruptions on a real host: Ctrl-C (SIGINT) and SIGKILL of gpustack in the middle of `up`.
 
 After each: no ansible-playbook, Ansible worker or module process is left (on this machine or on
-the host), the summary says which stage was interrupted and which never ran, a concurrent run is
+the host), no SSH master (``ssh: <run's control dir>/… [mux]``) and no control directory, the summary says which stage was interrupted and which never ran, a concurrent run is
 refused by the cluster lock while one runs, and the next `up` finishes the job; the one after it
 changes nothing. kubeadm/kubelet/kubectl/helm on the host are the test bed's doubles."""
 
@@ -11,7 +11,9 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,8 +29,18 @@ def bed(testbed_factory: TestbedFactory) -> Testbed:
     return testbed_factory(["intr"])
 
 
-def _start_up(cfg: Path, state: Path) -> subprocess.Popen[str]:
+@pytest.fixture
+def tmpdir_short() -> Iterator[Path]:
+    """The interrupted runs' TMPDIR: their SSH control directories live under <it>/gpustack-ssh-<uid>
+    (short: a socket path has 108 bytes), apart from any other run on this machine."""
+    path = Path(tempfile.mkdtemp(prefix="gs-intr-"))
+    yield path
+    subprocess.run(["rm", "-rf", str(path)], check=False)
+
+
+def _start_up(cfg: Path, state: Path, tmp: Path) -> subprocess.Popen[str]:
     env = {**os.environ, "GPUSTACK_STATE_DIR": str(state), "NO_COLOR": "1", "COLUMNS": "200", "PYTHONUNBUFFERED": "1"}
+    env["TMPDIR"] = str(tmp)
     env.pop("GPUSTACK_CONFIG", None)
     return subprocess.Popen(
         [sys.executable, "-m", "gpustack", "up", "--yes", *HOST_LAYER_ONLY, "-c", str(cfg)],
@@ -52,21 +64,33 @@ def _wait_for_line(proc: subprocess.Popen[str], marker: str, timeout: float = 60
     raise AssertionError(f"{marker!r} never printed:\n{''.join(seen)}")
 
 
-def _no_stray_processes(state: Path, host: Host) -> None:
+def _ssh_masters(tmp: Path) -> str:
+    """OpenSSH's masters of the runs' control directories (titled ``ssh: <socket> [mux]``)."""
+    base = tmp / f"gpustack-ssh-{os.getuid()}"
+    return subprocess.run(["pgrep", "-af", f"^ssh: {base}/"], capture_output=True, text=True, check=False).stdout
+
+
+def _no_stray_processes(state: Path, host: Host, tmp: Path) -> None:
     """Nothing of the interrupted run is left: here, ansible-playbook processes of its run
-    directories (their guard is named after them); on the host, Ansible's module processes."""
+    directories (their guard is named after them), SSH masters of its control directory and the
+    directory itself; on the host, Ansible's module processes."""
     deadline = time.monotonic() + 20
+    base = tmp / f"gpustack-ssh-{os.getuid()}"
     while True:
         here = subprocess.run(["pgrep", "-af", str(state / "runs")], capture_output=True, text=True, check=False)
+        masters = _ssh_masters(tmp).strip()
+        dirs = sorted(p.name for p in base.iterdir()) if base.is_dir() else []
         there = host.sudo("pgrep -af '[A]nsiballZ|[a]nsible-tmp' || true", check=True).stdout.strip()
-        if not here.stdout.strip() and not there:
+        if not here.stdout.strip() and not masters and not dirs and not there:
             return
-        assert time.monotonic() < deadline, f"left behind:\nhere: {here.stdout}\nhost: {there}"
+        assert time.monotonic() < deadline, (
+            f"left behind:\nhere: {here.stdout}\nssh masters: {masters}\ncontrol dirs: {dirs}\nhost: {there}"
+        )
         time.sleep(0.5)
 
 
 def test_interrupted_and_killed_runs_leave_nothing_behind_and_the_next_run_finishes(
-    bed: Testbed, tmp_path: Path, sources: Sources
+    bed: Testbed, tmp_path: Path, sources: Sources, tmpdir_short: Path
 ) -> None:
     host = bed.hosts[0]
     cfg = write_config(bed, tmp_path / "gpustack.yaml", sources)
@@ -74,7 +98,7 @@ def test_interrupted_and_killed_runs_leave_nothing_behind_and_the_next_run_finis
 
     # --- SIGTERM during the preflight: nothing ran, nothing is left
     t_early = time.monotonic()
-    early = _start_up(cfg, state)
+    early = _start_up(cfg, state, tmpdir_short)
     _wait_for_line(early, "▶ preflight")
     early.send_signal(signal.SIGTERM)
     out, err = early.communicate(timeout=120)
@@ -82,12 +106,13 @@ def test_interrupted_and_killed_runs_leave_nothing_behind_and_the_next_run_finis
     statuses = {stage: row["status"] for stage, row in UpRun(130, out, err, state).summary().items()}
     assert statuses["preflight"] == "interrupted", statuses
     assert {v for k, v in statuses.items() if k != "preflight"} == {"not run"}, statuses
-    _no_stray_processes(state, host)
+    _no_stray_processes(state, host, tmpdir_short)
     print(f"test_interrupt: SIGTERM in the preflight, {time.monotonic() - t_early:.1f}s")
 
     # --- Ctrl-C while the containerd stage runs
-    first = _start_up(cfg, state)
+    first = _start_up(cfg, state, tmpdir_short)
     _wait_for_line(first, "▶ containerd")
+    assert "[mux]" in _ssh_masters(tmpdir_short), "Ansible's SSH masters live in the run's control directory"
     first.send_signal(signal.SIGINT)
     out, err = first.communicate(timeout=120)
     assert first.returncode == 130, out + err
@@ -97,16 +122,17 @@ def test_interrupted_and_killed_runs_leave_nothing_behind_and_the_next_run_finis
     assert "interrupted" in statuses.values(), statuses
     assert statuses["helm"] == "not run" and statuses["network"] == "not run", statuses
     assert "ok" not in [statuses[s] for s in ("kubernetes", "control-plane", "network", "helm")], statuses
-    _no_stray_processes(state, host)
+    _no_stray_processes(state, host, tmpdir_short)
 
     # --- a second run is refused while one holds the lock; then SIGKILL the holder mid-stage
-    second = _start_up(cfg, state)
+    second = _start_up(cfg, state, tmpdir_short)
     _wait_for_line(second, "▶ kubernetes")
     busy = run_gpustack(cfg, state, "up", "--yes", *HOST_LAYER_ONLY, timeout=120)
     assert busy.rc == 4 and "busy" in busy.stderr and str(second.pid) in busy.stderr, busy.output
+    assert "[mux]" in _ssh_masters(tmpdir_short), "the preflight's masters persist into the stages"
     second.send_signal(signal.SIGKILL)
     second.wait(timeout=30)
-    _no_stray_processes(state, host)
+    _no_stray_processes(state, host, tmpdir_short)
 
     # --- the next run finishes the job within the minute (the lock of the killed run is not stale)
     t0 = time.monotonic()

@@ -5,8 +5,10 @@ Ready, and the old host changed only where the node list matters to it -- gpusta
 now accepts nd2 -- with every other file and both services (containerd, kubelet) untouched; the
 `up` after it changes nothing anywhere. Then `node remove nd2`: while a PodDisruptionBudget allows
 no eviction, the removal is reported before anything is cordoned and nothing changes; once it
-allows one, nd2 is drained, reset and its Node object deleted. Last, `up` with nd2 still in the
-config joins it again (a fresh token) without touching nd1.
+allows one, nd2 is drained, reset (containerd's drop-in directory gpustack made goes too), nd1's
+firewall no longer accepts it, and its Node object is deleted. Then `up` with nd2 still in the
+config joins it again (a fresh token), changing on nd1 only the firewall's peer rules. Last, nd2
+removed `--offline`: nd2 not contacted, nd1's firewall forgets it all the same.
 
 kubeadm/kubelet/kubectl are the test bed's doubles and a directory bind-mounted into both hosts
 plays the API server for them (the join registers nd2 there; the ready stage reads it with
@@ -128,6 +130,9 @@ def test_node_add_changes_only_the_new_host_and_node_remove_checks_budgets_first
         assert nd2.sudo("test -e /etc/kubernetes/kubelet.conf", check=False).returncode == 0, "nd2 untouched"
 
         api.seed([pdb("web", "web", allowed=1)])
+        assert nd2.sudo("test -f /etc/gpustack/containerd-drop-in-dir.created", check=False).returncode == 0, (
+            "up created containerd's drop-in directory on nd2 and recorded it"
+        )
         removed = run_gpustack(both, state, "node", "remove", "nd2", "--yes")
         assert removed.rc == 0, removed.output
         assert api.get("v1", "Node", "nd2") is None and api.get("v1", "Pod", "web-a", "default") is None
@@ -137,26 +142,51 @@ def test_node_add_changes_only_the_new_host_and_node_remove_checks_budgets_first
     for path in ("/etc/kubernetes", "/etc/gpustack", "/var/lib/kubelet"):
         assert nd2.sudo(f"test -e {path}", check=False).returncode == 1, path
     assert "GPUSTACK-INPUT" not in nd2.sudo("iptables -w -S", check=True).stdout
+    assert nd2.sudo("test -e /etc/containerd/conf.d", check=False).returncode == 1, "gpustack's empty drop-in dir"
     rows = {r["stage"]: r for r in json.loads((removed.last_run_dir() / "summary.json").read_text())}
-    assert list(rows) == ["check", "drain", "reset", "delete"]
+    assert list(rows) == ["check", "drain", "reset", "firewall", "delete"]
     assert set(rows["reset"]["hosts"]) == {"nd2"}, "only the removed host is reset"
+    assert set(rows["firewall"]["hosts"]) == {"nd1"} and rows["firewall"]["changed_by_host"].get("nd1")
+    # nd1 accepts nd2's address no more, in the same run
+    chain = nd1.sudo("iptables -w -S GPUSTACK-INPUT", check=True).stdout
+    assert f"-s {nd2.address}/32" not in chain and f"-s {nd1.address}/32 -p tcp -m tcp --dport 6443" in chain, chain
     assert "delete them from gpustack.yaml" in removed.stdout
 
     # `up` with nd2 still in the config joins it again as `node add` did: its own fresh token, nd2
-    # Ready, and nd1 untouched (its chain still accepts nd2; no stage there had drifted)
+    # Ready, and on nd1 only the firewall's peer rules (accepting nd2 again) changed
     before_services = services(nd1)
     before_files = files(nd1)
     tokens_before = json.loads(nd1.sudo("cat /var/lib/gpustack-doubles/tokens.json", check=True).stdout)
     rejoined = up(both, state)
     assert rejoined.rc == 0, rejoined.output
     per_stage = changed_by_host(rejoined.last_run_dir())
-    assert not {s for s, c in per_stage.items() if c.get("nd1")}, per_stage
+    assert {s for s, c in per_stage.items() if c.get("nd1")} == {"firewall"}, per_stage
     assert per_stage["workers"].get("nd2") and per_stage["kubernetes"].get("nd2"), per_stage
     after_files = files(nd1)
-    assert {p for p in before_files.keys() | after_files.keys() if before_files.get(p) != after_files.get(p)} == set()
+    diff = {p for p in before_files.keys() | after_files.keys() if before_files.get(p) != after_files.get(p)}
+    assert diff == {"/usr/local/sbin/gpustack-firewall", "/var/lib/gpustack/stages/firewall.json"}, sorted(diff)
+    assert f"-s {nd2.address}/32 -p tcp -m tcp --dport 6443" in nd1.sudo("iptables -w -S GPUSTACK-INPUT").stdout
     assert services(nd1) == before_services
     tokens = json.loads(nd1.sudo("cat /var/lib/gpustack-doubles/tokens.json", check=True).stdout)
     join = json.loads(nd2.sudo("cat /var/lib/gpustack-doubles/join.json", check=True).stdout)
     assert len(tokens) == len(tokens_before) + 1 and join["token_id"] == tokens[-1]["token_id"]
     assert json.loads((shared / "nodes" / "nd2.json").read_text())["ready"] is True
     assert json.loads(nd2.sudo("cat /etc/gpustack/installed.json", check=True).stdout)["role"] == "worker"
+
+    # nd2 removed as a dead host (--offline): not contacted, yet nd1's firewall forgets it in the same run
+    reset_call = ["reset", "--force", "--cri-socket", "unix:///run/containerd/containerd.sock"]
+    resets_before = doubles_log(nd2.sudo("cat /var/log/gpustack-doubles/kubeadm.log", check=True).stdout).count(
+        reset_call
+    )
+    with FakeKubeAPI.running() as api:
+        api.write_kubeconfig(state / "clusters" / "gpustack" / "admin.conf")
+        api.seed([node("nd1", cp=True), node("nd2")])
+        offline = run_gpustack(both, state, "node", "remove", "nd2", "--offline", "--yes")
+        assert offline.rc == 0, offline.output
+        assert api.get("v1", "Node", "nd2") is None
+    rows = {r["stage"]: r for r in json.loads((offline.last_run_dir() / "summary.json").read_text())}
+    assert list(rows) == ["check", "drain", "firewall", "delete"] and set(rows["firewall"]["hosts"]) == {"nd1"}
+    assert f"-s {nd2.address}/32" not in nd1.sudo("iptables -w -S GPUSTACK-INPUT", check=True).stdout
+    calls = doubles_log(nd2.sudo("cat /var/log/gpustack-doubles/kubeadm.log", check=True).stdout)
+    assert calls.count(reset_call) == resets_before
+    assert nd2.sudo("test -e /etc/kubernetes/kubelet.conf", check=False).returncode == 0, "nd2 not contacted"

@@ -82,6 +82,10 @@ def test_reset_removes_kubernetes_and_keeps_the_hosts_own_firewall(
     refused = run_gpustack(cfg, state, "reset")
     assert refused.rc == 2 and "--yes" in refused.stderr
 
+    # a site's own containerd drop-in in the directory gpustack made: never gpustack's to delete
+    assert host.sudo("test -f /etc/gpustack/containerd-drop-in-dir.created", check=False).returncode == 0
+    host.sudo("echo '# the site' > /etc/containerd/conf.d/50-site.toml", check=True)
+
     done = run_gpustack(cfg, state, "reset", "--yes", "--restore")
     assert done.rc == 0, done.output
     rules = host.sudo("iptables -S", check=True).stdout
@@ -117,9 +121,19 @@ def test_reset_removes_kubernetes_and_keeps_the_hosts_own_firewall(
     (archived,) = (state / "archive").iterdir()
     assert (archived / "admin.conf").is_file() and archived.stat().st_mode & 0o777 == 0o700
 
-    # a second reset finds nothing to do and still succeeds
-    again = run_gpustack(cfg, state, "reset", "--yes", "--purge")
+    # the site's drop-in stays, and so its directory
+    assert host.sudo("cat /etc/containerd/conf.d/50-site.toml", check=True).stdout == "# the site\n"
+
+    # a second reset finds nothing to do: nothing changes, nothing is created (here or on the host)
+    again = run_gpustack(cfg, state, "reset", "--yes")
     assert again.rc == 0, again.output
+    assert all(v == 0 for v in again.changed().values()), again.changed()
+    assert [p.name for p in (state / "archive").iterdir()] == [archived.name], "no second (empty) archive"
+    assert not (state / "clusters" / "gpustack").exists()
+
+    # --purge on a reset host
+    purged = run_gpustack(cfg, state, "reset", "--yes", "--purge")
+    assert purged.rc == 0, purged.output
     status = host.run("dpkg-query -W -f='${Status}' kubeadm", check=False)
     assert status.returncode != 0 or "not-installed" in status.stdout, status.stdout
     assert host.sudo("test -e /etc/apt/sources.list.d/kubernetes.list", check=False).returncode == 1

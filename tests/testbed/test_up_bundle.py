@@ -19,6 +19,7 @@ import yaml
 from gpustack.bundle import manifest as mf
 from gpustack.bundle import want
 from gpustack.bundle.create import CreateOptions, create
+from gpustack.config import pins
 from gpustack.config.model import Config
 from gpustack.console import Console
 from gpustack.constants import BUNDLE_PORT
@@ -61,7 +62,7 @@ def test_up_from_a_bundle_with_no_route_out(
     # from here on nothing but the bundle: the sources above are gone
     manifest = mf.load(bundle)
     images = sorted(a.name for a in manifest.artifacts if a.kind == "image")
-    assert "registry.k8s.io/pause:3.10.2" in images and "ghcr.io/flannel-io/flannel:v0.28.4" in images
+    assert "registry.k8s.io/pause:3.10.2" in images and f"ghcr.io/flannel-io/flannel:v{pins.FLANNEL_VERSION}" in images
 
     state = tmp_path / "state"
     before = len(sources.http.requests)
@@ -95,7 +96,7 @@ def test_up_from_a_bundle_with_no_route_out(
         in host.run("cat /etc/apt/sources.list.d/kubernetes.list").stdout
     )
     version = host.run("dpkg-query -W -f '${Version}' kubeadm", check=True).stdout
-    assert version == "1.36.4-1.1"
+    assert version == f"{pins.KUBERNETES['1.36']}-1.1"
     assert host.sudo("sha256sum /usr/local/sbin/runc", check=True).stdout.split()[0] == sources.runtime.runc_sha256
 
     # converged: a re-run changes nothing

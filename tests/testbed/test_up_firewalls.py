@@ -23,6 +23,8 @@ from .services import Sources
 POD_CIDR = "10.244.0.0/16"
 API_SERVICE_IP = "10.96.0.1"
 JUMP = "-A INPUT -j GPUSTACK-INPUT"
+#: the address of a node that left the cluster
+GONE = "10.213.0.99"
 
 
 def _run_up(bed: Testbed, tmp_path: Path, sources: Sources) -> UpRun:
@@ -115,6 +117,15 @@ def test_up_with_firewalld_running(
     assert backend == "FirewallBackend=nftables"
     default_zone = host.sudo("firewall-cmd --get-default-zone", check=True).stdout.strip()
     default_before = host.sudo(f"firewall-cmd --zone={default_zone} --list-all", check=True).stdout
+    # a zone as an earlier gpustack left it with a node that has since left the cluster (node remove,
+    # or taken out of gpustack.yaml): its address bound, its etcd rule there
+    etcd_rule = 'rule family="ipv4" source address="{}" port port="2379-2380" protocol="tcp" accept'
+    host.sudo(
+        "firewall-cmd --permanent --new-zone=gpustack && firewall-cmd --permanent --zone=gpustack"
+        f" --add-source={GONE} && firewall-cmd --permanent --zone=gpustack --add-rich-rule='{etcd_rule.format(GONE)}'"
+        " && firewall-cmd --reload",
+        check=True,
+    )
 
     _run_up(bed, tmp_path, sources)
 
@@ -128,6 +139,10 @@ def test_up_with_firewalld_running(
         )
         # the nodes keep SSH (they left the default zone); pods and nodes may forward to each other
         assert "ssh" in zone["services"] and zone["forward"] == ["yes"], (permanent, zone)
+        # the node that left is accepted no more: only this (control-plane) node has etcd's rule
+        flag = "--permanent " if permanent else ""
+        rules = host.sudo(f"firewall-cmd {flag}--zone=gpustack --list-rich-rules", check=True).stdout.splitlines()
+        assert rules == [etcd_rule.format(host.address)], (permanent, rules)
     # firewalld's own nftables table carries the zone (no nft CLI in the root: libnftables)
     list_table = "import nftables; print(nftables.Nftables().cmd('list table inet firewalld')[1])"
     ruleset = host.sudo(f'python3 -c "{list_table}"', check=True).stdout

@@ -150,7 +150,8 @@ def test_single_node_up_with_doubles_converges(solo: Solo, sources: Sources) -> 
     versions = host.run(
         "dpkg-query -W -f='${Package}=${Version}\\n' kubeadm kubelet kubectl", check=True
     ).stdout.split()
-    assert sorted(versions) == ["kubeadm=1.36.4-1.1", "kubectl=1.36.4-1.1", "kubelet=1.36.4-1.1"]
+    patch = pins.KUBERNETES["1.36"]
+    assert sorted(versions) == [f"kubeadm={patch}-1.1", f"kubectl={patch}-1.1", f"kubelet={patch}-1.1"]
     held = host.run("apt-mark showhold", check=True).stdout.split()
     assert {"kubeadm", "kubelet", "kubectl"} <= set(held)
     assert sources.proxy.count() > before_proxy, "apt and downloads went through the configured proxy"

@@ -5,12 +5,22 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpustack.config import pins
 from gpustack.constants import CONTROL_PLANE_LABEL
 
 Obj = dict[str, Any]
 
 
-def node(name: str, *, cp: bool = False, ready: bool = True, kubelet: str = "v1.36.4", cordoned: bool = False) -> Obj:
+def node(
+    name: str,
+    *,
+    cp: bool = False,
+    ready: bool = True,
+    kubelet: str = f"v{pins.KUBERNETES['1.36']}",
+    cordoned: bool = False,
+    containerd: str = pins.CONTAINERD_VERSION,
+    os_image: str = "Debian GNU/Linux 12 (bookworm)",
+) -> Obj:
     labels = {"kubernetes.io/hostname": name} | ({CONTROL_PLANE_LABEL: ""} if cp else {})
     return {
         "apiVersion": "v1",
@@ -26,8 +36,8 @@ def node(name: str, *, cp: bool = False, ready: bool = True, kubelet: str = "v1.
                 "systemUUID": f"uuid-{name}",
                 "bootID": f"boot-{name}",
                 "kernelVersion": "6.1.0-28-amd64",
-                "osImage": "Debian GNU/Linux 12 (bookworm)",
-                "containerRuntimeVersion": "containerd://2.2.7",
+                "osImage": os_image,
+                "containerRuntimeVersion": f"containerd://{containerd}",
                 "operatingSystem": "linux",
                 "architecture": "amd64",
             },

@@ -22,7 +22,7 @@ esac
 exit 0
 """
 FAKE_GPUSTACK = """#!/bin/sh
-echo "gpustack $*" >> "$(dirname "$0")/../calls.log"
+echo "gpustack $*" >> "$(dirname "$(readlink -f "$0")")/../calls.log"
 """
 
 
@@ -49,7 +49,10 @@ def venv(tmp_path: Path) -> Path:
 def launch(checkout: Path, venv: Path, *args: str) -> tuple[str, list[str]]:
     log = venv / "calls.log"
     log.unlink(missing_ok=True)
-    env = dict(os.environ, GPUSTACK_VENV=str(venv))
+    home = venv.parent / "home"
+    home.mkdir(exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if k != "XDG_BIN_HOME"}
+    env.update(GPUSTACK_VENV=str(venv), HOME=str(home))
     r = subprocess.run([str(checkout / "scripts" / "gpustack"), *args], cwd=checkout, env=env,
                        capture_output=True, text=True, timeout=60)  # fmt: skip
     assert r.returncode == 0, r.stderr
@@ -128,3 +131,74 @@ def test_new_venv_and_its_parents_are_private(tmp_path: Path, checkout: Path) ->
     for d in (home / ".local", home / ".local/share", home / ".local/share/gpustack", venv):
         assert stat.S_IMODE(d.stat().st_mode) == 0o700, d
     assert (venv / "calls.log").read_text().splitlines()[-1] == "gpustack version"
+
+
+# --- the first ten minutes: `gpustack` on the PATH after the install (issue #18) -------------------
+
+
+def run_launcher(checkout: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(checkout / "scripts" / "gpustack"), *args], cwd=checkout, env=env,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+
+
+def test_the_install_links_gpustack_into_local_bin_and_says_how_to_reach_it(
+    tmp_path: Path, checkout: Path, venv: Path
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "XDG_BIN_HOME"}
+    env.update(HOME=str(home), GPUSTACK_VENV=str(venv), PATH="/usr/bin:/bin")
+    r = run_launcher(checkout, env, "version")
+    assert r.returncode == 0, r.stderr
+    link = home / ".local" / "bin" / "gpustack"
+    assert link.is_symlink() and os.readlink(link) == str(venv / "bin" / "gpustack")
+    flat = " ".join(r.stderr.split())
+    assert f"linked {link} -> {venv / 'bin' / 'gpustack'}" in flat, r.stderr
+    assert f"{home / '.local' / 'bin'} is not on your PATH" in flat and "export PATH=" in flat, r.stderr
+    # the link works on its own: what the docs' next step (`gpustack init`) runs
+    assert subprocess.run([str(link), "init"], capture_output=True, text=True).returncode == 0
+    assert (venv / "calls.log").read_text().splitlines()[-1] == "gpustack init"
+    # on the PATH: the next steps are said plainly; a second run says nothing more
+    link.unlink()
+    env["PATH"] = f"{home / '.local' / 'bin'}:/usr/bin:/bin"
+    r = run_launcher(checkout, env, "version")
+    assert "from now on: gpustack init" in r.stderr and "not on your PATH" not in r.stderr, r.stderr
+    assert "linked" not in run_launcher(checkout, env, "version").stderr
+
+
+def test_xdg_bin_home_is_respected_and_a_foreign_file_is_never_overwritten(
+    tmp_path: Path, checkout: Path, venv: Path
+) -> None:
+    home, bin_dir = tmp_path / "home", tmp_path / "my-bin"
+    home.mkdir()
+    env = dict(os.environ, HOME=str(home), GPUSTACK_VENV=str(venv), XDG_BIN_HOME=str(bin_dir))
+    assert run_launcher(checkout, env, "version").returncode == 0
+    assert (bin_dir / "gpustack").is_symlink() and not (home / ".local" / "bin").exists()
+
+    (bin_dir / "gpustack").unlink()
+    (bin_dir / "gpustack").write_text("#!/bin/sh\necho mine\n")
+    r = run_launcher(checkout, env, "version")
+    assert r.returncode == 0 and (bin_dir / "gpustack").read_text() == "#!/bin/sh\necho mine\n"
+    assert "left" in r.stderr and "alone" in r.stderr, r.stderr
+
+
+def test_the_launcher_works_with_home_unset(tmp_path: Path, checkout: Path, venv: Path) -> None:
+    """`HOME: unbound variable` (line 10) before: the home directory now comes from the passwd entry."""
+    env = {k: v for k, v in os.environ.items() if k not in ("HOME", "XDG_BIN_HOME")}
+    env.update(GPUSTACK_VENV=str(venv), XDG_BIN_HOME=str(tmp_path / "bin"))
+    r = run_launcher(checkout, env, "version")
+    assert r.returncode == 0 and "unbound variable" not in r.stderr, r.stderr
+    assert (venv / "calls.log").read_text().splitlines()[-1] == "gpustack version"
+
+
+def test_home_unset_and_no_passwd_home_is_a_clear_error(tmp_path: Path, checkout: Path, venv: Path) -> None:
+    """A uid without a passwd entry (an arbitrary uid in a container): `getent passwd` finds nothing."""
+    fakebin = tmp_path / "fakebin"
+    fakebin.mkdir()
+    (fakebin / "getent").write_text("#!/bin/sh\nexit 2\n")  # getent's exit code for "not found"
+    (fakebin / "getent").chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("HOME", "XDG_BIN_HOME")}
+    env.update(GPUSTACK_VENV=str(venv), PATH=f"{fakebin}:{os.environ['PATH']}")
+    r = run_launcher(checkout, env, "version")
+    assert r.returncode == 2 and "HOME is not set" in r.stderr and "set HOME" in r.stderr, r.stderr
+    assert "unbound variable" not in r.stderr and not (venv / "calls.log").exists()

@@ -49,7 +49,7 @@ def test_files_images_and_charts_follow_the_config() -> None:
     assert charts["gpu-operator"].note == f"archive gpu-operator-{pins.CHARTS['gpu-operator'].version}.tgz"
     # what only the fetched artifacts know is listed with the command that resolves it
     assert (
-        "kubeadm config images list --kubernetes-version v1.35.8"
+        f"kubeadm config images list --kubernetes-version v{pins.KUBERNETES['1.35']}"
         in images["registry.k8s.io/etcd, registry.k8s.io/coredns/coredns"].note
     )
 

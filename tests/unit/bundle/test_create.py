@@ -5,6 +5,7 @@ real helm, a signed OS archive and the Kubernetes repository, files with known s
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import tarfile
 from pathlib import Path
@@ -15,6 +16,7 @@ import yaml
 import gpustack
 from gpustack.bundle import manifest as mf
 from gpustack.bundle import want
+from gpustack.config import pins
 from gpustack.config.model import Config
 from tests.fakes import bundle_sources
 from tests.realbin import RealBins
@@ -69,7 +71,9 @@ def test_create_fetches_everything_verified_and_resumes(
         "kubernetes-cni",
     }
     kubeadm = manifest.find("deb", "kubeadm", repo="kubernetes-v1.36")
-    assert kubeadm is not None and kubeadm.version == "1.36.4-1.1"  # the pin, not the newer 1.36.5 in the repo
+    assert (
+        kubeadm is not None and kubeadm.version == f"{pins.KUBERNETES['1.36']}-1.1"
+    )  # the pin, not the newer patch in the repo
     # the repositories are signed with a key the bundle ships; apt on a bare system can use them
     key = manifest.find("apt-key", "Release.key", repo="debian-12")
     assert key is not None and len(key.fingerprint) == 40
@@ -123,7 +127,8 @@ def test_a_pin_mismatch_stops_and_keeps_nothing(
     bad = Config.model_validate(data)
     out = tmp_path / "bundle"
     with pytest.raises(
-        FetchError, match=r"runc 1\.3\.6 \(amd64\): the download from .* has sha256 [0-9a-f]+, the pin is 0{64}"
+        FetchError,
+        match=rf"runc {re.escape(pins.RUNC_VERSION)} \(amd64\): the download from .* has sha256 [0-9a-f]+, the pin is 0{{64}}",
     ):
         run_create(bad, out, real_bins)
     assert not list(out.glob("files/runc/**/runc.amd64"))

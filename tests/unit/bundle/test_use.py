@@ -16,6 +16,7 @@ from gpustack.bundle import apt, serve, want
 from gpustack.bundle import manifest as mf
 from gpustack.bundle.serve import BundleServer, listen_address
 from gpustack.bundle.use import BundleMismatch, bundle_config, bundle_extravars, chart_archives, session, verify
+from gpustack.config import pins
 from gpustack.config.model import Config
 from gpustack.console import Console
 from gpustack.engine import run as engine_run
@@ -38,7 +39,7 @@ def mismatch(cfg: Config, bundle: Path) -> str:
 
 def test_a_good_bundle_verifies(sources: bundle_sources.BundleSources, made_bundle: Path) -> None:
     manifest = verify(make_config(sources), made_bundle, playbooks=PLAYBOOKS)
-    assert manifest.os == ["debian-12"] and manifest.kubernetes == "1.36.4"
+    assert manifest.os == ["debian-12"] and manifest.kubernetes == pins.KUBERNETES["1.36"]
 
 
 def test_a_damaged_or_missing_artifact_is_named(sources: bundle_sources.BundleSources, bundle_copy: Path) -> None:
@@ -63,7 +64,7 @@ def test_a_bundle_for_other_pins_is_named(sources: bundle_sources.BundleSources,
     data["versions"]["dcgm_exporter"] = "4.9.0"
     message = mismatch(Config.model_validate(data), made_bundle)
     assert "does not hold what this config needs: 3 problem(s)" in message
-    assert "helm 4.2.4 (amd64): sha256 " in message
+    assert f"helm {pins.HELM_VERSION} (amd64): sha256 " in message
     assert "the pin is " + "1" * 64 in message
     assert (
         "image registry.k8s.io/pause:3.10.2 (amd64): digest sha256:" in message
@@ -72,7 +73,9 @@ def test_a_bundle_for_other_pins_is_named(sources: bundle_sources.BundleSources,
     assert "chart dcgm-exporter 4.9.0: not in the bundle" in message
     # another Kubernetes version: everything it needs is missing, and said first
     other = make_config(sources, versions={**data["versions"], "kubernetes": "1.35", "dcgm_exporter": "4.8.2"})
-    assert "made for Kubernetes 1.36.4, the config wants 1.35.8" in mismatch(other, made_bundle)
+    assert f"made for Kubernetes {pins.KUBERNETES['1.36']}, the config wants {pins.KUBERNETES['1.35']}" in mismatch(
+        other, made_bundle
+    )
 
 
 def test_not_a_bundle(tmp_path: Path, sources: bundle_sources.BundleSources) -> None:
@@ -101,7 +104,7 @@ def test_the_run_points_at_the_server(sources: bundle_sources.BundleSources, mad
     run_cfg = bundle_config(cfg, url, manifest, "192.0.2.1")
     s = run_cfg.sources
     runc = manifest.find("file", "runc", arch="amd64")
-    assert runc is not None and s.runc_url.format(version="1.3.6", arch="amd64") == f"{url}/{runc.path}"
+    assert runc is not None and s.runc_url.format(version=pins.RUNC_VERSION, arch="amd64") == f"{url}/{runc.path}"
     assert manifest.find("file", "kube-flannel.yml") is None, "gpustack renders Flannel's manifest"
     assert s.kubernetes_apt_url.format(minor="1.36") == f"{url}/apt/kubernetes-v1.36/"
     key = manifest.find("apt-key", "Release.key", repo="kubernetes-v1.36")
@@ -152,11 +155,11 @@ def test_apt_installs_from_the_served_repositories(made_bundle: Path, tmp_path: 
             key = made_bundle / f"apt/{repo}/Release.key"
             sources.append(apt.Source(f"{server.url}/apt/{repo}/", str(key)))
         debs = apt.AptRoot(tmp_path / "node", "amd64").resolve(
-            sources, ["kubeadm=1.36.4-1.1", "kubelet", "curl"], what="node"
+            sources, [f"kubeadm={pins.KUBERNETES['1.36']}-1.1", "kubelet", "curl"], what="node"
         )
     names = {d.name for d in debs}
     assert {"kubeadm", "kubelet", "cri-tools", "kubernetes-cni", "curl", "libcurl4", "iptables"} <= names
-    assert {d.version for d in debs if d.name == "kubelet"} == {"1.36.4-1.1"}
+    assert {d.version for d in debs if d.name == "kubelet"} == {f"{pins.KUBERNETES['1.36']}-1.1"}
     # a repository signed by another key is refused
     with BundleServer(made_bundle, mf.served_paths(manifest), "127.0.0.1", 0) as server:
         wrong = apt.Source(f"{server.url}/apt/debian-12/", str(made_bundle / "apt/kubernetes-v1.36/Release.key"))

@@ -122,8 +122,8 @@ def test_kubeadm_images() -> None:
 
 def test_pinned_images_and_who_runs_them() -> None:
     wants = {w.ref: w for w in want.pinned_images(Config(nodes=[CP]))}
-    assert wants["registry.k8s.io/kube-apiserver:v1.36.4"].nodes == "control-plane"
-    assert wants["registry.k8s.io/kube-proxy:v1.36.4"].nodes == "all"
+    assert wants[f"registry.k8s.io/kube-apiserver:v{pins.KUBERNETES['1.36']}"].nodes == "control-plane"
+    assert wants[f"registry.k8s.io/kube-proxy:v{pins.KUBERNETES['1.36']}"].nodes == "all"
     assert wants["registry.k8s.io/pause:3.10.2"].digest == pins.IMAGE_DIGESTS["registry.k8s.io/pause:3.10.2"]
     assert wants["registry.k8s.io/e2e-test-images/agnhost:2.53"].digest is not None
     assert wants[pins.VERIFY_CUDA_IMAGE].digest is None  # pinned by tag only
@@ -159,7 +159,9 @@ def test_apt_wants() -> None:
     assert os_want.repo == "ubuntu-22.04" and {"python3-apt", "apt-transport-https", "conntrack"} <= set(
         os_want.packages
     )
-    assert want.kubernetes_apt_want(cfg).packages == ("kubelet=1.36.4-1.1", "kubeadm=1.36.4-1.1", "kubectl=1.36.4-1.1")
+    assert want.kubernetes_apt_want(cfg).packages == tuple(
+        f"{p}={pins.KUBERNETES['1.36']}-1.1" for p in ("kubelet", "kubeadm", "kubectl")
+    )
     lines, keyring = want.apt_sources(cfg, ubuntu)
     assert lines[0] == "http://archive.ubuntu.com/ubuntu jammy main universe" and keyring.endswith(
         "ubuntu-archive-keyring.gpg"

@@ -50,7 +50,7 @@ def test_cgroup_v1(minor: str, status: str) -> None:
 
 def test_old_containerd_is_replaced_by_the_release_archive() -> None:
     found = check(facts(containerd={"path": "/usr/bin/containerd", "version": "1.6.20"}))["P18-containerd"]
-    assert found.status == "warn" and "installs 2.2.7 from the release archive" in found.summary
+    assert found.status == "warn" and f"installs {pins.CONTAINERD_VERSION} from the release archive" in found.summary
 
 
 def test_old_containerd_refused_with_the_distribution_package() -> None:
@@ -59,9 +59,19 @@ def test_old_containerd_refused_with_the_distribution_package() -> None:
     assert found.status == "fail"
     assert "containerd 1.6.20 is too old for Kubernetes 1.35 (needs 1.7.0 or newer)" in found.summary
     assert "containerd_source: release" in found.fix
-    new = {"path": "/usr/bin/containerd", "version": "1.7.27"}
+    new = {"path": "/usr/bin/containerd", "version": "1.7.28"}
     ok = check(facts(containerd=new), kubernetes="1.35", containerd_source="distribution")["P18-containerd"]
     assert ok.status == "pass"
+    # new enough to run, below containerd's recommendation for 1.35 (1.7.28+ on the 1.7 branch): a warning
+    below = {"path": "/usr/bin/containerd", "version": "1.7.27"}
+    warned = check(facts(containerd=below), kubernetes="1.35", containerd_source="distribution")["P18-containerd"]
+    assert warned.status == "warn" and "containerd recommends 1.7.28 or newer on the 1.7 branch" in warned.summary
+
+
+def test_a_release_containerd_outside_containerds_recommendation_warns() -> None:
+    found = check(facts(), containerd="2.1.9")["P18-containerd"]
+    assert found.status == "warn" and "containerd 2.1 is not among containerd's recommendations" in found.summary
+    assert check(facts())["P18-containerd"].status == "pass"  # the pin: 2.3, recommended for 1.36
 
 
 def test_distribution_package_not_installed_yet_judged_by_the_os_archive() -> None:

@@ -52,6 +52,8 @@ def test_healthy_gpu_host_passes_everything_that_matters() -> None:
             "fail",
         ),
         ({"listening": [{"proto": "udp", "address": "0.0.0.0", "port": 8472, "process": None}]}, "P07-ports", "fail"),
+        # Flannel 0.28.9's flanneld listens on 0.0.0.0:8081 (hostNetwork): a host service there crash-loops it
+        ({"listening": [{"proto": "tcp", "address": "0.0.0.0", "port": 8081, "process": "java"}]}, "P07-ports", "fail"),
         ({"node_exporter_on_9100": True}, "P16-node-exporter", "warn"),
         ({"nvidia_pci_devices": []}, "P08-gpu", "warn"),
         ({"nouveau_loaded": True}, "P09-nouveau", "fail"),
@@ -85,6 +87,14 @@ def test_ports_owned_by_existing_gpustack_install_are_fine() -> None:
     found = by_id(f)
     assert found["P07-ports"].status == "pass"
     assert found["P11-existing-kubernetes"].status == "pass"
+    # flanneld's own health port on a node of an earlier run is ours too
+    f["listening"] = [{"proto": "tcp", "address": "0.0.0.0", "port": 8081, "process": "flanneld"}]
+    assert by_id(f)["P07-ports"].status == "pass"
+
+
+def test_the_flannel_health_port_is_named_when_taken() -> None:
+    f = by_id(facts(listening=[{"proto": "tcp", "address": "0.0.0.0", "port": 8081, "process": "java"}]))["P07-ports"]
+    assert "8081/tcp (Flannel health (flanneld --healthz-port)) used by java" in f.evidence
 
 
 def test_missing_facts_is_a_failure() -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from gpustack.cli.app import main
+from gpustack.config import pins
 
 CP = "  - {name: cp1, address: 192.0.2.10, role: control-plane}\n"
 GOOD = "nodes:\n" + CP + "  - {name: w1, address: 192.0.2.11}\n"
@@ -25,6 +26,8 @@ class Case:
     argv: tuple[str, ...] = ("plan",)
     filename: str = "gpustack.yaml"
     also: tuple[str, ...] = ()  # more files with the same content
+    absent: tuple[str, ...] = ()  # none may appear in stderr
+    quiet: bool = False  # nothing on stdout before the error
 
 
 def node(**kw: object) -> str:
@@ -81,7 +84,10 @@ CASES: list[Case] = [
         ("nodes[0].name: must be a lower-case DNS name",),
     ),
     Case(
-        "missing-config-env", None, ("missing.yaml: cannot read config file",), env={"GPUSTACK_CONFIG": "missing.yaml"}
+        "missing-config-env",
+        None,
+        ("environment variable GPUSTACK_CONFIG: missing.yaml: cannot read config file",),
+        env={"GPUSTACK_CONFIG": "missing.yaml"},
     ),
     # ---- keys
     Case("unknown-top-key", GOOD + "bogus: 1\n", ("gpustack.yaml:4: bogus: unknown key",)),
@@ -118,6 +124,15 @@ CASES: list[Case] = [
         GOOD,
         ("environment (GPUSTACK_CLUSTER__POD_CIDR): cluster.pod_cidr",),
         env={"GPUSTACK_CLUSTER__POD_CIDR": "banana"},
+    ),
+    Case(
+        "env-pod-cidr-overlaps-file-service-cidr",
+        GOOD + "cluster: {service_cidr: 10.96.0.0/16}\n",
+        (
+            "environment (GPUSTACK_CLUSTER__POD_CIDR): cluster.pod_cidr: pod CIDR 10.96.0.0/12 and service CIDR 10.96.0.0/16 overlap",
+        ),
+        env={"GPUSTACK_CLUSTER__POD_CIDR": "10.96.0.0/12"},
+        absent=("gpustack.yaml:4",),
     ),
     Case(
         "env-bad-bool",
@@ -162,7 +177,11 @@ CASES: list[Case] = [
     ),
     Case("missing-ssh-key", node(ssh_key="/nonexistent/key"), ("nodes[0].ssh_key: SSH key",)),
     # ---- cluster / versions / monitoring (shape)
-    Case("overlapping-cidrs", GOOD + "cluster: {pod_cidr: 10.96.0.0/16}\n", ("cluster.service_cidr: service CIDR",)),
+    Case(
+        "overlapping-cidrs",
+        GOOD + "cluster: {pod_cidr: 10.96.0.0/16}\n",
+        ("gpustack.yaml:4: cluster.pod_cidr: pod CIDR 10.96.0.0/16 and service CIDR 10.96.0.0/12 overlap",),
+    ),
     Case("node-in-pod-cidr", GOOD.replace("192.0.2.11", "10.244.3.4"), ("nodes[1].address: node address 10.244.3.4",)),
     Case("small-pod-cidr", GOOD + "cluster: {pod_cidr: 10.244.0.0/25}\n", ("cluster.pod_cidr: pod CIDR must be /24",)),
     Case("unknown-k8s", GOOD + "versions: {kubernetes: '1.20'}\n", ("versions.kubernetes: unknown Kubernetes",)),
@@ -215,6 +234,11 @@ CASES: list[Case] = [
     ),
     Case("service-cidr-too-large", GOOD + "cluster: {service_cidr: 10.0.0.0/8}\n", ("10.0.0.0/8 is too large",)),
     Case("cluster-name-traversal", GOOD + "cluster: {name: ../../etc}\n", ("cluster.name: '../../etc' is not a safe",)),
+    Case(
+        "one-megabyte-value",
+        GOOD + "cluster: {name: " + "a" * 1_000_000 + "}\n",
+        ("cluster.name: 'aaaa", "(1,000,000 characters) is not a safe cluster name"),
+    ),
     Case("cluster-name-empty", GOOD + "cluster: {name: ''}\n", ("cluster.name: '' is not a safe cluster name",)),
     Case("cluster-name-space", GOOD + "cluster: {name: my lab}\n", ("cluster.name: 'my lab' is not a safe",)),
     Case("cluster-name-slash", GOOD + "cluster: {name: a/b}\n", ("cluster.name: 'a/b' is not a safe",)),
@@ -243,7 +267,11 @@ CASES: list[Case] = [
         GOOD + "versions: {flannel_sha256: " + "a" * 64 + "}\n",
         ("versions.flannel_sha256", "gpustack renders Flannel's manifest itself"),
     ),
-    Case("flannel-version-not-rendered", GOOD + "versions: {flannel: 0.27.0}\n", ("versions.flannel", "0.28.4 only")),
+    Case(
+        "flannel-version-not-rendered",
+        GOOD + "versions: {flannel: 0.27.0}\n",
+        ("versions.flannel", f"{pins.FLANNEL_VERSION} only"),
+    ),
     Case("proxy-no-scheme", GOOD + "proxy: {http: 'proxy.local:3128'}\n", ("proxy.http: must be a URL",)),
     Case("proxy-bad-port", GOOD + "proxy: {https: 'http://p:99999'}\n", ("proxy.https: not a valid URL",)),
     Case("proxy-path", GOOD + "proxy: {http: 'http://p:3128/x'}\n", ("proxy.http", "has no path")),
@@ -382,13 +410,25 @@ CASES: list[Case] = [
         ("command-line flag: versions.kubernetes",),
         argv=("up", "--kubernetes-version", "1.20", "--yes"),
     ),
-    Case("render-dash-o", GOOD, ("No such option: -o",), argv=("render", "-o", "out")),
+    Case(
+        "render-dash-o",
+        GOOD,
+        ("No such option: -o (did you mean --out?)", "-o is --output"),
+        argv=("render", "-o", "out"),
+    ),
     Case("render-no-out", GOOD, ("Missing option '--out'",), argv=("render",)),
     Case("reset-node-comma", GOOD, ("--node ',': names nothing",), argv=("reset", "--node", ",", "--yes")),
     Case("reset-node-unknown", GOOD, ("no node named nope",), argv=("reset", "--node", "nope", "--yes")),
     Case("reset-no-terminal", GOOD, ("no terminal to confirm on",), argv=("reset",)),
     Case("upgrade-nothing", GOOD, ("needs --to VERSION", "--components"), argv=("upgrade",)),
     Case("upgrade-both", GOOD, ("one at a time",), argv=("upgrade", "--to", "1.36", "--components")),
+    Case(
+        "plan-upgrade-unpinned",
+        GOOD,
+        ("--to 1.99: not a Kubernetes version gpustack pins",),
+        argv=("plan", "upgrade", "--to", "1.99"),
+        quiet=True,
+    ),
     Case(
         "upgrade-unpinned",
         GOOD,
@@ -429,8 +469,50 @@ CASES: list[Case] = [
     Case(
         "verify-snapshot-missing",
         GOOD,
-        ("--snapshot nope.json: cannot load",),
+        ("--from-snapshot nope.json: no such file",),
         argv=("verify", "--from-snapshot", "nope.json"),
+        absent=("--snapshot ",),
+    ),
+    Case(
+        "doctor-snapshot-not-json",
+        GOOD,
+        ("--from-snapshot gpustack.yaml: cannot load: not a gpustack snapshot",),
+        argv=("doctor", "--from-snapshot", "gpustack.yaml"),
+    ),
+    Case(
+        "verify-kubeconfig-directory",
+        GOOD,
+        ("--kubeconfig .: is a directory, not a file",),
+        argv=("verify", "--kubeconfig", "."),
+        absent=("no such file",),
+    ),
+    Case(
+        "verify-save-missing-directory",
+        GOOD,
+        ("--save no/such/dir/r.json: directory no/such/dir does not exist",),
+        argv=("verify", "--save", "no/such/dir/r.json"),
+        quiet=True,
+    ),
+    Case(
+        "doctor-save-snapshot-missing-directory",
+        GOOD,
+        ("--save-snapshot no/such/s.json: directory no/such does not exist",),
+        argv=("doctor", "--save-snapshot", "no/such/s.json"),
+        quiet=True,
+    ),
+    Case(
+        "doctor-bundle-missing-directory",
+        GOOD,
+        ("--bundle no/such/b.tar.gz: directory no/such does not exist",),
+        argv=("doctor", "--bundle", "no/such/b.tar.gz"),
+        quiet=True,
+    ),
+    Case(
+        "diag-save-is-a-directory",
+        GOOD,
+        ("--save .: is a directory",),
+        argv=("diag", "--save", "."),
+        quiet=True,
     ),
     Case("doctor-yes-without-fix", GOOD, ("--yes only applies to --fix",), argv=("doctor", "--yes")),
     Case(
@@ -438,6 +520,7 @@ CASES: list[Case] = [
         GOOD,
         ("--fix needs the live cluster",),
         argv=("doctor", "--fix", "--from-snapshot", "s.json"),
+        also=("s.json",),
     ),
     Case("version-output-yaml", GOOD, ("--output yaml: use table or json",), argv=("version", "-o", "yaml")),
     Case(
@@ -497,8 +580,33 @@ CASES: list[Case] = [
     Case(
         "report-url",
         GOOD,
-        ("--prometheus-url 'prom:9090': not an http",),
+        ("--prometheus-url 'prom:9090': must be a URL starting with http://",),
         argv=("report", "--prometheus-url", "prom:9090"),
+    ),
+    Case(
+        "report-url-space",
+        GOOD,
+        ("--prometheus-url 'http://prom server': a URL cannot contain spaces",),
+        argv=("report", "--prometheus-url", "http://prom server"),
+    ),
+    Case(
+        "report-url-ipv6",
+        GOOD,
+        ("--prometheus-url 'http://[::1': not a valid URL (Invalid IPv6 URL)",),
+        argv=("report", "--prometheus-url", "http://[::1"),
+    ),
+    Case(
+        "report-url-port",
+        GOOD,
+        ("--prometheus-url 'http://prom:99999': not a valid URL (Port out of range",),
+        argv=("report", "--prometheus-url", "http://prom:99999"),
+        absent=("unreachable",),
+    ),
+    Case(
+        "report-kubeconfig-directory",
+        GOOD,
+        ("--kubeconfig .: is a directory, not a file",),
+        argv=("report", "--kubeconfig", "."),
     ),
     Case(
         "report-kubeconfig",
@@ -590,9 +698,14 @@ def test_bad_input_exits_2_naming_it_and_writes_nothing(
 
     assert ei.value.code == 2, (out, err)
     assert "Traceback" not in out + err
+    assert len(err) < 5000, f"{len(err):,} characters of error"
     flat = " ".join(err.split())  # the console may wrap long lines
     for needle in case.needles:
         assert needle in flat, err
+    for needle in case.absent:
+        assert needle not in flat, err
+    if case.quiet:
+        assert out == "", out
     assert _tree(work) == before  # nothing written or removed
     assert not (tmp_path / "state").exists() and not (tmp_path / "home").exists()
 

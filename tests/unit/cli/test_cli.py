@@ -14,8 +14,9 @@ import yaml
 
 GOOD = "nodes:\n  - {name: cp1, address: 192.0.2.10, role: control-plane}\n  - {name: w1, address: 192.0.2.11}\n"
 
-#: the CLI under test is this checkout (not whichever gpustack is installed)
-THIS_CHECKOUT = {"PYTHONPATH": os.environ["PYTHONPATH"]} if "PYTHONPATH" in os.environ else {}
+#: the CLI under test is this checkout (not whichever gpustack is installed), judging support horizons on the
+#: suite's day (tests/conftest.py)
+THIS_CHECKOUT = {k: os.environ[k] for k in ("PYTHONPATH", "GPUSTACK_TODAY") if k in os.environ}
 
 
 def run(*args: str, cwd: Path, env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import ast
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 import typer.main
@@ -66,43 +64,7 @@ def test_verify_and_doctor_share_one_definition_of_their_options() -> None:
     assert _options("doctor") - shared == {"fix", "yes", "bundle"}
 
 
-# --- CLI-wide rules (docs/decisions.md, "CLI-wide rules"): held by every command, also those to come --
-
-
-def _walk(cmd: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
-    """Every command under ``cmd`` (Typer ships its own click: duck typing, not isinstance)."""
-    out = [(path, cmd)]
-    for name, sub in sorted((getattr(cmd, "commands", None) or {}).items()):
-        out += _walk(sub, (*path, name))
-    return out
-
-
-COMMANDS = _walk(typer.main.get_command(app))
-IDS = [" ".join(p) or "gpustack" for p, _ in COMMANDS]
-
-
-@pytest.mark.parametrize(("path", "cmd"), COMMANDS, ids=IDS)
-def test_dash_o_is_always_the_output_format(path: tuple[str, ...], cmd: Any) -> None:
-    """-o means --output (a format: table, json ...), as in kubectl; never a path."""
-    for p in cmd.params:
-        if "-o" in p.opts:
-            assert "--output" in p.opts, f"gpustack {' '.join(path)}: -o is {p.opts}, not --output"
-
-
-@pytest.mark.parametrize(("path", "cmd"), COMMANDS, ids=IDS)
-def test_help_at_80_columns_names_every_option_whole(path: tuple[str, ...], cmd: Any) -> None:
-    """`--help` fits 80 columns and never cuts an option's name (rich's help boxes cut
-    `--accept-new-host…`); every option and the command itself say what they do."""
-    r = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "80", "NO_COLOR": "1"}, terminal_width=80)
-    assert r.exit_code == 0, r.output
-    assert "…" not in r.output and "╭" not in r.output, r.output
-    assert all(len(line) <= 80 for line in r.output.splitlines()), r.output
-    words = set(re.findall(r"-[-\w]+", r.output))
-    for p in cmd.params:
-        for opt in (p.opts + p.secondary_opts) if p.param_type_name == "option" else ():
-            assert opt in words, f"gpustack {' '.join(path)} --help does not show {opt}:\n{r.output}"
-        assert getattr(p, "help", None) or p.param_type_name == "argument", f"{path} {p.name}: no help"
-    assert cmd.help, f"gpustack {' '.join(path)}: no help text"
+# --- CLI-wide rules: the one test that walks every command is tests/unit/cli/test_cli_rules.py ---------
 
 
 def test_stage_and_layer_options_list_their_choices() -> None:
@@ -114,8 +76,9 @@ def test_stage_and_layer_options_list_their_choices() -> None:
         assert ", ".join(LAYERS) in " ".join(out.split()), out
 
 
-def test_version_flag() -> None:
-    r = CliRunner().invoke(app, ["--version"])
+@pytest.mark.parametrize("flag", ["--version", "-V"])
+def test_version_flag(flag: str) -> None:
+    r = CliRunner().invoke(app, [flag])
     assert r.exit_code == 0 and r.output == f"gpustack {__version__}\n"
 
 
@@ -123,8 +86,14 @@ def test_shell_completion_offers_commands_and_stage_names() -> None:
     env = {"_GPUSTACK_COMPLETE": "complete_bash", "COMP_WORDS": "gpustack up --only os,con", "COMP_CWORD": "3"}
     r = subprocess.run([sys.executable, "-m", "gpustack"], env={**os.environ, **env}, capture_output=True, text=True)
     assert r.stdout.split() == ["os,containerd", "os,control-plane"], r.stdout + r.stderr
+    # `gpustack plan <TAB>`: the commands that have a plan (the registry in gpustack/commands/)
+    env = {"_GPUSTACK_COMPLETE": "complete_bash", "COMP_WORDS": "gpustack plan node", "COMP_CWORD": "2"}
+    r = subprocess.run([sys.executable, "-m", "gpustack"], env={**os.environ, **env}, capture_output=True, text=True)
+    assert r.stdout.split() == ["node-add", "node-remove"], r.stdout + r.stderr
+    # typer finds the shell among the process's parents (shellingham), as when a user types it in bash; the
+    # second command (`exit $?`) keeps bash from exec-ing python, so bash stays the parent even when pytest runs detached
     shown = subprocess.run(
-        [sys.executable, "-m", "gpustack", "--show-completion", "bash"], capture_output=True, text=True
+        ["bash", "-c", '"$0" -m gpustack --show-completion; exit $?', sys.executable], capture_output=True, text=True
     )
     assert shown.returncode == 0, shown.stdout + shown.stderr
     script = shown.stdout

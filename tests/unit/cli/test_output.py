@@ -123,3 +123,43 @@ def test_preflight_report_and_summary_at_80_columns() -> None:
     assert fits(text), text
     for name in ("P11-existing-kubernetes", "P19-gpu-operator", long_host, "cluster:kube-prometheus-stack"):
         assert whole(name, text), f"{name} cut:\n{text}"
+
+
+# --- sha256 sums, URLs and headers whole at 80 columns (issue #18) -----------------------------------
+
+
+def tokens_whole(text: str) -> list[str]:
+    """What must be copyable: every sha256 sum and URL, each found unbroken on one line."""
+    flat = re.findall(r"(?:sha256:[0-9a-f]{64}|https?://\S+)", text)
+    return flat
+
+
+@pytest.mark.parametrize("argv", [["plan"], ["version"], ["bundle", "list"], ["plan", "upgrade", "--to", "1.36"]])
+def test_sums_urls_and_headers_are_never_broken_at_80_columns(
+    user: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    from gpustack.config import compat
+    from gpustack.config.model import Config
+
+    if argv[:2] == ["plan", "upgrade"]:
+        (user / "gpustack.yaml").write_text(GOOD + "versions: {kubernetes: '1.35'}\n", encoding="utf-8")
+    code, out, _ = run(capsys, *argv)
+    assert code == 0, out
+    lines = out.splitlines()
+    laid_out = [line for line in lines if re.search("[┃│┏┗┡└]", line) or line.startswith(("- ", "  "))]
+    assert laid_out, out
+    for line in laid_out:  # tables and blocks (a one-statement prose line, `target: ...`, the terminal folds)
+        assert len(line) <= 80 or len(line.split()) == 1, f"wider than 80 and not one token: {line!r}"
+    expected = [a.checksum for a in compat.artifacts(Config(nodes=[]))] + [
+        a.url for a in compat.artifacts(Config(nodes=[]))
+    ]
+    found = tokens_whole(out)
+    if argv[0] != "plan" or argv[1:] == []:
+        assert {t for t in expected if t.startswith(("sha256:", "https://"))} & set(found), out
+    for token in expected:
+        if token in " ".join(out.split()):
+            assert any(token in line for line in lines), f"{token} broken across lines:\n{out}"
+    if argv[0] in ("version", "plan") and argv[1:] == []:
+        # the matrix: its headers whole ("kubernete/s" before), the OS column not one word per line
+        assert whole("kubernetes", out) and "kubernete\n" not in out
+        assert any("Ubuntu 22.04 LTS" in line for line in lines), out

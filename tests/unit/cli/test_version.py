@@ -45,5 +45,40 @@ def test_plan_prints_the_chosen_line_and_artifacts(tmp_path: Path) -> None:
     r = run("plan", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "compatibility matrix (the chosen Kubernetes minor)" in r.stdout
-    assert "registry.k8s.io/pause:3.10.2" in r.stdout and ">= 2.0.0" in r.stdout
+    assert "registry.k8s.io/pause:3.10.2" in r.stdout and ">= 2.0.0 (containerd" in r.stdout
+    assert "recommends 2.3.0+, 2.2.0+)" in r.stdout  # the cell wraps between words, never inside a token
     assert pins.CONTAINERD_SHA256[pins.CONTAINERD_VERSION]["amd64"] in r.stdout
+
+
+def test_version_shows_each_pins_end_of_support_and_flags_the_past_ones(tmp_path: Path) -> None:
+    """The table puts the end of support beside each pin and says PAST / ENDING; -o json carries the date, its
+    precision, the verdict, the source of the date and the checksums' two sources."""
+    today = {"GPUSTACK_TODAY": "2026-11-26"}
+    r = run("version", cwd=tmp_path, env_extra=today)
+    assert r.returncode == 0, r.stderr
+    table = r.stdout.split("pins on 2026-11-26", 1)[1].split("compatibility matrix", 1)[0]
+    lines = {line.split("│")[1].strip(): line for line in table.splitlines() if line.count("│") == 5}
+    assert "2028-04-30" in lines["containerd"] and "supported (521 days)" in lines["containerd"]
+    kube_134 = next(line for line in table.splitlines() if "1.34.11" in line)
+    assert "2026-10-27" in kube_134 and "PAST END OF SUPPORT (30 days)" in kube_134
+    assert "March 2027 (month only)" in lines["nvidia-driver (GPU Operator default)"]
+    assert "ENDING" in lines["helm"] and "Helm 4.4.0" in lines["helm"] and "estimate" in lines["helm"]
+    data = json.loads(run("version", "-o", "json", cwd=tmp_path, env_extra=today).stdout)
+    assert data["today"] == "2026-11-26"
+    pins_json = {(p["component"], p["version"]): p for p in data["pins"]}
+    cd = pins_json["containerd", pins.CONTAINERD_VERSION]
+    assert (cd["branch"], cd["ends"], cd["status"], cd["days"]) == ("2.3", "2028-04-30", "supported", 521)
+    assert "containerd RELEASES.md" in cd["source"] and "Kubespray" in cd["checksums"]
+    assert pins_json["kubernetes", "1.34.11"]["status"] == "past"
+    assert "schedule.yaml" in pins_json["kubernetes", "1.34.11"]["source"]
+    for p in data["pins"]:
+        assert p["source"] and p["ends"] and p["status"] in {"supported", "ending", "past", "unknown"}, p
+    assert {o["branch"] for o in data["os"]} == {"ubuntu-22.04", "ubuntu-24.04", "debian-12", "debian-13"}
+    # another day, another verdict: in March 2027 the driver branch R595 is past its end
+    march = json.loads(run("version", "-o", "json", cwd=tmp_path, env_extra={"GPUSTACK_TODAY": "2027-03-15"}).stdout)
+    assert {p["component"]: p["status"] for p in march["pins"]}["nvidia-driver (GPU Operator default)"] == "past"
+
+
+def test_a_bad_today_is_a_usage_error(tmp_path: Path) -> None:
+    r = run("version", cwd=tmp_path, env_extra={"GPUSTACK_TODAY": "soon"})
+    assert r.returncode == 2 and "GPUSTACK_TODAY='soon' is not a date" in r.stderr and "Traceback" not in r.stderr

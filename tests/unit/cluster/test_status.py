@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from gpustack.cluster import status
+from gpustack.config import pins
 from gpustack.config.model import Config
 from gpustack.constants import NAMESPACES
 from tests.fakes.kube_api import FakeKubeAPI
@@ -90,7 +91,7 @@ def test_gather_reads_nodes_releases_and_local_records(
     fake_api: FakeKubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("GPUSTACK_STATE_DIR", str(tmp_path))
-    fake_api.version = "v1.36.4"
+    fake_api.version = f"v{pins.KUBERNETES['1.36']}"
     fake_api.seed(
         [
             node("cp1", cp=True),
@@ -135,9 +136,9 @@ def test_gather_reads_nodes_releases_and_local_records(
     from gpustack.runners.kubeconfig import kube_from_file
 
     s = status.gather(CFG, kube_from_file(kube))
-    assert s.reachable and s.api_server == "v1.36.4"
+    assert s.reachable and s.api_server == fake_api.version
     by = {n.name: n for n in s.nodes}
-    assert by["w1"].note == "1 minor(s) behind the API server v1.36.4 (an upgrade in progress?)"
+    assert by["w1"].note == f"1 minor(s) behind the API server {fake_api.version} (an upgrade in progress?)"
     assert not by["w1"].schedulable and by["cp1"].roles == ["control-plane"] and not by["old"].ready
     assert by["old"].note == "not in gpustack.yaml" and s.not_joined == ["w2"]
     rel = {r.name: r for r in s.releases}
@@ -145,8 +146,32 @@ def test_gather_reads_nodes_releases_and_local_records(
     assert rel["gpu-operator"].chart_version == "v0.0.1" and "upgrade --components" in rel["gpu-operator"].note
     assert s.last_run is not None and (s.last_run["command"], s.last_run["result"]) == ("upgrade", "failed")
     assert s.upgrade is not None and s.upgrade["status"] == "failed"
+    assert s.upgrade["kubelet_at_target"] == ["cp1", "old"], "what the nodes run, beside the record"
     assert "values are never shown" not in json.dumps(s.to_json())
     assert status.exit_code(s) == 0
+
+
+def test_an_upgrade_line_counts_the_record_and_the_kubelets() -> None:
+    """A run interrupted between a node's upgrade and its record: the record says 1 of 3, the
+    cluster 2 of 3 (the issue's "1/3 done while two nodes were upgraded")."""
+    record: dict[str, Any] = {
+        "from": "1.35.8",
+        "to": "1.36.4",
+        "status": "interrupted",
+        "nodes": {"cp1": {"status": "done"}, "w1": {"status": "pending"}, "w2": {"status": "pending"}},
+    }
+    line = status.upgrade_line({**record, "kubelet_at_target": ["cp1", "w1"]})
+    assert line == (
+        "upgrade 1.35.8 -> 1.36.4: interrupted, 1/3 node(s) done (2/3 run kubelet 1.36.4); "
+        "`gpustack upgrade --to 1.36.4` continues it"
+    )
+    assert "run kubelet" not in status.upgrade_line({**record, "kubelet_at_target": ["cp1"]}), "they agree"
+    assert "run kubelet" not in status.upgrade_line(record), "the API did not answer: the record alone"
+    nodes = [
+        status.NodeStatus("cp1", [], True, True, "v1.36.4", True),
+        status.NodeStatus("w1", [], True, True, "v1.35.8", True),
+    ]
+    assert status.kubelets_at(nodes, "1.36.4") == ["cp1"]
 
 
 def test_a_run_that_was_killed_is_not_shown_as_running(tmp_path: Path) -> None:
@@ -163,7 +188,8 @@ def test_a_run_that_was_killed_is_not_shown_as_running(tmp_path: Path) -> None:
 
 
 def _cli(args: list[str], state: Path, cfg: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "GPUSTACK_STATE_DIR": str(state), "NO_COLOR": "1", "COLUMNS": "200", "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "GPUSTACK_STATE_DIR": str(state), "NO_COLOR": "1", "COLUMNS": "200", "PYTHONPATH": str(ROOT),
+           "GPUSTACK_TODAY": "2026-11-26"}  # fmt: skip
     env.pop("GPUSTACK_CONFIG", None)
     env.pop("KUBECONFIG", None)  # status follows $KUBECONFIG like kubectl: not the developer's own cluster
     return subprocess.run(
@@ -186,7 +212,8 @@ def test_cli_table_json_and_unreachable(fake_api: FakeKubeAPI, tmp_path: Path) -
 
     table = _cli(["status"], state, cfg)
     assert table.returncode == 0, table.stderr
-    assert "API server v1.36.4" in table.stdout and "Helm releases" in table.stdout
+    assert f"API server v{pins.KUBERNETES['1.36']}" in table.stdout and "Helm releases" in table.stdout
+    assert "support: every component read is within upstream support for 90+ days (as of 2026-11-26)" in table.stdout
     assert "last run: none from this machine" in table.stdout
     data = json.loads(_cli(["status", "-o", "json"], state, cfg).stdout)
     assert data["command"] == "status" and data["reachable"] is True
@@ -205,3 +232,53 @@ def test_cli_table_json_and_unreachable(fake_api: FakeKubeAPI, tmp_path: Path) -
     nokc = _cli(["status"], never, cfg)
     assert nokc.returncode == 3 and "no kubeconfig for cluster 'gpustack'" in nokc.stdout
     assert _cli(["status", "-o", "yaml"], state, cfg).returncode == 2
+
+
+# --- support horizons ---------------------------------------------------------------------------------------
+
+
+def test_status_warns_about_an_end_of_life_containerd_and_kubernetes_minor(
+    fake_api: FakeKubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cluster whose nodes run containerd 2.2 (end of life 2026-11-06) and, on one node, the kubelet 1.34
+    (end of life 2026-10-27): status names both, the nodes, and the way out; its GPU Operator release is judged."""
+    monkeypatch.setenv("GPUSTACK_STATE_DIR", str(tmp_path))
+    monkeypatch.setenv("GPUSTACK_TODAY", "2026-11-26")
+    fake_api.seed(
+        [
+            node("cp1", cp=True, containerd="2.2.7"),
+            node("w1", containerd="2.2.7", kubelet="v1.34.11"),
+            node("w2", os_image="Ubuntu 24.04.1 LTS"),
+            helm_record("gpu-operator", "v26.7.0", 1),
+        ]
+    )
+    from gpustack.runners.kubeconfig import kube_from_file
+
+    s = status.gather(CFG, kube_from_file(fake_api.write_kubeconfig(tmp_path / "kc")))
+    by = {(w["component"], w["version"]): w for w in s.support}
+    assert set(by) == {("containerd", "2.2.7"), ("kubernetes", "1.34.11")}, s.support
+    cd = by["containerd", "2.2.7"]
+    assert cd["status"] == "past" and cd["where"] == ["cp1", "w1"] and cd["ends"] == "2026-11-06" and cd["days"] == -20
+    assert "containerd RELEASES.md" in cd["source"] and "`gpustack up --only containerd`" in cd["fix"]
+    k8s = by["kubernetes", "1.34.11"]
+    assert k8s["status"] == "past" and k8s["where"] == ["w1"] and "`gpustack upgrade --to 1.35`" in k8s["fix"]
+    assert s.today == "2026-11-26"
+    # the same cluster judged in May 2027: 1.36 is within 90 days of its end too, the 2.3 containerd is not
+    monkeypatch.setenv("GPUSTACK_TODAY", "2027-05-01")
+    later = status.gather(CFG, kube_from_file(fake_api.write_kubeconfig(tmp_path / "kc")))
+    soon = {(w["component"], w["version"]): w["status"] for w in later.support}
+    assert soon[("kubernetes", pins.KUBERNETES["1.36"])] == "ending"
+    assert ("containerd", pins.CONTAINERD_VERSION) not in soon
+
+
+def test_status_says_nothing_on_a_supported_cluster(
+    fake_api: FakeKubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GPUSTACK_STATE_DIR", str(tmp_path))
+    monkeypatch.setenv("GPUSTACK_TODAY", "2026-11-26")
+    fake_api.seed([node("cp1", cp=True), node("w1", os_image="Ubuntu 22.04.5 LTS"),
+                   helm_record("gpu-operator", pins.CHARTS["gpu-operator"].version, 1)])  # fmt: skip
+    from gpustack.runners.kubeconfig import kube_from_file
+
+    s = status.gather(CFG, kube_from_file(fake_api.write_kubeconfig(tmp_path / "kc")))
+    assert s.reachable and s.support == []

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from gpustack.commands import node_remove as nr
+from gpustack.config import pins
 from gpustack.config.model import Config
 from gpustack.errors import UsageError
 from gpustack.runners.kube import Kube
@@ -113,11 +114,15 @@ def test_stages_and_hosts_per_kind_of_removal(fake_api: FakeKubeAPI, kube: Kube)
         ("cp1", "control-plane"), ("cp2", "control-plane"), ("cp3", "control-plane"), ("w1", "worker"), ("w2", "worker")
     )
     worker = nr.assess(cfg, kube, nr.RemoveOptions(("w1",)))
-    assert [s.id for s in nr.stages(worker, nr.RemoveOptions(("w1",)))] == ["check", "drain", "reset", "delete"]
-    assert nr.host_limit(worker, nr.RemoveOptions(("w1",))) == ["w1"]
+    assert [s.id for s in nr.stages(worker, nr.RemoveOptions(("w1",)))] == [
+        "check", "drain", "reset", "firewall", "delete"
+    ]  # fmt: skip
+    # the removed host, then every remaining one for its firewall
+    assert nr.host_limit(worker, nr.RemoveOptions(("w1",))) == ["w1", "cp1", "cp2", "cp3", "w2"]
     offline = nr.RemoveOptions(("w1",), offline=True)
-    assert [s.id for s in nr.stages(worker, offline)] == ["check", "drain", "delete"]
-    assert nr.host_limit(worker, offline) == []
+    assert [s.id for s in nr.stages(worker, offline)] == ["check", "drain", "firewall", "delete"]
+    assert nr.host_limit(worker, offline) == ["cp1", "cp2", "cp3", "w2"], "the dead host is not contacted"
+    assert nr.remove_extravars(worker)["gpustack_node_remove_remaining"] == ["cp1", "cp2", "cp3", "w2"]
     cp = nr.assess(cfg, kube, nr.RemoveOptions(("cp1",)))
     assert cp.etcd_host is not None and cp.etcd_host.name == "cp2"  # the first remaining control plane
     assert [s.id for s in nr.stages(cp, nr.RemoveOptions(("cp1",)))] == [
@@ -125,15 +130,53 @@ def test_stages_and_hosts_per_kind_of_removal(fake_api: FakeKubeAPI, kube: Kube)
         "drain",
         "reset",
         "etcd-member",
+        "firewall",
         "delete",
     ]
-    assert nr.host_limit(cp, nr.RemoveOptions(("cp1",), offline=True)) == ["cp2"]
+    assert nr.host_limit(cp, nr.RemoveOptions(("cp1",), offline=True)) == ["cp2", "cp3", "w1", "w2"]
     ev = nr.remove_extravars(cp)
     assert ev["gpustack_node_remove_members"] == [{"name": "cp1", "address": "10.0.0.10"}]
     assert ev["gpustack_node_remove_etcd_host"] == "cp2" and ev["gpustack_node_remove_nodes"] == ["cp1"]
     lines = nr.describe(cp, nr.RemoveOptions(("cp1",)))
-    assert lines[0] == "node cp1 (10.0.0.10, control-plane): Ready, kubelet v1.36.4"
+    assert lines[0] == f"node cp1 (10.0.0.10, control-plane): Ready, kubelet v{pins.KUBERNETES['1.36']}"
     assert any(line.startswith("etcd: the member of cp1 removed") for line in lines)
+    assert "firewall of cp2, cp3, w1, w2: gpustack's chain no longer accepts 10.0.0.10" in lines
+
+    # without gpustack's firewall: no firewall stage, only the hosts the removal itself needs
+    unmanaged = cfg.model_copy(update={"firewall": cfg.firewall.model_copy(update={"enabled": False})})
+    quiet = nr.assess(unmanaged, kube, offline)
+    assert [s.id for s in nr.stages(quiet, offline)] == ["check", "drain", "delete"]
+    assert nr.host_limit(quiet, offline) == [] and nr.remove_extravars(quiet)["gpustack_node_remove_remaining"] == []
+    assert not any(line.startswith("firewall") for line in nr.describe(quiet, offline))
+
+
+def test_the_firewall_stage_stamps_what_up_records_for_the_config_without_the_node(tmp_path: Path) -> None:
+    """The remaining nodes' firewall variables and stage digests are those of the config without the
+    removed node, loaded as gpustack.yaml would be: the `up` after it is taken out finds them converged."""
+    from gpustack.config.load import load
+    from gpustack.engine.stages import stage_inventory
+    from gpustack.paths import kubeconfig_path
+    from gpustack.render.ansible import extravars
+
+    nodes = [{"name": n, "address": f"10.0.0.{10 + i}", "role": "worker" if i else "control-plane", "user": "ops"}
+             for i, n in enumerate(["cp1", "w1", "w2"])]  # fmt: skip
+    full, pruned = tmp_path / "gpustack.yaml", tmp_path / "gpustack-without-w1.yaml"
+    full.write_text(yaml.safe_dump({"nodes": nodes}))
+    pruned.write_text(yaml.safe_dump({"nodes": [n for n in nodes if n["name"] != "w1"]}))
+    cfg, edited = load(full, environ={}).config, load(pruned, environ={}).config
+    ev = nr.firewall_extravars(cfg, ["w1"])
+    assert ev["gpustack_node_addresses"] == ["10.0.0.10", "10.0.0.12"]
+    assert ev["gpustack_control_plane_addresses"] == ["10.0.0.10"]
+    want = stage_inventory(edited, extravars(edited, kubeconfig_dest=kubeconfig_path(edited.cluster.name)))
+    hosts = {n: hv for g in want["all"]["children"].values() for n, hv in (g.get("hosts") or {}).items()}
+    assert ev["gpustack_node_remove_firewall_digests"] == {
+        n: hv["gpustack_stage_digests"]["firewall"] for n, hv in hosts.items()
+    }
+    current = stage_inventory(cfg, extravars(cfg, kubeconfig_dest=kubeconfig_path(cfg.cluster.name)))
+    assert (
+        current["all"]["children"]["control_plane"]["hosts"]["cp1"]["gpustack_stage_digests"]["firewall"]
+        != (ev["gpustack_node_remove_firewall_digests"]["cp1"])
+    ), "the node list is part of the firewall's digest"
 
 
 def _cli(args: list[str], state: Path, cfg: Path) -> subprocess.CompletedProcess[str]:
@@ -151,11 +194,13 @@ def _cli(args: list[str], state: Path, cfg: Path) -> subprocess.CompletedProcess
 
 @pytest.fixture
 def setup(fake_api: FakeKubeAPI, tmp_path: Path) -> tuple[Path, Path]:
-    """A config for cp1/w1/w2 and the state directory, whose admin kubeconfig is the fake API's."""
+    """A config for cp1/w1/w2 and the state directory, whose admin kubeconfig is the fake API's. No
+    firewall of gpustack's: an --offline removal then contacts no host at all."""
     cfg = tmp_path / "gpustack.yaml"
     cfg.write_text(
         yaml.safe_dump(
             {
+                "firewall": {"enabled": False},
                 "nodes": [
                     {
                         "name": n,
@@ -164,7 +209,7 @@ def setup(fake_api: FakeKubeAPI, tmp_path: Path) -> tuple[Path, Path]:
                         "user": "ops",
                     }
                     for i, n in enumerate(["cp1", "w1", "w2"])
-                ]
+                ],
             }
         )
     )

@@ -37,10 +37,10 @@ def marker(version: str) -> dict[str, Any]:
 
 def run_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, facts: dict[str, Any]) -> list[str]:
     monkeypatch.setenv("GPUSTACK_STATE_DIR", str(tmp_path))
-    monkeypatch.setattr(engine_run, "run_preflight", lambda plan, cfg, opts, run_dir, console: (facts, []))
+    monkeypatch.setattr(engine_run, "run_preflight", lambda plan, cfg, opts, run_dir, console, **kw: (facts, []))
     changed: list[str] = []
 
-    def ansible_stages(plan_: CommandPlan, stages: list[Stage], *a: Any) -> Any:
+    def ansible_stages(plan_: CommandPlan, stages: list[Stage], *a: Any, **kw: Any) -> Any:
         changed.extend(s.id for s in stages)
         return [StageSummary(s.id, "ok", 0.0) for s in stages], type(
             "R", (), {"failures": [], "rc": 0, "status": "successful"}

@@ -18,6 +18,7 @@ import pytest
 from gpustack import commands
 from gpustack.cluster import skew, upgrade_record
 from gpustack.commands import upgrade as up_mod
+from gpustack.config import pins
 from gpustack.config.model import Config
 from gpustack.console import Console
 from gpustack.engine import run as engine_run
@@ -35,10 +36,10 @@ CFG = Config.model_validate(
         "versions": {"kubernetes": "1.35"},
     }
 )
-OLD, NEW = "1.35.8", "1.36.4"
+OLD, NEW = pins.KUBERNETES["1.35"], pins.KUBERNETES["1.36"]
 
 #: the CLI under test is this checkout (not whichever gpustack is installed)
-THIS_CHECKOUT = {"PYTHONPATH": os.environ["PYTHONPATH"]} if "PYTHONPATH" in os.environ else {}
+THIS_CHECKOUT = {k: os.environ[k] for k in ("PYTHONPATH", "GPUSTACK_TODAY") if k in os.environ}
 
 
 def facts(**versions: str) -> dict[str, Any]:
@@ -57,10 +58,12 @@ class Engine:
         self.extravars: dict[str, Any] = {}
         self.progress_seen: dict[str, Any] | None = None
         self.fail_at: str | None = None
-        monkeypatch.setattr(engine_run, "run_preflight", lambda plan, cfg, opts, run_dir, console: (host_facts, []))
+        monkeypatch.setattr(
+            engine_run, "run_preflight", lambda plan, cfg, opts, run_dir, console, **kw: (host_facts, [])
+        )
         monkeypatch.setattr(engine_run, "ansible_stages", self.ansible)
 
-    def ansible(self, plan_: CommandPlan, stages: list[Stage], cfg: Config, opts: Any, *a: Any) -> Any:
+    def ansible(self, plan_: CommandPlan, stages: list[Stage], cfg: Config, opts: Any, *a: Any, **kw: Any) -> Any:
         self.ran += [s.id for s in stages]
         self.extravars = dict(opts.extravars)
         self.cfg_version = cfg.versions.kubernetes
@@ -201,8 +204,8 @@ def test_plan_upgrade_shows_each_nodes_turn(tmp_path: Path) -> None:
     r = cli(tmp_path, "plan", "upgrade", "--to", "1.36")
     assert r.returncode == 0, r.stderr
     out = r.stdout
-    assert "upgrade to 1.36.4: one node at a time" in out
-    assert out.index("kubeadm upgrade apply v1.36.4") < out.index("│ 2 │ w1")
+    assert f"upgrade to {NEW}: one node at a time" in out
+    assert out.index(f"kubeadm upgrade apply v{NEW}") < out.index("│ 2 │ w1")
 
 
 def test_resume_hint_keeps_the_log_and_drops_up_advice() -> None:

@@ -97,9 +97,18 @@ def test_too_old_containerd_refused(tmp_path: Path) -> None:
     assert "versions.containerd: containerd 1.7.30 is too old for Kubernetes 1.36 (needs 2.0.0 or newer)" in msg
 
 
-def test_containerd_2_3_refused_config_version_4(tmp_path: Path) -> None:
-    msg = err(tmp_path, GOOD + "versions:\n  containerd: 2.3.4\n  containerd_sha256: {amd64: x}\n")
-    assert "versions.containerd: containerd 2.3.4 writes config version 4" in msg
+def test_containerd_2_3_accepted_and_written_as_config_version_4(tmp_path: Path) -> None:
+    """containerd 2.3 (the LTS branch) is the pin; gpustack writes the config version it writes itself (4)."""
+    from gpustack.render.ansible import runtime_vars
+
+    assert pins.CONTAINERD_VERSION.startswith("2.3.")
+    assert compat.config_problems(cfg()) == []
+    assert runtime_vars(cfg())["gpustack_containerd_config_version"] == 4
+    assert runtime_vars(cfg(containerd="2.2.7"))["gpustack_containerd_config_version"] == 3
+    assert (
+        runtime_vars(cfg(containerd_source="distribution", kubernetes="1.35"))["gpustack_containerd_config_version"]
+        == 0
+    )
 
 
 def test_unpinned_containerd_and_runc_need_checksums(tmp_path: Path) -> None:
@@ -129,7 +138,8 @@ def test_matrix_rows_for_the_chosen_version() -> None:
     rows = compat.matrix_rows(cfg(kubernetes="1.35"))
     assert len(rows) == 1
     minor, patch, containerd, cgroup, sandbox, operator, oses = rows[0]
-    assert (minor, patch, containerd, cgroup) == ("1.35", pins.KUBERNETES["1.35"], ">= 1.7.0", "required")
+    assert (minor, patch, cgroup) == ("1.35", pins.KUBERNETES["1.35"], "required")
+    assert containerd == ">= 1.7.0 (containerd recommends 2.2.0+, 2.1.5+, 1.7.28+)"
     assert sandbox == "registry.k8s.io/pause:3.10.1" and operator.startswith("v26.7.0: yes")
     assert "Debian 12 (own containerd 1.6: too old)" in oses and "Debian 13 (own containerd 1.7: allowed)" in oses
     assert [r[0] for r in compat.matrix_rows()] == list(pins.KUBERNETES_LINES)

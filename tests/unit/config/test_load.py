@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from gpustack.config import pins
 from gpustack.config.load import env_overrides, load
 from gpustack.errors import ConfigError
 
@@ -42,7 +43,7 @@ def test_good_config_loads_with_defaults(tmp_path: Path) -> None:
     assert str(cfg.cluster.pod_cidr) == "10.244.0.0/16"
     assert str(cfg.cluster.service_cidr) == "10.96.0.0/12"
     assert str(cfg.cluster.api_service_ip) == "10.96.0.1"
-    assert cfg.versions.kubernetes == "1.36.4"
+    assert cfg.versions.kubernetes == pins.KUBERNETES["1.36"]
     assert loaded.provenance["nodes"] == "file"
 
 
@@ -100,7 +101,25 @@ def test_two_control_planes(tmp_path: Path) -> None:
 
 def test_overlapping_cidrs(tmp_path: Path) -> None:
     msg = err(tmp_path, GOOD + "cluster:\n  pod_cidr: 10.96.0.0/16\n")
-    assert "cluster.service_cidr: service CIDR 10.96.0.0/12 overlaps pod CIDR 10.96.0.0/16" in msg
+    # blamed on the field the file sets (pod_cidr, line 8), not on service_cidr's default
+    assert "gpustack.yaml:8: cluster.pod_cidr: pod CIDR 10.96.0.0/16 and service CIDR 10.96.0.0/12 overlap" in msg
+
+
+def test_an_overlap_set_by_the_environment_is_blamed_on_the_variable(tmp_path: Path) -> None:
+    """Issue #18: a pod CIDR from GPUSTACK_CLUSTER__POD_CIDR overlapping the file's service CIDR was
+    reported at the file's service_cidr line."""
+    path = write(tmp_path, GOOD + "cluster:\n  service_cidr: 10.96.0.0/16\n")
+    with pytest.raises(ConfigError) as ei:
+        load(path, environ={"GPUSTACK_CLUSTER__POD_CIDR": "10.96.0.0/12"}, cwd=tmp_path)
+    assert ei.value.message.splitlines()[1].strip() == (
+        "environment (GPUSTACK_CLUSTER__POD_CIDR): cluster.pod_cidr: pod CIDR 10.96.0.0/12 and service CIDR "
+        "10.96.0.0/16 overlap"
+    )
+    # the other way round: the variable sets the service CIDR, the file the pod CIDR
+    path = write(tmp_path, GOOD + "cluster:\n  pod_cidr: 10.96.0.0/16\n")
+    with pytest.raises(ConfigError) as ei:
+        load(path, environ={"GPUSTACK_CLUSTER__SERVICE_CIDR": "10.96.0.0/12"}, cwd=tmp_path)
+    assert "environment (GPUSTACK_CLUSTER__SERVICE_CIDR): cluster.service_cidr: pod CIDR" in ei.value.message
 
 
 def test_cidr_contains_node_address(tmp_path: Path) -> None:
@@ -129,7 +148,7 @@ def test_readable_ssh_key_is_fine(tmp_path: Path) -> None:
 def test_unknown_kubernetes_version(tmp_path: Path) -> None:
     msg = err(tmp_path, GOOD + "versions:\n  kubernetes: '1.29'\n")
     assert "gpustack.yaml:8: versions.kubernetes: unknown Kubernetes version '1.29'" in msg
-    assert "1.36 (1.36.4)" in msg
+    assert f"1.36 ({pins.KUBERNETES['1.36']})" in msg
 
 
 def test_unpinned_kubernetes_patch(tmp_path: Path) -> None:
@@ -139,7 +158,7 @@ def test_unpinned_kubernetes_patch(tmp_path: Path) -> None:
 
 def test_kubernetes_minor_resolves_to_pin(tmp_path: Path) -> None:
     cfg = load(write(tmp_path, GOOD + "versions:\n  kubernetes: '1.35'\n"), environ={}, cwd=tmp_path).config
-    assert cfg.versions.kubernetes == "1.35.8" and cfg.versions.kubernetes_minor == "1.35"
+    assert cfg.versions.kubernetes == pins.KUBERNETES["1.35"] and cfg.versions.kubernetes_minor == "1.35"
 
 
 def test_unpinned_helm_needs_checksum(tmp_path: Path) -> None:
@@ -189,7 +208,7 @@ def test_flags_override_env(tmp_path: Path) -> None:
         flags={"versions": {"kubernetes": "1.35"}},
         cwd=tmp_path,
     )
-    assert loaded.config.versions.kubernetes == "1.35.8"
+    assert loaded.config.versions.kubernetes == pins.KUBERNETES["1.35"]
     assert loaded.provenance["versions.kubernetes"] == "flag"
 
 
@@ -207,3 +226,24 @@ def test_example_config_is_valid(tmp_path: Path) -> None:
     (tmp_path / "k").write_text("k")
     cfg = load(write(tmp_path, text), environ={}, cwd=tmp_path).config
     assert cfg.control_plane.name == "gpu-cp-1"
+
+
+@pytest.mark.parametrize("endpoint", ["control_plane_endpoint", "virtual_ip"])
+def test_the_example_s_ha_recipe_gives_a_valid_three_control_plane_config(tmp_path: Path, endpoint: str) -> None:
+    """What the template says about control planes holds in the model (issue #18: it said "exactly
+    one control-plane node (HA is not supported yet)" while 3/5-node HA was supported): following its
+    HA comment -- 3 nodes with role: control-plane and ONE of the two settings it shows, uncommented --
+    loads and validates."""
+    from gpustack.config.example import example_yaml
+
+    text = example_yaml().replace("ssh_key: ~/.ssh/id_ed25519", f"ssh_key: {tmp_path}/k")
+    (tmp_path / "k").write_text("k")
+    role_line = next(line for line in text.splitlines() if "role: control-plane" in line and "#" in line)
+    assert "HA" in role_line and "not supported" not in text, role_line
+    assert f"  # {endpoint}:" in text, "the template shows how to set the HA endpoint"
+    cps = "".join(f"  - {{name: gpu-cp-{i}, address: 192.0.2.{20 + i}, role: control-plane}}\n" for i in (2, 3))
+    text = text.replace("\ncluster:\n", "\n" + cps + "\ncluster:\n", 1)  # after the node list's last entry
+    text = text.replace(f"  # {endpoint}:", f"  {endpoint}:")
+    cfg = load(write(tmp_path, text), environ={}, cwd=tmp_path).config
+    assert [n.name for n in cfg.control_planes] == ["gpu-cp-1", "gpu-cp-2", "gpu-cp-3"]
+    assert getattr(cfg.cluster, endpoint) is not None

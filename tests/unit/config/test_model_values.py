@@ -51,8 +51,8 @@ def test_versions_users_and_names_accepted() -> None:
     from gpustack.config.model import Versions
     from gpustack.config.monitoring import PrometheusStorage
 
-    v = Versions(flannel="v0.28.4", helm="3.99.0", helm_sha256={"amd64": "a" * 64}, gpu_operator="v26.7.0",
+    v = Versions(flannel="v0.28.9", helm="3.99.0", helm_sha256={"amd64": "a" * 64}, gpu_operator="v26.7.0",
                  dcgm_exporter="4.8.2-1+build.3")  # fmt: skip
-    assert v.gpu_operator == "v26.7.0" and v.flannel == "0.28.4"
+    assert v.gpu_operator == "v26.7.0" and v.flannel == "0.28.9"
     assert Node(name="n", address="192.0.2.1", user="svc.deploy@CORP").user == "svc.deploy@CORP"
     assert PrometheusStorage(storage_class="local-path.fast").storage_class == "local-path.fast"

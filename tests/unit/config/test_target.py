@@ -13,7 +13,7 @@ from gpustack.config.target import announcement, confirm_question
 GOOD = "nodes:\n  - {name: cp1, address: 192.0.2.10, role: control-plane}\n  - {name: w1, address: 192.0.2.11}\n"
 
 #: the CLI under test is this checkout (not whichever gpustack is installed)
-THIS_CHECKOUT = {"PYTHONPATH": os.environ["PYTHONPATH"]} if "PYTHONPATH" in os.environ else {}
+THIS_CHECKOUT = {k: os.environ[k] for k in ("PYTHONPATH", "GPUSTACK_TODAY") if k in os.environ}
 
 
 def test_no_file_is_this_machine_and_says_so(tmp_path: Path) -> None:

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from gpustack.diag.dcgmi import DcgmiParseError, find_json, parse_diag, parse_health, split_log
+from gpustack.diag.dcgmi import find_json, parse_diag, parse_health, split_log
+from gpustack.diag.model import DcgmiParseError
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "dcgmi"
 
@@ -28,7 +29,7 @@ def test_level2_pass_has_every_test_on_every_gpu() -> None:
 
 def test_failed_memory_on_one_gpu() -> None:
     out = split_log(fixture("diag-r3-memory-fail-gpu5.log"))
-    assert out.exit_code == 226
+    assert out.exit_code == 205  # DCGM_ST_NVVS_ISOLATE_ERROR: the error's priority is ISOLATE
     run = parse_diag(out.text)
     memory = next(t for t in run.tests if t.name == "memory")
     assert memory.status == "Fail"

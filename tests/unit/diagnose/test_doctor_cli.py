@@ -45,7 +45,7 @@ def admin_conf(api: FakeKubeAPI, state: Path) -> Path:
 
 def cli_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     """A clean environment (no $KUBECONFIG, HOME in tmp_path); PYTHONPATH kept so the CLI runs this checkout."""
-    keep = {k: os.environ[k] for k in ("PYTHONPATH",) if k in os.environ}
+    keep = {k: os.environ[k] for k in ("PYTHONPATH", "GPUSTACK_TODAY") if k in os.environ}
     return {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "GPUSTACK_STATE_DIR": str(tmp_path / "state"),
             "NO_COLOR": "1", "COLUMNS": "250", **keep, **extra}  # fmt: skip
 
@@ -113,6 +113,7 @@ def plant_runs(state: Path) -> None:
 def test_doctor_bundle_from_the_cli(tmp_path: Path) -> None:
     scenario, failing, log_member = crashloop_with_planted_secret()
     bundle = tmp_path / "support" / "bundle.tar.gz"
+    bundle.parent.mkdir()  # like cp and tar, --bundle does not create directories (paths.check_output_path)
     (tmp_path / "gpustack.yaml").write_text(
         "nodes: [{name: gpu-node-1, address: 192.0.2.10, role: control-plane}]\n"
         "alerting: {receivers: [{type: webhook, name: hook, url: 'https://hooks.example.com/services/"
@@ -127,7 +128,9 @@ def test_doctor_bundle_from_the_cli(tmp_path: Path) -> None:
             [sys.executable, "-m", "gpustack", "doctor", "--layer", "kubernetes,gpu-operator", "--bundle", str(bundle)],
             cwd=tmp_path, env=cli_env(tmp_path), capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
         )  # fmt: skip
-        assert any(p.startswith("/api/v1/pods") for _, p, _ in api.requests), "doctor read the fake cluster"
+        assert any(p.startswith("/api/v1/pods") for _, p, _ in api.requests), (
+            r.stdout + r.stderr
+        )  # doctor read the fake cluster
     assert r.returncode == 1, r.stdout + r.stderr
     assert "Traceback" not in r.stderr
     assert f"support bundle (redacted): {bundle}" in r.stdout

@@ -276,6 +276,7 @@ def test_playbook_run_is_limited_to_trusted_nodes_and_reports_failures(
 
     def fake_run(kwargs: dict[str, Any], tracker: ar.StageTracker) -> ar.PlaybookResult:
         calls.append(kwargs)
+        assert Path(kwargs["envvars"]["ANSIBLE_SSH_CONTROL_PATH_DIR"]).is_dir(), "its own SSH control directory"
         failure = ar.TaskFailure("preflight", "w1", "Collect facts as root", "sudo: a password is required")
         return ar.PlaybookResult(2, "failed", {}, [failure], tmp_path, host_facts={"cp1": facts()})
 
@@ -289,6 +290,7 @@ def test_playbook_run_is_limited_to_trusted_nodes_and_reports_failures(
     assert snap.errors["hosts:w1"].endswith("sudo: a password is required")
     assert snap.errors["hosts:w2"] == "unknown SSH host key"
     assert not Path(calls[0]["private_data_dir"]).exists(), "the private temp dir is removed"
+    assert not Path(calls[0]["envvars"]["ANSIBLE_SSH_CONTROL_PATH_DIR"]).exists(), "and its SSH control directory"
 
 
 @pytest.mark.parametrize("junk", [[], "x", {"metadata": [], "spec": {"template": []}}, {"spec": {"driver": 3}}])
@@ -309,7 +311,7 @@ NEW_RULES = ("C03-cgroup-v2", "C04-containerd-version", "C05-containerd-config-v
      {"nvidia_nvswitches": 4, "nvidia_smi": True, "fabricmanager": {"installed": True, "active": True}},
      {"containerd": {"imports": ["/etc/containerd/conf.d/*.toml"],
                      "drop_ins": [{"path": TOOLKIT_DROP_IN, "imported": True}]}},
-     {"containerd": {"version": "1.7.24", "config_version": 2}, "kubelet_version": "1.35.8"},
+     {"containerd": {"version": "1.7.28", "config_version": 2}, "kubelet_version": "1.35.9"},
      {"cgroup_v2": False, "kubelet_version": None},  # no kubelet yet: C03 cannot judge (skip, not fail)
      {"unattended_upgrades": UNATTENDED_ON, "gpu_packages": [
          {"name": "linux-image-generic", "version": "6.8.0.48.48", "held": False},
@@ -353,3 +355,14 @@ def test_kubelet_1_34_on_cgroup_v1_is_a_warning() -> None:
     [f] = [f for f in run(Snapshot(hosts={"solo": facts(cgroup_v2=False, kubelet_version="1.34.11")}))
            if f.id == "C03-cgroup-v2"]  # fmt: skip
     assert f.status == "warn" and "deprecated" in f.summary
+
+
+def test_c04_warns_below_containerds_recommendation() -> None:
+    """containerd 1.7.24 runs the kubelet 1.35, but containerd recommends 1.7.28+ on its 1.7 branch for 1.35
+    (RELEASES.md): a warning with the way out, not a failure."""
+    host = facts(
+        containerd={**HEALTHY["containerd"], "version": "1.7.24", "config_version": 2}, kubelet_version="1.35.9"
+    )
+    (f,) = [f for f in run(Snapshot(hosts={"h": host})) if f.id == "C04-containerd-version"]
+    assert f.status == "warn" and "containerd recommends 1.7.28 or newer on the 1.7 branch" in f.summary
+    assert "gpustack up --only containerd" in f.fix

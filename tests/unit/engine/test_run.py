@@ -130,7 +130,11 @@ def test_a_cancelled_playbook_makes_the_summary_truthful(tmp_path: Path, monkeyp
     """Ctrl-C while play b runs: a ok, b interrupted, c not run (it used to say ok), exit via Interrupted."""
     monkeypatch.setenv("GPUSTACK_STATE_DIR", str(tmp_path))
 
+    controls: list[Path] = []
+
     def cancelled_run(plan: CommandPlan, cfg: Config, opts: RunOptions, **kw: object) -> ar.PlaybookResult:
+        assert isinstance(kw["control_dir"], Path) and kw["control_dir"].is_dir(), "the run's SSH control directory"
+        controls.append(kw["control_dir"])
         a = ar.StageResult("a", started=1.0, ended=2.0, hosts={"cp"}, ok={"cp": 3})
         b = ar.StageResult("b", started=2.0, hosts={"cp"}, ok={"cp": 1}, changed={"cp": 1})
         return ar.PlaybookResult(254, "canceled", {"a": a, "b": b}, [], tmp_path)
@@ -143,6 +147,7 @@ def test_a_cancelled_playbook_makes_the_summary_truthful(tmp_path: Path, monkeyp
     rows = json.loads((run_dir / "summary.json").read_text())
     assert [(r["stage"], r["status"]) for r in rows] == [("a", "ok"), ("b", "interrupted"), ("c", "not run")]
     assert rows[1]["changed_by_host"] == {"cp": 1}, "each host's changed count is kept"
+    assert controls and not controls[0].exists(), "the interrupted run's SSH control directory is closed"
 
 
 def test_a_second_run_on_a_busy_cluster_is_refused_before_anything(

@@ -33,7 +33,7 @@ from gpustack.runners.kubeconfig import kube_from_file
 from tests.fakes.kube_api import JobSimulator, RbacAuthorizer
 from tests.unit.diag.conftest import VirtualClock, plan
 
-from .conftest import NOW, HealthCluster
+from .conftest import NOW, HealthCluster, booted
 
 TAINT = {"key": "gpustack.io/gpu-health", "value": "fatal", "effect": "NoSchedule"}
 
@@ -45,6 +45,8 @@ def quiet() -> Console:
 def health(
     hc: HealthCluster, *, apply: bool = False, max_nodes: int = 2, kube: Kube | None = None, now: float = NOW
 ) -> list:
+    """One evaluation at ``now``, on the evaluator's clock and the API server's alike."""
+    hc.at(now)
     opts = HealthOptions(settings=Settings(max_nodes=max_nodes, max_percent=100), apply=apply, by="ops@host")
     return run_health(kube or hc.kube, opts, quiet(), now=now)
 
@@ -68,8 +70,9 @@ def test_dry_run_says_what_it_would_do_and_changes_nothing(hc: HealthCluster) ->
     hc.xid("gpu-node-2", 3, 79)
     findings = health(hc)
     f = node_finding(findings, "gpu-node-2")
-    assert f.status == "fail" and "would cordon and taint gpustack.io/gpu-health=fatal:NoSchedule" in f.summary
-    assert "xid-79 on GPU 3 (GPU-gpu-node-2-3)" in f.summary
+    assert f.status == "fail" and f.summary.startswith("needs a node reboot: would quarantine (cordon, taint "
+                                                       "gpustack.io/gpu-health=fatal:NoSchedule, label reboot)")  # fmt: skip
+    assert "xid-79 on GPU 3 (GPU-gpu-node-2-3): XID 79 (GPU has fallen off the bus) x1" in f.summary
     assert hc.api.mutating_requests() == []
 
 
@@ -78,12 +81,13 @@ def test_fatal_signal_cordons_and_taints_with_who_why_when(hc: HealthCluster) ->
     findings = health(hc, apply=True)
     f = node_finding(findings, "gpu-node-2")
     assert f.status == "warn" and f.summary.startswith(
-        "quarantined now (cordoned, tainted gpustack.io/gpu-health=fatal:NoSchedule)"
+        "quarantined now, needs a node reboot (cordoned, tainted gpustack.io/gpu-health=fatal:NoSchedule, labelled reboot)"
     )
+    assert "release needs the node rebooted since the quarantine" in f.fix
     node = hc.node("gpu-node-2")
     assert node["spec"]["unschedulable"] is True and TAINT in node["spec"]["taints"]
     meta = node["metadata"]
-    assert meta["labels"][QUARANTINE_LABEL] == "true"
+    assert meta["labels"][QUARANTINE_LABEL] == "true" and meta["labels"]["gpustack.io/quarantine-action"] == "reboot"
     assert meta["annotations"][ANN_QUARANTINED_BY] == "ops@host"
     assert meta["annotations"][ANN_QUARANTINED_AT] == "2027-01-15T08:00:00Z"
     assert json.loads(meta["annotations"][ANN_QUARANTINE_REASON])[0]["rule"] == "xid-79"
@@ -95,7 +99,8 @@ def test_fatal_signal_cordons_and_taints_with_who_why_when(hc: HealthCluster) ->
     # the next run sees it quarantined and does nothing more
     hc.api.reset_requests()
     again = node_finding(health(hc, apply=True), "gpu-node-2")
-    assert again.status == "warn" and "since 2027-01-15T08:00:00Z by ops@host (xid-79 GPU 3)" in again.summary
+    assert again.status == "warn" and again.summary.startswith("quarantined for `reboot` since 2027-01-15T08:00:00Z "
+                                                               "by ops@host (xid-79 GPU 3)")  # fmt: skip
     assert hc.api.mutating_requests() == []
 
 
@@ -105,11 +110,11 @@ def test_the_breaker_stops_the_n_plus_first_quarantine(hc: HealthCluster) -> Non
     findings = health(hc, apply=True, max_nodes=2)
     assert [node_finding(findings, f"gpu-node-{n}").status for n in (1, 2, 3)] == ["warn", "warn", "fail"]
     held = node_finding(findings, "gpu-node-3")
-    assert "circuit breaker is open" in held.summary
+    assert held.summary.startswith("needs a GPU reset, not quarantined: the circuit breaker is holding (2 per 60 min")
     assert QUARANTINE_LABEL not in (hc.node("gpu-node-3")["metadata"].get("labels") or {})
     assert not hc.node("gpu-node-3")["spec"].get("unschedulable")
-    assert next(f for f in findings if f.id == "Q02-circuit-breaker").summary.startswith(
-        "2 of 2 quarantine(s) per 60 min used; held: gpu-node-3"
+    assert next(f for f in findings if f.id == "Q02-circuit-breaker").summary == (
+        "2 of 2 quarantine(s) per 60 min used; held: gpu-node-3 (2 per 60 min (this run), all used)"
     )
     # still held on the next run within the window, let through once the window has passed
     assert node_finding(health(hc, apply=True, now=NOW + 600), "gpu-node-3").status == "fail"
@@ -131,6 +136,7 @@ def test_two_evaluators_racing_spend_the_budget_once(hc: HealthCluster) -> None:
         t.start()
     for t in threads:
         t.join(timeout=30)
+    assert len(results) == 2  # both evaluators finished (a crash in a thread would leave one out)
     quarantined = [
         n for n in ("gpu-node-1", "gpu-node-4") if (hc.node(n)["metadata"].get("labels") or {}).get(QUARANTINE_LABEL)
     ]
@@ -188,7 +194,7 @@ def test_allocatable_below_capacity_from_the_api_and_prometheus(hc: HealthCluste
 def test_never_uncordon_a_foreign_cordon(hc: HealthCluster) -> None:
     # cordoned by someone else, then a fatal signal: gpustack adds its taint, records the cordon as foreign
     hc.api.seed([{**hc.node("gpu-node-3"), "spec": {"unschedulable": True}}])
-    hc.xid("gpu-node-3", 1, 79)
+    hc.xid("gpu-node-3", 1, 95)
     health(hc, apply=True, now=1.0)
     node = hc.node("gpu-node-3")
     assert node["metadata"]["annotations"][ANN_CORDONED_BY_GPUSTACK] == "false"
@@ -259,6 +265,9 @@ def test_released_node_is_not_quarantined_again_for_old_xids(hc: HealthCluster) 
     hc.xid("gpu-node-1", 0, 79)
     health(hc, apply=True, now=1.0)
     diag_pass(hc, "gpu-node-1")
+    with pytest.raises(GpustackError, match=r"needs `reboot` .* has not restarted since the quarantine"):
+        release_node(hc.kube, "gpu-node-1", HealthOptions(), quiet(), confirm=lambda q: True)
+    hc.api.seed([booted(hc.node("gpu-node-1"), "boot-2")])  # the node rebooted
     release_node(hc.kube, "gpu-node-1", HealthOptions(), quiet(), confirm=lambda q: True)
     released = hc.node("gpu-node-1")["metadata"]["annotations"][ANN_RELEASED_AT]
     from gpustack.health.actions import parse_time

@@ -1,18 +1,19 @@
-"""The fatal-signal policy on snapshots (pure)."""
+"""The fault policy on snapshots (pure): each signal's action, the node's action, the XID sources."""
 
 from __future__ import annotations
 
 import pytest
 
 from gpustack.health.policy import (
-    FATAL_XIDS,
     POLICY_VERSION,
-    RULE_IDS,
-    RULES,
+    SOURCE_COUNT,
+    SOURCE_LAST,
+    SOURCE_NONE,
     GpuSample,
     NodeState,
     Settings,
     Snapshot,
+    Verdict,
     evaluate,
     state_signals,
 )
@@ -20,72 +21,129 @@ from gpustack.health.policy import (
 UUID3 = "GPU-8c4f5d61-bea0-4f54-a132-4d5e6f708193"
 
 
-def snap(**kw: object) -> Snapshot:
+def snap(counts: bool = True, **kw: object) -> Snapshot:
     nodes = {"gpu-1": NodeState("gpu-1", 8, 8), "gpu-2": NodeState("gpu-2", 8, 8)}
-    return Snapshot(now=1_800_000_000.0, nodes=nodes, **kw)  # type: ignore[arg-type]
+    zero = [GpuSample(n, "0", f"u-{n}", 0.0) for n in nodes]
+    kw.setdefault("xid_last", zero)
+    return Snapshot(now=1_800_000_000.0, nodes=nodes, xid_count_nodes=set(nodes) if counts else set(), **kw)  # type: ignore[arg-type]
 
 
-def rules(s: Snapshot, node: str = "gpu-1") -> list[str]:
-    return [sig.rule for v in evaluate(s) if v.node == node for sig in v.signals]
+def verdict(s: Snapshot, node: str = "gpu-1") -> Verdict:
+    return next(v for v in evaluate(s) if v.node == node)
 
 
-def test_table() -> None:
-    assert POLICY_VERSION == "1"
-    assert len(set(RULE_IDS)) == len(RULES)
-    assert {f"xid-{c}" for c in (48, 64, 74, 79, 119, 120)} <= set(RULE_IDS)
-    assert {"xid-94-95-row-remap-failure", "row-remap-failure", "uncorrectable-remapped-rows-growth",
-            "gpu-allocatable-below-capacity"} <= set(RULE_IDS)  # fmt: skip
-    assert all(r.signal and r.source and r.condition and r.why for r in RULES)
+def rules(s: Snapshot, node: str = "gpu-1") -> list[tuple[str, str]]:
+    return [(sig.rule, sig.action) for sig in verdict(s, node).signals]
+
+
+def test_version_comes_from_the_data() -> None:
+    assert POLICY_VERSION == "2"
 
 
 def test_healthy() -> None:
     s = snap(xids=[GpuSample("gpu-1", "0", "u0", 0.0, None)], allocatable_max={"gpu-1": 8, "gpu-2": 8})
-    assert all(not v.fatal for v in evaluate(s))
+    assert all(not v.signals and v.source == SOURCE_COUNT for v in evaluate(s))
 
 
-@pytest.mark.parametrize("code", sorted(FATAL_XIDS))
-def test_each_fatal_xid(code: int) -> None:
+@pytest.mark.parametrize(
+    ("code", "action", "quarantine"),
+    [(95, "reset", True), (140, "reset", True), (109, "reset", True), (48, "reset", True), (79, "reboot", True),
+     (64, "rma", True), (94, "alert", False), (63, "alert", False), (160, "alert", False), (999, "rma", True)],
+)  # fmt: skip
+def test_each_xid_takes_its_action(code: int, action: str, quarantine: bool) -> None:
     s = snap(xids=[GpuSample("gpu-1", "3", UUID3, 1.0, code)])
-    [v] = [v for v in evaluate(s) if v.node == "gpu-1"]
+    v = verdict(s)
     [sig] = v.signals
-    assert sig.rule == f"xid-{code}" and sig.gpu == "3" and sig.uuid == UUID3
-    assert not [v for v in evaluate(s) if v.node == "gpu-2" and v.fatal]
+    assert (sig.rule, sig.action, sig.gpu, sig.uuid) == (f"xid-{code}", action, "3", UUID3)
+    assert v.quarantine is quarantine and v.action is not None and v.action.id == action
+    assert not verdict(s, "gpu-2").signals
 
 
 def test_a_fatal_xid_is_not_hidden_by_a_later_application_xid() -> None:
     # the count keeps both codes of the window; the last-XID gauge would show only 13
     s = snap(xids=[GpuSample("gpu-1", "3", UUID3, 1, 79), GpuSample("gpu-1", "3", UUID3, 4, 13)])
-    assert rules(s) == ["xid-79"]
+    assert rules(s) == [("xid-13", "alert"), ("xid-79", "reboot")]
+    assert verdict(s).action.id == "reboot"  # type: ignore[union-attr]
+    assert [x.rule for x in verdict(s).alerts] == ["xid-13"]
 
 
-def test_xid_94_95_only_with_a_row_remap_failure() -> None:
-    plain = snap(xids=[GpuSample("gpu-1", "2", "u2", 1, 95)])
-    [v] = [v for v in evaluate(plain) if v.node == "gpu-1"]
-    assert not v.fatal and "without a row-remap failure" in v.notes[0]
-    failed = snap(xids=[GpuSample("gpu-1", "2", "u2", 1, 94)], remap_failures=[GpuSample("gpu-1", "2", "u2", 1)])
-    assert rules(failed) == ["xid-94-95-row-remap-failure", "row-remap-failure"]
-    other_gpu = snap(xids=[GpuSample("gpu-1", "2", "u2", 1, 94)], remap_failures=[GpuSample("gpu-1", "5", "u5", 1)])
-    assert rules(other_gpu) == ["row-remap-failure"]
+def test_the_most_severe_action_wins() -> None:
+    s = snap(xids=[GpuSample("gpu-1", "2", "u2", 1, 48)], remap_failures=[GpuSample("gpu-1", "2", "u2", 1)])
+    assert rules(s) == [("xid-48", "reset"), ("row-remap-failure", "rma")]
+    assert verdict(s).action.id == "rma"  # type: ignore[union-attr]
 
 
-def test_remapped_rows_growth() -> None:
-    s = snap(growth=[GpuSample("gpu-2", "6", "u6", 3.0)])
-    [sig] = [sig for v in evaluate(s) if v.node == "gpu-2" for sig in v.signals]
-    assert sig.rule == "uncorrectable-remapped-rows-growth" and "3 more row(s)" in sig.detail
+def test_the_last_xid_gauge_is_a_fallback_where_counts_are_missing() -> None:
+    gauge = [GpuSample("gpu-1", "5", "u5", 48.0), GpuSample("gpu-2", "0", "u0", 0.0)]
+    with_counts = snap(xid_last=gauge)
+    assert rules(with_counts) == [] and verdict(with_counts).source == SOURCE_COUNT  # the count said nothing: nothing
+    without = snap(counts=False, xid_last=gauge)
+    v = verdict(without)
+    assert v.source == SOURCE_LAST and rules(without) == [("xid-last-48", "reset")]
+    assert "no XID counts on this node" in v.signals[0].detail
+    assert verdict(without, "gpu-2").source == SOURCE_LAST and not verdict(without, "gpu-2").signals
+
+
+def test_after_a_release_the_gauges_old_code_no_longer_counts() -> None:
+    gauge = [GpuSample("gpu-1", "5", "u5", 48.0)]
+    s = snap(counts=False, xid_last=gauge)
+    s.nodes["gpu-1"] = NodeState("gpu-1", 8, 8, released_at=1.0, released_last_xids={"u5": 48})
+    assert rules(s) == []
+    s.xid_last = [GpuSample("gpu-1", "5", "u5", 79.0)]  # a new code since the release counts
+    assert rules(s) == [("xid-last-79", "reboot")]
+
+
+def test_a_node_without_exporter_series_has_no_xid_source() -> None:
+    s = snap(counts=False, xid_last=[GpuSample("gpu-2", "0", "u0", 0.0)])
+    assert verdict(s).source == SOURCE_NONE and verdict(s, "gpu-2").source == SOURCE_LAST
+
+
+def test_row_remapping_failure_pending_and_growth() -> None:
+    s = snap(remap_failures=[GpuSample("gpu-1", "1", "u1", 1)], remap_pending=[GpuSample("gpu-2", "6", "u6", 1)],
+             growth=[GpuSample("gpu-2", "6", "u6", 3.0)])  # fmt: skip
+    assert rules(s) == [("row-remap-failure", "rma")]
+    assert rules(s, "gpu-2") == [("row-remap-pending", "alert"), ("uncorrectable-remapped-rows-growth", "alert")]
+    v2 = verdict(s, "gpu-2")
+    assert (
+        not v2.quarantine and "3 more row(s)" in v2.signals[1].detail and "pending a GPU reset" in v2.signals[1].detail
+    )
+    assert [x.rule for x in state_signals(v2)] == ["row-remap-pending"]  # release waits for the reset
+
+
+def _withdrawn(**kw: object) -> Snapshot:
+    nodes = {"gpu-1": NodeState("gpu-1", 8, 7)}
+    kw.setdefault("allocatable_max", {"gpu-1": 7})
+    return Snapshot(now=0, nodes=nodes, xid_count_nodes={"gpu-1"}, **kw)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("xids", "last", "action", "words"),
+    [
+        ([94], 0, "alert", "after XID 94 (alert only) and restores it only when the plugin restarts"),
+        ([], 92, "alert", "after XID 92 (alert only)"),  # the gauge explains a withdrawal older than the lookback
+        ([63, 48], 0, "reset", "after XID 48, 63"),
+        ([], 79, "reboot", "after XID 79"),
+        ([], 0, "reset", "no XID explains it"),
+        ([13], 0, "reset", "no XID explains it"),  # the device plugin ignores 13: it cannot explain a withdrawal
+    ],
+)
+def test_allocatable_below_capacity_follows_the_xid_that_explains_it(
+    xids: list[int], last: int, action: str, words: str
+) -> None:
+    s = _withdrawn(
+        xids=[GpuSample("gpu-1", "1", "u1", 1, c) for c in xids], xid_last=[GpuSample("gpu-1", "1", "u1", last)]
+    )
+    [v] = evaluate(s)
+    [sig] = [x for x in v.signals if x.rule == "gpu-allocatable-below-capacity"]
+    assert sig.action == action and words in sig.detail
+    assert sig in state_signals(v)  # release waits until the device plugin offers every GPU again
 
 
 def test_allocatable_below_capacity_must_hold() -> None:
-    nodes = {"gpu-1": NodeState("gpu-1", 8, 7)}
-    confirmed = Snapshot(now=0, nodes=nodes, allocatable_max={"gpu-1": 7})
-    [v] = evaluate(confirmed)
-    assert [s.rule for s in v.signals] == ["gpu-allocatable-below-capacity"]
-    assert state_signals(v) == list(v.signals)
-    flapping = Snapshot(now=0, nodes=nodes, allocatable_max={"gpu-1": 8})  # 8 were allocatable within the window
-    [v] = evaluate(flapping)
-    assert not v.fatal and "not confirmed yet (8 were allocatable" in v.notes[0]
-    no_ksm = Snapshot(now=0, nodes=nodes)
-    [v] = evaluate(no_ksm)
-    assert not v.fatal and "no kube-state-metrics data" in v.notes[0]
+    [v] = evaluate(_withdrawn(allocatable_max={"gpu-1": 8}))  # 8 were allocatable within the window
+    assert not v.signals and "not confirmed yet (8 were allocatable" in v.notes[0]
+    [v] = evaluate(_withdrawn(allocatable_max={}))
+    assert not v.signals and "no kube-state-metrics data" in v.notes[0]
 
 
 def test_breaker_limit() -> None:

@@ -10,6 +10,7 @@ from conftest import FIXTURES
 
 V2 = (FIXTURES / "containerd-config-v2.toml").read_text()
 V3 = (FIXTURES / "containerd-config-v3.toml").read_text()
+V4 = (FIXTURES / "containerd-config-v4.toml").read_text()
 
 NVIDIA_V2 = """
         [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]
@@ -215,3 +216,32 @@ def test_imports_of_other_tools_are_kept(containerd_filter: ModuleType, runtime_
     tabled = "version = 2\n\n[plugins]\n  imports = ['a']\n"
     assert containerd_filter.imports_of(tabled) is None
     assert containerd_filter.imports_of(containerd_filter.ensure_import(tabled, DROP_INS)) == [DROP_INS]
+
+
+def test_runtime_config_v4_edits_the_cri_tables_version_3_named(containerd_filter: ModuleType) -> None:
+    """containerd 2.3 writes version 4: the same CRI tables as version 3 (only server settings moved), so the
+    same three settings land in the same tables; the drop-ins stay imported; a second pass changes nothing;
+    the version stays 4 (what containerd 2.3 reads without migrating)."""
+    import tomllib
+
+    assert containerd_filter.systemd_cgroup_enabled(V4) is False
+    assert containerd_filter.needs_default(V4, 4) is False
+    assert containerd_filter.needs_default(V3, 4) is True  # containerd 2.2's file when 2.3 replaces it
+    assert containerd_filter.needs_default(V4, 3) is True  # and back (a downgrade)
+    out = containerd_filter.runtime_config(V4, PAUSE, RUNC, DROP_INS)
+    parsed = tomllib.loads(out)
+    assert parsed["version"] == 4
+    assert parsed["plugins"]["io.containerd.cri.v1.images"]["pinned_images"]["sandbox"] == PAUSE
+    options = parsed["plugins"]["io.containerd.cri.v1.runtime"]["containerd"]["runtimes"]["runc"]["options"]
+    assert options["SystemdCgroup"] is True and options["BinaryName"] == RUNC
+    assert parsed["plugins"]["io.containerd.server.v1.grpc"]["address"] == "/run/containerd/containerd.sock"
+    assert containerd_filter.imports_of(out) == [DROP_INS]  # already there: not added twice
+    assert containerd_filter.sandbox_image(out) == PAUSE
+    assert containerd_filter.runtime_config(out, PAUSE, RUNC, DROP_INS) == out
+    # only the three settings changed (two rewritten lines, one added)
+    assert [line[0] for line in changed_lines(V4, out)] == ["-", "+", "-", "+", "+"]
+
+
+def test_version_5_is_refused(containerd_filter: ModuleType) -> None:
+    with pytest.raises(Exception, match="expected 2, 3 or 4"):
+        containerd_filter.containerd_systemd_cgroup(V4.replace("version = 4", "version = 5"))

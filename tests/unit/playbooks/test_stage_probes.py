@@ -32,6 +32,9 @@ NOT_PROBED = {
     "/var/cache/gpustack",
     # written on the controller (delegate_to: localhost), not on the host
     "control_plane_kubeconfig_dest",
+    # written once, when gpustack creates containerd's drop-in directory (for reset): a missing one
+    # is never written again (the directory exists), so probing it would keep the stage from converging
+    "/etc/gpustack/containerd-drop-in-dir.created",
 }
 
 

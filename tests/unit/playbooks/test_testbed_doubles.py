@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import DOUBLES
 
+from gpustack.config import pins
 from gpustack.config.model import Config, Node
 from gpustack.render.flannel import flannel_manifest
 from gpustack.render.kubeadm import render_init_config
@@ -259,9 +260,9 @@ def test_kubectl_rollout(root: Path, tmp_path: Path) -> None:
 
 
 def test_helm_version(root: Path) -> None:
-    assert run(root, "helm", "version", "--template", "{{ .Version }}").stdout == "v4.2.4"
-    assert run(root, "helm", "version", "--template={{.Version}}").stdout == "v4.2.4"
-    assert run(root, "helm", "version", "--short").stdout.startswith("v4.2.4+g")
+    assert run(root, "helm", "version", "--template", "{{ .Version }}").stdout == f"v{pins.HELM_VERSION}"
+    assert run(root, "helm", "version", "--template={{.Version}}").stdout == f"v{pins.HELM_VERSION}"
+    assert run(root, "helm", "version", "--short").stdout.startswith(f"v{pins.HELM_VERSION}+g")
     assert run(root, "helm", "repo", "add", "x", "y").returncode == 0
     assert log(root, "helm")[-1] == ["repo", "add", "x", "y"]
 

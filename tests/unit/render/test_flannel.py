@@ -67,7 +67,9 @@ def test_the_objects_run_the_pinned_images_with_what_flanneld_needs() -> None:
         ("install-cni", FLANNEL_IMAGE),
     ]
     assert flanneld(objs)["image"] == FLANNEL_IMAGE
-    assert flanneld(objs)["args"] == ["--ip-masq", "--kube-subnet-mgr"], "no --iface: the default route's NIC"
+    assert flanneld(objs)["args"] == ["--ip-masq", "--kube-subnet-mgr", "--healthz-port=8081"], (
+        "no --iface: the default route's NIC"
+    )
     assert flanneld(objs)["securityContext"]["capabilities"]["add"] == ["NET_ADMIN", "NET_RAW"]
     assert pod["hostNetwork"] is True and pod["priorityClassName"] == "system-node-critical"
     assert pod["tolerations"] == [{"operator": "Exists", "effect": "NoSchedule"}], "tainted GPU nodes too"
@@ -86,7 +88,12 @@ def test_net_conf_has_the_pod_cidr_and_the_interface_is_flanneld_s() -> None:
         assert ipaddress.ip_network(net["Network"]) == cfg.cluster.pod_cidr
         assert net["Backend"] == {"Type": "vxlan"}
     assert json.loads(find(docs(CUSTOM), "ConfigMap")["data"]["net-conf.json"])["Network"] == "172.20.0.0/14"
-    assert flanneld(docs(CUSTOM))["args"] == ["--ip-masq", "--kube-subnet-mgr", "--iface=bond0.100"]
+    assert flanneld(docs(CUSTOM))["args"] == [
+        "--ip-masq",
+        "--kube-subnet-mgr",
+        "--healthz-port=8081",
+        "--iface=bond0.100",
+    ]
 
 
 def test_a_pinned_digest_goes_into_the_image_references() -> None:
@@ -115,3 +122,35 @@ def test_version_and_bundle_name_the_rendering_and_its_images_not_a_download() -
     assert "kube-flannel.yml" not in {a.name for a in compat.artifacts(CUSTOM)}, "nothing is downloaded"
     pinned = {w.ref for w in want.pinned_images(CUSTOM)}
     assert {FLANNEL_IMAGE, CNI_PLUGIN_IMAGE} <= pinned, "the bundle carries both images"
+
+
+def test_the_daemonset_has_every_v0_28_9_difference_in_upstream_order() -> None:
+    """flannel-io/flannel Documentation/kube-flannel.yml v0.28.4 -> v0.28.9 changes only the DaemonSet: the
+    cni-plugin tag (flannel3), install-cni runs /opt/bin/install-conf without -f (0.28.6, 6c58d115), flanneld gets
+    --healthz-port=8081, a healthz port and liveness/readiness probes on it (0.28.9, 07c20946)."""
+    pod = find(docs(DEFAULT), "DaemonSet")["spec"]["template"]["spec"]
+    plugin, conf = pod["initContainers"]
+    assert plugin["image"].endswith(":v1.9.1-flannel3") and plugin["command"] == ["cp"]
+    assert plugin["args"] == ["-f", "/flannel", "/opt/cni/bin/flannel"]
+    assert conf["command"] == ["/opt/bin/install-conf"]
+    assert conf["args"] == ["/etc/kube-flannel/cni-conf.json", "/etc/cni/net.d/10-flannel.conflist"]
+    c = flanneld(docs(DEFAULT))
+    assert list(c) == ["name", "image", "command", "args", "ports", "livenessProbe", "readinessProbe", "resources",
+                       "securityContext", "env", "volumeMounts"]  # fmt: skip
+    assert c["ports"] == [{"name": "healthz", "containerPort": 8081, "protocol": "TCP"}]
+    assert c["livenessProbe"] == {"httpGet": {"path": "/healthz", "port": "healthz"}, "initialDelaySeconds": 10,
+                                  "periodSeconds": 30}  # fmt: skip
+    assert c["readinessProbe"] == {"httpGet": {"path": "/readyz", "port": "healthz"}, "initialDelaySeconds": 5,
+                                   "periodSeconds": 10}  # fmt: skip
+    assert flannel.HEADER.format(version="0.28.9") in flannel.flannel_manifest(DEFAULT)
+
+
+def test_the_health_port_is_one_the_preflight_keeps_free() -> None:
+    from gpustack.checks.preflight import CLUSTER_PORTS
+
+    assert (pins.FLANNEL_HEALTHZ_PORT, "tcp") in {(port, proto) for port, proto, _ in CLUSTER_PORTS}
+
+
+def test_a_flannel_release_the_renderer_does_not_write_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"renders Flannel's manifest for 0\.28\.9 only"):
+        Config.model_validate({"nodes": [CP], "versions": {"flannel": "0.28.4"}})

@@ -108,3 +108,53 @@ def test_the_rules_read_only_exported_dcgm_metrics_and_kube_state_metrics() -> N
         "kube_pod_container_resource_requests",
         "kube_pod_status_phase",
     }
+
+
+#: kube-state-metrics series the usage rules read, and the labels that identify one object's series: two
+#: kube-state-metrics targets (a rollout, a second replica) export the same series, differing only in target
+#: labels (instance, and pod/namespace/container where kube-state-metrics writes none)
+KSM_IDENTITY = {
+    "kube_pod_container_resource_requests": {"namespace", "pod", "container"},
+    "kube_node_status_allocatable": {"node", "resource"},
+    "kube_pod_status_phase": {"namespace", "pod"},
+}
+KSM_READ = re.compile(r"(" + "|".join(KSM_IDENTITY) + r")\{[^}]*\}")
+
+
+def _dedupe_problems(expr: str) -> list[str]:
+    """Every read of a kube-state-metrics series not directly inside ``max by (<its identity>) (...)``."""
+    problems = []
+    for m in KSM_READ.finditer(expr):
+        before = re.search(r"max by \(([^)]*)\) \($", expr[: m.start()])
+        labels = {x.strip() for x in before.group(1).split(",")} if before else set()
+        if not KSM_IDENTITY[m.group(1)] <= labels:
+            problems.append(f"{m.group(0)} (max by {sorted(labels)})")
+    return problems
+
+
+def test_every_kube_state_metrics_reading_is_deduplicated_before_it_is_summed() -> None:
+    from gpustack.diagnose.collect_prometheus import QUERIES
+    from gpustack.monitoring.dashboard import load_capacity_dashboard, panel_queries
+
+    exprs = {f"rule {r.record}": q.inline(r.expr) for r in q.rules()}
+    exprs |= {"window (raw)": q.window_query(WINDOW, use_rules=False), "now": q.now_query(WINDOW, "label_team"),
+              "coverage": q.coverage_query(WINDOW), "trend (raw)": q.trend_query(use_rules=False),
+              "doctor gpu_allocatable": QUERIES["gpu_allocatable"]}  # fmt: skip
+    exprs |= {f"panel {title}": expr for title, expr in panel_queries(load_capacity_dashboard())}
+    reads = sum(len(KSM_READ.findall(e)) for e in exprs.values())
+    assert reads > 20  # the check sees the reads: the rules, the raw queries, the dashboard's fallback
+    problems = {name: p for name, e in exprs.items() if (p := _dedupe_problems(e))}
+    assert not problems
+    assert _dedupe_problems('sum by (node) (kube_node_status_allocatable{resource="nvidia_com_gpu"})')  # it can fail
+
+
+def test_the_raw_allocatable_reading_is_the_rules_expression_everywhere() -> None:
+    """One source of truth: doctor's query and the dashboard's fallback are the recording rule's expression."""
+    from gpustack.diagnose.collect_prometheus import QUERIES
+    from gpustack.monitoring.dashboard import load_capacity_dashboard, panel_queries
+
+    rule = q.rule_expr(q.ALLOCATABLE)
+    assert rule == 'sum by (node) (max by (node, resource) (kube_node_status_allocatable{resource="nvidia_com_gpu"}))'
+    assert QUERIES["gpu_allocatable"] == rule
+    fallbacks = [e for _, e in panel_queries(load_capacity_dashboard()) if "kube_node_status_allocatable" in e]
+    assert len(fallbacks) == 2 and all(f"sum({q.ALLOCATABLE}) or sum({rule})" in e for e in fallbacks)

@@ -48,7 +48,7 @@ def test_endpoint_url_kubeconfig_and_refusals(tmp_path: Path, monkeypatch: pytes
     cfg = Config()
     ep = source.endpoint(cfg, None, "http://127.0.0.1:9090/")
     assert isinstance(ep, DirectEndpoint) and ep.base_url == "http://127.0.0.1:9090"
-    with pytest.raises(UsageError, match="--prometheus-url 'prometheus:9090': not an http"):
+    with pytest.raises(UsageError, match="--prometheus-url 'prometheus:9090': must be a URL starting with http://"):
         source.endpoint(cfg, None, "prometheus:9090")
     with pytest.raises(UsageError, match=r"--kubeconfig .*: no such file"):
         source.endpoint(cfg, tmp_path / "missing.conf", None)

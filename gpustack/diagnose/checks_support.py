@@ -1,0 +1,75 @@
+"""K10: what the cluster really runs, against the end of its upstream support (gpustack/config/horizons.py).
+
+Read from the snapshot, no extra request and no network: each Node's kubelet and containerd version and OS
+(``status.nodeInfo``), the NVIDIA driver the GPU feature discovery labels on GPU nodes, the GPU Operator's chart
+version and kube-prometheus-stack's (the ``helm.sh/chart`` / ``chart`` label each chart puts on its operator
+Deployment; kube-prometheus-stack judged by the Prometheus it deploys). A component past its end of support, or
+within 90 days of it by a dated source, is a warning that names the nodes and gpustack's way out (``upgrade --to``,
+``upgrade --components``, ``up --only containerd``); a verdict resting on an estimate (a successor's expected
+month) is not a finding about the cluster and is left to ``gpustack version``. The day is
+:func:`gpustack.config.support.today` (``GPUSTACK_TODAY`` overrides it).
+"""
+
+from __future__ import annotations
+
+import re
+
+from gpustack.checks.model import Finding
+from gpustack.config import lifecycle, support
+from gpustack.diagnose.objects import MAX_LISTED, as_dict, items, labels_of, name_of
+from gpustack.diagnose.registry import register
+from gpustack.diagnose.snapshot import Snapshot
+
+LAYER = "kubernetes"
+CHECK = "K10-support-horizons"
+#: ``helm.sh/chart``: "<chart>-<version>" (the chart's _helpers.tpl: printf "%s-%s" .Chart.Name .Chart.Version)
+_CHART_LABEL = re.compile(r"^(?P<chart>.+?)-(?P<version>v?\d+\.\d+\.\d+\S*)$")
+
+
+#: chart -> its operator Deployment (whose chart label is read): the GPU Operator's (deployments/gpu-operator
+#: templates/_helpers.tpl gpu-operator.labels: helm.sh/chart) and kube-prometheus-stack's (templates/_helpers.tpl
+#: kube-prometheus-stack.labels: chart)
+OPERATORS = {"gpu-operator": "gpu-operator", "kube-prometheus-stack": "kube-prometheus-stack-operator"}
+
+
+def chart_versions(snap: Snapshot) -> dict[str, str]:
+    """chart name -> version, from the chart label of each chart's operator Deployment."""
+    out: dict[str, str] = {}
+    for dep in items(snap, "Deployment"):
+        labels = labels_of(dep)
+        for key in ("helm.sh/chart", "chart"):
+            m = _CHART_LABEL.match(str(labels.get(key) or ""))
+            if m and OPERATORS.get(m.group("chart")) == name_of(dep):
+                out[m.group("chart")] = m.group("version")
+    return out
+
+
+def _where(names: tuple[str, ...]) -> str:
+    shown = ", ".join(names[:MAX_LISTED])
+    return shown + (f" and {len(names) - MAX_LISTED} more" if len(names) > MAX_LISTED else "")
+
+
+@register(CHECK, LAYER, title="every component the cluster runs is within its upstream support",
+          reads="nodes (nodeInfo kubelet, containerd, OS; GPU feature discovery driver labels), the chart label of "
+                "the GPU Operator's and kube-prometheus-stack's operator Deployments; dates shipped with gpustack",
+          commands=("doctor",), needs=("Node",))  # fmt: skip
+def support_horizons(snap: Snapshot) -> list[Finding]:
+    on = support.today()
+    nodes = [as_dict(n) for n in items(snap, "Node")]
+    judged = lifecycle.running_support(nodes, chart_versions(snap), on)
+    out = []
+    for j in lifecycle.warnings(judged):
+        what = f"{j.component} {j.version}" + (f" ({j.branch})" if j.branch and j.branch != j.version else "")
+        head = "past its end of support" if j.status == "past" else "near its end of support"
+        note = f" ({j.note})" if j.note else ""
+        evidence = f"on {_where(j.where)}; as of {on.isoformat()}; source: {j.source}{note}"
+        out.append(Finding(CHECK, LAYER, "warn", f"{what} is {head}: {j.verdict.text}", evidence=evidence,
+                           fix=lifecycle.upgrade_path(j)))  # fmt: skip
+    if out:
+        return out
+    known = [j for j in judged if j.status == "supported"]
+    summary = ", ".join(sorted({f"{j.component} {j.branch}" for j in known})) or "no versions read"
+    guessed = [f"{j.component} {j.version}: {j.verdict.text}" for j in lifecycle.warnings(judged, estimates=True)]
+    evidence = f"as of {on.isoformat()}" + (f"; estimated only (see `gpustack version`): {'; '.join(guessed)}"
+                                             if guessed else "")  # fmt: skip
+    return [Finding(CHECK, LAYER, "pass", f"within upstream support for 90+ days: {summary}", evidence=evidence)]
