@@ -107,8 +107,8 @@ def test_gather_reads_nodes_releases_and_local_records(
     (clusters / "upgrade.json").write_text(
         json.dumps(
             {
-                "from": "1.35.8",
-                "to": "1.36.4",
+                "from": pins.KUBERNETES["1.35"],
+                "to": pins.KUBERNETES["1.36"],  # what the fake API server and the nodes' kubelets run
                 "status": "failed",
                 "error": "stage workers",
                 "nodes": {"cp1": {"status": "done"}, "w1": {"status": "pending"}},
