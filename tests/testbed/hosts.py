@@ -413,9 +413,15 @@ class Testbed:
         })  # fmt: skip
 
     def _personalise(self, host: Host) -> None:
-        """Machine id, hostname and authorized keys of one host."""
+        """Machine id, hostname and authorized keys of one host, and a bounded stop for user managers."""
         (host.root / "etc/machine-id").write_text(uuid.uuid4().hex + "\n")
         (host.root / "etc/hostname").write_text(host.name + "\n")
+        # The root has libpam-systemd (a dependency), so an SSH login starts user@UID.service, whose stop
+        # inside the container can hang power-off until the 30 s kill in _teardown_host (seen in about
+        # one teardown in ten). Nothing a test checks runs in a user manager; stop it within 3 s.
+        drop_in = host.root / "etc/systemd/system/user@.service.d/gpustack-testbed.conf"
+        drop_in.parent.mkdir(parents=True, exist_ok=True)
+        drop_in.write_text("[Service]\nTimeoutStopSec=3s\n")
         self._authorize(host.root)
 
     def _authorize(self, root: Path) -> None:
