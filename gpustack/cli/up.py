@@ -75,7 +75,6 @@ def up(
 ) -> None:
     """Build (or converge) the cluster (preflight, host layer, Kubernetes, network, Helm, GPU and monitoring
     stack), then prove it with `gpustack verify`."""
-    from gpustack.cluster.layer import access_lines
     from gpustack.commands.up import PLAN
     from gpustack.commands.up import up as run_up
     from gpustack.config import target
@@ -95,6 +94,8 @@ def up(
     if result.kubeconfig:
         console.print(f"[ok]done.[/ok] kubeconfig: {result.kubeconfig}  (export KUBECONFIG={result.kubeconfig})")
     if any(s.id == "cluster" for s in stages) and not dry_run:
+        from gpustack.cluster.layer import access_lines  # the Kubernetes client: only when the cluster stage ran
+
         for line in access_lines(cfg):
             console.print(line)
         if not no_verify:

@@ -78,7 +78,7 @@ def run_facts_playbook(
             project_dir=resource_dir("playbooks"),
             playbook="preflight.yml",
             inventory=inventory(cfg),
-            extravars=extravars(cfg, kubeconfig_dest=kubeconfig_path(cfg.cluster.name), facts_dir=facts_dir),
+            extravars=extravars(cfg, kubeconfig_dest=kubeconfig_path(cfg.cluster.name)),
             tags=(),
             settings=ar.AnsibleSettings(
                 known_hosts=cfg.ssh.known_hosts.expanduser(),
@@ -91,6 +91,7 @@ def run_facts_playbook(
         # stop before the collector's own deadline so the nodes that answered are still reported
         kwargs["settings"] = {**kwargs["settings"], "job_timeout": max(5, int(timeout) - 3)}
         result = ar.run_playbook(kwargs, ar.StageTracker())
+    result.write_facts(facts_dir)
     facts: dict[str, Any] = {}
     errors: dict[str, str] = {}
     for failure in result.failures:

@@ -4,8 +4,8 @@ cancellation on a signal), and the preflight (facts collected read-only, then ch
 
 from __future__ import annotations
 
-import json
 import signal
+import subprocess
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -85,14 +85,13 @@ def run_playbook(
     ident: str,
     check: bool,
     console: Console,
-    facts_dir: Path | None = None,
     stage_patterns: Mapping[str, str] | None = None,
     extra: Mapping[str, Any] | None = None,
     control_dir: Path | None = None,
 ) -> ar.PlaybookResult:
     """One run of a shipped playbook with the stages' tags and the run's host limit, with progress."""
     kubeconfig = kubeconfig_path(cfg.cluster.name)
-    ev = extravars(cfg, kubeconfig_dest=kubeconfig, facts_dir=facts_dir)
+    ev = extravars(cfg, kubeconfig_dest=kubeconfig)
     # the stage digests cover the config's inputs, not a command's own variables: a node that
     # `node add` prepared is converged for the next `up`
     inv = stage_inventory(cfg, ev)
@@ -157,14 +156,11 @@ def run_preflight(
     probes = sources.probe_list(cfg, [s.id for s in opts.stages], full=opts.full, run_vars=opts.extravars)
     result = run_playbook(
         plan, cfg, opts, playbook="preflight.yml", tags=(), private_dir=run_dir / "ansible-preflight",
-        ident="preflight", check=False, console=console, facts_dir=facts_dir,
+        ident="preflight", check=False, console=console,
         extra={"gpustack_preflight_sources": probes}, control_dir=control_dir,
     )  # fmt: skip
-    facts: dict[str, Any] = {}
-    for name in targets(cfg, opts.limit):
-        path = facts_dir / f"{name}.json"
-        if path.exists():
-            facts[name] = json.loads(path.read_text(encoding="utf-8"))
+    result.write_facts(facts_dir)  # the run record
+    facts = {name: result.host_facts[name] for name in targets(cfg, opts.limit) if name in result.host_facts}
     if result.status == "canceled":
         raise Interrupted("interrupted during the preflight; nothing was changed")
     if result.failures and not facts:
@@ -202,6 +198,10 @@ def ansible_stages(
     done = sorted(s for s, p in patterns.items() if p == converge.NO_HOSTS)
     if done:
         console.print(f"converged, nothing to do: {', '.join(done)} [dim](--full visits them anyway)[/dim]")
+    if _nothing_to_do(cfg, opts, ids, patterns):
+        # every stage converged on every host (and this machine's Helm is the pinned one): no playbook run
+        rows = [StageSummary(sid, "ok", 0.0, note=_note(converged.get(sid))) for sid in ids]
+        return rows, ar.PlaybookResult(0, "successful", {}, [], run_dir / "ansible")
     first = not (run_dir / "ansible").exists()
     result = run_playbook(
         plan, cfg, opts, playbook=plan.playbook, tags=ids, private_dir=run_dir / ("ansible" if first else f"ansible-{ids[0]}"),
@@ -211,7 +211,7 @@ def ansible_stages(
     rows = []
     for sid in ids:
         st = result.stages.get(sid)
-        note = f"converged on {', '.join(converged[sid])}" if converged.get(sid) else ""
+        note = _note(converged.get(sid))
         if st is None:
             # a play that never started ran nothing, whatever the reason
             rows.append(StageSummary(sid, "not run", 0.0, note=note))
@@ -221,3 +221,36 @@ def ansible_stages(
             status = "interrupted"
         rows.append(StageSummary(sid, status, st.elapsed, st.changed_total, sorted(st.hosts), note, dict(st.changed)))
     return rows, result
+
+
+def _note(hosts: Sequence[str] | None) -> str:
+    return f"converged on {', '.join(hosts)}" if hosts else ""
+
+
+def _nothing_to_do(cfg: Config, opts: RunOptions, ids: Sequence[str], patterns: Mapping[str, str]) -> bool:
+    """True when the playbook run would visit no host: every stage's play is left with no host
+    (:func:`stage_hosts`) and, when the helm stage is selected, its play for this machine would find
+    the pinned Helm installed (the check that play makes first; it changes nothing then)."""
+    if not ids or any(patterns.get(sid) != converge.NO_HOSTS for sid in ids):
+        return False
+    if "helm" not in ids:
+        return True
+    ev = {**extravars(cfg, kubeconfig_dest=kubeconfig_path(cfg.cluster.name)), **opts.extravars}
+    return (
+        controller_helm_version(Path(ev["gpustack_controller_bin_dir"]) / "helm") == f"v{ev['gpustack_helm_version']}"
+    )
+
+
+def controller_helm_version(helm: Path) -> str | None:
+    """What ``helm version --template {{ .Version }}`` prints for this machine's Helm (as the helm
+    role reads it, playbooks/roles/helm/tasks/main.yml); None when it is missing or does not answer."""
+    if not helm.is_file():
+        return None
+    try:
+        proc = subprocess.run(
+            [str(helm), "version", "--template", "{{ .Version }}"],
+            capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL, check=False,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return proc.stdout.strip() if proc.returncode == 0 else None

@@ -125,11 +125,8 @@ def runtime_vars(cfg: Config) -> dict[str, Any]:
     }
 
 
-def extravars(
-    cfg: Config, *, kubeconfig_dest: Path, facts_dir: Path | None = None, controller_bin_dir: Path | None = None
-) -> dict[str, Any]:
-    """Extra vars for playbooks/site.yml; with ``facts_dir`` also for playbooks/preflight.yml,
-    which writes one ``<node name>.json`` facts file per host there (on the controller)."""
+def extravars(cfg: Config, *, kubeconfig_dest: Path, controller_bin_dir: Path | None = None) -> dict[str, Any]:
+    """Extra vars for the playbooks (site.yml and the playbooks that import it, preflight.yml)."""
     v, c = cfg.versions, cfg.cluster
     minor = v.kubernetes_minor
     tcp_nodeports = sorted(set(cfg.monitoring.nodeports) | set(cfg.firewall.extra_tcp_ports))
@@ -169,6 +166,4 @@ def extravars(
         "gpustack_controller_bin_dir": str(controller_bin_dir or state_dir() / "bin"),
     }
     ev.update(runtime_vars(cfg))
-    if facts_dir is not None:
-        ev["gpustack_facts_dir"] = str(facts_dir)
     return ev

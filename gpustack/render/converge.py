@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 #: Extra vars that do not shape what a stage does (per-run paths, the fast path's own inputs).
-VOLATILE_VARS = frozenset({"gpustack_facts_dir", "gpustack_stage_hosts"})
+VOLATILE_VARS = frozenset({"gpustack_stage_hosts"})
 #: The host-pattern value for a play with no host left to visit.
 NO_HOSTS = "all:!all"
 #: Stages whose play targets the control-plane group (the rest target every node or the workers).

@@ -8,6 +8,7 @@ I/O shell around ``ansible_runner.run``.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import time
@@ -158,6 +159,26 @@ def _message(res: Mapping[str, Any]) -> str:
 
 Listener = Callable[[str, str | None, str | None], None]  # (stage, host, task)
 
+#: the preflight's facts module (playbooks/library/gpustack_facts.py), by the names Ansible reports it
+FACTS_MODULES = frozenset({"gpustack_facts", "ansible.legacy.gpustack_facts"})
+#: what only the login-user pass of the preflight knows (the root pass does not probe them)
+LOGIN_PASS_KEYS = ("sudo_nopasswd", "is_root", "peers", "sources")
+
+
+def merge_fact_passes(passes: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One host's facts from the preflight's passes (playbooks/preflight.yml): the login user's,
+    then, where sudo works, root's. Root's view wins, except what only the login-user pass knows
+    (:data:`LOGIN_PASS_KEYS`; ``sources`` is [] when none were asked for)."""
+    if not passes:
+        return {}
+    login = passes[0]
+    merged: dict[str, Any] = {}
+    for one in passes:
+        merged.update(one)
+    merged.update({k: login.get(k) for k in LOGIN_PASS_KEYS})
+    merged["sources"] = login.get("sources") or []
+    return merged
+
 
 class StageTracker:
     """Consumes ansible-runner events; one StageResult per play (play name == stage id)."""
@@ -170,6 +191,10 @@ class StageTracker:
         #: called once per stage when its play ends (the next play starts, or the run's stats arrive)
         self.on_end = on_end
         self.stats: dict[str, Any] = {}
+        #: what each host's gpustack_facts tasks returned, in task order (the preflight's passes),
+        #: and whether the last one was the host's final pass
+        self.fact_passes: dict[str, list[dict[str, Any]]] = {}
+        self.facts_final: dict[str, bool] = {}
 
     def _close_current(self, ts: float) -> None:
         if self.current is not None and self.current.ended is None:
@@ -201,6 +226,9 @@ class StageTracker:
                 stage.ok[host] = stage.ok.get(host, 0) + 1
                 if res.get("changed"):
                     stage.changed[host] = stage.changed.get(host, 0) + 1
+                if data.get("task_action") in FACTS_MODULES and isinstance(res.get("facts"), dict):
+                    self.fact_passes.setdefault(host, []).append(dict(res["facts"]))
+                    self.facts_final[host] = res.get("final") is True
             elif kind == "runner_on_failed" and not data.get("ignore_errors"):
                 stage.failures.append(TaskFailure(stage.stage, host, str(data.get("task") or self.task), _message(res)))
             elif kind == "runner_on_unreachable":
@@ -221,6 +249,18 @@ class StageTracker:
     def failures(self) -> list[TaskFailure]:
         return [f for s in self.stages.values() for f in s.failures]
 
+    def host_facts(self) -> dict[str, dict[str, Any]]:
+        """The preflight's facts of every host whose final pass returned and that failed nowhere
+        (a host cut off between its passes, by a failure or a timeout, has none, as before)."""
+        failed = (
+            {f.host for f in self.failures} | set(self.stats.get("failures") or {}) | set(self.stats.get("dark") or {})
+        )
+        return {
+            host: merge_fact_passes(passes)
+            for host, passes in self.fact_passes.items()
+            if self.facts_final.get(host) and host not in failed
+        }
+
 
 @dataclass
 class PlaybookResult:
@@ -232,6 +272,18 @@ class PlaybookResult:
     #: ansible-runner's final stats (ok/changed/failures/dark/... per host): the authority on which
     #: hosts failed, in case an event was lost
     stats: dict[str, Any] = field(default_factory=dict)
+    #: the preflight's facts per host, merged from its passes (:func:`merge_fact_passes`)
+    host_facts: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def write_facts(self, facts_dir: Path) -> None:
+        """One ``<host>.json`` (0600) per host with facts in ``facts_dir`` (0700), as the run record
+        keeps them and the checks read them."""
+        ensure_dir(facts_dir)
+        for host, facts in self.host_facts.items():
+            path = facts_dir / f"{host}.json"
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as out:
+                json.dump(facts, out, indent=2, sort_keys=True)
 
     @property
     def last_stage(self) -> StageResult | None:
@@ -333,4 +385,5 @@ def run_playbook(
         failures=tracker.failures,
         artifact_dir=artifact_dir,
         stats=dict(runner.stats or {}),
+        host_facts=tracker.host_facts(),
     )

@@ -138,6 +138,12 @@ facts:
   description: The host facts (schema in playbooks/README.md).
   returned: always
   type: dict
+final:
+  description:
+    - True when no pass with become follows this one (the user is root, or has no passwordless
+      sudo); gpustack keeps a host's facts once its final pass returned.
+  returned: always
+  type: bool
 """
 
 
@@ -466,7 +472,9 @@ def main() -> None:
     if p["sources"]:
         converged = {k: bool(v.get("converged")) for k, v in (facts.get("stages") or {}).items()}
         facts["sources"] = collect_sources(p["sources"], p["proxy_env"], p["source_timeout"], converged)
-    module.exit_json(changed=False, facts=facts)
+    # final: no root pass follows this one (playbooks/preflight.yml runs one only for a login user that
+    # is not root and has passwordless sudo); Python keeps a host's facts once its final pass returned
+    module.exit_json(changed=False, facts=facts, final=bool(facts["is_root"] or not facts["sudo_nopasswd"]))
 
 
 if __name__ == "__main__":

@@ -23,12 +23,18 @@ class UpRun:
     stdout: str
     stderr: str
     state_dir: Path
+    #: the run directory this command made (None: it made none, or the UpRun was built by hand)
+    run_dir: Path | None = None
 
     @property
     def output(self) -> str:
         return self.stdout + self.stderr
 
     def last_run_dir(self) -> Path:
+        """This command's run directory (else the newest): later runs in the same state directory
+        do not change which run an UpRun reports on."""
+        if self.run_dir is not None:
+            return self.run_dir
         runs = sorted((self.state_dir / "runs").iterdir())
         return runs[-1]
 
@@ -105,6 +111,7 @@ def run_gpustack(
     full_env = {**os.environ, "GPUSTACK_STATE_DIR": str(state_dir), "NO_COLOR": "1", "COLUMNS": "200"}
     full_env.pop("GPUSTACK_CONFIG", None)
     full_env.update(env or {})
+    before = _runs(state_dir)
     proc = subprocess.run(
         [sys.executable, "-m", "gpustack", *args, "-c", str(config)],
         capture_output=True,
@@ -113,7 +120,13 @@ def run_gpustack(
         env=full_env,
         stdin=subprocess.DEVNULL,
     )
-    return UpRun(proc.returncode, proc.stdout, proc.stderr, state_dir)
+    made = sorted(_runs(state_dir) - before)
+    return UpRun(proc.returncode, proc.stdout, proc.stderr, state_dir, made[-1] if made else None)
+
+
+def _runs(state_dir: Path) -> set[Path]:
+    runs = state_dir / "runs"
+    return set(runs.iterdir()) if runs.is_dir() else set()
 
 
 #: The cluster stage needs a real API server and real Helm charts; the bed's kubeadm is a double,

@@ -413,9 +413,15 @@ class Testbed:
         })  # fmt: skip
 
     def _personalise(self, host: Host) -> None:
-        """Machine id, hostname and authorized keys of one host."""
+        """Machine id, hostname and authorized keys of one host, and a bounded stop for user managers."""
         (host.root / "etc/machine-id").write_text(uuid.uuid4().hex + "\n")
         (host.root / "etc/hostname").write_text(host.name + "\n")
+        # The root has libpam-systemd (a dependency), so an SSH login starts user@UID.service, whose stop
+        # inside the container can hang power-off until the 30 s kill in _teardown_host (seen in about
+        # one teardown in ten). Nothing a test checks runs in a user manager; stop it within 3 s.
+        drop_in = host.root / "etc/systemd/system/user@.service.d/gpustack-testbed.conf"
+        drop_in.parent.mkdir(parents=True, exist_ok=True)
+        drop_in.write_text("[Service]\nTimeoutStopSec=3s\n")
         self._authorize(host.root)
 
     def _authorize(self, root: Path) -> None:
@@ -506,27 +512,42 @@ class Testbed:
         return [f"--bind={host.root.parent / 'containerd'}:/var/lib/containerd"]
 
     def _wait_booted(self, host: Host) -> None:
-        """Poll SSH until systemd reports running/degraded; fail with the console log."""
+        """Wait until systemd reports running/degraded (asked through nsenter, so a slow sshd does not
+        count as a slow boot), then until SSH logs in; fail with the console log.
+
+        On a loaded machine systemd-user-sessions.service (it removes /run/nologin) has been seen to fail at
+        boot; sshd then refuses every login but root's and the host never becomes usable. Nothing a test
+        checks depends on that unit failing, so it is started again, and the log says so."""
         started = time.monotonic()
 
-        def _probe() -> str | None:
+        def _state() -> str | None:
             if not host.is_running():
                 raise TestbedError(f"{host.name}: systemd-nspawn exited early\n{self._tail(host)}")
-            proc = host.run("timeout 30 systemctl is-system-running --wait", timeout=40)
+            try:
+                proc = host.console_run("timeout 30 systemctl is-system-running --wait", timeout=40)
+            except TestbedError:  # no init yet in the network namespace
+                return None
             state = proc.stdout.strip()
             if state in ("running", "degraded"):
                 return state
-            if state in ("maintenance", "stopping", "offline"):
+            if state in ("maintenance", "stopping"):
                 raise TestbedError(f"{host.name}: system state {state}\n{self._tail(host)}")
-            return None
+            return None  # "offline" too: systemctl says so when it entered before systemd's bus was up
+
+        def _ssh() -> bool | None:
+            return True if host.run("true", timeout=40).returncode == 0 else None
 
         try:
-            state = wait_for(_probe, timeout=self.boot_timeout, interval=0.5, what=f"{host.name} to boot")
+            state = wait_for(_state, timeout=self.boot_timeout, interval=0.5, what=f"{host.name} to boot")
+            if host.console_run("systemctl is-failed -q systemd-user-sessions.service").returncode == 0:
+                self.log(f"{host.name}: systemd-user-sessions.service failed at boot; starting it again")
+                host.console_run("systemctl restart systemd-user-sessions.service", check=True)
+            wait_for(_ssh, timeout=self.boot_timeout, interval=0.5, what=f"{host.name} to accept SSH")
         except TestbedError as exc:
             raise TestbedError(f"{exc}\n--- console of {host.name} ---\n{self._tail(host)}") from exc
         self.log(f"{host.name}: {state} after {time.monotonic() - started:.1f}s")
         if state == "degraded":
-            failed = host.run("systemctl --failed --no-legend --plain", timeout=30).stdout
+            failed = host.console_run("systemctl --failed --no-legend --plain", timeout=30).stdout
             self.log(f"{host.name}: failed units:\n{failed}")
 
     def _tail(self, host: Host, lines: int = 60) -> str:

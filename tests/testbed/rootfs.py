@@ -38,8 +38,9 @@ SCHEMA = 3
 
 #: Packages installed into the root. python3-apt is what Ansible's apt module needs; the rest
 #: are what kubeadm-style playbooks touch (sysctl, iptables, mount, systemd, containerd ...).
-#: libpam-systemd is left out on purpose: with it every SSH login as a new user starts a
-#: ``user@UID.service`` manager whose stop hangs power-off in the container for 30 s and more.
+#: libpam-systemd is not listed, but another package depends on it and brings it: every SSH login as a
+#: new user starts a ``user@UID.service`` manager whose stop can hang power-off in the container for
+#: 30 s and more; each host bounds that stop (hosts.py, ``_personalise``).
 PACKAGES: tuple[str, ...] = (
     "systemd",
     "systemd-sysv",

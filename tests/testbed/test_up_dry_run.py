@@ -1,5 +1,6 @@
 """`gpustack up --dry-run` (Ansible check mode) reports what it would do and changes nothing: on a
-fresh real host it finishes and reports changes; on a converged host it reports none."""
+fresh real host it finishes and reports changes. (On a converged host it reports none:
+tests/testbed/test_up_single.py, on that module's converged host.)"""
 
 from __future__ import annotations
 
@@ -43,37 +44,4 @@ def test_dry_run_changes_nothing(
     newer = host.sudo(
         "find /etc /usr/local /var/lib/kubelet /var/cache/gpustack -newer /run/gpustack-dry-run-marker", check=False
     )
-    assert newer.stdout.strip() == "", newer.stdout
-
-
-def test_dry_run_on_a_converged_host_reports_no_change(
-    testbed_factory: TestbedFactory,
-    tmp_path: Path,
-    sources: Sources,
-) -> None:
-    bed = testbed_factory(["conv"])
-    host = bed.hosts[0]
-    # with a proxy, so the containerd and kubelet drop-ins are part of what is checked
-    cfg = write_config(bed, tmp_path / "gpustack.yaml", sources)
-    state = tmp_path / "state"
-    first = up(cfg, state)  # (the bed's `up` runs the host layer only, see cluster.HOST_LAYER_ONLY)
-    assert first.rc == 0, first.output
-
-    host.sudo("touch /run/gpustack-dry-run-marker", check=True)
-    snapshot = (
-        "iptables -S; systemctl is-active containerd gpustack-firewall; "
-        "cat /var/log/gpustack-doubles/kubeadm.log; md5sum /etc/containerd/config.toml /etc/gpustack/*.* "
-        "/etc/apt/sources.list.d/* /usr/local/bin/helm"
-    )
-    before = host.sudo(snapshot, check=True).stdout
-    r = up(cfg, state, "--dry-run")
-    assert r.rc == 0, r.output
-    assert "dry run" in r.stdout
-    summary = r.summary()
-    # every stage ran, and none would change anything
-    assert list(summary) == ["preflight", *HOST_STAGES]
-    assert all(row["status"] == "ok" for row in summary.values()), summary
-    assert all(v == 0 for v in r.changed().values()), r.changed()
-    assert host.sudo(snapshot, check=True).stdout == before
-    newer = host.sudo("find /etc /usr/local /var/lib/kubelet -newer /run/gpustack-dry-run-marker", check=False)
     assert newer.stdout.strip() == "", newer.stdout

@@ -1,54 +1,115 @@
 """`gpustack up` on one real host (systemd, sshd, containerd, iptables, apt all real; kubeadm,
-kubelet, kubectl and helm are TEST DOUBLES from the bed's signed apt repo and file server)."""
+kubelet, kubectl and helm are TEST DOUBLES from the bed's signed apt repo and file server), all on
+one booted host and one fresh run (a module-scoped fixture: a boot and a fresh `up` cost minutes on
+the 2-core CI machine):
+
+- scripts/bench_up.py's smoke path makes the fresh and the converged run (its ``one_host``, as
+  ``bench(..., smoke=True)`` runs it) and prints its table and result line;
+- the host state the fresh run left, read from the host itself, and the converged run changing nothing;
+- ``up --dry-run`` on the converged host reports no change and changes nothing;
+- converged re-runs skip every stage; drift (a deleted firewall jump, SystemdCgroup turned off by
+  hand, a forgotten stamp) sends exactly the affected stages back to the host, which repairs it;
+  ``--full`` visits everything.
+
+The tests run in this order and each leaves the host converged; each also runs on its own (node id).
+The host has a swap line in fstab and a host-level node_exporter on 9100, as on many real servers."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import re
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import pytest
 
 from gpustack.config import pins
 
-from .cluster import doubles_log, up, write_config
-from .hosts import Testbed
+from .cluster import UpRun, doubles_log, up
+from .hosts import Host, Testbed
 from .prepare import compose, fake_node_exporter, fstab_swap
-from .pytest_plugin import TestbedFactory
 from .services import Sources
 
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_up.py"
+RESULT = re.compile(r"^bench_up: converged/fresh=(\d+\.\d\d) three/one=(\d+\.\d\d|- \(smoke: one host only\))$", re.M)
+#: the stages of `up` after the preflight (site.yml's plays)
+HOST_STAGES = ["os", "firewall", "containerd", "kubernetes", "control-plane", "workers", "network", "helm"]
+#: the stages whose play has work on a single control-plane host (no workers)
+VISITED = [s for s in HOST_STAGES if s != "workers"]
 
-@pytest.fixture
-def bed(testbed_factory: TestbedFactory) -> Testbed:
-    # a swap line in fstab and a host-level node_exporter on 9100, as on many real servers
-    return testbed_factory(["solo"], prepare=compose(fstab_swap(), fake_node_exporter()))
+
+def load_script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_up_script", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
 
 
-def test_single_node_up_with_doubles_converges(
-    bed: Testbed,
-    tmp_path: Path,
-    sources: Sources,
-) -> None:
-    cfg = write_config(bed, tmp_path / "gpustack.yaml", sources)
-    state = tmp_path / "state"
-    host = bed.hosts[0]
-    before_proxy = sources.proxy.count()
+@dataclass
+class Solo:
+    bed: Testbed
+    host: Host
+    cfg: Path
+    state: Path
+    #: the bench's rows: fresh, then converged (label, wall, summary, run)
+    rows: list[Any]
+    report: str
+    proxy_before: int
 
-    first = up(cfg, state)
+    @property
+    def first(self) -> UpRun:
+        return self.rows[0].run
+
+    @property
+    def second(self) -> UpRun:
+        return self.rows[1].run
+
+
+@pytest.fixture(scope="module")
+def solo(
+    rootfs: Path, testbed_network: str, sources: Sources, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Solo]:
+    work = tmp_path_factory.mktemp("solo")
+    script = load_script()
+    with Testbed(["solo"], work / "bed", prepare=compose(fstab_swap(), fake_node_exporter()), rootfs=rootfs) as bed:
+        proxy_before = sources.proxy.count()
+        state = work / "state"
+        rows = script.one_host(bed, state, sources)  # bench(..., smoke=True) on this host: fresh, converged
+        yield Solo(bed, bed.hosts[0], state.parent / "fresh.yaml", state, rows, script.report(rows), proxy_before)
+
+
+def _visited(run: UpRun, host: str) -> set[str]:
+    """Stages of the host layer whose play ran tasks on ``host`` (the preflight always does)."""
+    return {stage for stage, row in run.summary().items() if host in row["hosts"] and stage != "preflight"}
+
+
+def test_bench_up_smoke_prints_its_result_line(solo: Solo) -> None:
+    """The figures are printed, not asserted (they are the benchmark's output); what is asserted: both
+    runs succeeded, the fresh one changed the host, the converged one nothing, and the result line parses."""
+    out = solo.report
+    print(out)
+    m = RESULT.search(out)
+    assert m is not None and m.group(0) == out.splitlines()[-1], out
+    assert 0 < float(m.group(1)) < 1, out  # the converged re-run is faster than the fresh one
+    assert re.search(r"^fresh +[\d.]+ +[1-9]\d* ", out, re.M), out  # the fresh run changed the host
+    assert re.search(r"^converged +[\d.]+ +0 ", out, re.M), out  # the re-run changed nothing
+
+
+def test_single_node_up_with_doubles_converges(solo: Solo, sources: Sources) -> None:
+    host, state, first = solo.host, solo.state, solo.first
+    before_proxy = solo.proxy_before
     assert first.rc == 0, first.output
     # preflight warned about swap and the host node_exporter, then everything ran
     assert "P06-swap" in first.stdout and "P16-node-exporter" in first.stdout
     summary = first.summary()
-    assert list(summary) == [
-        "preflight",
-        "os",
-        "firewall",
-        "containerd",
-        "kubernetes",
-        "control-plane",
-        "workers",
-        "network",
-        "helm",
-    ]
+    assert list(summary) == ["preflight", *HOST_STAGES]
     assert all(row["status"] in {"ok", "changed"} for row in summary.values()), summary
     assert summary["control-plane"]["changed"] > 0
 
@@ -133,16 +194,91 @@ def test_single_node_up_with_doubles_converges(
     assert local_helm.is_file() and local_helm.stat().st_mode & 0o111
     assert summary["helm"]["hosts"] == ["localhost", host.name]
 
-    # --- a second run converges: nothing changes anywhere
-    second = up(cfg, state)
+    # --- the second run converged: nothing changes anywhere
+    second = solo.second
     assert second.rc == 0, second.output
     changed = second.changed()
     assert all(v == 0 for v in changed.values()), changed
     calls = doubles_log(host.sudo("cat /var/log/gpustack-doubles/kubeadm.log", check=True).stdout)
     assert len([c for c in calls if c[:1] == ["init"]]) == 1
 
-    # the run directory keeps the full event log
+    # the run directory keeps the full event log: the first run's stages; the converged run started
+    # no stage playbook (nothing to do), only the preflight's
+    assert (first.last_run_dir() / "ansible" / "artifacts" / "site" / "job_events").is_dir()
     run_dir = second.last_run_dir()
-    assert (run_dir / "ansible" / "artifacts" / "site" / "job_events").is_dir()
+    assert run_dir != first.last_run_dir()
+    assert (run_dir / "ansible-preflight" / "artifacts" / "preflight" / "job_events").is_dir()
+    assert not (run_dir / "ansible").exists()
     facts = json.loads((run_dir / "facts" / f"{host.name}.json").read_text())
     assert facts["kubernetes"]["gpustack_marker"]
+
+
+def test_dry_run_on_a_converged_host_reports_no_change(solo: Solo) -> None:
+    host = solo.host
+    host.sudo("touch /run/gpustack-dry-run-marker", check=True)
+    # with a proxy, so the containerd and kubelet drop-ins are part of what is checked
+    snapshot = (
+        "iptables -S; systemctl is-active containerd gpustack-firewall; "
+        "cat /var/log/gpustack-doubles/kubeadm.log; md5sum /etc/containerd/config.toml /etc/gpustack/*.* "
+        "/etc/apt/sources.list.d/* /usr/local/bin/helm"
+    )
+    before = host.sudo(snapshot, check=True).stdout
+    r = up(solo.cfg, solo.state, "--dry-run")
+    assert r.rc == 0, r.output
+    assert "dry run" in r.stdout
+    summary = r.summary()
+    # every stage has its row, and none would change anything
+    assert list(summary) == ["preflight", *HOST_STAGES]
+    assert all(row["status"] == "ok" for row in summary.values()), summary
+    assert all(v == 0 for v in r.changed().values()), r.changed()
+    assert host.sudo(snapshot, check=True).stdout == before
+    newer = host.sudo("find /etc /usr/local /var/lib/kubelet -newer /run/gpustack-dry-run-marker", check=False)
+    assert newer.stdout.strip() == "", newer.stdout
+
+
+def test_converged_stages_are_skipped_and_drift_is_repaired(solo: Solo) -> None:
+    host, cfg, state, first = solo.host, solo.cfg, solo.state, solo.first
+    assert set(VISITED) <= _visited(first, host.name)
+    stamps = host.sudo("ls /var/lib/gpustack/stages", check=True).stdout.split()
+    assert sorted(stamps) == sorted(f"{s}.json" for s in VISITED)
+    assert host.sudo("stat -c %a /var/lib/gpustack/stages/os.json", check=True).stdout.strip() == "600"
+    stamp = json.loads(host.sudo("cat /var/lib/gpustack/stages/containerd.json", check=True).stdout)
+    assert stamp["probes"]["services"]["containerd.service"] == "active/enabled"
+
+    # --- nothing to do: no stage visits the host, nothing changes
+    second = up(cfg, state)
+    assert second.rc == 0, second.output
+    assert "converged, nothing to do:" in second.stdout
+    assert _visited(second, host.name) == set(), second.summary()
+    assert all(v == 0 for v in second.changed().values()), second.changed()
+    facts = json.loads((second.last_run_dir() / "facts" / f"{host.name}.json").read_text())
+    assert all(v == {"converged": True, "reasons": []} for v in facts["stages"].values()), facts["stages"]
+    summary = second.summary()
+    assert summary["os"]["note"] == f"converged on {host.name}"
+
+    # --- drift in two stages, and a stage whose stamp was forgotten (an interrupted run)
+    host.sudo("iptables -D INPUT -j GPUSTACK-INPUT", check=True)
+    host.sudo("sed -i 's/SystemdCgroup = true/SystemdCgroup = false/' /etc/containerd/config.toml", check=True)
+    host.sudo("rm /var/lib/gpustack/stages/kubernetes.json", check=True)
+    third = up(cfg, state)
+    assert third.rc == 0, third.output
+    facts = json.loads((third.last_run_dir() / "facts" / f"{host.name}.json").read_text())
+    assert any("file /etc/containerd/config.toml" in r for r in facts["stages"]["containerd"]["reasons"])
+    assert any("command chain" in r for r in facts["stages"]["firewall"]["reasons"])
+    assert "no stamp" in facts["stages"]["kubernetes"]["reasons"][0]
+    assert _visited(third, host.name) == {"firewall", "containerd", "kubernetes"}
+    changed = third.changed()
+    assert changed["firewall"] > 0 and changed["containerd"] > 0 and changed["kubernetes"] == 0, changed
+    rules = host.sudo("iptables -S INPUT", check=True).stdout
+    assert rules.count("-A INPUT -j GPUSTACK-INPUT") == 1
+    containerd = host.sudo("cat /etc/containerd/config.toml", check=True).stdout
+    assert "SystemdCgroup = true" in containerd and "SystemdCgroup = false" not in containerd
+    assert host.run("systemctl is-active containerd", check=True).stdout.strip() == "active"
+
+    # --- converged again; --full visits every stage and still changes nothing
+    fourth = up(cfg, state)
+    assert fourth.rc == 0 and _visited(fourth, host.name) == set(), fourth.summary()
+    full = up(cfg, state, "--full")
+    assert full.rc == 0, full.output
+    assert set(VISITED) <= _visited(full, host.name)
+    assert all(v == 0 for v in full.changed().values()), full.changed()

@@ -3,7 +3,7 @@
 Each script runs as a user runs it (a subprocess) on a tiny input; its result line must parse. Figures are
 printed, not asserted (they are the benchmark's output), except what the line states as a property
 (the converged cluster layer makes no mutating Helm call; the series budget's verdict is OK). Two scripts
-are smoke-tested elsewhere: bench_up.py needs test hosts (tests/testbed/test_bench_up.py) and
+are smoke-tested elsewhere: bench_up.py needs test hosts (tests/testbed/test_up_single.py) and
 bench_doctor.py's fake-API path has its own test (tests/unit/diagnose/test_bench_doctor.py).
 Time on the 2-core CI machine: ~25 s in all (bench_doctor --monitoring ~17 s, bench_cluster ~6 s).
 """
@@ -41,7 +41,7 @@ SMOKE = [
 ]  # fmt: skip
 #: scripts whose smoke path another test runs, and that test
 ELSEWHERE = {
-    "bench_up.py": ROOT / "tests" / "testbed" / "test_bench_up.py",
+    "bench_up.py": ROOT / "tests" / "testbed" / "test_up_single.py",
     "bench_doctor.py": ROOT / "tests" / "unit" / "diagnose" / "test_bench_doctor.py",
 }
 

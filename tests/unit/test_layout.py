@@ -194,7 +194,7 @@ ENGINE_VARS = {"gpustack_stage_hosts", "gpustack_preflight_sources"}
 
 def _sent(cfg: Config) -> dict[str, Any]:
     """Every gpustack_* variable Python sends the playbooks for ``cfg``: extra vars and host vars."""
-    sent = dict(extravars(cfg, kubeconfig_dest=Path("/k"), facts_dir=Path("/f")))
+    sent = dict(extravars(cfg, kubeconfig_dest=Path("/k")))
     for group in inventory(cfg)["all"]["children"].values():
         for hostvars in group["hosts"].values():
             sent.update({k: v for k, v in hostvars.items() if k.startswith("gpustack_")})

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import json
 from pathlib import Path
 from typing import Any
 
@@ -278,11 +277,8 @@ def test_playbook_run_is_limited_to_trusted_nodes_and_reports_failures(
     def fake_run(kwargs: dict[str, Any], tracker: ar.StageTracker) -> ar.PlaybookResult:
         calls.append(kwargs)
         assert Path(kwargs["envvars"]["ANSIBLE_SSH_CONTROL_PATH_DIR"]).is_dir(), "its own SSH control directory"
-        facts_dir = Path(kwargs["extravars"]["gpustack_facts_dir"])
-        facts_dir.mkdir(parents=True, exist_ok=True)
-        (facts_dir / "cp1.json").write_text(json.dumps(facts()))
         failure = ar.TaskFailure("preflight", "w1", "Collect facts as root", "sudo: a password is required")
-        return ar.PlaybookResult(2, "failed", {}, [failure], tmp_path)
+        return ar.PlaybookResult(2, "failed", {}, [failure], tmp_path, host_facts={"cp1": facts()})
 
     monkeypatch.setattr(ar, "run_playbook", fake_run)
     ctx = CollectContext(cfg=CFG, command="doctor", kubeconfig=None, timeout=20)

@@ -9,7 +9,6 @@ import subprocess
 from pathlib import Path
 from types import ModuleType
 
-import yaml
 from conftest import PLAYBOOKS
 
 TOML_UTILS = PLAYBOOKS / "module_utils" / "gpustack_toml.py"
@@ -56,24 +55,5 @@ def test_ansible_loads_the_containerd_filter(tmp_path: Path) -> None:
     assert '"msg": true' in r.stdout
 
 
-def test_preflight_module_finds_its_module_utils_under_ansible_runner(tmp_path: Path) -> None:
-    """gpustack runs playbooks through ansible-runner with the playbooks directory as project_dir and
-    no ansible.cfg: Ansible must find module_utils/ next to preflight.yml and ship it with the module."""
-    from gpustack.paths import resource_dir
-    from gpustack.runners import ansible as ar
-
-    inventory = {"all": {"hosts": {"me": {"ansible_connection": "local", "ansible_become": False,
-                                          "ansible_python_interpreter": "/usr/bin/python3",
-                                          "gpustack_node_address": "127.0.0.1"}}}}  # fmt: skip
-    known_hosts = tmp_path / "known_hosts"
-    known_hosts.touch()
-    kwargs = ar.build_runner_kwargs(
-        private_data_dir=tmp_path / "run", project_dir=resource_dir("playbooks"), playbook="preflight.yml",
-        inventory=yaml.safe_load(yaml.safe_dump(inventory)),
-        extravars={"gpustack_facts_dir": str(tmp_path / "facts"), "gpustack_node_addresses": ["127.0.0.1"]},
-        tags=(), settings=ar.AnsibleSettings(known_hosts=known_hosts), ident="module-utils",
-    )  # fmt: skip
-    result = ar.run_playbook(kwargs, ar.StageTracker())
-    assert result.rc == 0, [f.message for f in result.failures]
-    facts = json.loads((tmp_path / "facts" / "me.json").read_text())
-    assert set(facts["containerd"]) == {"path", "version", "config_version", "systemd_cgroup", "imports", "drop_ins"}
+# preflight.yml's module finding its module_utils under ansible-runner: test_playbook_layout.py
+# (test_preflight_module_finds_its_module_utils_under_ansible_runner, on the one local preflight run there)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 from pathlib import Path
@@ -15,8 +14,10 @@ from test_gpustack_facts import SCHEMA_KEYS
 
 from gpustack import commands
 from gpustack.config.model import Config, Node
+from gpustack.paths import resource_dir
 from gpustack.render import converge
 from gpustack.render.ansible import extravars, inventory
+from gpustack.runners import ansible as ar
 
 STAGES = [
     ("os", "all", "os_prep"),
@@ -50,7 +51,7 @@ def sample_inputs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path,
     d = tmp_path_factory.mktemp("inputs")
     cfg = sample_config()
     (d / "hosts.yml").write_text(yaml.safe_dump(inventory(cfg)))
-    ev = extravars(cfg, kubeconfig_dest=d / "kubeconfig", facts_dir=d / "facts")
+    ev = extravars(cfg, kubeconfig_dest=d / "kubeconfig")
     (d / "extravars.json").write_text(json.dumps(ev))
     return d, d / "hosts.yml", d / "extravars.json"
 
@@ -89,7 +90,7 @@ def test_role_layout(role: str) -> None:
 
 def test_every_gpustack_variable_comes_from_python() -> None:
     cfg = sample_config()
-    ev = extravars(cfg, kubeconfig_dest=Path("/k"), facts_dir=Path("/f"))
+    ev = extravars(cfg, kubeconfig_dest=Path("/k"))
     # the engine adds the converged-stage host patterns (gpustack/render/converge.py) and the package
     # sources the preflight tries (gpustack/checks/sources.py)
     provided = set(ev) | {"gpustack_stage_hosts", "gpustack_preflight_sources"}
@@ -108,12 +109,6 @@ def test_every_gpustack_variable_comes_from_python() -> None:
                 used.setdefault(name, set()).add(str(path.relative_to(PLAYBOOKS)))
     unknown = {k: sorted(v) for k, v in used.items() if k not in provided | NOT_VARIABLES}
     assert not unknown, f"variables the playbooks read but Python never sets: {unknown}"
-
-
-def test_facts_dir_extravar_is_optional() -> None:
-    cfg = sample_config()
-    assert "gpustack_facts_dir" not in extravars(cfg, kubeconfig_dest=Path("/k"))
-    assert extravars(cfg, kubeconfig_dest=Path("/k"), facts_dir=Path("/f"))["gpustack_facts_dir"] == "/f"
 
 
 @pytest.mark.parametrize("playbook", ["site.yml", "preflight.yml"])
@@ -136,45 +131,45 @@ def test_syntax_check(sample_inputs: tuple[Path, Path, Path], playbook: str) -> 
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-def test_preflight_runs_read_only_on_this_machine(tmp_path: Path) -> None:
-    inv = {
-        "all": {
-            "hosts": {
-                "me": {
-                    "ansible_connection": "local",
-                    "ansible_python_interpreter": "/usr/bin/python3",
-                    "ansible_become": False,
-                    "gpustack_node_address": "127.0.0.1",
-                }
-            }
-        }
-    }
-    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inv))
-    ev = {
-        "gpustack_facts_dir": str(tmp_path / "facts"),
-        "gpustack_node_addresses": ["127.0.0.1", "127.0.0.2"],
-    }
-    r = subprocess.run(
-        [
-            "ansible-playbook",
-            "-i",
-            str(tmp_path / "hosts.yml"),
-            "-e",
-            json.dumps(ev),
-            str(PLAYBOOKS / "preflight.yml"),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-        env=dict(os.environ, ANSIBLE_NOCOLOR="1"),
-    )
-    assert r.returncode == 0, r.stdout + r.stderr
-    facts = json.loads((tmp_path / "facts" / "me.json").read_text())
-    # the playbook adds what the module found of the package sources ([]: none asked for)
+@pytest.fixture(scope="module")
+def local_preflight(tmp_path_factory: pytest.TempPathFactory) -> tuple[ar.PlaybookResult, Path]:
+    """preflight.yml run once on this machine as the engine runs it: through ansible-runner with the
+    playbooks directory as project_dir and no ansible.cfg (so Ansible must find module_utils/ next to
+    preflight.yml and ship it with the module), the facts written from the module's results."""
+    tmp = tmp_path_factory.mktemp("preflight")
+    inv = {"all": {"hosts": {"me": {"ansible_connection": "local", "ansible_become": False,
+                                    "ansible_python_interpreter": "/usr/bin/python3",
+                                    "gpustack_node_address": "127.0.0.1"}}}}  # fmt: skip
+    (tmp / "known_hosts").touch()
+    kwargs = ar.build_runner_kwargs(
+        private_data_dir=tmp / "run", project_dir=resource_dir("playbooks"), playbook="preflight.yml",
+        inventory=yaml.safe_load(yaml.safe_dump(inv)), extravars={"gpustack_node_addresses": ["127.0.0.1", "127.0.0.2"]},
+        tags=(), settings=ar.AnsibleSettings(known_hosts=tmp / "known_hosts"), ident="local-preflight",
+    )  # fmt: skip
+    result = ar.run_playbook(kwargs, ar.StageTracker())
+    result.write_facts(tmp / "facts")
+    return result, tmp / "facts"
+
+
+def test_preflight_runs_read_only_on_this_machine(local_preflight: tuple[ar.PlaybookResult, Path]) -> None:
+    result, facts_dir = local_preflight
+    assert result.rc == 0, [f.message for f in result.failures]
+    assert result.changed_hosts() == {}, "nothing changes, on the host or here"
+    facts = json.loads((facts_dir / "me.json").read_text())
+    assert facts == result.host_facts["me"]
+    # the merged passes add what the module found of the package sources ([]: none asked for)
     assert set(facts) == SCHEMA_KEYS | {"sources"} and facts["sources"] == []
     assert set(facts["peers"]) == {"127.0.0.2"}
-    assert oct((tmp_path / "facts" / "me.json").stat().st_mode & 0o777) == "0o600"
+    assert oct((facts_dir / "me.json").stat().st_mode & 0o777) == "0o600"
+    assert oct(facts_dir.stat().st_mode & 0o777) == "0o700"
+
+
+def test_preflight_module_finds_its_module_utils_under_ansible_runner(
+    local_preflight: tuple[ar.PlaybookResult, Path],
+) -> None:
+    """The module imports module_utils/ (the containerd config parsers): shipped by Ansible with it."""
+    facts = local_preflight[0].host_facts["me"]
+    assert set(facts["containerd"]) == {"path", "version", "config_version", "systemd_cgroup", "imports", "drop_ins"}
 
 
 def test_ansible_lint_production() -> None:

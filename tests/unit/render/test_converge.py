@@ -49,10 +49,8 @@ def test_digests_change_with_inputs_and_differ_per_host_and_stage(tmp_path: Path
     assert set(digests["w1"]) == {"os", "firewall", "containerd", "kubernetes", "workers"}
     assert digests["cp"]["os"] != digests["w1"]["os"], "host vars are inputs"
     assert digests["cp"]["os"] != digests["cp"]["firewall"], "a stage's digest is its own"
-    # same inputs, same digests; the preflight's facts directory is not an input
-    again = converge.with_stage_digests(
-        inventory(cfg), {**ev, "gpustack_facts_dir": "/tmp/other", "gpustack_stage_hosts": {"os": "cp"}}, "tree1"
-    )
+    # same inputs, same digests; the converged run's host patterns are not an input
+    again = converge.with_stage_digests(inventory(cfg), {**ev, "gpustack_stage_hosts": {"os": "cp"}}, "tree1")
     assert again["all"]["children"]["workers"]["hosts"]["w1"]["gpustack_stage_digests"] == digests["w1"]
     # a changed playbook tree or extra var changes every digest
     other_tree = converge.with_stage_digests(inventory(cfg), ev, "tree2")
