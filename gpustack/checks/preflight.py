@@ -394,4 +394,5 @@ def check_names() -> list[str]:
 
 # the compatibility-matrix and package-source checks register after this module's (the table's order)
 from gpustack.checks import compat as _compat  # noqa: E402,F401
+from gpustack.checks import sharing as _sharing  # noqa: E402,F401
 from gpustack.checks import sources as _sources  # noqa: E402,F401

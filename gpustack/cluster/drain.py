@@ -18,12 +18,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpustack.constants import ANN_DRAIN_CORDONED_BY
+from gpustack.diagnose.objects import requests_gpus
 from gpustack.errors import GpustackError
 from gpustack.runners.kube import Eviction, Kube, Obj
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 #: set on a node this drain cordoned (see gpustack/constants.py)
 CORDON_ANNOTATION = ANN_DRAIN_CORDONED_BY
+
+
+__all__ = ["requests_gpus"]  # the GPU pod filter a GPU drain selects with (gpustack.cluster.sharing)
 
 
 class DrainError(GpustackError):
@@ -80,10 +84,13 @@ def _controller(pod: Obj) -> tuple[str, str]:
     return "", ""
 
 
-def classify(pods: Sequence[Obj]) -> Classified:
-    """Sort a node's pods into evicted, left alone and refused (pure)."""
+def classify(pods: Sequence[Obj], select: Callable[[Obj], bool] | None = None) -> Classified:
+    """Sort a node's pods into evicted, left alone and refused (pure); ``select``: only the pods it accepts
+    are considered (a GPU drain: :func:`~gpustack.diagnose.objects.requests_gpus`), the others stay untouched."""
     out = Classified()
     for obj in pods:
+        if select is not None and not select(obj):
+            continue
         meta = obj.get("metadata") or {}
         kind, name = _controller(obj)
         volumes = (obj.get("spec") or {}).get("volumes") or []
@@ -123,12 +130,12 @@ def ours_to_uncordon(node: Obj) -> bool:
     return not (node.get("spec") or {}).get("unschedulable") or CORDON_ANNOTATION in (meta.get("annotations") or {})
 
 
-def cordon(kube: Kube, node: str, *, on: bool = True) -> None:
-    """Mark the node (un)schedulable: ``spec.unschedulable`` and gpustack's annotation by server-side
+def cordon(kube: Kube, node: str, *, on: bool = True, why: str = "gpustack node remove") -> None:
+    """Mark the node (un)schedulable: ``spec.unschedulable`` and gpustack's annotation (``why``) by server-side
     apply (field manager gpustack); uncordoning applies without the annotation, which removes it."""
     meta: Obj = {"name": node}
     if on:
-        meta["annotations"] = {CORDON_ANNOTATION: "gpustack node remove"}
+        meta["annotations"] = {CORDON_ANNOTATION: why}
     kube.apply_one({"apiVersion": "v1", "kind": "Node", "metadata": meta, "spec": {"unschedulable": on}})
 
 
@@ -149,20 +156,22 @@ def drain(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
     progress: Callable[[str], None] | None = None,
+    select: Callable[[Obj], bool] | None = None,
+    why: str = "gpustack node remove",
 ) -> DrainResult:
     """Cordon ``node`` and evict its pods within ``timeout`` seconds; on failure uncordon it (when
     this drain cordoned it) and raise :class:`DrainError` naming what blocked. ``wait_gone=False``
     (a dead host): the evictions are accepted but nobody is left to stop the pods; they are removed
-    with the Node object."""
+    with the Node object. ``select``: only these pods (:func:`classify`); ``why``: the cordon annotation."""
     obj = kube.get("v1", "Node", node)
     if obj is None:
         return DrainResult(node)  # not a node of the cluster (any more): nothing to drain
     result = DrainResult(node, cordoned=ours_to_uncordon(obj))
     if result.cordoned:
-        cordon(kube, node)
+        cordon(kube, node, why=why)
     deadline = clock() + timeout
     try:
-        pods = classify(node_pods(kube, node))
+        pods = classify(node_pods(kube, node), select)
         if pods.unmanaged:
             raise DrainError(
                 f"{node}: pods no controller manages: {', '.join(p.ref for p in pods.unmanaged)}",

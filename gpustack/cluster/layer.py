@@ -9,7 +9,9 @@ Steps, in order (each timed, each idempotent):
    Operator and dcgm-exporter concurrently; unchanged releases are not touched;
 4. ``crds``       - wait until the ServiceMonitor/PrometheusRule CRDs are established;
 5. ``manifests``  - server-side apply of the ServiceMonitor, the PrometheusRules (alerts, usage recording
-   rules) and the dashboard ConfigMaps (DCGM, GPU capacity and cost).
+   rules) and the dashboard ConfigMaps (DCGM, GPU capacity and cost);
+6. ``gpu-sharing`` - each node's ``gpu_sharing`` as GPU Operator node labels; a MIG change drains the node's GPU
+   pods first and waits for the MIG manager (:mod:`gpustack.cluster.sharing`).
 
 """
 
@@ -35,8 +37,9 @@ from gpustack.runners.kubeconfig import kube_from_file
 
 MONITORING_CRDS = ("servicemonitors.monitoring.coreos.com", "prometheusrules.monitoring.coreos.com")
 RELEASE_TIMEOUTS = {"kube-prometheus-stack": "10m", "gpu-operator": "15m", "dcgm-exporter": "10m"}
-#: applied before the releases (namespaces, and the volume Prometheus' claim binds to)
-FIRST_FILES = ("namespaces.yaml", "storage.yaml")
+#: applied before the releases (namespaces, the volume Prometheus' claim binds to, the device-plugin ConfigMap the
+#: GPU Operator mounts: without it the device plugin's pods stay ContainerCreating)
+FIRST_FILES = ("namespaces.yaml", "storage.yaml", mf.SHARING_FILE)
 
 Status = Literal["changed", "unchanged"]
 
@@ -192,8 +195,10 @@ def run_cluster_layer(
     environ: Mapping[str, str] | None = None,
     crd_timeout: float = 300.0,
     charts: Mapping[str, Path] | None = None,
+    sharing: Mapping[str, Any] | None = None,
 ) -> list[StepSummary]:
-    """Install/converge the cluster layer; returns one :class:`StepSummary` per step, in order."""
+    """Install/converge the cluster layer; returns one :class:`StepSummary` per step, in order. ``sharing``:
+    keyword arguments for :func:`gpustack.cluster.sharing.converge_sharing` (tests: timeouts, clock)."""
     helm = helm or Helm(kubeconfig)
     kube = kube or kube_from_file(kubeconfig)
     values = render_values(cfg, facts)
@@ -202,7 +207,7 @@ def run_cluster_layer(
     summaries: list[StepSummary] = []
 
     with _step(summaries, "namespaces", console) as s:
-        first = manifests["namespaces.yaml"] + manifests.get("storage.yaml", [])
+        first = [o for name in FIRST_FILES for o in manifests.get(name, [])]
         n = _apply_counted(kube, first)
         s.status, s.detail = ("changed" if n else "unchanged"), ", ".join(mf.describe_all(first))
 
@@ -229,5 +234,12 @@ def run_cluster_layer(
 
             if remove_when_disabled(kube):  # remediation switched off since the last run
                 s.status, s.detail = "changed", s.detail + "; GPU health CronJob removed (remediation disabled)"
+
+    with _step(summaries, "gpu-sharing", console) as s:
+        from gpustack.cluster.sharing import converge_sharing
+
+        shared = converge_sharing(cfg, kube, progress=lambda line: console.info(f"cluster: gpu-sharing: {line}"),
+                                  **dict(sharing or {}))  # fmt: skip
+        s.status, s.detail = ("changed" if shared.changed else "unchanged"), shared.detail()
 
     return summaries

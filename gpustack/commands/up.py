@@ -86,16 +86,24 @@ STAGES: tuple[Stage, ...] = (
         "control-plane",
         "namespaces, Prometheus volume, Grafana admin Secret; Helm: kube-prometheus-stack (CRDs first), then "
         "GPU Operator and dcgm-exporter concurrently (unchanged releases untouched); ServiceMonitor, "
-        "GPU alert and usage recording rules, DCGM and capacity dashboard ConfigMaps (server-side apply)",
+        "GPU alert and usage recording rules, DCGM and capacity dashboard ConfigMaps (server-side apply); "
+        "GPU sharing: the device-plugin ConfigMap, node labels nvidia.com/mig.config and "
+        "nvidia.com/device-plugin.config (a node whose MIG configuration changes is drained of GPU pods first)",
     ),
 )
 
 
 def details(cfg: Config, to: str | None) -> list[Table]:
-    """`gpustack plan up` shows the versions the config chooses (as `gpustack version`)."""
+    """`gpustack plan up` shows the versions the config chooses (as `gpustack version`) and, when nodes share
+    their GPUs, what the cluster stage sets for each (docs/gpu-sharing.md)."""
     from gpustack.config import compat
+    from gpustack.render.sharing import plan_rows
 
-    return compat.version_tables(cfg)
+    tables = compat.version_tables(cfg)
+    rows = plan_rows(cfg)
+    if rows:
+        tables.append(("GPU sharing (cluster stage)", ["node", "mode", "setting", "labels (nvidia.com/)"], rows))
+    return tables
 
 
 PLAN = CommandPlan(

@@ -29,6 +29,7 @@ from gpustack.config.fields import (
     url_problem,
 )
 from gpustack.config.monitoring import Alerting, Monitoring, Remediation
+from gpustack.config.sharing import GpuSharing
 
 Role = Literal["control-plane", "worker"]
 
@@ -44,6 +45,11 @@ class Node(StrictModel):
     ssh_key: Path | None = Field(default=None, description="private key file for SSH")
     connection: Literal["ssh", "local"] = "ssh"
     become: bool = Field(default=True, description="use sudo (must be passwordless)")
+    gpu_sharing: GpuSharing | None = Field(
+        default=None,
+        description="share this node's GPUs: {mode: mig, profile: all-1g.10gb}, {mode: time-slicing, replicas: 4}, "
+        "{mode: mps, replicas: 4} or {mode: none} (docs/gpu-sharing.md)",
+    )
 
     @field_validator("name")
     @classmethod
@@ -381,6 +387,15 @@ class Gpu(StrictModel):
     )
     nfd: Literal["auto", "enabled", "disabled"] = Field(
         default="auto", description="auto: let the GPU Operator deploy Node Feature Discovery unless it already runs"
+    )
+    mig_strategy: Literal["auto", "single", "mixed"] = Field(
+        default="auto",
+        description="how MIG devices are advertised, one value for the cluster: mixed (nvidia.com/mig-<profile>), "
+        "single (nvidia.com/gpu; one profile per node); auto: mixed, or single when a node uses mps",
+    )
+    mig_reboot: bool = Field(
+        default=False,
+        description="let the MIG manager reboot a node whose MIG mode change needs it (WITH_REBOOT; cloud VMs)",
     )
 
 

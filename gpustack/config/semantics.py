@@ -7,7 +7,7 @@ import os
 from collections import Counter
 from dataclasses import dataclass
 
-from gpustack.config import compat, pins
+from gpustack.config import compat, pins, sharing
 from gpustack.config.model import Config
 
 Path_ = tuple[str | int, ...]
@@ -29,6 +29,7 @@ def check(cfg: Config) -> list[Problem]:
     problems += _versions(cfg)
     problems += [Problem(p.path, p.message) for p in compat.config_problems(cfg)]
     problems += cluster_problems(cfg)
+    problems += [Problem(path, message) for path, message in sharing.config_problems(cfg)]
     return problems
 
 

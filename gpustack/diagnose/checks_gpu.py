@@ -267,10 +267,11 @@ def driver_preinstalled(snap: Snapshot) -> list[Finding]:
 # --- G06 ------------------------------------------------------------------------------------------
 
 
-@register("G06-gpu-allocatable", LAYER, title="nvidia.com/gpu allocatable on every GPU node",
+@register("G06-gpu-allocatable", LAYER, title="nvidia.com/gpu (or MIG devices) allocatable on every GPU node",
           reads="nodes, host facts", commands=("doctor", "verify"), needs=("Node",))  # fmt: skip
 def gpu_allocatable(snap: Snapshot) -> list[Finding]:
-    """Every GPU node advertises ``nvidia.com/gpu`` (as many as the host has NVIDIA PCI devices)."""
+    """Every GPU node advertises ``nvidia.com/gpu`` (as many as the host has NVIDIA PCI devices), or MIG devices
+    (``nvidia.com/mig-<profile>``, the mixed strategy)."""
     nodes = {name_of(n): n for n in items(snap, "Node")}
     gpus = gpu_nodes(snap)
     if not gpus:
@@ -282,10 +283,18 @@ def gpu_allocatable(snap: Snapshot) -> list[Finding]:
                         layer=LAYER)]  # fmt: skip
     zero, short = [], []
     for name, pci in sorted(gpus.items()):
-        alloc = as_int(as_dict(as_dict(nodes[name].get("status")).get("allocatable")).get(GPU_RESOURCE))
-        if alloc <= 0:
+        allocatable = as_dict(as_dict(nodes[name].get("status")).get("allocatable"))
+        alloc = as_int(allocatable.get(GPU_RESOURCE))
+        # MIG under the mixed strategy: the GPUs are advertised as nvidia.com/mig-<profile> (G15 checks the counts)
+        mig_devices = sum(as_int(v) for k, v in allocatable.items() if str(k).startswith("nvidia.com/mig-"))
+        if alloc <= 0 and mig_devices <= 0:
             zero.append(name)
-        elif pci and alloc < pci:
+        elif (
+            pci
+            and alloc < pci
+            and not mig_devices
+            and "-MIG-" not in str(labels_of(nodes[name]).get("nvidia.com/gpu.product"))
+        ):
             short.append(f"{name}: {alloc} allocatable of {pci} GPUs")
     out = []
     if zero:

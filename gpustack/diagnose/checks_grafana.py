@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from gpustack.checks.model import Finding
 from gpustack.constants import GRAFANA_ADMIN_SECRET, GRAFANA_SERVICE, MONITORING_NAMESPACE, VERIFY_NAMESPACE
-from gpustack.diagnose.checks_gpu import GPU_RESOURCE
 from gpustack.diagnose.checks_monitoring import profiling_unsupported
 from gpustack.diagnose.collect_grafana import (
     CAPACITY_PREFIX,
@@ -16,7 +15,9 @@ from gpustack.diagnose.collect_grafana import (
     dashboard_uid,
     prometheus_datasource,
 )
+from gpustack.diagnose.objects import GPU_RESOURCE_PREFIXES
 from gpustack.diagnose.registry import register
+from gpustack.diagnose.sharing import mig_on
 from gpustack.diagnose.snapshot import Obj, Snapshot
 from gpustack.monitoring.dashboard import CAPACITY_DASHBOARD_FILE, DASHBOARD_FILE
 from gpustack.monitoring.panels import ALWAYS_MAY_BE_EMPTY, Meaning, titles
@@ -26,7 +27,8 @@ GRAFANA_LOGS = "kubectl -n monitoring logs deploy/kube-prometheus-stack-grafana 
 
 
 def gpu_pods(snap: Snapshot) -> list[str]:
-    """``namespace/name`` of the Running pods holding GPUs (a container's ``nvidia.com/gpu`` limit or request;
+    """``namespace/name`` of the Running pods holding GPUs (a container's ``nvidia.com/gpu*`` or ``nvidia.com/mig-*``
+    limit or request;
     verify's own test pods left out: they come and go while the panels are read)."""
     out = []
     for pod in snap.items("Pod"):
@@ -35,7 +37,8 @@ def gpu_pods(snap: Snapshot) -> list[str]:
             continue
         for c in spec.get("containers") or []:
             res = (c or {}).get("resources") or {}
-            amounts = [(res.get(k) or {}).get(GPU_RESOURCE) for k in ("limits", "requests")]
+            amounts = [a for k in ("limits", "requests") for r, a in ((res.get(k) or {}).items())
+                       if str(r).startswith(GPU_RESOURCE_PREFIXES)]  # whole or shared GPUs, MIG devices  # fmt: skip
             if any(str(a or "0") not in ("0", "") for a in amounts):
                 out.append(f"{meta.get('namespace')}/{meta.get('name')}")
                 break
@@ -58,7 +61,25 @@ def allowed_empty(snap: Snapshot) -> set[str]:
         healthy_empty.add("gpu-pods")
     if profiling_unsupported(snap):
         healthy_empty.add("profiling")
+    mig, whole = mig_nodes(snap)
+    if not mig:  # MIG instance panels: empty only where no node has MIG on
+        healthy_empty.add("mig")
+    if mig and not whole:  # GPU_UTIL is not reported per MIG instance: empty when every GPU node is MIG
+        healthy_empty.add("whole-gpu")
     return _titles(healthy_empty)
+
+
+def mig_nodes(snap: Snapshot) -> tuple[list[str], list[str]]:
+    """(GPU nodes with MIG on, GPU nodes without), from the nodes' labels (``nvidia.com/mig.config``)."""
+    mig: list[str] = []
+    whole: list[str] = []
+    for node in snap.items("Node"):
+        labels = (node.get("metadata") or {}).get("labels") or {}
+        if not isinstance(labels, dict) or str(labels.get("nvidia.com/gpu.present")) != "true":
+            continue
+        name = str((node.get("metadata") or {}).get("name") or "")
+        (mig if mig_on(labels) else whole).append(name)
+    return mig, whole
 
 
 @register("R01-grafana-healthy", "grafana", title="Grafana answers and its database is ok",

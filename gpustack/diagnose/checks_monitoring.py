@@ -12,6 +12,7 @@ from gpustack.checks.model import Finding
 from gpustack.config.pins import version_tuple
 from gpustack.diagnose.collect_prometheus import EXPORTER_UP, QUERIES, SCRAPE_POOL_FILTER
 from gpustack.diagnose.registry import register
+from gpustack.diagnose.sharing import shared_nodes
 from gpustack.diagnose.snapshot import Obj, Snapshot
 from gpustack.monitoring.rules import EXPORTER_JOB, rule_group_names
 from gpustack.render.manifests import EXPORTER_TARGETS
@@ -231,7 +232,7 @@ def gpus_reporting(snap: Snapshot) -> list[Finding]:
                         fix="gpustack doctor --check M01,M02,M03,M06,M07  # follow the path exporter -> target")]  # fmt: skip
     down = {str((t.get("labels") or {}).get("node") or "") for t in down_exporters(snap)}
     out = []
-    for node in sorted(set(reporting) | set(allocatable)):
+    for node in sorted((set(reporting) | set(allocatable)) - shared_nodes(snap)):  # shared: G15 counts them
         got, want = int(reporting.get(node, 0)), int(allocatable.get(node, 0))
         if want and got != want:
             evidence = (

@@ -2,8 +2,10 @@
 and the log tails of failing pods.
 
 Request budget (what the benchmark measures): discovery (one request per API group-version), one
-LIST per kind in :data:`~gpustack.diagnose.snapshot.KUBE_KINDS` plus one LIST of events, each paged
-at :data:`PAGE_SIZE`, plus at most :data:`MAX_LOG_REQUESTS` log tails. Nothing is requested per node.
+LIST per kind in :data:`~gpustack.diagnose.snapshot.KUBE_KINDS` and
+:data:`~gpustack.diagnose.snapshot.NAMESPACED_KINDS` plus one LIST of events, each paged at :data:`PAGE_SIZE`,
+plus at most :data:`MAX_LOG_REQUESTS` log tails (failing pods, and the MIG manager of a node whose MIG change
+failed or is pending). Nothing is requested per node.
 
 Failures are data: no kubeconfig or an unreachable API server -> ``snap.errors["kubernetes"]`` with
 an empty ``snap.kube`` (the engine maps that to exit 3); a kind the server refuses (403, 500) ->
@@ -13,6 +15,7 @@ an empty ``snap.kube`` (the engine maps that to exit 3); a kind the server refus
 from __future__ import annotations
 
 import time
+from collections.abc import Collection
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -29,7 +32,7 @@ from gpustack.diagnose.objects import (
     meta,
     pod_problem,
 )
-from gpustack.diagnose.snapshot import KUBE_KINDS, Obj, Snapshot
+from gpustack.diagnose.snapshot import KUBE_KINDS, NAMESPACED_KINDS, Obj, Snapshot
 from gpustack.errors import ClusterUnreachableError
 from gpustack.runners.kube import Kube, single_try_client
 
@@ -66,10 +69,26 @@ def _api_error(exc: ApiException) -> str:
     return f"HTTP {exc.status} {exc.reason or ''}".strip()
 
 
-def _log_targets(pods: list[Obj]) -> list[tuple[str, str, str, bool]]:
-    """(namespace, pod, container, previous) for failing pods, gpustack's namespaces first, bounded."""
+MIG_MANAGER_APP = "nvidia-mig-manager"
+MIG_STATE_LABEL = "nvidia.com/mig.config.state"
+
+
+def _mig_nodes_in_trouble(nodes: list[Obj]) -> set[str]:
+    """Nodes whose MIG manager reports ``failed`` or ``pending``: its log says why (G12-mig-config-state)."""
+    return {str(meta(n).get("name") or "") for n in nodes
+            if as_dict(meta(n).get("labels")).get(MIG_STATE_LABEL) in ("failed", "pending")}  # fmt: skip
+
+
+def _log_targets(pods: list[Obj], mig_nodes: Collection[str] = ()) -> list[tuple[str, str, str, bool]]:
+    """(namespace, pod, container, previous) for failing pods, gpustack's namespaces first, bounded; and the MIG
+    manager of the ``mig_nodes`` (Running, but its log explains the node's MIG state)."""
     chosen: list[tuple[int, str, str, list[tuple[str, bool]]]] = []
     for pod in pods:
+        md = meta(pod)
+        if (as_dict(md.get("labels")).get("app") == MIG_MANAGER_APP and md.get("name") and md.get("namespace")
+                and str(as_dict(pod.get("spec")).get("nodeName") or "") in mig_nodes):  # fmt: skip
+            chosen.append((-1, str(md["namespace"]), str(md["name"]), [(MIG_MANAGER_APP, False)]))
+            continue
         if pod_problem(pod) is None:
             continue
         md = meta(pod)
@@ -100,7 +119,7 @@ def _log_targets(pods: list[Obj]) -> list[tuple[str, str, str, bool]]:
 
 def _tail_logs(kube: CountingKube, snap: Snapshot, pods: list[Obj], deadline: float) -> None:
     failures = 0
-    for ns, pod, container, previous in _log_targets(pods):
+    for ns, pod, container, previous in _log_targets(pods, _mig_nodes_in_trouble(snap.items("Node"))):
         if time.monotonic() > deadline:
             snap.errors.setdefault("kubernetes:logs", "log tails skipped: the source ran out of time")
             return
@@ -171,6 +190,15 @@ def collect_kubernetes(ctx: CollectContext, snap: Snapshot) -> None:
                     raise
                 unreachable += 1
                 snap.errors[f"kubernetes:{kind}"] = f"LIST {kind}: {exc}"
+        for api_version, kind, namespace in NAMESPACED_KINDS:
+            try:
+                res = kube.resource(api_version, kind)
+                kube_data[kind] = kube.list_all(res.path(None, namespace), page=page_size) if res else []
+            except ApiException as exc:
+                if exc.status == 404:  # the namespace does not exist (yet): nothing in it
+                    kube_data[kind] = []
+                else:
+                    snap.errors[f"kubernetes:{kind}"] = f"LIST {kind} in {namespace}: {_api_error(exc)}"
     except ClusterUnreachableError as exc:
         snap.errors["kubernetes"] = str(exc)
         snap.requests += kube.count
@@ -185,6 +213,7 @@ def collect_kubernetes(ctx: CollectContext, snap: Snapshot) -> None:
             except (ApiException, ClusterUnreachableError) as exc:
                 why = _api_error(exc) if isinstance(exc, ApiException) else str(exc)
                 snap.errors["kubernetes:Event"] = f"LIST Event: {why}"
+        if failing or _mig_nodes_in_trouble(snap.items("Node")):
             _tail_logs(kube, snap, snap.items("Pod"), deadline)
     except ClusterUnreachableError as exc:
         snap.errors["kubernetes:logs"] = f"log tails stopped: {exc}"

@@ -54,8 +54,9 @@ QUERIES: dict[str, str] = {
     "gpu_models": "count by (modelName) (DCGM_FI_DEV_GPU_UTIL)",
     "exporter_targets": f"count by (job) ({EXPORTER_UP})",
     "exporter_down": f"{EXPORTER_UP} == 0",
-    # the usage rule gpustack:gpu_allocatable:sum's expression (deduplicated: two kube-state-metrics targets
-    # export the same series; tests/unit/report/test_queries.py keeps the two equal)
+    # the devices the device plugin advertises, deduplicated as the usage rule gpustack:gpu_allocatable:sum reads
+    # them (two kube-state-metrics targets export the same series; tests/unit/report/test_queries.py); the rule
+    # also weights shared GPUs by their share (docs/gpu-sharing.md#report)
     "gpu_allocatable": 'sum by (node) (max by (node, resource) (kube_node_status_allocatable{resource="nvidia_com_gpu"}))',
 }
 #: the Prometheus releases doctor, verify and report support, oldest and newest major (docs/operations.md,

@@ -52,13 +52,15 @@ STUCK_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName
 LOG_LIMIT = 4096
 
 
-def gpu_pod(name_prefix: str, image: str, command: list[str], *, privileged: bool = False) -> Obj:
-    """A one-shot pod requesting one GPU through the NVIDIA runtime class."""
+def gpu_pod(name_prefix: str, image: str, command: list[str], *, privileged: bool = False,
+            resource: str = "nvidia.com/gpu", node: str = "") -> Obj:  # fmt: skip
+    """A one-shot pod requesting one GPU (or one MIG device: ``resource``) through the NVIDIA runtime class,
+    on ``node`` when given."""
     container: Obj = {
         "name": "main",
         "image": image,
         "command": command,
-        "resources": {"limits": {"nvidia.com/gpu": 1}},
+        "resources": {"limits": {resource: 1}},
     }
     if privileged:  # dcgmproftester needs profiling access; SYS_ADMIN alone is reported not to suffice
         container["securityContext"] = {"privileged": True}
@@ -72,6 +74,7 @@ def gpu_pod(name_prefix: str, image: str, command: list[str], *, privileged: boo
             "runtimeClassName": "nvidia",
             "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
             "containers": [container],
+            **({"nodeSelector": {"kubernetes.io/hostname": node}} if node else {}),
         },
     }  # fmt: skip
 
@@ -102,8 +105,8 @@ def net_pod() -> Obj:
     }  # fmt: skip
 
 
-def cuda_pod() -> Obj:
-    return gpu_pod("gpustack-cuda", CUDA_IMAGE, ["nvidia-smi"])
+def cuda_pod(resource: str = "nvidia.com/gpu") -> Obj:
+    return gpu_pod("gpustack-cuda", CUDA_IMAGE, ["nvidia-smi"], resource=resource)
 
 
 def load_pod() -> Obj:
@@ -279,18 +282,29 @@ def _ready(node: object) -> bool:
                for c in conditions or [])  # fmt: skip
 
 
-def allocatable_gpus(nodes: list[Obj]) -> int:
-    """Total ``nvidia.com/gpu`` allocatable over the nodes (malformed values count as 0)."""
+def allocatable_gpus(nodes: list[Obj], resource: str = "nvidia.com/gpu") -> int:
+    """Total ``resource`` allocatable over the nodes (malformed values count as 0)."""
     total = 0
     for node in nodes:
         status = node.get("status") if isinstance(node, dict) else None
         alloc = status.get("allocatable") if isinstance(status, dict) else None
-        value = alloc.get("nvidia.com/gpu") if isinstance(alloc, dict) else None
+        value = alloc.get(resource) if isinstance(alloc, dict) else None
         try:
             total += int(str(value)) if value is not None else 0
         except ValueError:
             continue
     return total
+
+
+def cuda_resource(nodes: list[Obj]) -> str | None:
+    """What the CUDA test pod requests: ``nvidia.com/gpu`` when a node has one, else the first MIG device type one
+    has (every GPU under MIG with the mixed strategy; the operator's own plugin validator chooses the same way:
+    gpu-operator cmd/nvidia-validator/main.go getGPUResourceName); None when no node has either."""
+    if allocatable_gpus(nodes):
+        return "nvidia.com/gpu"
+    names = sorted({str(k) for n in nodes if isinstance(n, dict)
+                    for k in ((n.get("status") or {}).get("allocatable") or {}) if str(k).startswith("nvidia.com/mig-")})  # fmt: skip
+    return next((r for r in names if allocatable_gpus(nodes, r)), None)
 
 
 @source("workload", layers=("gpu-operator", "monitoring"), after=("kubernetes",), timeout=SOURCE_TIMEOUT)
@@ -302,11 +316,13 @@ def collect_workload(ctx: CollectContext, snap: Snapshot) -> None:
     if kube is None:
         snap.errors["workload"] = "no kubeconfig: cannot create the CUDA test pod"
         return
-    if "Node" in snap.kube and not allocatable_gpus(snap.kube["Node"]):
+    resource = cuda_resource(snap.kube["Node"]) if "Node" in snap.kube else "nvidia.com/gpu"
+    if resource is None:
         # a pod requesting a GPU could never schedule: don't wait out the deadline for it
-        snap.errors["workload"] = "no node has allocatable nvidia.com/gpu: the CUDA test pod cannot be scheduled"
+        snap.errors["workload"] = ("no node has allocatable nvidia.com/gpu (or a MIG device): the CUDA test pod "
+                                   "cannot be scheduled")  # fmt: skip
         return
-    snap.workload["cuda"] = _run_test_pod(ctx, kube, cuda_pod(), "workload_deadline", 240.0)
+    snap.workload["cuda"] = _run_test_pod(ctx, kube, cuda_pod(resource), "workload_deadline", 240.0)
     if ctx.load:
         snap.workload["load"] = run_load(ctx, snap, kube)
 

@@ -217,6 +217,22 @@ def restarts(pod: Any) -> int:
     return sum(as_int(c.get("restartCount")) for c in container_statuses(pod))
 
 
+#: extended resources of GPU pods: whole or shared GPUs (nvidia.com/gpu, nvidia.com/gpu.shared) and MIG devices
+#: (nvidia.com/mig-1g.10gb) -- the GPU Operator's own GPU pod filter (cmd/gpu-operator/main.go gpuPodSpecFilter)
+GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
+
+
+def requests_gpus(pod: Any) -> bool:
+    """A pod with a container (or init container) that requests or is limited to a GPU resource."""
+    spec = as_dict(as_dict(pod).get("spec"))
+    for c in [*as_list(spec.get("containers")), *as_list(spec.get("initContainers"))]:
+        res = as_dict(as_dict(c).get("resources"))
+        for section in ("requests", "limits"):
+            if any(str(k).startswith(GPU_RESOURCE_PREFIXES) for k in as_dict(res.get(section))):
+                return True
+    return False
+
+
 def node_of(pod: Any) -> str:
     return str(as_dict(as_dict(pod).get("spec")).get("nodeName") or "")
 

@@ -26,6 +26,10 @@ KUBE_KINDS: tuple[tuple[str, str], ...] = (
     ("monitoring.coreos.com/v1", "Prometheus"),
     ("nvidia.com/v1", "ClusterPolicy"),
 )
+#: Kinds collected in one namespace only (one paginated LIST each): the GPU Operator's ConfigMaps -- the MIG
+#: configurations its MIG manager wrote per node (``<node>-mig-config``), the static ``default-mig-parted-config``
+#: and gpustack's device-plugin ConfigMap (GPU sharing checks, gpustack/diagnose/checks_sharing.py).
+NAMESPACED_KINDS: tuple[tuple[str, str, str], ...] = (("v1", "ConfigMap", "gpu-operator"),)
 
 
 #: Where snapshots saved before ``exporter_scrape`` / ``datasource_probes`` / ``panel_errors`` existed kept
@@ -79,7 +83,8 @@ class GrafanaData:
 
 @dataclass
 class Snapshot:
-    """One look at the cluster. ``kube[kind]`` is the item list of that kind (all namespaces)."""
+    """One look at the cluster. ``kube[kind]`` is the item list of that kind (all namespaces; the kinds of
+    :data:`NAMESPACED_KINDS` from their one namespace)."""
 
     cluster: str = "gpustack"
     #: the cluster looked at (:meth:`gpustack.runners.kubeconfig.KubeTarget.to_json`: server, context, where the

@@ -21,3 +21,13 @@ def label_name(key: str) -> str:
 def namespace_allowlist(key: str) -> list[str]:
     """``metricLabelsAllowlist`` entries exporting namespace label ``key`` (``namespaces=[team]``)."""
     return [f"namespaces=[{key}]"]
+
+
+#: the node label GPU feature discovery sets on time-sliced and MPS nodes (k8s-device-plugin v0.20.0
+#: internal/lm/resource.go); the alert GPUsMissingFromMetrics skips those nodes (allocatable counts replicas)
+SHARING_STRATEGY_LABEL = "nvidia.com/gpu.sharing-strategy"
+
+
+def node_allowlist(keys: list[str]) -> list[str]:
+    """``metricLabelsAllowlist`` entries exporting node labels ``keys`` (``nodes=[a,b]``); none for no keys."""
+    return [f"nodes=[{','.join(keys)}]"] if keys else []

@@ -23,8 +23,8 @@ from gpustack.monitoring.dashboard import (
 from gpustack.paths import resource_file
 
 PANELS_FILE = "empty-panels.yaml"
-Meaning = Literal["data", "gpu-pods", "profiling", "activity", "problems"]
-MEANINGS: tuple[Meaning, ...] = ("data", "gpu-pods", "profiling", "activity", "problems")
+Meaning = Literal["data", "gpu-pods", "profiling", "activity", "problems", "mig", "whole-gpu"]
+MEANINGS: tuple[Meaning, ...] = ("data", "gpu-pods", "profiling", "activity", "problems", "mig", "whole-gpu")
 #: meanings whose "No data" is healthy whatever the cluster runs
 ALWAYS_MAY_BE_EMPTY: frozenset[Meaning] = frozenset({"activity", "problems"})
 DASHBOARD_FILES = (DASHBOARD_FILE, CAPACITY_DASHBOARD_FILE)
@@ -53,14 +53,21 @@ def titles(dashboard: str, meanings: frozenset[Meaning] | set[Meaning]) -> set[s
     return {title for title, meaning in empty_meanings().get(dashboard, {}).items() if meaning in meanings}
 
 
-def may_be_empty(dashboard: str, *, gpu_pods: bool, profiling: bool = True) -> set[str]:
+def may_be_empty(
+    dashboard: str, *, gpu_pods: bool, profiling: bool = True, mig: bool = False, whole_gpus: bool = True
+) -> set[str]:
     """Titles of ``dashboard``'s panels whose "No data" is healthy on a cluster where a pod holds a GPU
-    (``gpu_pods``) or none does, and whose GPUs DCGM can profile (``profiling``) or not."""
+    (``gpu_pods``) or none does, whose GPUs DCGM can profile (``profiling``) or not, where some node has MIG on
+    (``mig``) and some GPU node has not (``whole_gpus``)."""
     meanings = set(ALWAYS_MAY_BE_EMPTY)
     if not gpu_pods:
         meanings.add("gpu-pods")
     if not profiling:
         meanings.add("profiling")
+    if not mig:
+        meanings.add("mig")
+    if not whole_gpus:
+        meanings.add("whole-gpu")
     return titles(dashboard, meanings)
 
 

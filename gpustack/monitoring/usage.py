@@ -16,8 +16,10 @@ from gpustack.monitoring.promql import metric_names
 
 # Metrics the rules/dashboard may read that dcgm-exporter does not produce.
 ALLOWED_NON_DCGM = frozenset(
-    {"up", "kube_node_status_allocatable", "kube_node_status_capacity", "kube_pod_container_resource_requests"}
-)
+    {"up", "kube_node_status_allocatable", "kube_node_status_capacity", "kube_pod_container_resource_requests",
+     # GFD's nvidia.com/gpu.sharing-strategy node label (exported when a node time-slices: values.py)
+     "kube_node_labels"}
+)  # fmt: skip
 SERIES_BUDGET_PER_GPU = 40
 
 

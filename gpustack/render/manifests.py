@@ -2,7 +2,8 @@
 
 ``render_manifests(cfg, facts)`` -> ``{file name: [objects]}``: namespaces, the dcgm-exporter
 ServiceMonitor, the GPU PrometheusRule and the Grafana dashboard ConfigMap, then the usage recording rules'
-PrometheusRule and the "GPU capacity and cost" dashboard ConfigMap. ``render --out`` writes
+PrometheusRule and the "GPU capacity and cost" dashboard ConfigMap; with time-slicing or MPS the device plugin's
+ConfigMap (``gpu-sharing.yaml``, :mod:`gpustack.render.sharing`). ``render --out`` writes
 these files; ``up`` applies them with server-side apply.
 
 Secrets are separate (:func:`render_secrets`) so ``render --out`` never writes a credential to disk:
@@ -37,6 +38,7 @@ from gpustack.constants import (
 from gpustack.errors import ConfigError
 from gpustack.monitoring.dashboard import load_capacity_dashboard, load_dashboard
 from gpustack.monitoring.rules import load_usage_rules, prometheus_rule
+from gpustack.render.sharing import device_plugin_configmap
 from gpustack.render.templating import render_template
 from gpustack.render.values import (
     FactsSummary,
@@ -46,6 +48,8 @@ from gpustack.render.values import (
 )
 
 Obj = dict[str, Any]
+#: the device-plugin ConfigMap (time-slicing / MPS), applied before the releases that mount it
+SHARING_FILE = "gpu-sharing.yaml"
 PART_OF = {"app.kubernetes.io/part-of": "gpustack"}
 
 
@@ -188,6 +192,9 @@ def render_manifests(cfg: Config, facts: FactsSummary | None = None) -> dict[str
     storage = local_storage(cfg)
     if storage:
         out["storage.yaml"] = storage
+    plugin_config = device_plugin_configmap(cfg)  # time-slicing / MPS: the device plugin's configurations
+    if plugin_config is not None:
+        out[SHARING_FILE] = [plugin_config]
     from gpustack.health.manifests import FILE as HEALTH_FILE
     from gpustack.health.manifests import health_manifests
 

@@ -32,8 +32,9 @@ from gpustack.constants import (
     NODE_EXPORTER_PORT,
     RELEASE_ORDER,
 )
-from gpustack.monitoring.ksm import namespace_allowlist
+from gpustack.monitoring.ksm import SHARING_STRATEGY_LABEL, namespace_allowlist, node_allowlist
 from gpustack.paths import resource_file
+from gpustack.render.sharing import exporter_settings, operator_values
 from gpustack.render.templating import environment
 
 NULL_RECEIVER = "null"
@@ -247,7 +248,10 @@ def template_context(cfg: Config, facts: FactsSummary) -> dict[str, Any]:
         "operator_exporter": cfg.gpu.exporter == "operator",
         "counters_csv": _counters_csv(),
         "collect_interval_ms": duration_ms(mon.scrape_interval),
-        "ksm_labels_allowlist": namespace_allowlist(mon.team_label),
+        "ksm_labels_allowlist": namespace_allowlist(mon.team_label)
+        + node_allowlist([SHARING_STRATEGY_LABEL] if exporter_settings(cfg).virtual_gpus else []),
+        "sharing": operator_values(cfg),
+        "exporter": exporter_settings(cfg),
     }
 
 

@@ -45,7 +45,9 @@ CLUSTER_ALLOCATABLE = "gpustack:cluster_gpu_allocatable:sum"
 CLUSTER_ALLOCATED = "gpustack:cluster_gpu_allocated:sum"
 CLUSTER_PENDING = "gpustack:cluster_gpu_pending:sum"
 ACTIVITY = "gpustack:gpu_activity:ratio"
-IDLE = "gpustack:gpu_allocated_idle:bool"
+IDLE = "gpustack:gpu_idle:share"  # GPU share held and idle per minute (a MIG instance or time-sliced GPU: < 1)
+USED = "gpustack:gpu_used:ratio"  # activity x the share of a GPU the row stands for
+SHARE = "gpustack:gpu_share:ratio"  # 1 for a whole GPU, 1/7 for a 1g MIG instance, 1/replicas when time-sliced
 BUCKET = "gpustack:gpu_activity:bucket"
 #: labels of the per-GPU rows (the activity rule's labels)
 GPU_LABELS = ("namespace", "pod", "node", "gpu", "UUID", "modelName")
@@ -193,8 +195,8 @@ def window_parts(window: Window, use_rules: bool) -> dict[str, str]:
     pod = ("namespace", "pod", "node")
     return {
         "allocated": over_window(ALLOCATED, "sum_over_time", window, use_rules, pod),
-        "used": over_window(ACTIVITY, "sum_over_time", window, use_rules, GPU_LABELS),
-        "measured": over_window(ACTIVITY, "count_over_time", window, use_rules, GPU_LABELS),
+        "used": over_window(USED, "sum_over_time", window, use_rules, GPU_LABELS),
+        "measured": over_window(SHARE, "sum_over_time", window, use_rules, GPU_LABELS),
         "idle": over_window(IDLE, "sum_over_time", window, use_rules, GPU_LABELS),
         "capacity": over_window(CLUSTER_ALLOCATABLE, "sum_over_time", window, use_rules),
         "pending": over_window(CLUSTER_PENDING, "sum_over_time", window, use_rules),
@@ -231,7 +233,7 @@ def now_query(window: Window, team_label: str) -> str:
             "allocated": rule_expr(ALLOCATED),
             "starting": rule_expr(STARTING),
             "pending": rule_expr(PENDING),
-            "models": "count by (node, modelName) (DCGM_FI_DEV_GPU_UTIL)",
+            "models": "count by (node, modelName) (DCGM_FI_DEV_GPU_UTIL or DCGM_FI_DEV_GPU_TEMP)",  # GPU_UTIL: not under MIG
             "teams": team_map_expr(window, team_label),
             "first": first_data(window),
         }

@@ -40,6 +40,47 @@ def test_gpu_metric_labels_are_dcgm_exporters(exporter: str) -> None:
         assert attributes in ([], D["pod_attributes"])
 
 
+MIG_SAMPLE = FIXTURES / "mig" / "dcgm-exporter-h100-all-1g.10gb-one-pod.prom"
+
+
+def _series(text: str) -> dict[str, list[tuple[list[str], dict[str, str], float]]]:
+    """metric -> [(label names in order, labels, value)] of an exposition text."""
+    out: dict[str, list[tuple[list[str], dict[str, str], float]]] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name, _, rest = line.partition("{")
+        body, _, value = rest.rpartition("} ")
+        pairs = re.findall(r'([A-Za-z_]\w*)="([^"]*)"', body)
+        out.setdefault(name, []).append(([k for k, _ in pairs], dict(pairs), float(value)))
+    return out
+
+
+def test_the_mig_replay_has_the_exporter_samples_shape() -> None:
+    """One H100 at all-1g.10gb, a pod on GPU instance 7: the replay prints every family of the exporter sample
+    (tests/fixtures/mig, from dcgm-exporter's render_metrics.go) with one series per instance, the same label names
+    in the same order, the pod's labels on its instance only, GPU-level fields repeated on every instance; and
+    none of the fields DCGM does not report under MIG."""
+    sample = _series(MIG_SAMPLE.read_text(encoding="utf-8"))
+    spec = NodeSpec("gpu-h100-01", {}, gpus=1, mig="1g.10gb", mig_pods={(0, 7): PodRef("team-a", "infer-0", "server")})
+    replay = _series(render_dcgm(spec, load_counters(), 0.0))
+    assert "DCGM_FI_DEV_GPU_UTIL" not in replay and "DCGM_FI_DEV_MEM_COPY_UTIL" not in replay
+    exported = {c.name for c in load_counters().counters}
+    common = sorted(set(sample) & exported)
+    assert len(common) >= 15 and set(common) <= set(replay)
+    for name in common:
+        want, got = sample[name], replay[name]
+        assert len(got) == len(want) == 7, name
+        for (w_names, w_labels, _), (g_names, g_labels, _) in zip(want, got, strict=True):
+            g_names = [n for n in g_names if n not in ("pod_uid", "err_code", "err_msg")]
+            w_names = [n for n in w_names if n not in ("err_code", "err_msg")]
+            assert g_names == w_names, name
+            assert (g_labels["GPU_I_ID"], g_labels.get("pod")) == (w_labels["GPU_I_ID"], w_labels.get("pod")), name
+    for name in ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_SM_CLOCK"):
+        for series in (sample[name], replay[name]):  # GPU-level: one value, repeated on each instance
+            assert len({v for _, _, v in series}) == 1, name
+
+
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool (Debian's prometheus package) is not installed")
 def test_the_real_promtool_parses_the_exposition() -> None:
     """promtool parses it (a parse error is "error while linting: text format parsing error"); its lint findings

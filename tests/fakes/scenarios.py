@@ -22,6 +22,7 @@ from gpustack.constants import GPU_NAMESPACE, GRAFANA_ADMIN_SECRET, GRAFANA_SERV
 from gpustack.monitoring.rules import prometheus_rule
 from gpustack.render.manifests import EXPORTER_TARGETS, service_monitor
 from tests.fakes.kube_api import FakeKubeAPI
+from tests.fakes.sharing_scenarios import SHARING_FAILURES
 
 Obj = dict[str, Any]
 GPUS = 8
@@ -730,6 +731,8 @@ FAILURES: dict[str, tuple[int, Callable[[Scenario], str]]] = {
     "nvml-unknown-error": (1, m_nvml_unknown_error),
     "driver-upgrade-failed": (3, m_driver_upgrade_failed),
 }
+# GPU sharing (MIG, time-slicing): tests/fakes/sharing_scenarios.py (its builders use this module's)
+FAILURES.update(SHARING_FAILURES)
 
 
 def failure(name: str) -> tuple[Scenario, str]:

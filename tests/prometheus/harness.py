@@ -37,7 +37,7 @@ import yaml
 from gpustack.monitoring.rules import EXPORTER_JOB, load_usage_rules, rules_path
 
 from .releases import Release, newest, unavailable
-from .replay_exporter import LOOPBACK, DcgmReplay, KsmReplay, NodeSpec, default_nodes, visible_gpus
+from .replay_exporter import LOOPBACK, DcgmReplay, KsmReplay, NodeSpec, default_nodes, mig_instances, visible_gpus
 
 SCRAPE_INTERVAL = "1s"
 EXPORTER_NAMESPACE = "gpu-monitoring"
@@ -251,9 +251,11 @@ class Stack:
 
     def wait_until_scraped(self, samples: int = 5, timeout: float = 60.0) -> None:
         """Wait until every GPU series has ``samples`` samples and the rules have been evaluated."""
-        gpus = sum(len(visible_gpus(e.spec)) for e in self.exporters.values())
+        # one series per GPU, or per GPU instance on a MIG node
+        gpus = sum(len(visible_gpus(e.spec)) * (len(mig_instances(e.spec)) if e.spec.mig else 1)
+                   for e in self.exporters.values())  # fmt: skip
         expr = f"count(count_over_time(DCGM_FI_DEV_GPU_TEMP[1m]) >= {samples})"
-        wait_for(f"{gpus} GPUs with {samples} samples", lambda: self._value(expr) == gpus, timeout=timeout)
+        wait_for(f"{gpus} GPU series with {samples} samples", lambda: self._value(expr) == gpus, timeout=timeout)
         wait_for(
             "kube-state-metrics",
             lambda: self._value('count(kube_node_status_allocatable{resource="nvidia_com_gpu"})'),

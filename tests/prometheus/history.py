@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from gpustack.config import mig as mig_table
 from gpustack.report.inputs import ksm_label_name
 from gpustack.report.queries import RecordRule, inline, rules
 
@@ -46,11 +47,24 @@ class Node:
     gpus: int
     profiling: bool = True  # DCGM_FI_PROF_GR_ENGINE_ACTIVE collected (datacenter GPU)
     exporter: bool = True  # dcgm-exporter runs (else: allocation without DCGM data)
+    mig: str = ""  # a GI profile (1g.10gb): every GPU at all-<profile>, mig.strategy mixed (docs/gpu-sharing.md)
+    replicas: int = 1  # time-slicing: each GPU advertised ``replicas`` times
+
+    def instances(self) -> int:
+        """MIG instances per GPU (1 for a whole GPU): what all-<profile> makes on an H100 80GB."""
+        return (mig_table.layout("0x2330", f"all-{self.mig}") or {}).get(self.mig, 0) if self.mig else 1
+
+    @property
+    def resource(self) -> str:
+        """kube-state-metrics' name of the resource a pod requests here."""
+        return "nvidia_com_mig_" + self.mig.replace(".", "_") if self.mig else "nvidia_com_gpu"
 
 
 @dataclass(frozen=True)
 class Pod:
     """A pod holding ``gpus`` on ``node`` while Running in [start, end); Pending for ``pending_s`` before.
+    On a MIG node ``gpus`` are instance numbers (GPU ``i // instances``, GI id ``7 + i % instances``); on a
+    time-sliced node several pods may name one GPU.
     ``node=""``: never scheduled (Pending from ``start`` to ``end``). ``activity[i]`` for ``gpus[i]``
     (0-1; ``None``: no DCGM series). A pod still running at the end of the history has ``end`` = end + 60
     (its last sample is at the end)."""
@@ -153,6 +167,7 @@ def write_openmetrics(history: History, out: TextIO) -> int:
     """The history as kube-state-metrics and dcgm-exporter series; returns the number of samples."""
     w = _Writer(out)
     end = history.end + MINUTE  # sample times < end: the last one at history.end
+    nodes = {n.name: n for n in history.nodes}
 
     targets = history.ksm or [None]
 
@@ -169,8 +184,22 @@ def write_openmetrics(history: History, out: TextIO) -> int:
 
     w.family("kube_node_status_allocatable")
     for node in history.nodes:
-        labels = {"job": "kube-state-metrics", "node": node.name, "resource": "nvidia_com_gpu", "unit": "integer"}
-        ksm(labels, ((t, node.gpus) for t in _grid(history.start, end)))
+        labels = {"job": "kube-state-metrics", "node": node.name, "resource": node.resource, "unit": "integer"}
+        ksm(labels, ((t, node.gpus * node.instances() * node.replicas) for t in _grid(history.start, end)))
+    shared = [n for n in history.nodes if n.replicas > 1]
+    if shared:  # time-sliced: capacity (GPUs x replicas) and GFD's sharing-strategy label (allowlisted by gpustack)
+        w.family("kube_node_status_capacity")
+        for node in shared:
+            labels = {"job": "kube-state-metrics", "node": node.name, "resource": node.resource, "unit": "integer"}
+            ksm(labels, ((t, node.gpus * node.replicas) for t in _grid(history.start, end)))
+        w.family("kube_node_labels")
+        for node in shared:
+            labels = {
+                "job": "kube-state-metrics",
+                "node": node.name,
+                "label_nvidia_com_gpu_sharing_strategy": "time-slicing",
+            }
+            ksm(labels, ((t, 1) for t in _grid(history.start, end)))
 
     team_label = ksm_label_name(history.team_key)
     w.family("kube_namespace_labels")
@@ -194,7 +223,8 @@ def write_openmetrics(history: History, out: TextIO) -> int:
     w.family("kube_pod_container_resource_requests")
     for pod in history.pods:
         lo, hi = exists(pod)
-        labels = {**pod_base(pod), "container": "main", "node": pod.node, "resource": "nvidia_com_gpu",
+        resource = nodes[pod.node].resource if pod.node in nodes else "nvidia_com_gpu"
+        labels = {**pod_base(pod), "container": "main", "node": pod.node, "resource": resource,
                   "unit": "integer"}  # fmt: skip
         ksm(labels, ((t, pod.count) for t in _grid(lo, hi)))
 
@@ -208,13 +238,18 @@ def write_openmetrics(history: History, out: TextIO) -> int:
         if pod.pending_s or not pod.node:
             ksm({**pod_base(pod), "phase": "Pending"}, ((t, int(t < pod.start or not pod.node)) for t in _grid(lo, hi)))
 
-    nodes = {n.name: n for n in history.nodes}
-
     def dcgm_labels(node: Node, gpu: int, pod: Pod | None) -> dict[str, str]:
-        labels = {"job": "dcgm-exporter", "node": node.name, "gpu": str(gpu), "UUID": gpu_uuid(node.name, gpu),
+        """A GPU's labels; on a MIG node ``gpu`` is an instance number (dcgm-exporter's MIG layout: the parent's
+        gpu/UUID, GPU_I_PROFILE and GPU_I_ID); on a time-sliced node each pod has its copy (label vgpu)."""
+        parent, gi = divmod(gpu, node.instances())
+        labels = {"job": "dcgm-exporter", "node": node.name, "gpu": str(parent), "UUID": gpu_uuid(node.name, parent),
                   "modelName": node.model}  # fmt: skip
+        if node.mig:
+            labels |= {"GPU_I_PROFILE": node.mig, "GPU_I_ID": str(7 + gi)}
         if pod is not None:
             labels |= {"exported_namespace": pod.namespace, "exported_pod": pod.name, "exported_container": "main"}
+            if node.replicas > 1:
+                labels["vgpu"] = str(sum(1 for p in history.pods if p.node == node.name and p.name < pod.name))
         return labels
 
     held: list[tuple[Node, int, Pod, float]] = []
@@ -226,7 +261,7 @@ def write_openmetrics(history: History, out: TextIO) -> int:
             if activity is not None:
                 held.append((node, gpu, pod, activity))
     # every GPU of an exporter node reports (unallocated) for the last hour, so "now" sees the node's model
-    free = [(n, g) for n in history.nodes if n.exporter for g in range(n.gpus)]
+    free = [(n, g) for n in history.nodes if n.exporter and not n.mig for g in range(n.gpus)]
 
     def util(activity: float, profiling: bool) -> float:
         return 90.0 if profiling and activity > 0 else round(100 * activity, 6)
@@ -237,6 +272,21 @@ def write_openmetrics(history: History, out: TextIO) -> int:
         w.series(dcgm_labels(node, gpu, pod), ((t, util(activity, node.profiling)) for t in _grid(lo, hi)))
     for node, gpu in free:
         w.series(dcgm_labels(node, gpu, None), ((t, 0) for t in _grid(end - HOUR, end)))
+
+    sharing = [n for n in history.nodes if n.exporter and (n.mig or n.replicas > 1)]
+    if sharing:  # the GPUs and MIG instances DCGM reports (the usage rules' shares read them)
+        w.family("DCGM_FI_DEV_GPU_TEMP")
+        for node, gpu, pod, _ in held:
+            if node.mig:
+                w.series(
+                    dcgm_labels(node, gpu, pod),
+                    ((t, 40) for t in _grid(max(pod.start, history.start), min(pod.end, end))),
+                )
+        for node in sharing:
+            for gpu in range(node.gpus * node.instances()):
+                if node.mig and any(n is node and g == gpu for n, g, _, _ in held):
+                    continue  # a held instance's series carries its pod
+                w.series(dcgm_labels(node, gpu, None), ((t, 40) for t in _grid(history.start, end)))
 
     w.family("DCGM_FI_PROF_GR_ENGINE_ACTIVE")
     for node, gpu, pod, activity in held:

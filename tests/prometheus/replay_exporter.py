@@ -20,6 +20,15 @@ Pods come and go: :meth:`DcgmReplay.assign` gives a GPU to a pod (or frees it), 
 from the kubelet's pod-resources API. A :class:`PodRef` with ``load=True`` is ``gpustack verify --load``'s
 dcgmproftester (``-t 1004``, FP16 GEMMs): its GPU at full utilisation with the Tensor Cores near saturation.
 
+MIG (:attr:`NodeSpec.mig`, a GI profile such as ``1g.10gb``): every GPU of the node is partitioned as the MIG
+manager's ``all-<profile>`` does it, and dcgm-exporter prints one series per GPU instance, in its MIG label layout
+(``GPU_I_PROFILE``, ``GPU_I_ID`` after modelName; ``gpu``/UUID the parent's): GPU-level fields repeated on every
+instance (DCGM answers them with the parent's value), the instance-level ones per instance (engine, tensor and DRAM
+activity, framebuffer, XID), ``DCGM_FI_DEV_GPU_UTIL`` and ``MEM_COPY_UTIL`` left out (not reported under MIG); a
+pod's labels only on the instance it holds (:attr:`NodeSpec.mig_pods`, keyed by (gpu, GI id)). The shape is checked
+against the exporter sample tests/fixtures/mig/dcgm-exporter-h100-all-1g.10gb-one-pod.prom by
+tests/contract/test_replayed_and_recorded_contract.py.
+
 Run by hand: ``python tests/prometheus/replay_exporter.py --node node-a --scenario xid79`` (prints the address).
 Only ever binds to loopback.
 """
@@ -36,6 +45,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
+from gpustack.config import mig as mig_table
 from gpustack.monitoring.counters import CounterFile, load_counters
 
 SCENARIOS = (
@@ -81,6 +91,7 @@ KSM_HELP = {
     "kube_node_status_capacity": "The capacity for different resources of a node.",
     "kube_pod_status_phase": "The pods current phase.",
     "kube_namespace_labels": "Kubernetes labels converted to Prometheus labels.",
+    "kube_node_labels": "Kubernetes labels converted to Prometheus labels.",
 }
 #: namespaces every cluster has (kube-state-metrics exports kube_namespace_labels for each namespace, STABLE,
 #: docs/metrics/cluster/namespace-metrics.md; ``label_*`` only for labels in metricLabelsAllowlist)
@@ -108,6 +119,9 @@ class NodeSpec:
     gpus: int = 8
     scenario: str = "healthy"
     unhealthy_gpus: int = 0  # GPUs the device plugin withdrew: allocatable = gpus - unhealthy_gpus
+    mig: str = ""  # a GI profile (1g.10gb): every GPU at all-<profile>; "" = whole GPUs
+    mig_pods: Mapping[tuple[int, int], PodRef] = field(default_factory=dict)  # (gpu, GI id) -> pod holding it
+    replicas: int = 1  # time-slicing: allocatable = GPUs x replicas (kube-state-metrics)
     counters_without: tuple[str, ...] = ()  # fields this node's exporter does not emit
 
 
@@ -158,6 +172,8 @@ class GpuState:
         self.spec, self.gpu, self.t = spec, gpu, t
         self.pod = spec.pods.get(gpu)
         self.busy = self.pod is not None and not self.pod.idle
+        if spec.mig:  # the parent GPU works when a pod works on one of its instances
+            self.busy = any(g == gpu and not p.idle for (g, _), p in spec.mig_pods.items())
         self.loaded = self.busy and self.pod is not None and self.pod.load
         self.hot = spec.scenario == "overheat" and gpu == 5
 
@@ -284,6 +300,45 @@ def visible_gpus(spec: NodeSpec) -> list[int]:
     return list(range(count))
 
 
+#: GPU-instance fields (DCGM entity GPU_I / GPU_CI: dcgm_fields.cpp); every other field is GPU-level and repeated
+INSTANCE_FIELDS = frozenset({"DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_PROF_DRAM_ACTIVE",
+                             "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_RESERVED",
+                             "DCGM_FI_DEV_XID_ERRORS"})  # fmt: skip
+#: not reported for MIG instances (blank values, which dcgm-exporter skips; dcgm-exporter#430)
+NOT_UNDER_MIG = frozenset({"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL"})
+#: the first GI id of a profile's instances (illustrative: the exporter sample's 1g.10gb instances are 7-13)
+FIRST_GI = {1: 7, 2: 3, 3: 1, 4: 5, 7: 0}
+INSTANCE_FB_RESERVED_MIB = 0
+INSTANCE_MIB = {"1g.10gb": 9984, "2g.20gb": 20096, "3g.40gb": 40320}
+
+
+def mig_instances(spec: NodeSpec) -> list[int]:
+    """The GI ids of one GPU of ``spec`` (all-<profile> on an H100 80GB)."""
+    count = (mig_table.layout("0x2330", f"all-{spec.mig}") or {}).get(spec.mig, 0)
+    first = FIRST_GI.get(mig_table.compute_slices(spec.mig), 1)
+    return list(range(first, first + count))
+
+
+def instance_values(spec: NodeSpec, gpu: int, gi: int, t: float) -> dict[str, Sample]:
+    """The instance-level fields of GPU instance ``gi``: busy when a working pod holds it."""
+    pod = spec.mig_pods.get((gpu, gi))
+    busy = pod is not None and not pod.idle
+    gr = 0.978 if busy else 0.0
+    # an instance's framebuffer in MiB: GFD's nvidia.com/mig-<profile>.memory on an H100 80GB (NVIDIA docs
+    # mig-mixed-node-labels.json), else its share of the GPU's eight memory slices
+    total = INSTANCE_MIB.get(spec.mig) or FB_TOTAL_MIB * int(spec.mig.split("g.")[1].removesuffix("gb")) // 80
+    used = 7813 + int(50 * math.sin(t / 30)) if busy else (1530 if pod else 13)
+    return {
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE": Sample(gr),
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": Sample(gr * 0.62),
+        "DCGM_FI_PROF_DRAM_ACTIVE": Sample(gr * 0.41),
+        "DCGM_FI_DEV_FB_USED": Sample(used),
+        "DCGM_FI_DEV_FB_FREE": Sample(total - used - INSTANCE_FB_RESERVED_MIB),
+        "DCGM_FI_DEV_FB_RESERVED": Sample(INSTANCE_FB_RESERVED_MIB),
+        "DCGM_FI_DEV_XID_ERRORS": Sample(0, {"err_code": "0", "err_msg": XID_TEXT[0]}),
+    }
+
+
 def render_dcgm(spec: NodeSpec, counters: CounterFile, t: float) -> str:
     """Exposition text for every metric in ``counters``, as dcgm-exporter would print it."""
     label_fields = {name: DRIVER for name in counters.labels}
@@ -297,11 +352,33 @@ def render_dcgm(spec: NodeSpec, counters: CounterFile, t: float) -> str:
         for gpu, state in states.items():
             if counter.name not in values[gpu]:
                 raise KeyError(f"replay exporter has no simulation for {counter.name}: add it to GpuState.values()")
+            if spec.mig:
+                lines += _mig_lines(spec, gpu, counter.name, values[gpu][counter.name], label_fields, t)
+                continue
             found = values[gpu][counter.name]
             for sample in found if isinstance(found, list) else [found]:
                 labels = {**gpu_labels(spec, gpu, label_fields), **_attributes(state.pod, sample.extra)}
                 lines.append(f"{counter.name}{{{_label_text(labels)}}} {_format(counter.name, sample.value)}")
     return "\n".join(lines) + "\n"
+
+
+def _mig_lines(spec: NodeSpec, gpu: int, name: str, parent: Sample | list[Sample], label_fields: Mapping[str, str],
+               t: float) -> list[str]:  # fmt: skip
+    """One GPU's series of ``name`` under MIG: one per GPU instance (render_metrics.go gpuMetricsFormat: the
+    GPU_I_PROFILE and GPU_I_ID labels after modelName)."""
+    if name in NOT_UNDER_MIG:
+        return []
+    out = []
+    for gi in mig_instances(spec):
+        found = instance_values(spec, gpu, gi, t)[name] if name in INSTANCE_FIELDS else parent
+        base = gpu_labels(spec, gpu, label_fields)
+        host = {k: base.pop(k) for k in list(base) if k == spec.host_label}
+        rest = {k: base.pop(k) for k in list(base) if k not in ("gpu", "UUID", "pci_bus_id", "device", "modelName")}
+        for sample in found if isinstance(found, list) else [found]:
+            labels = {**base, "GPU_I_PROFILE": spec.mig, "GPU_I_ID": str(gi), **host, **rest,
+                      **_attributes(spec.mig_pods.get((gpu, gi)), sample.extra)}  # fmt: skip
+            out.append(f"{name}{{{_label_text(labels)}}} {_format(name, sample.value)}")
+    return out
 
 
 def _ksm_header(name: str) -> list[str]:
@@ -315,6 +392,18 @@ def _gpus_per_pod(spec: NodeSpec) -> dict[PodRef, int]:
     return counts
 
 
+def mig_resource(profile: str) -> str:
+    """kube-state-metrics' name of a MIG device resource: nvidia.com/mig-1g.10gb -> nvidia_com_mig_1g_10gb."""
+    return "nvidia_com_mig_" + profile.replace(".", "_").replace("+", "_")
+
+
+def _instances_per_pod(spec: NodeSpec) -> dict[PodRef, int]:
+    counts: dict[PodRef, int] = {}
+    for pod in spec.mig_pods.values():
+        counts[pod] = counts.get(pod, 0) + 1
+    return counts
+
+
 def render_ksm(specs: list[NodeSpec]) -> str:
     """kube-state-metrics series for the GPU resources: allocatable per node, requests per container, the
     phase of the pods holding GPUs (Running), and ``kube_namespace_labels`` for the system namespaces and those
@@ -324,13 +413,23 @@ def render_ksm(specs: list[NodeSpec]) -> str:
     requests = _ksm_header("kube_pod_container_resource_requests")
     phases = _ksm_header("kube_pod_status_phase")  # every pod holding GPUs runs
     namespaces = set(SYSTEM_NAMESPACES)
+    node_labels = _ksm_header("kube_node_labels") if any(s.replicas > 1 for s in specs) else []
     for spec in specs:
-        for resource, unit, amount in (("nvidia_com_gpu", "integer", spec.gpus), ("cpu", "core", 224)):
+        gpus = 0 if spec.mig else spec.gpus * spec.replicas  # mixed MIG: the node advertises MIG devices instead
+        resources = [("nvidia_com_gpu", "integer", gpus), ("cpu", "core", 224)]
+        if spec.mig:
+            resources.append((mig_resource(spec.mig), "integer", spec.gpus * len(mig_instances(spec))))
+        for resource, unit, amount in resources:
             labels = _label_text({"node": spec.node, "resource": resource, "unit": unit})
-            allocatable = amount - spec.unhealthy_gpus if resource == "nvidia_com_gpu" else amount
+            allocatable = amount - spec.unhealthy_gpus if resource == "nvidia_com_gpu" and amount else amount
             alloc.append(f"kube_node_status_allocatable{{{labels}}} {allocatable}")
             capacity.append(f"kube_node_status_capacity{{{labels}}} {amount}")
-        for pod, count in _gpus_per_pod(spec).items():
+        if spec.replicas > 1:  # GFD's label, allowlisted when gpustack configures time-slicing
+            labels = _label_text({"node": spec.node, "label_nvidia_com_gpu_sharing_strategy": "time-slicing"})
+            node_labels.append(f"kube_node_labels{{{labels}}} 1")
+        held = [(p, "nvidia_com_gpu", n) for p, n in _gpus_per_pod(spec).items()]
+        held += [(p, mig_resource(spec.mig), n) for p, n in _instances_per_pod(spec).items()]
+        for pod, resource, count in held:
             labels = _label_text(
                 {
                     "namespace": pod.namespace,
@@ -338,7 +437,7 @@ def render_ksm(specs: list[NodeSpec]) -> str:
                     "uid": gpu_uuid(pod.name, 0)[4:],
                     "container": pod.container,
                     "node": spec.node,
-                    "resource": "nvidia_com_gpu",
+                    "resource": resource,
                     "unit": "integer",
                 }
             )
@@ -354,7 +453,7 @@ def render_ksm(specs: list[NodeSpec]) -> str:
                 phases.append(f"kube_pod_status_phase{{{_label_text(pod_labels)}}} {int(phase == 'Running')}")
     ns_labels = _ksm_header("kube_namespace_labels")
     ns_labels += [f"kube_namespace_labels{{{_label_text({'namespace': ns})}}} 1" for ns in sorted(namespaces)]
-    return "\n".join(alloc + capacity + requests + phases + ns_labels) + "\n"
+    return "\n".join(alloc + capacity + requests + phases + ns_labels + node_labels) + "\n"
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -53,13 +53,14 @@ def run(kc: Path, tmp: Path, cfg: Config = CFG, **kw: Any) -> tuple[list[Any], H
 def test_fresh_then_converged(env: tuple[FakeKubeAPI, Path], tmp_path: Path) -> None:
     api, kc = env
     steps, helm = run(kc, tmp_path)
-    assert [s.step for s in steps] == ["namespaces", "secrets", "releases", "crds", "manifests"]
+    assert [s.step for s in steps] == ["namespaces", "secrets", "releases", "crds", "manifests", "gpu-sharing"]
     assert {s.step: s.status for s in steps} == {
         "namespaces": "changed",
         "secrets": "changed",
         "releases": "changed",
         "crds": "unchanged",
         "manifests": "changed",
+        "gpu-sharing": "unchanged",  # no node shares its GPUs
     }
     assert all(s.seconds >= 0 for s in steps)
     assert helm.call_counts()["mutating"] == 3
@@ -139,3 +140,23 @@ def test_release_specs_from_a_mirror_or_a_bundle(tmp_path: Path) -> None:
     archive = tmp_path / "gpu-operator-v26.7.0.tgz"
     bundled = {s.release: s for s in release_specs(CFG, render_values(CFG, FactsSummary()), {"gpu-operator": archive})}
     assert bundled["gpu-operator"].archive == archive and bundled["kube-prometheus-stack"].archive is None
+
+
+def test_gpu_sharing_configmap_before_the_releases_labels_after(env: tuple[FakeKubeAPI, Path], tmp_path: Path) -> None:
+    """The device-plugin ConfigMap is applied with the namespaces (the operator mounts it: without it the device
+    plugin's pods stay ContainerCreating), the node label in the last step (a converged re-run: test_sharing.py)."""
+    from tests.unit.nodes_cluster import node
+
+    api, kc = env
+    api.seed([node("cp", cp=True), node("w1")])
+    cfg = Config.model_validate({
+        "monitoring": {"prometheus_storage": {"storage_class": "local-path"}},
+        "nodes": [{"name": "cp", "address": "192.0.2.10", "role": "control-plane"},
+                  {"name": "w1", "address": "192.0.2.11", "gpu_sharing": {"mode": "time-slicing", "replicas": 4}}],
+    })  # fmt: skip
+    steps, _ = run(kc, tmp_path, cfg)
+    assert "ConfigMap/gpustack-device-plugin-config" in steps[0].detail
+    assert steps[-1].step == "gpu-sharing" and steps[-1].status == "changed"
+    assert "w1: device-plugin.config=time-slicing-4" in steps[-1].detail
+    w1 = api.get("v1", "Node", "w1")
+    assert w1 is not None and w1["metadata"]["labels"]["nvidia.com/device-plugin.config"] == "time-slicing-4"

@@ -74,7 +74,8 @@ def test_fresh_then_converged(world: tuple[FakeKubeAPI, Path, dict[str, str]]) -
     rows = summary(env)
     assert rows["cluster"]["status"] == "changed"
     assert [k for k in rows if k.startswith("cluster:")] == [
-        "cluster:namespaces", "cluster:secrets", "cluster:releases", "cluster:crds", "cluster:manifests"
+        "cluster:namespaces", "cluster:secrets", "cluster:releases", "cluster:crds", "cluster:manifests",
+        "cluster:gpu-sharing",
     ]  # fmt: skip
     assert len(mutating_helm_calls(env)) == 3
     assert api.get("monitoring.coreos.com/v1", "ServiceMonitor", "dcgm-exporter", "monitoring")

@@ -185,6 +185,21 @@ def test_gpu_count_mismatch_per_node() -> None:
     assert f.status == "fail" and f.host == "b" and "7 of 8" in f.summary
 
 
+def test_gpu_count_skips_shared_nodes() -> None:
+    """Allocatable counts MIG instances and time-sliced replicas there, DCGM physical GPUs (or none under MIG)."""
+    s = Snapshot(kube={"Node": [{"metadata": {"name": "ts", "labels": {"nvidia.com/gpu.sharing-strategy": "time-slicing"}}},
+                                {"metadata": {"name": "mig", "labels": {"nvidia.com/mig.config": "all-1g.10gb"}}},
+                                {"metadata": {"name": "b", "labels": {"nvidia.com/gpu.sharing-strategy": "none"}}}]})  # fmt: skip
+    s.prometheus.reachable = True
+    s.prometheus.queries = {
+        "gpu_util_by_node": [{"metric": {"node": "ts"}, "value": [0, "2"]}, {"metric": {"node": "b"}, "value": [0, "7"]}],
+        "gpu_allocatable": [{"metric": {"node": "ts"}, "value": [0, "8"]}, {"metric": {"node": "mig"}, "value": [0, "7"]},
+                            {"metric": {"node": "b"}, "value": [0, "8"]}],
+    }  # fmt: skip
+    [f] = check(s, "M04")
+    assert f.status == "fail" and f.host == "b" and "7 of 8" in f.summary
+
+
 def test_malformed_objects_never_crash() -> None:
     s = Snapshot(kube={"Service": [{"metadata": None}, {}], "Endpoints": [{}], "ServiceMonitor": [{"spec": {}}],
                        "Prometheus": [{}], "Pod": [{"status": {"containerStatuses": [None]}}]})  # fmt: skip

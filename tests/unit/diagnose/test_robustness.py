@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpustack.diagnose.snapshot import KUBE_KINDS, Snapshot
+from gpustack.diagnose.snapshot import KUBE_KINDS, NAMESPACED_KINDS, Snapshot
 from tests.fakes import scenarios as sc
 from tests.fakes.kube_api import FakeKubeAPI
 
@@ -23,15 +23,23 @@ KEYS = ["metadata", "status", "spec", "name", "namespace", "labels", "conditions
         "allocatable", "capacity", "nvidia.com/gpu", "taints", "key", "effect", "nodeName", "ownerReferences",
         "desiredNumberScheduled", "numberReady", "numberAvailable", "involvedObject", "kind", "driver", "enabled",
         "restartCount", "ready", "exitCode", "podCIDR", "replicas", "readyReplicas", "subsets", "addresses", "app",
-        "k8s-app", "component", "clusterIP", "nvidia.com/gpu.present"]  # fmt: skip
+        "k8s-app", "component", "clusterIP", "nvidia.com/gpu.present",
+        # GPU sharing (checks_sharing.py)
+        "data", "config.yaml", "mig-configs", "mig-devices", "device-filter", "mig", "strategy", "devicePlugin",
+        "migManager", "config", "nodeSelector", "nvidia.com/mig.config", "nvidia.com/mig.config.state",
+        "nvidia.com/device-plugin.config", "nvidia.com/gpu.replicas", "nvidia.com/gpu.product",
+        "nvidia.com/mig-1g.10gb", "nvidia.com/gpu.count"]  # fmt: skip
 SCALARS = st.none() | st.booleans() | st.integers(-3, 10) | st.text(max_size=6) | st.sampled_from(
     ["True", "False", "ready", "Running", "Pending", "CrashLoopBackOff", "OOMKilled", "8", "kube-system", "gpu-operator",
+     "all-1g.10gb", "success", "failed", "pending", "paused-for-mig-change", "time-slicing-4", "mixed", "single",
+     "gpustack-device-plugin-config", "version: v1\nsharing: {timeSlicing: {resources: [{name: gpu, replicas: 3}]}}",
+     "version: v1\nmig-configs: {all-1g.10gb: [{devices: all, mig-devices: {1g.10gb: 7}}]}",
      "Failed to initialize NVML: Unknown Error", 'no runtime for "nvidia" is configured', "dial tcp 10.96.0.1:443: i/o timeout"]
 )  # fmt: skip
 JSON = st.recursive(SCALARS, lambda c: st.lists(c, max_size=3) | st.dictionaries(st.sampled_from(KEYS), c, max_size=5),
                     max_leaves=25)  # fmt: skip
 HEALTHY = sc.healthy(3).objects
-CHECK_KINDS = [k for _, k in KUBE_KINDS]
+CHECK_KINDS = [k for _, k in KUBE_KINDS] + [k for _, k, _ in NAMESPACED_KINDS]
 
 
 def _assert_complete(snap: Snapshot) -> None:
@@ -79,7 +87,7 @@ def test_partially_broken_healthy_cluster_never_crashes(seed: int, n: int, junk:
     kube: dict[str, list[Any]] = {}
     for o in objs:
         kube.setdefault(str(o.get("kind")), []).append(o)
-    for _, kind in KUBE_KINDS:
+    for kind in CHECK_KINDS:
         kube.setdefault(kind, [])
     snap = Snapshot(kube=kube, events=[o for o in objs if o.get("kind") == "Event"],
                     hosts={"gpu-node-1": {"nvidia_driver_version": "580", "nvidia_pci_devices": junk}})  # fmt: skip

@@ -151,8 +151,8 @@ def test_a_check_without_its_data_is_skipped_and_not_called() -> None:
 def test_every_needed_kind_is_collected() -> None:
     """A check cannot need a kind the kubernetes source never lists (it would always skip)."""
     from gpustack.diagnose import registry
-    from gpustack.diagnose.snapshot import KUBE_KINDS
+    from gpustack.diagnose.snapshot import KUBE_KINDS, NAMESPACED_KINDS
 
-    kinds = {k for _, k in KUBE_KINDS} | {"prometheus", "grafana"}
+    kinds = {k for _, k in KUBE_KINDS} | {k for _, k, _ in NAMESPACED_KINDS} | {"prometheus", "grafana"}
     needs = {n for spec in registry.load_all().values() for n in spec.needs}
     assert needs and needs <= kinds, needs - kinds

@@ -25,4 +25,6 @@ def test_no_variant_touches_the_exporters_pod_mapping() -> None:
             assert "DCGM_EXPORTER_KUBERNETES" not in text, (variant, release)
             if release == "dcgm-exporter":
                 assert not {"kubeletPath", "kubernetes", "extraEnv"} & set(values), variant
-                assert not [a for a in values["arguments"] if a.startswith(("-k", "--kubernetes"))], variant
+                # --kubernetes-virtual-gpus=true (time-slicing/MPS) keeps the mapping and adds one series per pod
+                assert not [a for a in values["arguments"] if a.startswith(("-k", "--kubernetes"))
+                            and a != "--kubernetes-virtual-gpus=true"], variant  # fmt: skip

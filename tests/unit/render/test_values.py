@@ -41,6 +41,14 @@ ALERTING = {
     "routes": {"critical": ["oncall", "team-slack"], "warning": "team-slack", "info": ["mail", "hook"]},
 }
 
+SHARING_NODES: list[dict[str, Any]] = [
+    {"name": "gpu-h100", "address": "10.0.0.21", "role": "control-plane",
+     "gpu_sharing": {"mode": "mig", "profile": "all-1g.10gb"}},
+    {"name": "gpu-l40s", "address": "10.0.0.22", "gpu_sharing": {"mode": "time-slicing", "replicas": 4}},
+    {"name": "gpu-a10", "address": "10.0.0.23", "gpu_sharing": {"mode": "none"}},
+    {"name": "gpu-a10-mps", "address": "10.0.0.24", "gpu_sharing": {"mode": "mps", "replicas": 4}},
+]  # fmt: skip
+
 VARIANTS: dict[str, tuple[dict[str, Any], FactsSummary]] = {
     "default": ({"monitoring": STORAGE}, FactsSummary(gpu_nodes=("gpu1",))),
     "preinstalled-driver": ({"monitoring": STORAGE}, FactsSummary(driver_preinstalled=True, gpu_nodes=("gpu1",))),
@@ -58,7 +66,13 @@ VARIANTS: dict[str, tuple[dict[str, Any], FactsSummary]] = {
         FactsSummary(host_node_exporter=True),
     ),
     "alerting": ({"monitoring": STORAGE, "alerting": ALERTING}, FactsSummary()),
-}
+    # GPU sharing (docs/gpu-sharing.md): MIG (mixed, reboot allowed) and time-slicing with the standalone exporter;
+    # MIG (single) and MPS with the operator's exporter
+    "gpu-sharing": ({"monitoring": STORAGE, "gpu": {"mig_reboot": True}, "nodes": SHARING_NODES[:3]},
+                    FactsSummary(gpu_nodes=("gpu-h100", "gpu-l40s"))),
+    "gpu-sharing-operator": ({"monitoring": STORAGE, "gpu": {"exporter": "operator"},
+                              "nodes": [SHARING_NODES[0], SHARING_NODES[3]]}, FactsSummary()),
+}  # fmt: skip
 
 
 def _render(variant: str) -> dict[str, dict[str, Any]]:

@@ -15,8 +15,8 @@ Each generated values file is rendered through them with the real helm (``real_b
 
 The ``consumes`` lines and the table in values/README.md must agree key for key and rendering for
 rendering, every key the values set must be in the table, and the table's type column must match the
-rendered values, so the list and the proof cannot drift apart. Runtime: 6-10 s on the shared 2-core machine
-(22 helm renders of about 0.2 s: 12 distinct variant values, 3 chart defaults, 7 negative cases).
+rendered values, so the list and the proof cannot drift apart. Runtime: 8-12 s on the shared 2-core machine
+(27 helm renders of about 0.2 s: 16 distinct variant values, 3 chart defaults, 8 negative cases).
 """
 
 from __future__ import annotations
@@ -129,7 +129,9 @@ CRD_SCHEMAS: dict[str, dict[str, Any]] = {
             toolkit=obj(enabled=BOOL),
             daemonsets={"type": "object"},
             dcgm={"type": "object"},
-            devicePlugin={"type": "object"},
+            devicePlugin=obj(enabled=BOOL, config=obj(name=STRING, default=STRING)),
+            mig=obj(strategy={"type": "string", "enum": ["none", "single", "mixed"]}),
+            migManager=obj(enabled=BOOL, env={"type": "array", "items": obj(("name",), name=STRING, value=STRING)}),
             gfd={"type": "object"},
             nodeStatusExporter={"type": "object"},
             dcgmExporter=obj(
@@ -463,6 +465,13 @@ BAD: dict[str, tuple[str, str, Any, str]] = {
         [["namespaces=[team]"]],
         "not found in any rendered string",
     ),
+    # the CRD's enum: a strategy the operator does not know would be refused by the API server
+    "mig-strategy-unknown": (
+        "gpu-operator",
+        "mig.strategy",
+        "Mixed",
+        "ClusterPolicy/cluster-policy: spec.mig.strategy: 'Mixed' is not one of ['none', 'single', 'mixed']",
+    ),
     "label-value-int": (
         "kube-prometheus-stack",
         "grafana.sidecar.dashboards.labelValue",
@@ -484,6 +493,7 @@ def test_a_value_that_changes_type_fails(case: str, real_bins: RealBins, tmp_pat
     release, key, bad, expected = BAD[case]
     # the unchanged values pass (test_values_survive_the_charts): only the one value differs
     base = "operator-exporter" if key.startswith("dcgmExporter") else "changed" if ".dashboards." in key else "default"
+    base = "gpu-sharing" if key.startswith(("mig", "devicePlugin")) else base
     values = copy.deepcopy(render_variant(base)[release])
     _set(values, key, bad)
     found = problems(real_bins.helm, release, values, tmp_path)

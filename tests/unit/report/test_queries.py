@@ -101,10 +101,14 @@ def test_the_rules_read_only_exported_dcgm_metrics_and_kube_state_metrics() -> N
 
     exported = set(load_counters().metrics)
     read = {m for r in q.rules() for m in metric_names(q.inline(r.expr))}
-    assert {m for m in read if m.startswith("DCGM_")} == {"DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_DEV_GPU_UTIL"}
+    # GPU_TEMP: the GPUs and MIG instances DCGM reports (shared GPUs' shares), whatever profiling collects
+    dcgm = {"DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_GPU_TEMP"}
+    assert {m for m in read if m.startswith("DCGM_")} == dcgm
     assert {m for m in read if m.startswith("DCGM_")} <= exported
     assert {m for m in read if not m.startswith("DCGM_")} == {
         "kube_node_status_allocatable",
+        "kube_node_status_capacity",  # time-sliced nodes: GPUs x replicas
+        "kube_node_labels",  # GFD's nvidia.com/gpu.sharing-strategy
         "kube_pod_container_resource_requests",
         "kube_pod_status_phase",
     }
@@ -125,7 +129,7 @@ def _dedupe_problems(expr: str) -> list[str]:
     """Every read of a kube-state-metrics series not directly inside ``max by (<its identity>) (...)``."""
     problems = []
     for m in KSM_READ.finditer(expr):
-        before = re.search(r"max by \(([^)]*)\) \($", expr[: m.start()])
+        before = re.search(r"(?:max|group) by \(([^)]*)\) \($", expr[: m.start()])  # group: one per label set
         labels = {x.strip() for x in before.group(1).split(",")} if before else set()
         if not KSM_IDENTITY[m.group(1)] <= labels:
             problems.append(f"{m.group(0)} (max by {sorted(labels)})")
@@ -149,12 +153,18 @@ def test_every_kube_state_metrics_reading_is_deduplicated_before_it_is_summed() 
 
 
 def test_the_raw_allocatable_reading_is_the_rules_expression_everywhere() -> None:
-    """One source of truth: doctor's query and the dashboard's fallback are the recording rule's expression."""
+    """Doctor's query and the dashboard's fallback (without the rules) count the devices the device plugin
+    advertises, deduplicated as the rule reads them; the rule weights each by its share of a GPU (MIG instances,
+    time-sliced replicas: docs/gpu-sharing.md#report)."""
     from gpustack.diagnose.collect_prometheus import QUERIES
     from gpustack.monitoring.dashboard import load_capacity_dashboard, panel_queries
 
+    devices = 'sum by (node) (max by (node, resource) (kube_node_status_allocatable{resource="nvidia_com_gpu"}))'
+    assert QUERIES["gpu_allocatable"] == devices
     rule = q.rule_expr(q.ALLOCATABLE)
-    assert rule == 'sum by (node) (max by (node, resource) (kube_node_status_allocatable{resource="nvidia_com_gpu"}))'
-    assert QUERIES["gpu_allocatable"] == rule
+    assert rule.startswith(
+        'sum by (node) ( max by (node, resource) (kube_node_status_allocatable{resource=~"nvidia_com_gpu|nvidia_com_mig_.+"})'
+        " * on (node, resource) group_left () (group by (node, resource)"
+    )
     fallbacks = [e for _, e in panel_queries(load_capacity_dashboard()) if "kube_node_status_allocatable" in e]
-    assert len(fallbacks) == 2 and all(f"sum({q.ALLOCATABLE}) or sum({rule})" in e for e in fallbacks)
+    assert len(fallbacks) == 2 and all(f"sum({q.ALLOCATABLE}) or sum({devices})" in e for e in fallbacks)

@@ -1,0 +1,75 @@
+"""``gpustack report`` counts shared GPUs by their share (docs/gpu-sharing.md#report), against a real Prometheus
+holding one day of history with known answers, from raw series and from gpustack's recording rules:
+
+- gpu-h100-01, one H100 80GB at all-1g.10gb (mig.strategy mixed: ``nvidia.com/mig-1g.10gb`` x 7): team-a/infer-0
+  holds one instance for 10 h at 0.978 engine activity -> 10/7 GPU-h allocated, 10 x 0.978 / 7 used;
+  team-b/nb-0 another for 7 h, idle -> 1 GPU-h allocated and idle;
+- gpu-l40s-01, two L40S time-sliced 4 ways (allocatable 8): team-c/train-0 and train-1 share GPU 0 for 4 h at
+  0.5 -> 1 GPU-h allocated, 0.5 used each;
+- capacity: 3 physical GPUs x 24 h = 72 GPU-h (not 7 + 8 devices).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from gpustack.report.compute import Request
+from gpustack.report.model import Report
+from gpustack.report.source import Prometheus, make_report
+from gpustack.runners.http import DirectEndpoint
+
+from .history import DAY, HOUR, Backfilled, History, Node, Pod, backfilled
+from .releases import Release
+
+H100, L40S = "NVIDIA H100 80GB HBM3", "NVIDIA L40S"
+REL = 0.01
+
+
+def sharing_history(end: int) -> History:
+    start = end - DAY + 60
+    nodes = [Node("gpu-h100-01", H100, gpus=1, mig="1g.10gb"), Node("gpu-l40s-01", L40S, gpus=2, replicas=4)]
+    pods = [
+        Pod("team-a", "infer-0", "gpu-h100-01", (0,), end - 12 * HOUR, end - 2 * HOUR, (0.978,)),
+        Pod("team-b", "nb-0", "gpu-h100-01", (1,), end - 9 * HOUR, end - 2 * HOUR, (0.0,)),
+        Pod("team-c", "train-0", "gpu-l40s-01", (0,), end - 6 * HOUR, end - 2 * HOUR, (0.5,)),
+        Pod("team-c", "train-1", "gpu-l40s-01", (0,), end - 6 * HOUR, end - 2 * HOUR, (0.5,)),
+    ]
+    return History(start, end, nodes, pods)
+
+
+@pytest.fixture(scope="module")
+def sharing(tmp_path_factory: pytest.TempPathFactory, prometheus_release: Release) -> Iterator[Backfilled]:
+    import time
+
+    end = int(time.time()) // 60 * 60 - 60
+    pair = backfilled(
+        tmp_path_factory.mktemp("sharing-history"), sharing_history(end), None, release=prometheus_release
+    )
+    try:
+        yield pair
+    finally:
+        pair.stop()
+
+
+def report(pair: Backfilled, server: str) -> Report:
+    prom = Prometheus(DirectEndpoint((pair.rules if server == "rules" else pair.raw).url))
+    return make_report(prom, Request(end=pair.history.end, seconds=DAY), "auto")[0]
+
+
+@pytest.mark.parametrize("server", ["rules", "raw"])
+def test_mig_instances_count_their_slices_and_time_sliced_requests_one_over_replicas(
+    sharing: Backfilled, server: str
+) -> None:
+    r = report(sharing, server)
+    assert r.source == ("recording rules" if server == "rules" else "raw expressions")
+    got = {g.key: (g.allocated_h, g.used_h, g.idle_h) for g in r.groups}
+    assert got["team-a"] == pytest.approx((10 / 7, 10 * 0.978 / 7, 0), rel=REL)
+    assert got["team-b"] == pytest.approx((1.0, 0, 1.0), rel=REL)
+    assert got["team-c"] == pytest.approx((2.0, 1.0, 0), rel=REL)  # two pods, a quarter GPU each for 4 h
+    assert r.capacity_h == pytest.approx(72.0, rel=REL)
+    assert r.total.allocated_h == pytest.approx(10 / 7 + 1 + 2, rel=REL)
+    [idle] = r.idle
+    assert (idle.namespace, idle.pod, idle.idle_h) == ("team-b", "nb-0", pytest.approx(1.0, rel=REL))
+    assert {n.node: (n.model, n.allocatable) for n in r.nodes} == {"gpu-h100-01": (H100, 1), "gpu-l40s-01": (L40S, 2)}
