@@ -349,9 +349,9 @@ OS_APT_KEYRINGS: dict[str, str] = {
 
 
 def version_tuple(version: str) -> tuple[int, ...]:
-    """'v2.1.9+ds1' -> (2, 1, 9); the numeric dotted prefix only."""
+    """'v2.1.9+ds1' -> (2, 1, 9); 'R595' (a driver branch) -> (595,); the numeric dotted prefix only."""
     out: list[int] = []
-    for part in version.strip().lstrip("v").split("."):
+    for part in version.strip().lstrip("vVrR").split("."):
         digits = ""
         for ch in part:
             if not ch.isdigit():

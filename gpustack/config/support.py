@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from datetime import date, timedelta
 from typing import Literal
 
+# one version parser for the pins and their horizons (re-exported: horizons and pins_report read it here)
+from gpustack.config.pins import version_tuple as version_tuple
 from gpustack.errors import UsageError
 
 Kind = Literal["date", "month", "superseded", "ended", "none"]
@@ -159,23 +161,6 @@ def _text(status: Status, ends: str, days: int) -> str:
     if status == "ending":
         return f"support ends in {days} days ({ends})"
     return f"supported until {ends} ({days} days)"
-
-
-def version_tuple(version: str) -> tuple[int, ...]:
-    """'v2.3.4' -> (2, 3, 4); 'R595' -> (595,); the numeric dotted prefix only."""
-    out: list[int] = []
-    for part in version.strip().lstrip("vVrR").split("."):
-        digits = ""
-        for ch in part:
-            if not ch.isdigit():
-                break
-            digits += ch
-        if not digits:
-            break
-        out.append(int(digits))
-        if len(digits) != len(part):
-            break
-    return tuple(out)
 
 
 def days_text(days: int | None) -> str:
