@@ -52,7 +52,7 @@ LAYERS = ("kubernetes", "gpu-operator", "monitoring", "grafana")
 #: every check `verify` runs in those layers (the registry's ids, as the user reads them in the report)
 EXPECTED = {
     "kubernetes": {"K00", "K01", "K03", "K05", "K06", "K09"},
-    "gpu-operator": {"G01", "G02", "G06", "G10"},
+    "gpu-operator": {"G01", "G02", "G06", "G10", "G12", "G13", "G14", "G15", "G16", "G17", "G18"},  # G12-G18: sharing
     "monitoring": {"M01", "M02", "M03", "M04", "M05", "M06", "M07", "M08", "M09", "M11"},
     "grafana": {"R01", "R02", "R03", "R04", "R05"},
 }
