@@ -18,6 +18,7 @@ from gpustack.diag.dcgmi import BEGIN_MARKER, END_MARKER, parse_diag, parse_heal
 from gpustack.diag.findings import NodeOutcome, node_findings
 from gpustack.diag.job import DiagSpec
 from gpustack.diag.model import DcgmiParseError
+from tests.fakes.mangle import mangle
 
 DOCS = Path(__file__).resolve().parents[2] / "fixtures" / "dcgmi"
 DIAG_DOCS = [json.loads(p.read_text()) for p in sorted(DOCS.glob("dcgm-*/diag-*.json"))]
@@ -75,23 +76,6 @@ def test_arbitrary_json_shapes(doc: Any, exit_code: int | None) -> None:
         "Errors": {"children": {"Memory system": doc}}}}}}}}), exit_code)  # fmt: skip
 
 
-def _mangle(obj: Any, rnd: random.Random, junk: Any) -> None:
-    """Replace or delete one random subtree of ``obj`` (in place)."""
-    path: list[tuple[Any, Any]] = []
-    cur = obj
-    while isinstance(cur, dict | list) and cur and rnd.random() < 0.85:
-        key = rnd.choice(list(cur)) if isinstance(cur, dict) else rnd.randrange(len(cur))
-        path.append((cur, key))
-        cur = cur[key]
-    if not path:
-        return
-    parent, key = path[-1]
-    if rnd.random() < 0.3 and isinstance(parent, dict):
-        del parent[key]
-    else:
-        parent[key] = junk
-
-
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(which=st.integers(0, 10_000), seed=st.integers(0, 2**32), junk=st.lists(JSON, min_size=1, max_size=3))
 def test_dcgm_documents_with_a_subtree_replaced(which: int, seed: int, junk: list[Any]) -> None:
@@ -99,7 +83,7 @@ def test_dcgm_documents_with_a_subtree_replaced(which: int, seed: int, junk: lis
     pool = DIAG_DOCS + HEALTH_DOCS
     doc = copy.deepcopy(pool[which % len(pool)])
     for j in junk:
-        _mangle(doc, rnd, j)
+        mangle(doc, rnd, j, descend=0.85, delete=0.3)
     _check(_dump(doc), rnd.choice([0, 226, None]))
 
 

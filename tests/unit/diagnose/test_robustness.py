@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from gpustack.diagnose.snapshot import KUBE_KINDS, NAMESPACED_KINDS, Snapshot
 from tests.fakes import scenarios as sc
 from tests.fakes.kube_api import FakeKubeAPI
+from tests.fakes.mangle import mangle
 
 KEYS = ["metadata", "status", "spec", "name", "namespace", "labels", "conditions", "type", "containerStatuses",
         "initContainerStatuses", "state", "waiting", "terminated", "lastState", "reason", "message", "phase",
@@ -60,30 +61,13 @@ def test_random_objects_never_crash_a_check(kube: Any, events: Any, logs: Any, h
     _assert_complete(snap)
 
 
-def _mangle(obj: Any, rnd: random.Random, junk: Any) -> None:
-    """Replace or delete one random subtree of ``obj`` (in place)."""
-    path: list[tuple[Any, Any]] = []
-    cur = obj
-    while isinstance(cur, (dict, list)) and cur and rnd.random() < 0.75:
-        key = rnd.choice(list(cur)) if isinstance(cur, dict) else rnd.randrange(len(cur))
-        path.append((cur, key))
-        cur = cur[key]
-    if not path:
-        return
-    parent, key = path[-1]
-    if rnd.random() < 0.4 and isinstance(parent, dict):
-        del parent[key]
-    else:
-        parent[key] = junk
-
-
 @settings(max_examples=300, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 40), junk=st.lists(JSON, min_size=1, max_size=40))
 def test_partially_broken_healthy_cluster_never_crashes(seed: int, n: int, junk: list[Any]) -> None:
     rnd = random.Random(seed)
     objs = copy.deepcopy(HEALTHY)
     for i in range(n):
-        _mangle(rnd.choice(objs), rnd, junk[i % len(junk)])
+        mangle(rnd.choice(objs), rnd, junk[i % len(junk)], descend=0.75, delete=0.4)
     kube: dict[str, list[Any]] = {}
     for o in objs:
         kube.setdefault(str(o.get("kind")), []).append(o)
