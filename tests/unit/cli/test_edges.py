@@ -20,21 +20,15 @@ import urllib3
 
 from gpustack.cli.app import main
 from gpustack.runners.neterr import connection_problem
+from tests.unit.cli.user_env import user_env
 
 GOOD = "nodes:\n  - {name: cp1, address: 192.0.2.10, role: control-plane}\n"
 
 
 @pytest.fixture
 def user(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    for name in [n for n in os.environ if n.startswith("GPUSTACK_") or n == "KUBECONFIG"]:
-        monkeypatch.delenv(name)
-    monkeypatch.setenv("GPUSTACK_STATE_DIR", str(tmp_path / "state"))
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("NO_COLOR", "1")
-    monkeypatch.setenv("COLUMNS", "80")
-    (tmp_path / "gpustack.yaml").write_text(GOOD)
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
+    """A working directory with a config, an empty state directory, an 80-column terminal."""
+    return user_env(tmp_path, monkeypatch, GOOD, home=True)
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

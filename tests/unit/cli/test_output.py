@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from gpustack.diagnose import registry
 from gpustack.engine.progress import print_summary, report_preflight
 from gpustack.engine.steps import StageSummary
 from gpustack.errors import PreflightError
+from tests.unit.cli.user_env import user_env
 
 GOOD = "nodes:\n  - {name: cp1, address: 192.0.2.10, role: control-plane}\n  - {name: w1, address: 192.0.2.11}\n"
 CLUSTER_LAYERS = "kubernetes,gpu-operator,monitoring,grafana"
@@ -28,14 +28,7 @@ CLUSTER_LAYERS = "kubernetes,gpu-operator,monitoring,grafana"
 @pytest.fixture
 def user(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A working directory with a config, an empty state directory, an 80-column terminal."""
-    for name in [n for n in os.environ if n.startswith("GPUSTACK_") or n == "KUBECONFIG"]:
-        monkeypatch.delenv(name)
-    monkeypatch.setenv("GPUSTACK_STATE_DIR", str(tmp_path / "state"))
-    monkeypatch.setenv("NO_COLOR", "1")
-    monkeypatch.setenv("COLUMNS", "80")
-    (tmp_path / "gpustack.yaml").write_text(GOOD, encoding="utf-8")
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
+    return user_env(tmp_path, monkeypatch, GOOD)
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
