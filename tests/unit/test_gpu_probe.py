@@ -127,3 +127,24 @@ def test_pure_parsers_on_recorded_shapes() -> None:
     diff = probe.compare_facts({"a": 1, "kubernetes": {"x": True}, "peers": {"10.0.0.2": True}},
                                {"a": "1", "kubernetes": {}, "peers": {}, "b": 2})  # fmt: skip
     assert diff == {"missing": ["kubernetes.x"], "new": ["b"], "type_changed": ["a: int -> str"]}
+
+
+REAL = ROOT / "tests" / "fixtures" / "gpu-probe" / "ubuntu2404-h100-80gb-hbm3"
+
+
+def test_the_real_h100_capture_replays_and_only_the_missing_dev_char_links_differ(tmp_path: Path) -> None:
+    """The capture of 2026-11-27 (docs/gpu-probe.md#last-run-on-real-hardware): its sources agree, and the one
+    difference is real (that VM has no /dev/char links to the NVIDIA nodes)."""
+    stdout = run_probe("--replay", str(REAL), "--out", str(tmp_path))
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    status = {c["check"].split(" (")[0]: c["status"] for c in summary["cross_checks"]}
+    assert [k for k, v in status.items() if v != "ok"] == ["/dev/char links to NVIDIA nodes"], stdout
+    assert len(status) == 9
+
+
+def test_nvml_probe_without_nvml_says_so_and_exits_0(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-S", str(ROOT / "scripts" / "nvml_probe.py"), "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads((tmp_path / "nvml.json").read_text())
+    assert "pynvml" in result["error"] or "nvmlInit" in result["error"]
