@@ -1,6 +1,10 @@
-"""The usage rules' tables of MIG shares (gpustack/templates/monitoring/gpu-usage.rules.yaml) against the MIG
+"""The usage rules' table of MIG shares (gpustack/templates/monitoring/gpu-usage.rules.yaml) against the MIG
 profiles gpustack knows (gpustack/config/mig.py): every profile of every listed family counts its compute slices
-out of the GPU's (7; 4 on A30), by its GPU_I_PROFILE (DCGM) and by its resource name (kube-state-metrics)."""
+out of the GPU's (7; 4 on A30), by its GPU_I_PROFILE (DCGM) and by its resource name (kube-state-metrics).
+
+The rules key each profile with ``label_replace`` (``mig_slices="<slices>/<of>"``, later calls overriding earlier
+ones) and join the key with one table, ``gpustack:mig_profile_share:ratio``: this test applies the rule's own
+regexes the way Prometheus does (anchored at both ends, ``$1``/``${1}`` expanded, no match = label unchanged)."""
 
 from __future__ import annotations
 
@@ -12,24 +16,38 @@ import pytest
 from gpustack.config import mig
 from gpustack.monitoring.rules import record_rules
 
-TERM = re.compile(r'=~"(?P<re>[^"]+)"\}\)(?: \* (?P<num>\d+))?(?: / (?P<den>\d+))?\s*$')
+KEY = "mig_slices"
+#: label_replace(v, "mig_slices", "<replacement>", "<source label>", "<regex>")
+SETS_KEY = re.compile(rf'"{KEY}",\s*"(?P<repl>[^"]*)",\s*"(?P<src>[^"]*)",\s*"(?P<re>[^"]*)"')
+#: label_replace(vector(<num>[/<den>]), "mig_slices", "<key>", "", "")
+ENTRY = re.compile(rf'vector\((?P<num>\d+)(?:/(?P<den>\d+))?\),\s*"{KEY}",\s*"(?P<key>[^"]+)"')
 
 
-def _chain(record: str) -> list[tuple[re.Pattern[str], Fraction]]:
-    """(anchored regex, share) of each MIG term of a rule, in evaluation order (``or`` keeps the first match)."""
+def _expr(record: str) -> str:
     [rule] = [r for r in record_rules() if r["record"] == record]
-    out = []
-    for term in re.split(r"\n\s*or\n", str(rule["expr"])):
-        m = TERM.search(term.strip())
-        if m and ("GPU_I_PROFILE" in term or "nvidia_com_mig_" in term):
-            share = Fraction(int(m["num"] or 1), int(m["den"] or 1))
-            out.append((re.compile(m["re"]), share))
-    return out
+    return str(rule["expr"])
 
 
-def _share(chain: list[tuple[re.Pattern[str], Fraction]], name: str) -> Fraction | None:
-    """The share the first matching term gives (Prometheus anchors label regexes at both ends)."""
-    return next((share for pattern, share in chain if pattern.fullmatch(name)), None)
+def _table() -> dict[str, Fraction]:
+    return {m["key"]: Fraction(int(m["num"]), int(m["den"] or 1)) for m in ENTRY.finditer(_expr(TABLE))}
+
+
+def _key(record: str, label: str, value: str) -> str | None:
+    """The ``mig_slices`` key the rule's label_replace calls give a series whose ``label`` is ``value``
+    (innermost call first: it is written last in the text's nesting, so the calls apply in text order)."""
+    key: str | None = None
+    for m in SETS_KEY.finditer(_expr(record)):
+        if m["src"] != label:
+            continue
+        hit = re.fullmatch(m["re"], value)
+        if hit:
+            key = hit.expand(re.sub(r"\$\{?(\d+)\}?", r"\\g<\1>", m["repl"]))  # Go's $1 / ${1} as Python's
+    return key
+
+
+def _share(record: str, label: str, value: str) -> Fraction | None:
+    key = _key(record, label, value)
+    return None if key is None else _table().get(key)
 
 
 def _ksm(resource: str) -> str:
@@ -37,17 +55,23 @@ def _ksm(resource: str) -> str:
     return re.sub(r"[^a-zA-Z0-9_]", "_", resource)
 
 
+TABLE = "gpustack:mig_profile_share:ratio"
+INSTANCE = "gpustack:gpu_instance_share:ratio"
+RESOURCE = "gpustack:gpu_resource_share:ratio"
 CASES = [(f.name, p, Fraction(mig.compute_slices(p), f.slices)) for f in mig.FAMILIES for p in f.profiles]
 
 
 @pytest.mark.parametrize(("family", "profile", "want"), CASES, ids=[f"{c[0]}:{c[1]}" for c in CASES])
 def test_every_known_profile_counts_its_compute_slices(family: str, profile: str, want: Fraction) -> None:
-    assert _share(_chain("gpustack:gpu_instance_share:ratio"), profile) == want
-    assert _share(_chain("gpustack:gpu_resource_share:ratio"), _ksm(mig.resource_name(profile))) == want
+    assert _share(INSTANCE, "GPU_I_PROFILE", profile) == want
+    assert _share(RESOURCE, "resource", _ksm(mig.resource_name(profile))) == want
+    assert _share(RESOURCE, "resource", _ksm(mig.resource_name(profile) + ".shared")) == want  # renamed replicas
 
 
-def test_the_tables_are_read_and_a_whole_gpu_profile_is_one() -> None:
-    assert len(_chain("gpustack:gpu_instance_share:ratio")) == len(_chain("gpustack:gpu_resource_share:ratio")) == 8
-    assert _share(_chain("gpustack:gpu_resource_share:ratio"), "nvidia_com_mig_7g_80gb") == 1
-    assert _share(_chain("gpustack:gpu_instance_share:ratio"), "1g.6gb") == Fraction(1, 4)  # A30 before the 7s
-    assert _share(_chain("gpustack:gpu_resource_share:ratio"), "nvidia_com_gpu") is None  # not a MIG term
+def test_the_table_is_read_and_a_whole_gpu_profile_is_one() -> None:
+    assert len(_table()) == 8 and set(_table().values()) <= {Fraction(n, d) for d in (4, 7) for n in range(1, d + 1)}
+    assert _share(RESOURCE, "resource", "nvidia_com_mig_7g_80gb") == 1
+    assert _share(INSTANCE, "GPU_I_PROFILE", "1g.6gb") == Fraction(1, 4)  # A30: the override wins over the 7s
+    assert _share(INSTANCE, "GPU_I_PROFILE", "1g.12gb") == Fraction(1, 7)  # GH200 96GB: not an A30 profile
+    assert _share(RESOURCE, "resource", "nvidia_com_gpu") is None  # not a MIG resource
+    assert _share(INSTANCE, "GPU_I_PROFILE", "8g.80gb") is None  # no such key: not counted as a MIG share
