@@ -6,7 +6,7 @@ What it does, in one run:
 
 1. writes the history of ``--gpus`` GPUs (8 per node, half with profiling metrics) running a sequence of
    1-GPU pods each (2-48 h, with gaps, 10 namespaces) as kube-state-metrics and dcgm-exporter series, one
-   sample a minute over ``--days`` days (tests/prometheus/history.py ``bench_history``), and imports it with
+   sample a minute over ``--days`` days (tests/prometheus/history_scenarios.py ``bench_history``), and imports it with
    ``promtool tsdb create-blocks-from openmetrics``;
 2. starts two Prometheus servers on copies of it: one without the usage rules, one with them loaded and
    recorded over the whole history (range queries, imported the same way);
@@ -38,7 +38,8 @@ from gpustack.report.inputs import parse_prices  # noqa: E402
 from gpustack.report.source import RAW_PARALLEL, Prometheus, make_report  # noqa: E402
 from gpustack.runners.http import DirectEndpoint  # noqa: E402
 from tests.prometheus.harness import PrometheusServer, binaries_missing  # noqa: E402
-from tests.prometheus.history import DAY, backfill_rules, bench_history, load_history, prometheus_yml  # noqa: E402
+from tests.prometheus.history import DAY, backfill_rules, load_history, prometheus_yml  # noqa: E402
+from tests.prometheus.history_scenarios import bench_history  # noqa: E402
 
 
 def run_report(server: PrometheusServer, end: int, days: int, mode: str) -> tuple[int, float, float]:

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from .harness import Stack, running_stack
-from .history import Backfilled, backfilled, ci_history
+from .history import Backfilled, backfilled
+from .history_scenarios import ci_history
 from .releases import NAMES, Release, release, selected, unavailable
 
 HERE = Path(__file__).resolve().parent
@@ -77,7 +78,7 @@ def scenario_stack(tmp_path_factory: pytest.TempPathFactory, prometheus_release:
 
 @pytest.fixture(scope="module")
 def usage_history(tmp_path_factory: pytest.TempPathFactory, prometheus_release: Release) -> Iterator[Backfilled]:
-    """30 days of GPU history with known answers (tests/prometheus/history.py ``ci_history``), ending a minute
+    """30 days of GPU history with known answers (tests/prometheus/history_scenarios.py ``ci_history``), ending a minute
     ago, in two Prometheus servers: without and with gpustack's usage recording rules."""
     import time
 

@@ -37,7 +37,8 @@ import yaml
 from gpustack.monitoring.rules import EXPORTER_JOB, load_usage_rules, rules_path
 
 from .releases import Release, newest, unavailable
-from .replay_exporter import LOOPBACK, DcgmReplay, KsmReplay, NodeSpec, default_nodes, mig_instances, visible_gpus
+from .replay_exporter import LOOPBACK, NodeSpec, default_nodes, mig_instances, visible_gpus
+from .replay_server import DcgmReplay, KsmReplay
 
 SCRAPE_INTERVAL = "1s"
 EXPORTER_NAMESPACE = "gpu-monitoring"

@@ -21,7 +21,8 @@ from tests.fakes.grafana_api import FakeGrafana
 
 from .harness import PrometheusServer, Stack, wait_for, write_prometheus_config
 from .releases import Release
-from .replay_exporter import DcgmReplay, KsmReplay, default_nodes
+from .replay_exporter import default_nodes
+from .replay_server import DcgmReplay, KsmReplay
 
 PROM_CHECKS = ("M02", "M03", "M04", "M05", "M08")
 GRAFANA_CHECKS = ("R01", "R02", "R03", "R04")

@@ -1,5 +1,5 @@
 """``gpustack report`` against a real Prometheus holding 30 days of synthetic history with known answers
-(tests/prometheus/history.py ``ci_history``), once from raw series and once from gpustack's recording rules."""
+(tests/prometheus/history_scenarios.py ``ci_history``), once from raw series and once from gpustack's recording rules."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ from gpustack.report.model import Report
 from gpustack.report.source import Prometheus, make_report
 from gpustack.runners.http import DirectEndpoint
 
-from .history import A100, DAY, H100, MINUTE, Backfilled
+from .history import DAY, MINUTE, Backfilled
+from .history_scenarios import A100, H100
 from .releases import Release
 
 REL = 0.01  # GPU-hours within 1 %
@@ -290,7 +291,7 @@ def test_every_capacity_panel_returns_the_report_numbers(usage_history: Backfill
     assert 5.5 < scalar(panels["Allocated GPUs in 30 days (linear trend)"]) < 8.5
 
 
-# --- kube-state-metrics rolls out: two targets for an hour (history.py ci_history) ------------------------
+# --- kube-state-metrics rolls out: two targets for an hour (history_scenarios.py ci_history) ------------------------
 
 #: the usage rules' request and allocatable expressions before the dedupe: a plain sum adds both copies
 NAIVE_ALLOCATED = (

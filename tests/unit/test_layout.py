@@ -1,8 +1,9 @@
 """The rules of the house (docs/architecture.md, docs/decisions.md "The layout"), kept by reading the code:
 
 - no import cycle among gpustack's modules (from the AST of every import, lazy ones included);
-- no module over 500 lines (gpustack/, and the Python the playbooks ship: library/, module_utils/,
-  filter_plugins/); at most 8 modules at the package root;
+- no module over 500 lines (gpustack/, the Python the playbooks ship: library/, module_utils/,
+  filter_plugins/, and the test helpers under tests/: every module not named test_*.py, a few capped where
+  they stood); at most 8 modules at the package root;
 - dependencies point one way: the checks, renderers, runners and config never import the commands,
   the engine or the CLI; the engine never imports a command; a command never imports another;
 - one name for a setting from the config to the host: the playbooks read every variable Python
@@ -122,16 +123,45 @@ def test_the_cycle_finder_finds_a_cycle(monkeypatch: pytest.MonkeyPatch) -> None
     assert ["gpustack.console", "gpustack.errors"] in _cycles()
 
 
+TESTS = REPO / "tests"
+#: test helpers over the limit when the rule reached tests/ (2026-11-27), each capped at its size then: they may
+#: shrink, never grow; split one and drop it here. Shared by most tests (and edited by parallel work), so each
+#: split is its own change.
+TEST_HELPERS_OVER = {
+    "tests/fakes/kube_api.py": 1463,
+    "tests/fakes/scenarios.py": 776,
+    "tests/testbed/hosts.py": 618,
+    "tests/testbed/services.py": 643,
+}
+
+
+def _test_helpers() -> Iterator[Path]:
+    """The Python under tests/ that is not a test module: fakes, harnesses, fixtures' builders, conftest.py."""
+    for path in TESTS.rglob("*.py"):
+        if "__pycache__" not in path.parts and not path.name.startswith("test_"):
+            yield path
+
+
 def _python_files() -> Iterator[Path]:
     yield from MODULES.values()
     for sub in ("library", "module_utils", "filter_plugins"):
         yield from (PLAYBOOKS / sub).glob("*.py")
+    yield from _test_helpers()
 
 
 @pytest.mark.parametrize("path", sorted(_python_files()), ids=lambda p: str(p.relative_to(REPO)))
 def test_no_module_over_500_lines(path: Path) -> None:
     lines = len(path.read_text(encoding="utf-8").splitlines())
-    assert lines <= MAX_LINES, f"{path.relative_to(REPO)}: {lines} lines (split it by what its parts do)"
+    limit = TEST_HELPERS_OVER.get(str(path.relative_to(REPO)), MAX_LINES)
+    assert lines <= limit, f"{path.relative_to(REPO)}: {lines} lines (split it by what its parts do)"
+
+
+def test_the_size_rule_reaches_test_helpers_and_its_exceptions_still_exceed_it() -> None:
+    helpers = {str(p.relative_to(REPO)) for p in _test_helpers()}
+    assert {"tests/prometheus/replay_exporter.py", "tests/fakes/kube_api.py", "tests/conftest.py"} <= helpers
+    assert not any(Path(h).name.startswith("test_") for h in helpers)
+    for name in TEST_HELPERS_OVER:  # an exception that fits the rule again must leave the list
+        assert len((REPO / name).read_text(encoding="utf-8").splitlines()) > MAX_LINES, name
 
 
 def test_few_modules_at_the_package_root() -> None:
