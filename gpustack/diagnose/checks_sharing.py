@@ -321,6 +321,27 @@ def exporter_mig_client(snap: Snapshot) -> list[Finding]:
 
 # --- G18 ------------------------------------------------------------------------------------------------
 
+#: nvidia-smi -L's device lines: ``GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-...)`` and, under it, one line per MIG
+#: device the container holds, ``  MIG 1g.10gb     Device  0: (UUID: MIG-...)`` (NVIDIA/cloud-native-docs
+#: gpu-operator/manifests/output/mig-nvidia-smi.txt @1c9e5bc; the real H100's GPU line in
+#: tests/fixtures/gpu-probe/ubuntu2404-h100-80gb-hbm3)
+SMI_GPU = re.compile(r"^GPU \d+: .+ \(UUID: GPU-[0-9a-fA-F-]+\)$")
+SMI_MIG = re.compile(r"^MIG (?P<profile>\S+)\s+Device\s+\d+: \(UUID: MIG-[0-9a-fA-F-]+\)$")
+STUCK_PULL = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName")
+
+
+def _pod_fix(node: str, resource: str, pod: dict[str, Any]) -> str:
+    """What to do about a test pod that did not complete, by what stopped it."""
+    reason = str(pod.get("reason") or "")
+    if reason == "Unschedulable":
+        return (f"kubectl describe node {node} | grep -A10 Allocatable   # must list {resource} with at least 1\n"
+                "gpustack doctor --check G12 --check G14 --check G15 --check G16   # MIG state, what the device "
+                "plugin advertises and its configuration")  # fmt: skip
+    if reason in STUCK_PULL:
+        return f"{node} cannot pull {pod.get('image') or 'the CUDA image'}: gpustack doctor --layer runtime"
+    return (f"the container got {resource} on {node} but nvidia-smi failed: check the node's driver and toolkit "
+            f"(gpustack doctor --layer runtime --layer gpu-operator); kubectl describe node {node}")  # fmt: skip
+
 
 @register("G18-shared-gpu-test-pod", LAYER, title="a CUDA test pod runs on a MIG device / shared GPU of each sharing node",
           reads="verify's test pods", commands=("verify",))  # fmt: skip
@@ -339,27 +360,32 @@ def shared_gpu_test_pod(snap: Snapshot) -> list[Finding]:
         return [Finding("", "", "pass", "no node shares its GPUs")]
     out = []
     for rec in (as_dict(r) for r in records):
-        node, what = str(rec.get("node") or "?"), f"{rec.get('mode')} ({rec.get('resource')})"
+        node, resource = str(rec.get("node") or "?"), str(rec.get("resource") or "")
+        what = f"{rec.get('mode')} ({resource})"
         pod = as_dict(rec.get("pod"))
         text = str(pod.get("logs") or "")
-        devices = [line.strip() for line in text.splitlines() if re.match(r"\s*(MIG|GPU) ", line)]
+        lines = [line.strip() for line in text.splitlines()]
+        gpus = [line for line in lines if SMI_GPU.match(line)]
+        migs = [m["profile"] for line in lines if (m := SMI_MIG.match(line))]
         want = str(rec.get("expect") or "")
         if pod.get("phase") != "Succeeded":
+            how = "timed out" if pod.get("timed_out") else "stuck" if pod.get("stuck") else "did not complete"
             reason = f"{pod.get('reason', '')} {pod.get('message', '')}".strip()
-            out.append(Finding("", "", "fail", f"{node}: the test pod on {what} did not complete: phase "
-                               f"{pod.get('phase') or '?'}", evidence="; ".join(x for x in (reason, str(pod.get('error') or ''),
-                                                                                          text[-300:]) if x),
-                               fix=f"kubectl describe node {node} | grep -A8 Allocatable; gpustack doctor --check G15 --check G16",
-                               host=node))  # fmt: skip
-        elif want and (len(seen := [d for d in devices if d.startswith(want.split()[0])]) != 1
-                       or not seen[0].startswith(want)):  # fmt: skip
+            out.append(Finding("", "", "fail", f"{node}: the test pod on {what} {how}: phase {pod.get('phase') or '?'}",
+                               evidence="; ".join(x for x in (reason, str(pod.get('error') or ''), text[-300:]) if x),
+                               fix=_pod_fix(node, resource, pod), host=node))  # fmt: skip
+        elif want.startswith("MIG ") and (migs != [want.removeprefix("MIG ")] or len(gpus) != 1):
             out.append(Finding("", "", "fail", f"{node}: the test pod on {what} did not see exactly one {want.strip()}",
-                               evidence=text[-500:] or "(no output)", host=node,
+                               evidence=f"nvidia-smi -L: {text[-500:] or '(no output)'}", host=node,
                                fix=f"nvidia-smi -L on {node}; gpustack doctor --check G14 --check G15"))  # fmt: skip
+        elif want == "GPU " and (len(gpus) != 1 or migs):
+            out.append(Finding("", "", "fail", f"{node}: the test pod on {what} did not see exactly one GPU",
+                               evidence=f"nvidia-smi -L: {text[-500:] or '(no output)'}", host=node,
+                               fix=f"nvidia-smi -L on {node}; gpustack doctor --check G15 --check G16"))  # fmt: skip
         elif rec.get("pod") is not None and not pod.get("deleted"):
             out.append(Finding("", "", "warn", f"the test pod {pod.get('pod')} was not deleted",
                                fix=f"kubectl -n {pod.get('namespace')} delete pod {pod.get('pod')}", host=node))  # fmt: skip
         else:
-            out.append(Finding("", "", "pass", f"{node}: a CUDA pod ran on {what}: {devices[-1] if devices else 'ok'}",
-                               host=node))  # fmt: skip
+            seen = f"MIG {migs[0]}" if migs else gpus[-1] if gpus else "ok"
+            out.append(Finding("", "", "pass", f"{node}: a CUDA pod ran on {what}: {seen}", host=node))
     return out

@@ -5,9 +5,15 @@ node whose GPUs are shared, requesting what that node advertises, pinned to it, 
 - a MIG node (``nvidia.com/mig.config`` applied): under the mixed strategy one ``nvidia.com/mig-<profile>`` (the
   first the node advertises, as the operator's plugin validator picks it: gpu-operator cmd/nvidia-validator
   getGPUResourceName), under single one ``nvidia.com/gpu``; the pod must see exactly one ``MIG <profile>`` device
-  (nvidia-smi -L prints ``MIG 1g.10gb Device 0: (UUID: MIG-...)``; NVIDIA docs gpu-operator-mig.rst);
-- a time-sliced / MPS node (``nvidia.com/device-plugin.config``): one ``nvidia.com/gpu`` (or ``.shared``); the pod
-  must see one GPU.
+  under its GPU (nvidia-smi -L prints ``  MIG 1g.10gb     Device  0: (UUID: MIG-...)`` below the ``GPU 0: ...``
+  line: NVIDIA/cloud-native-docs gpu-operator/manifests/output/mig-nvidia-smi.txt, mig-mixed-nvidia-smi.txt);
+- a time-sliced / MPS node (``nvidia.com/device-plugin.config`` or GFD's ``nvidia.com/gpu.sharing-strategy``): one
+  ``nvidia.com/gpu`` (``nvidia.com/gpu.shared`` when renamed); the pod must see one GPU.
+
+Resource names are read from each node's allocatable (:func:`advertised`), never assumed: ``nvidia.com/gpu``,
+``nvidia.com/gpu.shared``, ``nvidia.com/mig-<profile>`` and ``nvidia.com/mig-<profile>.shared`` all work. A node that
+shares nothing gets no pod here: the workload source's whole-GPU CUDA pod runs on one of those
+(:func:`gpustack.diagnose.collect_workload.whole_gpu_node`).
 
 At most :data:`MAX_NODES` nodes, one pod at a time within the source's deadline; each pod is deleted whatever
 happened (:func:`gpustack.diagnose.collect_workload.run_pod`).
@@ -15,12 +21,13 @@ happened (:func:`gpustack.diagnose.collect_workload.run_pod`).
 
 from __future__ import annotations
 
+import re
 import time
 
 from gpustack.diagnose import sharing as sh
 from gpustack.diagnose.collect import CollectContext, source
 from gpustack.diagnose.collect_prometheus import kube_client
-from gpustack.diagnose.collect_workload import CUDA_IMAGE, gpu_pod, run_pod
+from gpustack.diagnose.collect_workload import CUDA_IMAGE, gpu_pod, run_pod, shares_gpus
 from gpustack.diagnose.objects import items, labels_of, name_of
 from gpustack.diagnose.snapshot import Obj, Snapshot
 
@@ -28,27 +35,50 @@ MAX_NODES = 4
 SOURCE_TIMEOUT = 600.0
 
 
+#: what the NVIDIA device plugin advertises (k8s-device-plugin v0.20.0): whole or time-sliced GPUs as
+#: ``nvidia.com/gpu``, MIG devices as ``nvidia.com/mig-<profile>`` (mig.strategy mixed), each with ``.shared``
+#: appended when shared replicas are renamed (``renameByDefault: true``: api/config/v1/resources.go
+#: DefaultSharedRename, consts.go DefaultSharedResourceNameSuffix; GPU Operator docs gpu-sharing.rst
+#: ``nvidia.com/gpu.shared``)
+GPU_RESOURCE = re.compile(r"nvidia\.com/gpu(?P<shared>\.shared)?")
+MIG_RESOURCE = re.compile(r"nvidia\.com/mig-(?P<profile>\d+g\.[^/]+?)(?P<shared>\.shared)?")
+
+
+def advertised(node: Obj) -> tuple[list[str], list[str]]:
+    """(GPU resources, MIG resources) the node has at least one of, sorted, read from its allocatable (so a
+    renamed resource is found under its new name)."""
+    alloc = {k: v for k, v in sh.allocatable(node).items() if v > 0}
+    return sorted(k for k in alloc if GPU_RESOURCE.fullmatch(k)), sorted(k for k in alloc if MIG_RESOURCE.fullmatch(k))
+
+
+def target(node: Obj) -> Obj | None:
+    """The test pod's record for one node (without the pod): node, mode, resource, what nvidia-smi -L must show;
+    None when the node shares nothing, or advertises nothing to request (G14/G15 say why)."""
+    labels = labels_of(node)
+    gpus, migs = advertised(node)
+    if sh.mig_on(labels):
+        if labels.get(sh.MIG_STATE) != "success":
+            return None  # the MIG manager has not finished: G12/G13 report it
+        product = str(labels.get(sh.PRODUCT) or "")
+        if migs:  # mixed: the first MIG device type it advertises, as the operator's plugin validator picks it
+            resource = migs[0]
+            match = MIG_RESOURCE.fullmatch(resource)
+            profile = match["profile"] if match else ""
+        elif "-MIG-" in product and gpus:  # single: every device is a MIG device of one profile
+            resource, profile = gpus[-1], product.rsplit("-MIG-", 1)[1].removesuffix("-SHARED")
+        else:
+            return None
+        return {"node": name_of(node), "mode": "mig", "resource": resource, "expect": f"MIG {profile}"}
+    if shares_gpus(labels) and gpus:  # time-slicing / MPS: one replica of a GPU (gpu.shared when renamed)
+        mode = str(labels.get(sh.SHARING_STRATEGY) or "shared")
+        return {"node": name_of(node), "mode": mode, "resource": gpus[-1], "expect": "GPU "}
+    return None
+
+
 def targets(snap: Snapshot) -> list[Obj]:
-    """One record per sharing node (without the pod): node, mode, resource, what nvidia-smi -L must show."""
-    out: list[Obj] = []
-    for node in items(snap, "Node"):
-        labels, alloc = labels_of(node), sh.allocatable(node)
-        if sh.mig_on(labels) and labels.get(sh.MIG_STATE) == "success":
-            mig = sorted(k for k, v in alloc.items() if k.startswith(sh.MIG_PREFIX) and v > 0)
-            product = str(labels.get(sh.PRODUCT) or "")
-            if mig:
-                resource, profile = mig[0], mig[0].removeprefix(sh.MIG_PREFIX)
-            elif "-MIG-" in product and alloc.get(sh.GPU, 0) > 0:
-                resource, profile = sh.GPU, product.rsplit("-MIG-", 1)[1].removesuffix("-SHARED")
-            else:
-                continue  # nothing to request: G14/G15 say why
-            out.append({"node": name_of(node), "mode": "mig", "resource": resource, "expect": f"MIG {profile}"})
-        elif labels.get(sh.PLUGIN_CONFIG):
-            shared = sorted(k for k, v in alloc.items() if k.startswith(sh.GPU) and v > 0)
-            if shared:
-                mode = str(labels.get(sh.SHARING_STRATEGY) or "shared")
-                out.append({"node": name_of(node), "mode": mode, "resource": shared[-1], "expect": "GPU "})
-    return out[:MAX_NODES]
+    """One record per sharing node, at most :data:`MAX_NODES`."""
+    found = (target(node) for node in items(snap, "Node"))
+    return [t for t in found if t is not None][:MAX_NODES]
 
 
 @source("sharing-workload", layers=("gpu-operator",), after=("kubernetes",), timeout=SOURCE_TIMEOUT)

@@ -3,7 +3,8 @@
 - ``pod-network``: a small pod (no GPU) that resolves ``kubernetes.default.svc`` through CoreDNS and
   opens a TCP connection to the API service, as every in-cluster client must
   (``snap.workload["net"]``);
-- ``workload``: a CUDA test pod on one GPU, and with ``--load`` a dcgmproftester run whose Tensor
+- ``workload``: a CUDA test pod on one GPU (in a cluster that shares some GPUs, pinned to a node that shares
+  none: the sharing nodes get their own pods, ``sharing-workload``), and with ``--load`` a dcgmproftester run whose Tensor
   Core activity must show up in Prometheus.
 
 Each pod is created in the ``gpustack-verify`` namespace (POST, generated name), polled until it
@@ -32,8 +33,10 @@ from typing import Any
 
 from gpustack.config import pins
 from gpustack.constants import VERIFY_NAMESPACE
+from gpustack.diagnose import sharing as sh
 from gpustack.diagnose.collect import CollectContext, source
 from gpustack.diagnose.collect_prometheus import kube_client, prometheus_endpoint, scalar_max
+from gpustack.diagnose.objects import labels_of, name_of
 from gpustack.diagnose.snapshot import Obj, Snapshot
 from gpustack.runners.http import HttpError, KubeApiEndpoint
 
@@ -105,8 +108,8 @@ def net_pod() -> Obj:
     }  # fmt: skip
 
 
-def cuda_pod(resource: str = "nvidia.com/gpu") -> Obj:
-    return gpu_pod("gpustack-cuda", CUDA_IMAGE, ["nvidia-smi"], resource=resource)
+def cuda_pod(resource: str = "nvidia.com/gpu", node: str = "") -> Obj:
+    return gpu_pod("gpustack-cuda", CUDA_IMAGE, ["nvidia-smi"], resource=resource, node=node)
 
 
 def load_pod() -> Obj:
@@ -307,6 +310,25 @@ def cuda_resource(nodes: list[Obj]) -> str | None:
     return next((r for r in names if allocatable_gpus(nodes, r)), None)
 
 
+def shares_gpus(labels: dict[str, Any]) -> bool:
+    """The node's GPUs are shared: MIG asked for, or a device-plugin configuration / GFD sharing strategy set."""
+    return (
+        sh.mig_on(labels)
+        or bool(labels.get(sh.PLUGIN_CONFIG))
+        or (str(labels.get(sh.SHARING_STRATEGY) or "none") != "none")
+    )
+
+
+def whole_gpu_node(nodes: list[Obj]) -> str:
+    """Where the whole-GPU CUDA pod goes in a cluster that shares some GPUs: the first node that shares nothing and
+    advertises ``nvidia.com/gpu`` (the sharing nodes get their own pods: collect_sharing). "" (anywhere) when no node
+    shares, or every GPU node does."""
+    if not any(isinstance(n, dict) and shares_gpus(labels_of(n)) for n in nodes):
+        return ""
+    plain = [n for n in nodes if isinstance(n, dict) and not shares_gpus(labels_of(n)) and allocatable_gpus([n])]
+    return name_of(plain[0]) if plain else ""
+
+
 @source("workload", layers=("gpu-operator", "monitoring"), after=("kubernetes",), timeout=SOURCE_TIMEOUT)
 def collect_workload(ctx: CollectContext, snap: Snapshot) -> None:
     """``verify``: the CUDA test pod, then (``--load``) the load test. Skipped otherwise."""
@@ -322,7 +344,8 @@ def collect_workload(ctx: CollectContext, snap: Snapshot) -> None:
         snap.errors["workload"] = ("no node has allocatable nvidia.com/gpu (or a MIG device): the CUDA test pod "
                                    "cannot be scheduled")  # fmt: skip
         return
-    snap.workload["cuda"] = _run_test_pod(ctx, kube, cuda_pod(resource), "workload_deadline", 240.0)
+    node = whole_gpu_node(snap.kube["Node"]) if resource == "nvidia.com/gpu" and "Node" in snap.kube else ""
+    snap.workload["cuda"] = _run_test_pod(ctx, kube, cuda_pod(resource, node), "workload_deadline", 240.0)
     if ctx.load:
         snap.workload["load"] = run_load(ctx, snap, kube)
 
