@@ -9,7 +9,10 @@ seeds ``scenarios.healthy(nodes)`` (``--upstream NS/SERVICE/PORT=URL``: where it
 e.g. to a Prometheus), writes a kubeconfig pointing at itself, prints one line
 ``ready <url> <objects>`` on stdout and serves until stdin closes or it is terminated.
 ``GET /_fake/requests`` answers ``{"requests": n}`` (the requests received before it, not counting
-itself or other ``/_fake/`` calls); ``POST /_fake/reset`` empties the request log.
+itself or other ``/_fake/`` calls); ``POST /_fake/reset`` empties the request log. ``--share mig`` (or
+``mig-single``, ``time-slicing``) puts the last node's GPUs under that sharing mode
+(tests/fakes/sharing_scenarios.py) and runs verify's test pods with the GPU kubelet double
+(tests/fakes/gpu_kubelet.py), as ``scripts/sample_sharing.py`` does for docs/gpu-sharing.md.
 """
 
 from __future__ import annotations
@@ -48,9 +51,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kubeconfig", type=Path, required=True)
     ap.add_argument("--upstream", action="append", default=[], metavar="NS/SERVICE/PORT=URL",
                     help="where the service proxy forwards a Service port (repeatable)")  # fmt: skip
+    ap.add_argument("--share", choices=("mig", "mig-single", "time-slicing"),
+                    help="the last node's GPUs shared this way; verify's GPU test pods run (GPU kubelet double)")  # fmt: skip
     args = ap.parse_args(argv)
     scenario = scenarios.healthy(args.nodes)
     api = ServedFakeKubeAPI()
+    if args.share:
+        from tests.fakes import sharing_scenarios
+        from tests.fakes.gpu_kubelet import GpuKubelet
+
+        if args.share == "time-slicing":
+            sharing_scenarios.make_time_sliced(scenario)
+        else:
+            sharing_scenarios.make_mig(scenario, strategy="single" if args.share == "mig-single" else "mixed")
+        api.on_create.append(GpuKubelet(api))
     api.seed(scenario.objects)
     for spec in args.upstream:
         where, _, url = spec.partition("=")
