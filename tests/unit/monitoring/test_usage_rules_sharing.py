@@ -2,9 +2,10 @@
 profiles gpustack knows (gpustack/config/mig.py): every profile of every listed family counts its compute slices
 out of the GPU's (7; 4 on A30), by its GPU_I_PROFILE (DCGM) and by its resource name (kube-state-metrics).
 
-The rules key each profile with ``label_replace`` (``mig_slices="<slices>/<of>"``, later calls overriding earlier
-ones) and join the key with one table, ``gpustack:mig_profile_share:ratio``: this test applies the rule's own
-regexes the way Prometheus does (anchored at both ends, ``$1``/``${1}`` expanded, no match = label unchanged)."""
+Each rule keys a profile with ``label_replace`` (``mig_slices="<slices>/<of>"``, later calls overriding earlier
+ones) and joins the key with its table of constants (``label_replace(vector(1/7), "mig_slices", "1/7", "", "")``
+...): this test applies the rule's own regexes the way Prometheus does (anchored at both ends, ``$1``/``${1}``
+expanded, no match = label unchanged) and looks the key up in that rule's table."""
 
 from __future__ import annotations
 
@@ -28,8 +29,8 @@ def _expr(record: str) -> str:
     return str(rule["expr"])
 
 
-def _table() -> dict[str, Fraction]:
-    return {m["key"]: Fraction(int(m["num"]), int(m["den"] or 1)) for m in ENTRY.finditer(_expr(TABLE))}
+def _table(record: str) -> dict[str, Fraction]:
+    return {m["key"]: Fraction(int(m["num"]), int(m["den"] or 1)) for m in ENTRY.finditer(_expr(record))}
 
 
 def _key(record: str, label: str, value: str) -> str | None:
@@ -47,7 +48,7 @@ def _key(record: str, label: str, value: str) -> str | None:
 
 def _share(record: str, label: str, value: str) -> Fraction | None:
     key = _key(record, label, value)
-    return None if key is None else _table().get(key)
+    return None if key is None else _table(record).get(key)
 
 
 def _ksm(resource: str) -> str:
@@ -55,7 +56,6 @@ def _ksm(resource: str) -> str:
     return re.sub(r"[^a-zA-Z0-9_]", "_", resource)
 
 
-TABLE = "gpustack:mig_profile_share:ratio"
 INSTANCE = "gpustack:gpu_instance_share:ratio"
 RESOURCE = "gpustack:gpu_resource_share:ratio"
 CASES = [(f.name, p, Fraction(mig.compute_slices(p), f.slices)) for f in mig.FAMILIES for p in f.profiles]
@@ -69,7 +69,8 @@ def test_every_known_profile_counts_its_compute_slices(family: str, profile: str
 
 
 def test_the_table_is_read_and_a_whole_gpu_profile_is_one() -> None:
-    assert len(_table()) == 8 and set(_table().values()) <= {Fraction(n, d) for d in (4, 7) for n in range(1, d + 1)}
+    assert _table(INSTANCE) == _table(RESOURCE) and len(_table(INSTANCE)) == 8
+    assert set(_table(INSTANCE).values()) <= {Fraction(n, d) for d in (4, 7) for n in range(1, d + 1)}
     assert _share(RESOURCE, "resource", "nvidia_com_mig_7g_80gb") == 1
     assert _share(INSTANCE, "GPU_I_PROFILE", "1g.6gb") == Fraction(1, 4)  # A30: the override wins over the 7s
     assert _share(INSTANCE, "GPU_I_PROFILE", "1g.12gb") == Fraction(1, 7)  # GH200 96GB: not an A30 profile
