@@ -7,6 +7,11 @@ node and the fix."""
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from gpustack.checks.model import Finding
@@ -145,3 +150,17 @@ def test_nodes_that_share_nothing_or_are_not_ready_for_a_pod_get_none() -> None:
     node["metadata"]["labels"]["nvidia.com/mig.config.state"] = "success"
     assert target(node) == {"node": "gpu-node-1", "mode": "mig", "resource": "nvidia.com/mig-1g.10gb",
                             "expect": "MIG 1g.10gb"}  # fmt: skip
+
+
+def test_the_documented_verify_sample_is_what_the_commands_print() -> None:
+    """docs/gpu-sharing.md's verify sample is scripts/sample_sharing.py's output (the real CLI in its own process
+    against the fake API server with ``--share mig``), but for the fake server's port."""
+    root = Path(__file__).resolve().parents[3]
+    proc = subprocess.run([sys.executable, str(root / "scripts" / "sample_sharing.py"), "--only", "verify"], cwd=root,
+                          capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    port = re.compile(r"127\.0\.0\.1:\d+")
+    printed = port.sub("PORT", proc.stdout.strip())
+    assert "G18-shared-gpu-test-pod    │ pass" in printed and "(exit 0)" in printed, printed
+    docs = (root / "docs" / "gpu-sharing.md").read_text()
+    assert printed in port.sub("PORT", docs), printed
