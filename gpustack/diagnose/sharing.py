@@ -157,8 +157,8 @@ class PluginSetting:
     resource: str  # what the node advertises: nvidia.com/gpu, or nvidia.com/gpu.shared when renamed
     #: every shared resource (its name before renaming) -> replicas: nvidia.com/gpu, or the nvidia.com/mig-<profile>
     #: names of time-sliced MIG devices (k8s-device-plugin v0.20.0 README "With CUDA Time-Slicing")
-    shares: tuple[tuple[str, int], ...] = ()
-    renamed: bool = False
+    shares: tuple[tuple[str, int], ...] = field(default=(), compare=False)
+    renamed: bool = field(default=False, compare=False)  # renameByDefault (``resource`` says it too)
 
     def apply(self, resources: dict[str, int]) -> dict[str, int]:
         """What a node advertising ``resources`` unshared advertises with this setting: each shared resource x its
