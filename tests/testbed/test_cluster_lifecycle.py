@@ -1,58 +1,70 @@
 """The life of a three-host cluster (cp the control plane, w1 and w2 workers) on one set of real
-hosts, in order: a fresh three-host `up` costs minutes on the 2-core CI machine, so the upgrade
-starts from the cluster the first test built instead of building its own.
+hosts, in order: a fresh three-host `up` costs minutes on the 2-core CI machine, so each step starts
+from the cluster the one before left instead of building its own.
 
 1. `gpustack up` (Kubernetes 1.35) through the failures users meet: unknown host keys, a preflight
    error, a failing apt source, a host whose sshd dies mid-way; then converged, and a host whose
    sshd is down stops the run at the host-key gate.
-2. `gpustack upgrade --to 1.36` of that cluster: refused by `up`, then control plane first and the
+2. The hosts' own firewalls beside gpustack's chain: ufw on w1, firewalld on cp (the tests of `up`
+   on a host that already runs a host firewall).
+3. `gpustack upgrade --to 1.36` of that cluster: refused by `up`, then control plane first and the
    workers one at a time; interrupted by Ctrl-C right after `kubeadm upgrade apply` finished
    (before its step was recorded: the resumed run must not apply again), then failed (kubeadm
    upgrade node fails once on the last worker), and resumed by running the same command again. A
    worker left as a run interrupted between its marker and its records leaves it gets its records.
 
 The `cluster` fixture (module scope) boots the hosts and holds what step 1 leaves: ``converged``
-is None before it ran, False if it failed, True once the cluster converged. Step 2 on its own
-(node id) converges the cluster with one plain `up` first; after a failed step 1 it fails at once,
-naming it, rather than upgrade a half-built cluster.
+is None before it ran, False if it failed, True once the cluster converged. Steps 2 and 3 on their
+own (node id) converge the cluster with one plain `up` first; after a failed step 1 they fail at
+once, naming it, rather than test a half-built cluster.
 
 kubeadm/kubelet/kubectl/helm are TEST DOUBLES; everything else on the hosts is real. A directory
 bind-mounted into every host plays the API server (tests/testbed/doubles: the cluster version, each
 node's kubelet version and schedulability, one event log across hosts), and the doubles refuse what
 the real tools refuse: `upgrade node` before `upgrade apply`, a skipped minor, a kubelet newer than
 the API server. Two apt repositories (v1.35, v1.36) signed by one key, as pkgs.k8s.io's are.
-w1 has the nouveau module loaded (a preflight error every run here ignores once step 1 has seen it
-stop the run), w2 a swap line in fstab, cp a firewall rule of its own."""
+The hosts as many real servers come: cp runs firewalld and has an iptables rule of its own; w1 runs
+ufw and has the nouveau module loaded (a preflight error every run here ignores once step 1 has seen
+it stop the run); w2 has a swap line in fstab."""
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 
 from gpustack.config import pins
 
-from .cluster import HOST_LAYER_ONLY, UpRun, doubles_log, run_gpustack, up, write_config
+from .cluster import doubles_log, run_gpustack, up, write_config
 from .hosts import Host, Testbed
-from .prepare import boot_iptables_rule, compose, fake_loaded_modules, fstab_swap
+from .lifecycle import (
+    ETCD_RULE,
+    GONE,
+    IGNORE_NOUVEAU,
+    POD_CIDR,
+    assert_our_chain,
+    count,
+    events,
+    firewalld_zone,
+    index,
+    interrupt_after_apply,
+    untouched,
+    up_interrupted,
+    wait_no_module,
+)
+from .prepare import boot_iptables_rule, compose, enable_firewalld, enable_ufw, fake_loaded_modules, fstab_swap
 from .services import HttpServer, Sources, build_k8s_repo
 
 NAMES = ["cp", "w1", "w2"]  # cp: control plane
 SHARED = "/var/lib/gpustack-doubles-cluster"
 OLD, NEW = pins.KUBERNETES["1.35"], pins.KUBERNETES["1.36"]  # the pinned patches of the two minors
-IGNORE_NOUVEAU = ("--ignore-preflight", "nouveau")
 
 FOREIGN_RULE = (
     "-A",
@@ -81,6 +93,10 @@ class Cluster:
     known_hosts: Path
     state: Path
     http_url: str
+    #: before any run: ufw's jumps in w1's INPUT, and cp's firewalld default zone (``firewall-cmd --list-all``)
+    ufw_jumps_before: list[str]
+    default_zone: str
+    default_zone_before: str
     #: None: step 1 has not run; False: it failed; True: the cluster converged
     converged: bool | None = None
 
@@ -114,9 +130,9 @@ def cluster(
     shared = work / "cluster"
     (shared / "fail-once").mkdir(parents=True)
     prepare = {
-        "cp": boot_iptables_rule(*FOREIGN_RULE),
-        "w1": fake_loaded_modules(["nouveau"]),
-        "w2": compose(fstab_swap()),
+        "cp": compose(boot_iptables_rule(*FOREIGN_RULE), enable_firewalld()),
+        "w1": compose(fake_loaded_modules(["nouveau"]), enable_ufw("default deny incoming", "allow 22/tcp")),
+        "w2": fstab_swap(),
     }
     nspawn_args = {n: [f"--bind={shared}:{SHARED}"] for n in NAMES}
     with Testbed(NAMES, work / "bed", prepare=prepare, nspawn_args=nspawn_args, rootfs=rootfs) as bed:
@@ -129,62 +145,36 @@ def cluster(
         known_hosts.touch()
         extra = {"versions": {"kubernetes": "1.35"}, "sources": repos, "ssh": {"known_hosts": str(known_hosts)}}
         cfg = write_config(bed, work / "gpustack.yaml", sources, via_proxy=False, extra=extra)
-        yield Cluster(bed, work, shared, cfg, known_hosts, work / "state", http_server.url)
+        ufw_jumps, zone, zone_before = host_firewalls_before(bed.host("cp"), bed.host("w1"))
+        yield Cluster(
+            bed, work, shared, cfg, known_hosts, work / "state", http_server.url, ufw_jumps, zone, zone_before
+        )
 
 
-def _play_started(events: Path, play: str) -> bool:
-    """Whether ansible-runner has recorded the start of `play` (partial files come and go)."""
-    for path in events.glob("*.json"):
-        try:
-            if f'"play": "{play}"' in path.read_text(errors="replace"):
-                return True
-        except FileNotFoundError:
-            continue
-    return False
-
-
-def up_interrupted(cfg: Path, state: Path, victim: Host, *, when_play: str) -> UpRun:
-    """Run `up` and kill every sshd process on `victim` as soon as the play `when_play` starts."""
-    env = {**os.environ, "GPUSTACK_STATE_DIR": str(state), "NO_COLOR": "1", "COLUMNS": "200"}
-    before = set((state / "runs").iterdir()) if (state / "runs").exists() else set()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gpustack",
-            "up",
-            "--yes",
-            *HOST_LAYER_ONLY,
-            "--ignore-preflight",
-            "nouveau",
-            "-c",
-            str(cfg),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        stdin=subprocess.DEVNULL,
+def host_firewalls_before(cp: Host, w1: Host) -> tuple[list[str], str, str]:
+    """The hosts' own firewalls as they booted: ufw active on w1 (its jumps in INPUT returned), firewalld
+    running on cp with the nftables backend (its default zone and that zone's settings returned) and a
+    ``gpustack`` zone as an earlier gpustack left it with a node that has since left the cluster (node
+    remove, or taken out of gpustack.yaml): its address bound, its etcd rule there."""
+    status = w1.sudo("ufw status verbose", check=True).stdout
+    assert "Status: active" in status and "deny (incoming)" in status, status
+    ufw_jumps = [r for r in w1.sudo("iptables -w -S INPUT", check=True).stdout.splitlines() if "-j ufw-" in r]
+    assert ufw_jumps, "ufw hooked its chains into INPUT"
+    state = cp.sudo("firewall-cmd --state", check=False)
+    if state.stdout.strip() != "running":
+        journal = cp.sudo("journalctl -b -u firewalld --no-pager | tail -40", check=False).stdout
+        pytest.fail(f"firewalld is not running on cp: {state.stdout}{state.stderr}\n{journal}")
+    backend = cp.sudo("grep -E '^FirewallBackend=' /etc/firewalld/firewalld.conf", check=True).stdout.strip()
+    assert backend == "FirewallBackend=nftables"
+    zone = cp.sudo("firewall-cmd --get-default-zone", check=True).stdout.strip()
+    zone_before = cp.sudo(f"firewall-cmd --zone={zone} --list-all", check=True).stdout
+    cp.sudo(
+        "firewall-cmd --permanent --new-zone=gpustack && firewall-cmd --permanent --zone=gpustack"
+        f" --add-source={GONE} && firewall-cmd --permanent --zone=gpustack --add-rich-rule='{ETCD_RULE.format(GONE)}'"
+        " && firewall-cmd --reload",
+        check=True,
     )
-    deadline = time.monotonic() + 600
-    killed = False
-    while proc.poll() is None and time.monotonic() < deadline and not killed:
-        new = set((state / "runs").iterdir()) - before if (state / "runs").exists() else set()
-        for run_dir in new:
-            events = run_dir / "ansible" / "artifacts" / "site" / "job_events"
-            if events.is_dir() and _play_started(events, when_play):
-                victim.console_run("systemctl stop ssh.service; pkill -KILL sshd; true", check=True)
-                killed = True
-        time.sleep(0.2)
-    out, err = proc.communicate(timeout=900)
-    assert killed, "the run ended before the play started: " + out + err
-    return UpRun(proc.returncode, out, err, state)
-
-
-def untouched(bed: Testbed) -> None:
-    for h in bed.hosts:
-        assert h.sudo("test -e /etc/modules-load.d/gpustack.conf", check=False).returncode == 1, h.name
-        assert "GPUSTACK-INPUT" not in h.sudo("iptables -S", check=True).stdout, h.name
+    return ufw_jumps, zone, zone_before
 
 
 def test_three_nodes_through_failures_to_convergence(cluster: Cluster) -> None:
@@ -306,6 +296,69 @@ def test_three_nodes_through_failures_to_convergence(cluster: Cluster) -> None:
     cluster.converged = True
 
 
+def test_hosts_firewalls_ufw_and_firewalld_kept_beside_gpustacks_chain(cluster: Cluster) -> None:
+    """The cluster step 1 built, on hosts that already ran a host firewall: ufw active on w1 (deny
+    incoming, SSH allowed), firewalld on cp (nftables backend, which filters in its own nftables table
+    as well). The firewall role keeps its own iptables chain GPUSTACK-INPUT behind one jump at the top of
+    INPUT: with ufw that jump precedes ufw's chains and leaves ufw's own rules alone; with firewalld the
+    role also binds the pod network and the node addresses to a firewalld zone ``gpustack`` that opens
+    the cluster ports, and forgets a node that left. Both firewalls are installed in the bed's root but
+    masked; the fixture's prepare hooks enable one at boot."""
+    cluster.require_converged()
+    bed = cluster.bed
+    cp, w1 = bed.host("cp"), bed.host("w1")
+    nodes = {h.address for h in bed.hosts}
+
+    # --- ufw (w1). INPUT: policy, our jump, then ufw's jumps unchanged and in their order
+    input_rules = assert_our_chain(w1)
+    assert input_rules[0] == "-P INPUT DROP", input_rules
+    assert [r for r in input_rules if "-j ufw-" in r] == cluster.ufw_jumps_before
+    assert all(i > 1 for i, r in enumerate(input_rules) if "-j ufw-" in r)
+    # ufw still active with its own rules
+    status = w1.sudo("ufw status verbose", check=True).stdout
+    assert "Status: active" in status and "deny (incoming)" in status, status
+    assert any(line.startswith("22/tcp") and "ALLOW IN" in line for line in status.splitlines()), status
+    assert w1.sudo("iptables -w -S ufw-user-input", check=True).stdout.count("--dport 22") >= 1
+
+    # --- firewalld (cp, the control plane)
+    assert cp.sudo("firewall-cmd --state", check=True).stdout.strip() == "running"
+    for permanent in (True, False):
+        zone = firewalld_zone(cp, permanent=permanent)
+        assert set(zone["sources"]) == {POD_CIDR, *nodes}, (permanent, zone)
+        assert {"6443/tcp", "10250/tcp", "8472/udp", "30090/tcp", "30300/tcp"} <= set(zone["ports"]), (
+            permanent,
+            zone,
+        )
+        # the nodes keep SSH (they left the default zone); pods and nodes may forward to each other
+        assert "ssh" in zone["services"] and zone["forward"] == ["yes"], (permanent, zone)
+        # the node that left is accepted no more: only the control-plane node (cp) has etcd's rule
+        flag = "--permanent " if permanent else ""
+        rules = cp.sudo(f"firewall-cmd {flag}--zone=gpustack --list-rich-rules", check=True).stdout.splitlines()
+        assert rules == [ETCD_RULE.format(cp.address)], (permanent, rules)
+    # firewalld's own nftables table carries the zone (no nft CLI in the root: libnftables)
+    list_table = "import nftables; print(nftables.Nftables().cmd('list table inet firewalld')[1])"
+    ruleset = cp.sudo(f'python3 -c "{list_table}"', check=True).stdout
+    assert "gpustack" in ruleset and POD_CIDR in ruleset
+    # the default zone keeps what it had (ssh ...) and gains the NodePorts
+    default_after = cp.sudo(f"firewall-cmd --zone={cluster.default_zone} --list-all", check=True).stdout
+    services = next(line for line in cluster.default_zone_before.splitlines() if line.strip().startswith("services:"))
+    assert services in default_after
+    assert "30090/tcp" in default_after and "30300/tcp" in default_after
+    # ...and our iptables chain is there as well
+    assert_our_chain(cp)
+
+    # --- ufw reloading its rules (stop + start of its chains) leaves our jump on top; a converged run
+    # changes nothing and keeps both firewalls as they are
+    w1.sudo("ufw reload", check=True)
+    assert_our_chain(w1)
+    again = up(cluster.cfg, cluster.state, *IGNORE_NOUVEAU)
+    assert again.rc == 0, again.output
+    assert all(v == 0 for v in again.changed().values()), again.changed()
+    assert_our_chain(w1)
+    assert_our_chain(cp)
+    assert set(firewalld_zone(cp, permanent=False)["sources"]) == {POD_CIDR, *nodes}
+
+
 def test_upgrade_1_35_to_1_36_on_three_hosts_interrupted_and_resumed(cluster: Cluster) -> None:
     cluster.require_converged()
     bed, cfg, state, shared = cluster.bed, cluster.cfg, cluster.state, cluster.shared
@@ -405,72 +458,3 @@ def test_upgrade_1_35_to_1_36_on_three_hosts_interrupted_and_resumed(cluster: Cl
     read_only = [e for e in new if (e["tool"], e["argv"][:1]) == ("kubelet", ["--version"])]
     assert read_only, "the preflight's facts read each kubelet's version"
     assert all(e["tool"] == "kubectl" and "get" in e["argv"] for e in new if e not in read_only), new
-
-
-def events(shared: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (shared / "events.log").read_text().splitlines() if line.strip()]
-
-
-def index(evs: list[dict[str, Any]], host: str, tool: str, *words: str, last: bool = False) -> int:
-    """Position of the first (or last) call on ``host`` of ``tool`` whose argv contains ``words`` in order."""
-
-    def match(e: dict[str, Any]) -> bool:
-        argv = e["argv"]
-        return (
-            e["host"] == host
-            and e["tool"] == tool
-            and any(argv[i : i + len(words)] == list(words) for i in range(len(argv)))
-        )
-
-    found = [i for i, e in enumerate(evs) if match(e)]
-    assert found, f"no {tool} {' '.join(words)} on {host}"
-    return found[-1] if last else found[0]
-
-
-def count(evs: list[dict[str, Any]], host: str, tool: str, *words: str) -> int:
-    return sum(
-        1
-        for e in evs
-        if e["host"] == host
-        and e["tool"] == tool
-        and any(e["argv"][i : i + len(words)] == list(words) for i in range(len(e["argv"])))
-    )
-
-
-def interrupt_after_apply(cfg: Path, state: Path, shared: Path) -> subprocess.CompletedProcess[str]:
-    """`gpustack upgrade --to 1.36`, SIGINT once the kubeadm double on cp finished `upgrade apply`
-    (it waits in its hold until the hold is lifted: the apply done, its result not yet returned)."""
-    (shared / "hold").mkdir(exist_ok=True)
-    (shared / "hold" / "cp-upgrade-apply").write_text("")
-    env = {**os.environ, "GPUSTACK_STATE_DIR": str(state), "NO_COLOR": "1", "COLUMNS": "200"}
-    env.pop("GPUSTACK_CONFIG", None)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gpustack", "upgrade", "--to", "1.36", "--yes", *IGNORE_NOUVEAU, "-c", str(cfg)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        text=True,
-        env=env,
-    )
-    try:
-        deadline = time.monotonic() + 600
-        while not (shared / "held" / "cp-upgrade-apply").exists():
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "kubeadm upgrade apply never ran"
-            time.sleep(0.2)
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=120)
-    finally:
-        (shared / "hold" / "cp-upgrade-apply").unlink(missing_ok=True)
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
-
-
-def wait_no_module(host: Host) -> None:
-    """The held kubeadm returned and the interrupted run's module process on the host is gone."""
-    deadline = time.monotonic() + 60
-    while host.sudo("pgrep -af '[A]nsiballZ|[a]nsible-tmp' || true", check=True).stdout.strip():
-        assert time.monotonic() < deadline, "the interrupted run's module outlived the hold"
-        time.sleep(0.5)
