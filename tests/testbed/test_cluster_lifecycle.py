@@ -180,7 +180,7 @@ def host_firewalls_before(cp: Host, w1: Host) -> tuple[list[str], str, str]:
 def test_three_nodes_through_failures_to_convergence(cluster: Cluster) -> None:
     bed, cfg, state, known_hosts = cluster.bed, cluster.cfg, cluster.state, cluster.known_hosts
     cp, w1, w2 = bed.hosts
-    cluster.converged = False  # until the end of this test: the upgrade needs the whole of it
+    cluster.converged = False  # until the end of this test: the later steps start from its cluster
 
     # 1. unknown host keys: stop before anything connects, show fingerprints and the opt-in
     r = up(cfg, state)
@@ -362,6 +362,7 @@ def test_hosts_firewalls_ufw_and_firewalld_kept_beside_gpustacks_chain(cluster: 
 def test_upgrade_1_35_to_1_36_on_three_hosts_interrupted_and_resumed(cluster: Cluster) -> None:
     cluster.require_converged()
     bed, cfg, state, shared = cluster.bed, cluster.cfg, cluster.state, cluster.shared
+    # the cluster the steps before left: every host at 1.35
     for h in bed.hosts:
         assert h.run("kubeadm version -o short", check=True).stdout.strip() == f"v{OLD}"
 
