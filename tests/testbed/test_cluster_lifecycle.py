@@ -23,9 +23,9 @@ bind-mounted into every host plays the API server (tests/testbed/doubles: the cl
 node's kubelet version and schedulability, one event log across hosts), and the doubles refuse what
 the real tools refuse: `upgrade node` before `upgrade apply`, a skipped minor, a kubelet newer than
 the API server. Two apt repositories (v1.35, v1.36) signed by one key, as pkgs.k8s.io's are.
-The hosts as many real servers come: cp runs firewalld and has an iptables rule of its own; w1 runs
-ufw and has the nouveau module loaded (a preflight error every run here ignores once step 1 has seen
-it stop the run); w2 has a swap line in fstab."""
+The hosts as many real servers come: cp runs firewalld; w1 runs ufw and has the nouveau module loaded
+(a preflight error every run here ignores once step 1 has seen it stop the run); w2 has a swap line in
+fstab and an iptables rule of its own."""
 
 from __future__ import annotations
 
@@ -130,9 +130,10 @@ def cluster(
     shared = work / "cluster"
     (shared / "fail-once").mkdir(parents=True)
     prepare = {
-        "cp": compose(boot_iptables_rule(*FOREIGN_RULE), enable_firewalld()),
+        # firewalld (re)starting replaces iptables rules added before it: the host's own rule lives on w2
+        "cp": enable_firewalld(),
         "w1": compose(fake_loaded_modules(["nouveau"]), enable_ufw("default deny incoming", "allow 22/tcp")),
-        "w2": fstab_swap(),
+        "w2": compose(fstab_swap(), boot_iptables_rule(*FOREIGN_RULE)),
     }
     nspawn_args = {n: [f"--bind={shared}:{SHARED}"] for n in NAMES}
     with Testbed(NAMES, work / "bed", prepare=prepare, nspawn_args=nspawn_args, rootfs=rootfs) as bed:
@@ -276,8 +277,8 @@ def test_three_nodes_through_failures_to_convergence(cluster: Cluster) -> None:
         chain = h.sudo("iptables -S GPUSTACK-INPUT", check=True).stdout
         for other in bed.hosts:
             assert f"-s {other.address}/32" in chain and "--dport 8472" in chain
-    cp_rules = cp.sudo("iptables -S INPUT", check=True).stdout
-    assert "users-own-rule" in cp_rules
+    w2_rules = w2.sudo("iptables -S INPUT", check=True).stdout
+    assert "users-own-rule" in w2_rules
     # swap commented out on w2 with a backup
     assert "#" in next(line for line in w2.sudo("cat /etc/fstab", check=True).stdout.splitlines() if "swap.img" in line)
 
