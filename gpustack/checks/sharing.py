@@ -14,7 +14,8 @@ from collections import Counter
 from gpustack.checks.context import Context, check, host_finding
 from gpustack.checks.model import Finding
 from gpustack.config import mig
-from gpustack.config.sharing import MigSharing, Mps, TimeSlicing, mode_of
+from gpustack.config import mig_layout as ml
+from gpustack.config.sharing import MigSharing, Mps, TimeSlicing, effective, mode_of
 
 ID = "P26-gpu-sharing"
 
@@ -32,7 +33,7 @@ def _model(dev: str) -> str:
 
 @check
 def gpu_sharing(ctx: Context) -> Finding:
-    sharing = ctx.node.gpu_sharing
+    sharing = effective(ctx.cfg, ctx.node)
     mode = mode_of(sharing)
     if mode == "none":
         return host_finding(ctx, ID, "pass", "no GPU sharing configured (whole GPUs)")
@@ -55,6 +56,8 @@ def gpu_sharing(ctx: Context) -> Finding:
             f"use gpu_sharing {{mode: time-slicing, replicas: N}} on node {ctx.node.name} instead",
         )  # fmt: skip
     unknown = sorted(d for d in devices if mig.family_of(d) is None)
+    if sharing.custom:
+        return _custom(ctx, sharing, evidence, unknown)
     refused = sorted(d for d in devices if d not in unknown and mig.layout(d, profile) is None)
     if refused:
         fam = mig.family_of(refused[0])
@@ -85,3 +88,28 @@ def _order(config: str) -> tuple[int, str]:
         return (mig.compute_slices(config), config)
     except ValueError:
         return (99, config)
+
+
+def _custom(ctx: Context, sharing: MigSharing, evidence: str, unknown: list[str]) -> Finding:
+    """A custom layout (gpu_sharing.mig_layouts) against each of the node's GPUs, by index (lspci order)."""
+    entries = ctx.cfg.gpu_sharing.mig_layouts.get(sharing.profile) or []
+    devices = [mig.normalize_device_id(str(d.get("device_id") or ""))
+               for d in ctx.facts.get("nvidia_pci_devices") or [] if isinstance(d, dict)]  # fmt: skip
+    problems, made = [], []
+    for index, dev in enumerate(devices):
+        layout, fam = ml.per_gpu(entries, index), mig.family_of(dev)
+        if layout is None:
+            problems.append(f"GPU {index} is named by no entry (mig-parted would leave it as it is)")
+        elif layout and fam is not None:
+            problems += [f"GPU {index}: {p}" for p in ml.fit_problems(fam, layout)]
+            made.append(", ".join(f"{p} x{n}" for p, n in sorted(layout.items())))
+    fix = f"change layout {sharing.profile} in gpu_sharing.mig_layouts (or the node's profile)"
+    if problems:
+        return host_finding(ctx, ID, "fail", f"{sharing.profile}: {problems[0]}", evidence + "; " + "; ".join(problems),
+                            fix=fix + "; mig-parted refuses a layout the GPU cannot take")  # fmt: skip
+    if unknown:
+        return host_finding(ctx, ID, "warn", f"{sharing.profile}: gpustack has no profile list for {_model(unknown[0])}",
+                            evidence, fix="the MIG manager checks it; gpustack verify reports a refusal (G12)")  # fmt: skip
+    shared = f", each x{sharing.replicas}" if sharing.replicas else ""
+    return host_finding(ctx, ID, "pass", f"{sharing.profile}: {' | '.join(dict.fromkeys(made)) or 'MIG off'} per GPU{shared}",
+                        evidence)  # fmt: skip

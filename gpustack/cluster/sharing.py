@@ -17,7 +17,15 @@ For every node with ``gpu_sharing`` (:func:`gpustack.render.sharing.node_sharing
   way (when this step cordoned it).
 
 A converged node (labels as wanted, state ``success``) costs one GET and changes nothing. The device-plugin
-ConfigMap is deleted once no node uses it (the releases no longer name it by then).
+ConfigMap and gpustack's mig-parted ConfigMap are deleted once no node uses them (the releases no longer name them
+by then).
+
+A custom MIG layout (``gpu_sharing.mig_layouts``) reaches the MIG manager through its mounted ConfigMap, which the
+kubelet refreshes only on its sync period (about a minute), and the MIG manager reads the file when the label
+changes (mig-parted v0.15.0 cmd/nvidia-mig-manager/main.go: a label change starts ``nvidia-mig-parted assert
+-f <config>``). A layout added in this run may so be ``failed`` as "not present" on the first try: the step then
+restarts the node's MIG manager once (the fix G12 gives: it applies the node's label again when it starts, with
+the current file) after :data:`CONFIG_SYNC` seconds, and waits again.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from gpustack.config import mig
 from gpustack.config.model import Config
 from gpustack.constants import GPU_NAMESPACE
 from gpustack.errors import StageError
+from gpustack.render.mig_config import MIG_CONFIGMAP, mig_configmap
 from gpustack.render.sharing import (
     DEVICE_PLUGIN_CONFIGMAP,
     MIG_CONFIG_LABEL,
@@ -49,6 +58,8 @@ MIG_TIMEOUT = 1800.0
 REBOOT_EXTRA = 900.0
 DRAIN_TIMEOUT = 600.0
 CORDON_WHY = "gpustack up: MIG configuration change"
+#: how long a ConfigMap change takes to reach a mounted volume (the kubelet's sync period, 1 minute, plus its cache)
+CONFIG_SYNC = 90.0
 MERGE = "application/merge-patch+json"
 
 
@@ -77,10 +88,11 @@ class NodeOutcome:
 class SharingResult:
     nodes: list[NodeOutcome] = field(default_factory=list)
     configmap_deleted: bool = False
+    mig_configmap_deleted: bool = False
 
     @property
     def changed(self) -> bool:
-        return self.configmap_deleted or any(n.changed for n in self.nodes)
+        return self.configmap_deleted or self.mig_configmap_deleted or any(n.changed for n in self.nodes)
 
     def detail(self) -> str:
         parts = []
@@ -93,6 +105,8 @@ class SharingResult:
                 parts.append(f"{n.node}: {n.note}")
         if self.configmap_deleted:
             parts.append(f"ConfigMap {DEVICE_PLUGIN_CONFIGMAP} deleted (no node uses it)")
+        if self.mig_configmap_deleted:
+            parts.append(f"ConfigMap {MIG_CONFIGMAP} deleted (no node uses a custom MIG layout)")
         if parts:
             return "; ".join(parts)
         return f"{len(self.nodes)} node(s) as configured" if self.nodes else "no node shares its GPUs"
@@ -107,6 +121,15 @@ def patch_labels(kube: Kube, node: str, labels: dict[str, str | None]) -> Obj:
     return kube.request("PATCH", f"/api/v1/nodes/{node}", body={"metadata": {"labels": labels}}, content_type=MERGE)
 
 
+def restart_mig_manager(kube: Kube, node: str) -> int:
+    """Clear the node's MIG state and delete its MIG manager pod (the DaemonSet starts another, which applies the
+    node's label with the ConfigMap as mounted now); how many pods were deleted."""
+    patch_labels(kube, node, {MIG_STATE_LABEL: None})
+    pods = kube.list_objects("v1", "Pod", GPU_NAMESPACE, label_selector="app=nvidia-mig-manager")
+    mine = [p for p in pods if ((p.get("spec") or {}).get("nodeName")) == node]
+    return sum(kube.delete("v1", "Pod", str(p["metadata"]["name"]), GPU_NAMESPACE) for p in mine)
+
+
 def wait_for_mig(
     kube: Kube,
     node: str,
@@ -116,8 +139,10 @@ def wait_for_mig(
     interval: float,
     clock: Callable[[], float],
     sleep: Callable[[float], None],
+    retry_after: float | None = None,
 ) -> str:
-    """Poll the node until the MIG manager reports ``success``; ``failed`` or the deadline raise."""
+    """Poll the node until the MIG manager reports ``success``; ``failed`` or the deadline raise. ``retry_after``
+    (a custom layout): a ``failed`` is retried once, at that time, by restarting the node's MIG manager."""
     state = ""
     while True:
         obj = kube.get("v1", "Node", node) or {}
@@ -130,6 +155,11 @@ def wait_for_mig(
             )  # fmt: skip
         if state == "success":
             return state
+        if state == "failed" and retry_after is not None:
+            sleep(max(0.0, retry_after - clock()))
+            restart_mig_manager(kube, node)
+            retry_after = None
+            continue
         if state == "failed":
             raise MigChangeError(
                 f"{node}: the MIG manager could not apply {config} (nvidia.com/mig.config.state=failed)",
@@ -190,8 +220,9 @@ def converge_node(
     try:
         patch_labels(kube, want.node, {**changes, MIG_STATE_LABEL: None})
         out.changed = dict(changes)
+        custom = not mig_config.startswith("all-")
         out.state = wait_for_mig(kube, want.node, mig_config, clock() + mig_timeout, interval=interval,
-                                 clock=clock, sleep=sleep)  # fmt: skip
+                                 clock=clock, sleep=sleep, retry_after=clock() + CONFIG_SYNC if custom else None)  # fmt: skip
     finally:
         if drained.cordoned:
             cordon(kube, want.node, on=False)
@@ -217,8 +248,16 @@ def converge_sharing(
         result.nodes.append(converge_node(kube, want, mig_timeout=timeout, interval=interval, clock=clock,
                                           sleep=sleep, progress=progress, **kw))  # fmt: skip
     if device_plugin_configmap(cfg) is None:
-        existing = kube.get("v1", "ConfigMap", DEVICE_PLUGIN_CONFIGMAP, GPU_NAMESPACE)
-        part_of = ((existing or {}).get("metadata") or {}).get("labels") or {}
-        if existing is not None and part_of.get("app.kubernetes.io/part-of") == "gpustack":
-            result.configmap_deleted = kube.delete("v1", "ConfigMap", DEVICE_PLUGIN_CONFIGMAP, GPU_NAMESPACE)
+        result.configmap_deleted = _delete_own(kube, DEVICE_PLUGIN_CONFIGMAP)
+    if mig_configmap(cfg) is None:
+        result.mig_configmap_deleted = _delete_own(kube, MIG_CONFIGMAP)
     return result
+
+
+def _delete_own(kube: Kube, name: str) -> bool:
+    """Delete a ConfigMap of the operator's namespace that gpustack wrote (labelled part-of gpustack)."""
+    existing = kube.get("v1", "ConfigMap", name, GPU_NAMESPACE)
+    part_of = ((existing or {}).get("metadata") or {}).get("labels") or {}
+    if existing is not None and part_of.get("app.kubernetes.io/part-of") == "gpustack":
+        return kube.delete("v1", "ConfigMap", name, GPU_NAMESPACE)
+    return False

@@ -87,7 +87,7 @@ STAGES: tuple[Stage, ...] = (
         "namespaces, Prometheus volume, Grafana admin Secret; Helm: kube-prometheus-stack (CRDs first), then "
         "GPU Operator and dcgm-exporter concurrently (unchanged releases untouched); ServiceMonitor, "
         "GPU alert and usage recording rules, DCGM and capacity dashboard ConfigMaps (server-side apply); "
-        "GPU sharing: the device-plugin ConfigMap, node labels nvidia.com/mig.config and "
+        "GPU sharing: the device-plugin and mig-parted ConfigMaps, node labels nvidia.com/mig.config and "
         "nvidia.com/device-plugin.config (a node whose MIG configuration changes is drained of GPU pods first)",
     ),
 )

@@ -29,7 +29,7 @@ from gpustack.config.fields import (
     url_problem,
 )
 from gpustack.config.monitoring import Alerting, Monitoring, Remediation
-from gpustack.config.sharing import GpuSharing
+from gpustack.config.sharing import GpuSharing, SharingSection
 
 Role = Literal["control-plane", "worker"]
 
@@ -48,7 +48,7 @@ class Node(StrictModel):
     gpu_sharing: GpuSharing | None = Field(
         default=None,
         description="share this node's GPUs: {mode: mig, profile: all-1g.10gb}, {mode: time-slicing, replicas: 4}, "
-        "{mode: mps, replicas: 4} or {mode: none} (docs/gpu-sharing.md)",
+        "{mode: mps, replicas: 4} or {mode: none}; wins over a gpu_sharing group (docs/gpu-sharing.md)",
     )
 
     @field_validator("name")
@@ -441,6 +441,7 @@ class Config(StrictModel):
     firewall: Firewall = Firewall()
     monitoring: Monitoring = Monitoring()
     gpu: Gpu = Gpu()
+    gpu_sharing: SharingSection = SharingSection()
     alerting: Alerting = Alerting()
     ssh: Ssh = Ssh()
     preflight: Preflight = Preflight()

@@ -155,6 +155,24 @@ class PluginSetting:
     strategy: str  # "time-slicing" | "mps" | "none"
     replicas: int
     resource: str  # what the node advertises: nvidia.com/gpu, or nvidia.com/gpu.shared when renamed
+    #: every shared resource (its name before renaming) -> replicas: nvidia.com/gpu, or the nvidia.com/mig-<profile>
+    #: names of time-sliced MIG devices (k8s-device-plugin v0.20.0 README "With CUDA Time-Slicing")
+    shares: tuple[tuple[str, int], ...] = field(default=(), compare=False)
+    renamed: bool = field(default=False, compare=False)  # renameByDefault (``resource`` says it too)
+
+    def apply(self, resources: dict[str, int]) -> dict[str, int]:
+        """What a node advertising ``resources`` unshared advertises with this setting: each shared resource x its
+        replicas, renamed to ``<name>.shared`` (the name then 0) with ``renameByDefault``."""
+        shares = dict(self.shares)
+        out: dict[str, int] = {}
+        for k, v in resources.items():
+            if k not in shares:
+                out[k] = v
+            elif self.renamed:
+                out[k], out[f"{k}.shared"] = 0, v * shares[k]
+            else:
+                out[k] = v * shares[k]
+        return out
 
 
 def plugin_config(text: Any) -> tuple[PluginSetting | None, str]:
@@ -194,10 +212,13 @@ def plugin_config(text: Any) -> tuple[PluginSetting | None, str]:
                     f"invalid device maximum allowed replicas exceeded: {as_int(r.get('replicas'))} > {MPS_MAX}",
                 )
         first = as_dict(resources[0])
-        renamed = bool(section.get("renameByDefault")) or bool(first.get("rename"))
-        resource = str(first.get("name"))
-        resource = resource if resource.startswith("nvidia.com/") else f"nvidia.com/{resource}"
-        found = PluginSetting(name, as_int(first.get("replicas")), f"{resource}.shared" if renamed else resource)
+        # renameByDefault names every resource <name>.shared; a per-resource rename is ignored (replicas.go)
+        renamed = bool(section.get("renameByDefault"))
+        names = [str(as_dict(r).get("name")) for r in resources]
+        names = [n if n.startswith("nvidia.com/") else f"nvidia.com/{n}" for n in names]
+        shares = tuple((n, as_int(as_dict(r).get("replicas"))) for n, r in zip(names, resources, strict=True))
+        found = PluginSetting(name, as_int(first.get("replicas")), f"{names[0]}.shared" if renamed else names[0],
+                              shares, renamed)  # fmt: skip
         if name == "mps":  # MPS wins when both are set (k8s-device-plugin api/config/v1/sharing.go)
             break
     return found, ""
@@ -240,7 +261,23 @@ def expected_mig(snap: Snapshot, node: dict[str, Any]) -> Expected | None:
             key = GPU if single else mig.resource_name(profile)
             total[key] = total.get(key, 0) + n
     why = f"{config} from {configs.source} on {gpus} GPU(s), mig.strategy {strategy(snap) or '(unset)'}"
+    setting = node_plugin_setting(snap, node)
+    if setting is not None and setting.shares:
+        total = setting.apply(total)
+        why += f"; {', '.join(f'{r} x{n}' for r, n in setting.shares)} from {labels.get(PLUGIN_CONFIG)}" + (
+            " (renamed .shared)" if setting.renamed else ""
+        )
     return Expected(total, why)
+
+
+def node_plugin_setting(snap: Snapshot, node: dict[str, Any]) -> PluginSetting | None:
+    """The device-plugin setting the node's ``nvidia.com/device-plugin.config`` label selects (None: none, or
+    unparsable: G16 reports that)."""
+    key = str(labels_of(node).get(PLUGIN_CONFIG) or "")
+    data = configmaps(snap).get(plugin_configmap_name(snap))
+    if not key or data is None or key not in data:
+        return None
+    return plugin_config(data[key])[0]
 
 
 def expected_shared(snap: Snapshot, node: dict[str, Any]) -> tuple[Expected | None, PluginSetting | None]:
@@ -254,6 +291,8 @@ def expected_shared(snap: Snapshot, node: dict[str, Any]) -> tuple[Expected | No
     if setting is None or setting.strategy == "none" or not gpus:
         return None, setting
     why = f"{key} of ConfigMap {plugin_configmap_name(snap)}: {setting.replicas} x {gpus} GPU(s)"
+    if setting.shares:
+        return Expected(setting.apply({GPU: gpus}), why), setting
     return Expected({setting.resource: gpus * setting.replicas}, why), setting
 
 

@@ -38,6 +38,7 @@ from gpustack.constants import (
 from gpustack.errors import ConfigError
 from gpustack.monitoring.dashboard import load_capacity_dashboard, load_dashboard
 from gpustack.monitoring.rules import load_usage_rules, prometheus_rule
+from gpustack.render.mig_config import mig_configmap
 from gpustack.render.sharing import device_plugin_configmap
 from gpustack.render.templating import render_template
 from gpustack.render.values import (
@@ -193,8 +194,10 @@ def render_manifests(cfg: Config, facts: FactsSummary | None = None) -> dict[str
     if storage:
         out["storage.yaml"] = storage
     plugin_config = device_plugin_configmap(cfg)  # time-slicing / MPS: the device plugin's configurations
-    if plugin_config is not None:
-        out[SHARING_FILE] = [plugin_config]
+    mig_config = mig_configmap(cfg)  # custom MIG layouts: gpustack's mig-parted configuration
+    sharing = [o for o in (plugin_config, mig_config) if o is not None]
+    if sharing:
+        out[SHARING_FILE] = sharing
     from gpustack.health.manifests import FILE as HEALTH_FILE
     from gpustack.health.manifests import health_manifests
 

@@ -4,7 +4,9 @@
   ``migManager`` when a node uses MIG; ``devicePlugin.config`` naming gpustack's device-plugin ConfigMap when a
   node time-slices or uses MPS;
 - the ConfigMap ``gpustack-device-plugin-config`` in the operator's namespace (:func:`device_plugin_configmap`):
-  one key per time-slicing / MPS setting in k8s-device-plugin v0.20.0's config format (api/config/v1);
+  one key per time-slicing / MPS setting (and per time-sliced MIG layout) in k8s-device-plugin v0.20.0's config
+  format (api/config/v1);
+- the ConfigMap ``gpustack-mig-config`` when a node uses a custom MIG layout (:mod:`gpustack.render.mig_config`);
 - the node labels (:func:`node_sharing`, :func:`label_changes`): ``nvidia.com/mig.config`` (the MIG manager applies it and reports
   ``nvidia.com/mig.config.state``) and ``nvidia.com/device-plugin.config`` (the device plugin's and GPU feature
   discovery's config-manager picks that key);
@@ -28,9 +30,24 @@ from typing import Any
 import yaml
 
 from gpustack.config import mig
+from gpustack.config import mig_layout as ml
 from gpustack.config.model import Config
-from gpustack.config.sharing import MigSharing, Mps, TimeSlicing, device_plugin_key, mig_nodes, mig_strategy
+from gpustack.config.sharing import (
+    MigSharing,
+    Mps,
+    Setting,
+    TimeSlicing,
+    describe,
+    mig_nodes,
+    mig_strategy,
+    plugin_key,
+    plugin_resources,
+    settings,
+    shared_name,
+    uses_custom_layouts,
+)
 from gpustack.constants import GPU_NAMESPACE
+from gpustack.render.mig_config import MIG_CONFIGMAP
 
 DEVICE_PLUGIN_CONFIGMAP = "gpustack-device-plugin-config"
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"
@@ -41,26 +58,28 @@ GPU_RESOURCE = "nvidia.com/gpu"
 Obj = dict[str, Any]
 
 
-def device_plugin_settings(cfg: Config) -> dict[str, TimeSlicing | Mps]:
-    """ConfigMap key -> the setting it holds, for every time-slicing / MPS setting some node uses (sorted)."""
-    found = {device_plugin_key(n.gpu_sharing): n.gpu_sharing for n in cfg.nodes
-             if isinstance(n.gpu_sharing, (TimeSlicing, Mps))}  # fmt: skip
+def device_plugin_settings(cfg: Config) -> dict[str, Setting]:
+    """ConfigMap key -> the setting it holds, for every time-slicing / MPS setting (and time-sliced MIG) some node
+    uses (sorted)."""
+    found = {key: s for s in settings(cfg).values() if (key := plugin_key(cfg, s)) is not None}
     return dict(sorted(found.items()))
 
 
-def device_plugin_config(sharing: TimeSlicing | Mps) -> str:
+def device_plugin_config(sharing: Setting, resources: list[str] | None = None) -> str:
     """One key's content: k8s-device-plugin v0.20.0 ``Config`` (version v1, ``sharing.timeSlicing`` or
-    ``sharing.mps`` with one resource, ``nvidia.com/gpu``). ``renameByDefault: false`` keeps the resource name
-    (pods keep requesting ``nvidia.com/gpu``); ``failRequestsGreaterThanOne: true`` refuses a request for more
-    than one shared GPU, which would not get more of the GPU (docs gpu-sharing.rst; MPS's default)."""
-    section = "timeSlicing" if isinstance(sharing, TimeSlicing) else "mps"
+    ``sharing.mps``; ``resources``: ``nvidia.com/gpu``, or the ``nvidia.com/mig-<profile>`` names of a time-sliced
+    MIG layout under mixed). ``renameByDefault`` is the setting's ``rename`` (false keeps the resource name: pods
+    keep requesting ``nvidia.com/gpu``); ``failRequestsGreaterThanOne: true`` refuses a request for more than one
+    shared device, which would not get more of it (docs gpu-sharing.rst; MPS's default)."""
+    section = "mps" if isinstance(sharing, Mps) else "timeSlicing"
+    replicas = sharing.replicas if isinstance(sharing, (TimeSlicing, Mps, MigSharing)) else None
     data = {
         "version": "v1",
         "sharing": {
             section: {
-                "renameByDefault": False,
+                "renameByDefault": bool(getattr(sharing, "rename", False)),
                 "failRequestsGreaterThanOne": True,
-                "resources": [{"name": GPU_RESOURCE, "replicas": sharing.replicas}],
+                "resources": [{"name": r, "replicas": replicas} for r in (resources or [GPU_RESOURCE])],
             }
         },
     }
@@ -69,8 +88,8 @@ def device_plugin_config(sharing: TimeSlicing | Mps) -> str:
 
 def device_plugin_configmap(cfg: Config) -> Obj | None:
     """The device-plugin ConfigMap (None when no node time-slices or uses MPS)."""
-    settings = device_plugin_settings(cfg)
-    if not settings:
+    found = device_plugin_settings(cfg)
+    if not found:
         return None
     return {
         "apiVersion": "v1",
@@ -80,7 +99,7 @@ def device_plugin_configmap(cfg: Config) -> Obj | None:
             "namespace": GPU_NAMESPACE,
             "labels": {"app.kubernetes.io/part-of": "gpustack"},
         },
-        "data": {key: device_plugin_config(s) for key, s in settings.items()},
+        "data": {key: device_plugin_config(s, plugin_resources(cfg, s)) for key, s in found.items()},
     }
 
 
@@ -90,7 +109,8 @@ def operator_values(cfg: Config) -> Obj:
     if mig_nodes(cfg):
         out["mig"] = {"strategy": mig_strategy(cfg)}
         env = [{"name": "WITH_REBOOT", "value": "true"}] if cfg.gpu.mig_reboot else []
-        out["mig_manager"] = {"enabled": True, "env": env}
+        out["mig_manager"] = {"enabled": True, "env": env,
+                              "config_name": MIG_CONFIGMAP if uses_custom_layouts(cfg) else ""}  # fmt: skip
     if device_plugin_settings(cfg):
         out["device_plugin_config"] = DEVICE_PLUGIN_CONFIGMAP
     return out
@@ -120,7 +140,7 @@ def exporter_settings(cfg: Config) -> ExporterSettings:
     has_mig = bool(mig_nodes(cfg))
     client = has_mig and _operator_at_least(cfg.versions.gpu_operator, DEPLOY_CLIENT_SINCE)
     return ExporterSettings(deploy_client=client, devices="f" if has_mig else "",
-                            virtual_gpus=any(isinstance(n.gpu_sharing, (TimeSlicing, Mps)) for n in cfg.nodes))  # fmt: skip
+                            virtual_gpus=any(plugin_key(cfg, s) for s in settings(cfg).values()))  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -133,18 +153,12 @@ class NodeSharing:
 
 
 def node_sharing(cfg: Config) -> list[NodeSharing]:
-    """The nodes with ``gpu_sharing`` (a node without it is left alone; ``mode: none`` means MIG off and no
-    device-plugin config). MIG off is only written where a MIG configuration is set: the operator labels MIG-capable
-    nodes ``all-disabled`` itself, and no MIG manager runs on other nodes to act on the label."""
-    out = []
-    for n in cfg.nodes:
-        s = n.gpu_sharing
-        if s is None:
-            continue
-        mig_config = s.profile if isinstance(s, MigSharing) else None
-        plugin = device_plugin_key(s) if isinstance(s, (TimeSlicing, Mps)) else None
-        out.append(NodeSharing(n.name, mig_config, plugin))
-    return out
+    """The nodes with ``gpu_sharing`` (their own or their group's; a node without it is left alone; ``mode: none``
+    means MIG off and no device-plugin config). MIG off is only written where a MIG configuration is set: the
+    operator labels MIG-capable nodes ``all-disabled`` itself, and no MIG manager runs on other nodes to act on the
+    label."""
+    return [NodeSharing(name, s.profile if isinstance(s, MigSharing) else None, plugin_key(cfg, s))
+            for name, s in settings(cfg).items()]  # fmt: skip
 
 
 def label_changes(want: NodeSharing, labels: Mapping[str, str]) -> dict[str, str | None]:
@@ -160,35 +174,60 @@ def label_changes(want: NodeSharing, labels: Mapping[str, str]) -> dict[str, str
     return out
 
 
+def _mig_per_gpu(cfg: Config, s: MigSharing, device: str, index: int) -> dict[str, int] | None:
+    if not s.custom:
+        return mig.layout(device, s.profile)
+    entries = cfg.gpu_sharing.mig_layouts.get(s.profile)
+    return None if entries is None else ml.per_gpu(entries, index)
+
+
 def expected_resources(cfg: Config, gpus: Mapping[str, tuple[str, ...]]) -> dict[str, dict[str, int]]:
     """Node -> extended resource -> allocatable count its sharing makes, from each node's GPU device ids
     (``gpus``: node -> one PCI id per GPU; nodes without ids are left out; a MIG layout gpustack does not know
-    for a GPU too). MIG mixed: ``nvidia.com/mig-<profile>`` per GPU x instances (``nvidia.com/gpu`` 0 on a node
-    whose GPUs are all MIG); single: ``nvidia.com/gpu`` = all instances; time-slicing/MPS: GPUs x replicas."""
+    for a GPU too). MIG mixed: ``nvidia.com/mig-<profile>`` per GPU x instances (``nvidia.com/gpu`` = the GPUs a
+    layout leaves whole, 0 on a node whose GPUs are all MIG); single: ``nvidia.com/gpu`` = all instances;
+    time-slicing/MPS: GPUs x replicas; a time-sliced MIG layout: instances x replicas. A renamed shared resource
+    is advertised as ``<name>.shared`` (and its unshared name as 0)."""
     strategy = mig_strategy(cfg)
     out: dict[str, dict[str, int]] = {}
-    for n in cfg.nodes:
-        devices = gpus.get(n.name) or ()
-        s = n.gpu_sharing
-        if not devices or s is None:
+    for name, s in settings(cfg).items():
+        devices = gpus.get(name) or ()
+        if not devices:
             continue
         if isinstance(s, (TimeSlicing, Mps)):
-            out[n.name] = {GPU_RESOURCE: len(devices) * s.replicas}
-        elif isinstance(s, MigSharing):
-            total: dict[str, int] = {}
-            for dev in devices:
-                layout = mig.layout(dev, s.profile)
-                if layout is None:
-                    break
-                for profile, count in layout.items():
-                    key = GPU_RESOURCE if strategy == "single" else mig.resource_name(profile)
-                    total[key] = total.get(key, 0) + count
-            else:
-                if strategy == "mixed":
-                    total[GPU_RESOURCE] = 0
-                out[n.name] = total
+            out[name] = {GPU_RESOURCE: 0, shared_name(GPU_RESOURCE, True): len(devices) * s.replicas} if s.rename \
+                else {GPU_RESOURCE: len(devices) * s.replicas}  # fmt: skip
+            continue
+        if not isinstance(s, MigSharing):
+            out[name] = {GPU_RESOURCE: len(devices)}
+            continue
+        total: dict[str, int] = {}
+        whole = 0
+        for index, dev in enumerate(devices):
+            layout = _mig_per_gpu(cfg, s, dev, index)
+            if layout is None:
+                break
+            whole += 0 if layout else 1
+            for profile, count in layout.items():
+                key = GPU_RESOURCE if strategy == "single" else mig.resource_name(profile)
+                total[key] = total.get(key, 0) + count
         else:
-            out[n.name] = {GPU_RESOURCE: len(devices)}
+            if strategy == "mixed":
+                total[GPU_RESOURCE] = whole
+            out[name] = _shared(total, s, set(plugin_resources(cfg, s))) if s.replicas is not None else total
+    return out
+
+
+def _shared(total: dict[str, int], s: MigSharing, shared: set[str]) -> dict[str, int]:
+    """A time-sliced MIG layout: each shared resource x replicas (renamed: ``<name>.shared``, the name 0)."""
+    out: dict[str, int] = {}
+    for k, v in total.items():
+        if k not in shared:
+            out[k] = v
+        elif s.rename:
+            out[k], out[shared_name(k, True)] = 0, v * (s.replicas or 1)
+        else:
+            out[k] = v * (s.replicas or 1)
     return out
 
 
@@ -196,20 +235,25 @@ def plan_rows(cfg: Config) -> list[list[str]]:
     """One row per node with ``gpu_sharing`` for `gpustack plan up`: node, mode, what is set, its labels
     (``nvidia.com/`` left out)."""
     wanted = {w.node: w for w in node_sharing(cfg)}
+    where = describe(cfg)
     rows = []
-    for n in cfg.nodes:
-        s = n.gpu_sharing
-        if s is None:
-            continue
-        w = wanted[n.name]
+    for name, s in settings(cfg).items():
+        w = wanted[name]
+        shared = " (as .shared)" if getattr(s, "rename", False) else ""
         if isinstance(s, MigSharing):
             what = f"{s.profile}, mig.strategy {mig_strategy(cfg)}"
+            if s.custom:
+                what += f" (layout in ConfigMap {MIG_CONFIGMAP})"
+            if s.replicas is not None:
+                what += f", each MIG device x{s.replicas}{shared}"
         elif isinstance(s, (TimeSlicing, Mps)):
-            what = f"{s.replicas} pods per GPU (ConfigMap {DEVICE_PLUGIN_CONFIGMAP})"
+            what = f"{s.replicas} pods per GPU{shared} (ConfigMap {DEVICE_PLUGIN_CONFIGMAP})"
         else:
             what = "whole GPUs"
+        if where.get(name, "node") != "node":
+            what += f"; from {where[name]}"
         short = MIG_CONFIG_LABEL.removeprefix("nvidia.com/"), DEVICE_PLUGIN_LABEL.removeprefix("nvidia.com/")
         mig_label = f"{short[0]}={w.mig_config}" if w.mig_config else f"{short[0]}={mig.ALL_DISABLED} if set"
         plugin = f"{short[1]}={w.device_plugin}" if w.device_plugin else f"no {short[1]}"
-        rows.append([n.name, s.mode, what, f"{mig_label}; {plugin}"])
+        rows.append([name, s.mode, what, f"{mig_label}; {plugin}"])
     return rows

@@ -83,3 +83,24 @@ def test_the_checks_recognise_the_upstream_messages() -> None:
     }
     for text, key in rules.items():
         assert dp["errors"][key] in sh.plugin_config(text)[1], key
+
+
+def test_gpustacks_mig_configmap_and_rename_are_the_operators() -> None:
+    """gpustack-mig-config has the one key the operator mounts and keeps its default config; the fake MIG manager
+    reads that key; a renamed shared resource ends as the device plugin names it."""
+    from gpustack.config import sharing as cs
+    from gpustack.config.model import Config
+    from gpustack.render import mig_config as rmc
+
+    custom = facts()["mig_manager"]["custom_config"]
+    cfg = Config.model_validate({
+        "nodes": [{"name": "n0", "address": "192.0.2.10", "role": "control-plane",
+                   "gpu_sharing": {"mode": "mig", "profile": "mine"}}],
+        "gpu_sharing": {"mig_layouts": {"mine": [{"mig-devices": {"1g.10gb": 7}}]}},
+    })  # fmt: skip
+    cm = rmc.mig_configmap(cfg)
+    assert cm is not None and list(cm["data"]) == [custom["key"]] == [rmc.CONFIG_KEY]
+    assert custom["default"] in yaml.safe_load(cm["data"][custom["key"]])["mig-configs"]
+    assert '"config.yaml"' in (Path(fm.__file__).read_text(encoding="utf-8"))
+    suffix = facts()["device_plugin"]["shared_suffix"]["value"]
+    assert cs.shared_name("nvidia.com/mig-1g.10gb", True) == "nvidia.com/mig-1g.10gb" + suffix

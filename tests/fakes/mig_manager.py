@@ -18,6 +18,11 @@ What it imitates (NVIDIA/mig-parted v0.15.0 ``cmd/nvidia-mig-manager/main.go`` a
   ``nvidia.com/gpu: 0``; single: ``nvidia.com/gpu`` = every instance; ``all-disabled``: whole GPUs), with GPU
   feature discovery's ``nvidia.com/mig.strategy`` and product labels.
 
+- ``custom=True``: ClusterPolicy ``migManager.config.name`` names gpustack's ConfigMap ``gpustack-mig-config``;
+  the MIG manager then reads only that file (no discovery: gpu-operator v26.7.0 TransformMIGManager), as it was
+  mounted when its pod started (the kubelet's sync lag: a key added later is "not present" until the pod is
+  deleted, which the fake notices on its next tick and answers with a fresh mount and the label applied again).
+
 Its log lines are kept per node in :attr:`FakeMigManager.logs` and, for the pod ``nvidia-mig-manager-<node>`` in
 the operator namespace when one is seeded, served through the fake's log endpoint.
 """
@@ -25,6 +30,8 @@ the operator namespace when one is seeded, served through the fake's log endpoin
 from __future__ import annotations
 
 from typing import Any
+
+import yaml
 
 from gpustack.config import mig
 from gpustack.constants import GPU_NAMESPACE
@@ -48,9 +55,13 @@ class FakeMigManager:
         strategy: str = "mixed",
         steps: int = 3,
         stuck: bool = False,
+        custom: bool = False,
     ) -> None:
         """``gpus``: node -> (PCI device id, GPU count); ``strategy``: ClusterPolicy ``spec.mig.strategy``."""
         self.api, self.gpus, self.strategy, self.steps, self.stuck = api, gpus, strategy, steps, stuck
+        self.custom = custom
+        self.mounted: dict[str, dict[str, Any]] = {name: self._mount() for name in gpus}
+        self.restarts: dict[str, int] = {}  # node -> pod restarts (the nodes whose pods start_pods seeded)
         self.applied: dict[str, str] = {}
         self.started: dict[str, int] = {}
         self.logs: dict[str, list[str]] = {}
@@ -68,12 +79,40 @@ class FakeMigManager:
         return [k[4] for k, o in self.api.objects.items() if k[2] == "pods" and o["spec"].get("nodeName") == node
                 and requests_gpus(o) and (o.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]  # fmt: skip
 
+    def _mount(self) -> dict[str, Any]:
+        """``mig-configs`` of gpustack's ConfigMap as it is now ({} when absent or not custom)."""
+        cm = self.api.objects.get(("", "v1", "configmaps", GPU_NAMESPACE, "gpustack-mig-config"))
+        if not self.custom or cm is None:
+            return {}
+        return dict(yaml.safe_load(cm["data"]["config.yaml"])["mig-configs"])
+
+    def _pod_key(self, name: str) -> tuple[str, str, str, str, str]:
+        return ("", "v1", "pods", GPU_NAMESPACE, f"nvidia-mig-manager-{name}")
+
+    def _layout(self, name: str, want: str, device: str) -> dict[str, int] | None:
+        if not self.custom:
+            return mig.layout(device, want)
+        entries = self.mounted[name].get(want)
+        if not entries:
+            return None
+        dev = device.removeprefix("0x").upper()
+        mine = [e for e in entries if any(str(f).upper().startswith(f"0X{dev}") for f in e.get("device-filter") or [])]
+        chosen = (mine or [e for e in entries if "device-filter" not in e] or [None])[0]
+        return None if chosen is None else {str(k): int(v) for k, v in (chosen.get("mig-devices") or {}).items()}
+
     def tick(self) -> None:
         self.clock += 1
         for name in self.gpus:
             node = self._node(name)
             if node is None:
                 continue
+            if self.custom and self._pod_key(name) not in self.api.objects and name in self.restarts:
+                # the DaemonSet's new pod: a fresh mount, and the node's label applied again when it starts
+                self.api.objects[self._pod_key(name)] = self._pod(name)
+                self.restarts[name] += 1
+                self.mounted[name] = self._mount()
+                self.applied.pop(name, None)
+                self.started.pop(name, None)
             labels = node["metadata"].setdefault("labels", {})
             want = labels.get(CONFIG)
             if want is None or self.applied.get(name) == want:
@@ -88,12 +127,25 @@ class FakeMigManager:
                 continue
             self._finish(name, node, labels, want)
 
+    def _pod(self, name: str) -> dict[str, Any]:
+        return {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": f"nvidia-mig-manager-{name}", "namespace": GPU_NAMESPACE,
+                             "labels": {"app": "nvidia-mig-manager"}},
+                "spec": {"nodeName": name, "containers": [{"name": "nvidia-mig-manager"}]},
+                "status": {"phase": "Running"}}  # fmt: skip
+
+    def start_pods(self) -> None:
+        """Seed one MIG manager pod per GPU node (what the DaemonSet runs); deleting one restarts it."""
+        for name in self.gpus:
+            self.api.objects[self._pod_key(name)] = self._pod(name)
+            self.restarts[name] = 0
+
     def _finish(self, name: str, node: dict[str, Any], labels: dict[str, str], want: str) -> None:
         del self.started[name]
         self.applied[name] = want
         labels.update({k: "true" for k in DEPLOY_LABELS})
         device, count = self.gpus[name]
-        layout = {} if want == mig.ALL_DISABLED else mig.layout(device, want)
+        layout = {} if want == mig.ALL_DISABLED else self._layout(name, want, device)
         if layout is None:
             self._log(name, f"selected mig-config not present: {want}")
             self._log(name, 'level=error msg="Error: failed to validate MIG configuration: exit status 1"')

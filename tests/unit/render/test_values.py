@@ -49,6 +49,12 @@ SHARING_NODES: list[dict[str, Any]] = [
     {"name": "gpu-a10-mps", "address": "10.0.0.24", "gpu_sharing": {"mode": "mps", "replicas": 4}},
 ]  # fmt: skip
 
+CUSTOM_SHARING: dict[str, Any] = {
+    "mig_layouts": {"infer-mix": [{"devices": "all", "mig-devices": {"1g.10gb": 4, "3g.40gb": 1}}]},
+    "groups": {"inference": {"nodes": ["gpu-h100", "gpu-h100-2"],
+                             "sharing": {"mode": "mig", "profile": "infer-mix", "replicas": 2, "rename": True}}},
+}  # fmt: skip
+
 VARIANTS: dict[str, tuple[dict[str, Any], FactsSummary]] = {
     "default": ({"monitoring": STORAGE}, FactsSummary(gpu_nodes=("gpu1",))),
     "preinstalled-driver": ({"monitoring": STORAGE}, FactsSummary(driver_preinstalled=True, gpu_nodes=("gpu1",))),
@@ -72,6 +78,9 @@ VARIANTS: dict[str, tuple[dict[str, Any], FactsSummary]] = {
                     FactsSummary(gpu_nodes=("gpu-h100", "gpu-l40s"))),
     "gpu-sharing-operator": ({"monitoring": STORAGE, "gpu": {"exporter": "operator"},
                               "nodes": [SHARING_NODES[0], SHARING_NODES[3]]}, FactsSummary()),
+    # a custom MIG layout time-sliced and renamed, given to two nodes by a group (gpustack-mig-config)
+    "gpu-sharing-custom": ({"monitoring": STORAGE, "nodes": [SHARING_NODES[0], {"name": "gpu-h100-2", "address": "10.0.0.25"}],
+                            "gpu_sharing": CUSTOM_SHARING}, FactsSummary(gpu_nodes=("gpu-h100", "gpu-h100-2"))),
 }  # fmt: skip
 
 

@@ -131,7 +131,11 @@ CRD_SCHEMAS: dict[str, dict[str, Any]] = {
             dcgm={"type": "object"},
             devicePlugin=obj(enabled=BOOL, config=obj(name=STRING, default=STRING)),
             mig=obj(strategy={"type": "string", "enum": ["none", "single", "mixed"]}),
-            migManager=obj(enabled=BOOL, env={"type": "array", "items": obj(("name",), name=STRING, value=STRING)}),
+            migManager=obj(
+                enabled=BOOL,
+                env={"type": "array", "items": obj(("name",), name=STRING, value=STRING)},
+                config=obj(name=STRING, default={"type": "string", "enum": ["all-disabled", ""]}),
+            ),
             gfd={"type": "object"},
             nodeStatusExporter={"type": "object"},
             dcgmExporter=obj(
