@@ -9,10 +9,15 @@ the 2-core CI machine):
 - ``up --dry-run`` on the converged host reports no change and changes nothing;
 - converged re-runs skip every stage; drift (a deleted firewall jump, SystemdCgroup turned off by
   hand, a forgotten stamp) sends exactly the affected stages back to the host, which repairs it;
-  ``--full`` visits everything.
+  ``--full`` visits everything;
+- ``reset`` takes the cluster down and leaves the host's own firewall exactly as it was before the
+  fresh run (then a fresh `up` builds the node again and the run after it changes nothing);
+- last, ``doctor`` finds the host broken for real and ``doctor --fix`` repairs the firewall.
 
-The tests run in this order and each leaves the host converged; each also runs on its own (node id).
-The host has a swap line in fstab and a host-level node_exporter on 9100, as on many real servers."""
+The tests run in this order; each but the last leaves the host converged (reset by building it again);
+each also runs on its own (node id). The host has what many real servers have (tests/testbed/site_host.py):
+a swap line in fstab, a host-level node_exporter on 9100, a firewall of its own (a chain, a DROP policy
+on INPUT with SSH allowed, set before the fresh run), unattended-upgrades and a next kernel without headers."""
 
 from __future__ import annotations
 
@@ -30,10 +35,20 @@ import pytest
 
 from gpustack.config import pins
 
-from .cluster import UpRun, doubles_log, up
+from .cluster import UpRun, doubles_log, run_gpustack, up
 from .hosts import Host, Testbed
 from .prepare import compose, fake_node_exporter, fstab_swap
 from .services import Sources
+from .site_host import (
+    KUBE_TRACES,
+    NEXT_KERNEL,
+    NVIDIA_RUNTIME,
+    POD_DROP,
+    SERVER_FILES,
+    SITE_FIREWALL,
+    TOOLKIT_DROP_IN,
+    netfilter,
+)
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_up.py"
 RESULT = re.compile(r"^bench_up: converged/fresh=(\d+\.\d\d) three/one=(\d+\.\d\d|- \(smoke: one host only\))$", re.M)
@@ -62,6 +77,8 @@ class Solo:
     rows: list[Any]
     report: str
     proxy_before: int
+    #: every netfilter table before the fresh run, the host's own firewall (SITE_FIREWALL) in place
+    before_up: dict[str, str]
 
     @property
     def first(self) -> UpRun:
@@ -78,11 +95,30 @@ def solo(
 ) -> Iterator[Solo]:
     work = tmp_path_factory.mktemp("solo")
     script = load_script()
-    with Testbed(["solo"], work / "bed", prepare=compose(fstab_swap(), fake_node_exporter()), rootfs=rootfs) as bed:
+    with Testbed(
+        ["solo"], work / "bed", prepare=compose(fstab_swap(), fake_node_exporter(), SERVER_FILES), rootfs=rootfs
+    ) as bed:
+        host = bed.hosts[0]
+        for cmd in SITE_FIREWALL:  # the site's own firewall, there before gpustack (reset keeps it)
+            host.sudo(cmd, check=True)
+        before_up = netfilter(host)
         proxy_before = sources.proxy.count()
         state = work / "state"
         rows = script.one_host(bed, state, sources)  # bench(..., smoke=True) on this host: fresh, converged
-        yield Solo(bed, bed.hosts[0], state.parent / "fresh.yaml", state, rows, script.report(rows), proxy_before)
+        yield Solo(bed, host, state.parent / "fresh.yaml", state, rows, script.report(rows), proxy_before, before_up)
+
+
+def doctor(cfg: Path, state: Path, *args: str) -> tuple[int, dict[str, Any], str]:
+    run = run_gpustack(cfg, state, "doctor", "--output", "json", *args, timeout=300)
+    try:
+        report = json.loads(run.stdout)
+    except ValueError:
+        pytest.fail(f"doctor printed no JSON report (rc {run.rc}):\n{run.output}")
+    return run.rc, report, run.output
+
+
+def by_id(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["id"]: c for c in report["checks"]}
 
 
 def _visited(run: UpRun, host: str) -> set[str]:
@@ -282,3 +318,193 @@ def test_converged_stages_are_skipped_and_drift_is_repaired(solo: Solo) -> None:
     assert full.rc == 0, full.output
     assert set(VISITED) <= _visited(full, host.name)
     assert all(v == 0 for v in full.changed().values()), full.changed()
+
+
+def test_reset_removes_kubernetes_and_keeps_the_hosts_own_firewall(solo: Solo) -> None:
+    """`gpustack reset` after `up`: Kubernetes' and gpustack's traces are removed, the host's own
+    firewall rules, chain policy and SSH stay exactly as they were before the fresh run; `--restore`
+    puts back the fstab `up` changed; this machine's state of the cluster is archived. LAST in this
+    module: it takes the cluster down (it ends converged again, by a fresh `up` of its own).
+
+    kube-proxy and Flannel do not run here, so the test creates chains and links named as they name
+    theirs before resetting (the kubeadm double records `reset`)."""
+    host, cfg, state = solo.host, solo.cfg, solo.state
+    assert "#/swap.img" in host.sudo("cat /etc/fstab", check=True).stdout.replace("# ", "#")
+    for cmd in KUBE_TRACES:
+        host.sudo(cmd, check=True)
+    before = host.sudo("iptables -S", check=True).stdout
+    site_rules = [r for r in before.splitlines() if "SITE-RULES" in r or "--dport 22" in r or "-P " in r]
+
+    # a dry run describes and changes nothing
+    dry = run_gpustack(cfg, state, "reset", "--dry-run")
+    assert dry.rc == 0, dry.output
+    assert "No table is flushed" in dry.stdout and "archived under" in dry.stdout
+    assert host.sudo("test -d /etc/kubernetes", check=False).returncode == 0
+    assert host.sudo("iptables -S", check=True).stdout == before
+
+    # without a terminal and without --yes: refused, nothing touched
+    refused = run_gpustack(cfg, state, "reset")
+    assert refused.rc == 2 and "--yes" in refused.stderr
+
+    # a site's own containerd drop-in in the directory gpustack made: never gpustack's to delete
+    assert host.sudo("test -f /etc/gpustack/containerd-drop-in-dir.created", check=False).returncode == 0
+    host.sudo("echo '# the site' > /etc/containerd/conf.d/50-site.toml", check=True)
+
+    done = run_gpustack(cfg, state, "reset", "--yes", "--restore")
+    assert done.rc == 0, done.output
+    rules = host.sudo("iptables -S", check=True).stdout
+    assert not any(name in rules for name in ("KUBE-", "FLANNEL", "GPUSTACK-INPUT")), rules
+    # every table, both families: exactly what the host had before `up`
+    assert netfilter(host) == solo.before_up
+    assert [r for r in rules.splitlines() if "SITE-RULES" in r or "--dport 22" in r or "-P " in r] == site_rules
+    assert "-P INPUT DROP" in rules
+    nat = host.sudo("iptables -t nat -S", check=True).stdout
+    assert "KUBE-" not in nat and "CNI-" not in nat
+    assert "KUBE-" not in host.sudo("ip6tables -S", check=True).stdout
+    assert host.run("true").returncode == 0, "SSH still works"
+    for path in ("/etc/kubernetes", "/var/lib/kubelet", "/var/lib/etcd", "/etc/gpustack"):
+        assert host.sudo(f"test -e {path}", check=False).returncode == 1, path
+    # containerd's CRI plugin makes its CNI config directory again when --restore restarts it:
+    # the directory may come back, Flannel's configuration may not
+    assert host.sudo("find /etc/cni/net.d -type f", check=False).stdout.strip() == ""
+    assert host.sudo("test -e /var/lib/gpustack/stages", check=False).returncode == 1
+    links = host.run("ip -o link show", check=True).stdout
+    assert "cni0" not in links and "flannel.1" not in links
+    assert host.run("systemctl is-enabled gpustack-firewall", check=False).stdout.strip() != "enabled"
+    assert host.run("systemctl is-enabled kubelet", check=False).stdout.strip() == "disabled"
+    calls = doubles_log(host.sudo("cat /var/log/gpustack-doubles/kubeadm.log", check=True).stdout)
+    assert ["reset", "--force", "--cri-socket", "unix:///run/containerd/containerd.sock"] in calls
+    # packages kept (no --purge) but no longer held
+    assert not {"kubeadm", "kubelet", "kubectl"} & set(host.run("apt-mark showhold", check=True).stdout.split())
+    assert "kubeadm" in host.run("dpkg-query -W kubeadm", check=True).stdout
+    # --restore: the fstab as it was before up
+    fstab = host.sudo("cat /etc/fstab", check=True).stdout
+    assert any(line.split()[:3] == ["/swap.img", "none", "swap"] for line in fstab.splitlines())
+    # this machine: the cluster's state archived, not lost
+    assert not (state / "clusters" / "gpustack").exists()
+    (archived,) = (state / "archive").iterdir()
+    assert (archived / "admin.conf").is_file() and archived.stat().st_mode & 0o777 == 0o700
+
+    # the site's drop-in stays, and so its directory
+    assert host.sudo("cat /etc/containerd/conf.d/50-site.toml", check=True).stdout == "# the site\n"
+
+    # a second reset finds nothing to do: nothing changes, nothing is created (here or on the host)
+    again = run_gpustack(cfg, state, "reset", "--yes")
+    assert again.rc == 0, again.output
+    assert all(v == 0 for v in again.changed().values()), again.changed()
+    assert [p.name for p in (state / "archive").iterdir()] == [archived.name], "no second (empty) archive"
+    assert not (state / "clusters" / "gpustack").exists()
+
+    # --purge on a reset host
+    purged = run_gpustack(cfg, state, "reset", "--yes", "--purge")
+    assert purged.rc == 0, purged.output
+    status = host.run("dpkg-query -W -f='${Status}' kubeadm", check=False)
+    assert status.returncode != 0 or "not-installed" in status.stdout, status.stdout
+    assert host.sudo("test -e /etc/apt/sources.list.d/kubernetes.list", check=False).returncode == 1
+    assert [r for r in host.sudo("iptables -S", check=True).stdout.splitlines() if "SITE-RULES" in r] == [
+        r for r in site_rules if "SITE-RULES" in r
+    ]
+
+    # a later `up` builds the node again, and the run after it changes nothing
+    again_up = up(cfg, state)
+    assert again_up.rc == 0, again_up.output
+    converged = up(cfg, state)
+    assert converged.rc == 0, converged.output
+    assert all(v == 0 for v in converged.changed().values()), converged.changed()
+    # the site takes its drop-in away again: the host as a fresh run leaves it (doctor reads it next)
+    host.sudo("rm /etc/containerd/conf.d/50-site.toml", check=True)
+
+
+def test_doctor_finds_real_host_breakage_and_fixes_the_firewall(solo: Solo, tmp_path: Path) -> None:
+    """`gpustack doctor` host and runtime checks against the real host (facts collected over SSH by the
+    same preflight playbook `up` runs), broken for real, then `doctor --fix` repairing the firewall.
+    LAST in this module, after reset built the node again: it leaves the host broken."""
+    host, cfg, state = solo.host, solo.cfg, solo.state
+    snap = tmp_path / "snap.json"
+    # --- healthy after `up`: the checks `up` set up pass
+    rc, report, output = doctor(cfg, state, "--layer", "host,runtime", "--save-snapshot", str(snap))
+    checks = by_id(report)
+    for cid in ("H00-host-facts", "H01-swap", "H02-bridge-netfilter", "H03-ip-forward", "H04-firewall", "C02-cri",
+                "C05-containerd-config-version", "C06-containerd-drop-ins",
+                "H12-fabric-manager", "H13-unattended-upgrades", "H14-next-kernel-headers"):  # fmt: skip
+        assert checks[cid]["status"] == "pass", (cid, output)
+    # the bed's containerd is Debian forky's 2.1 standing in for the pinned 2.3: it runs the kubelet 1.36, but
+    # containerd recommends 2.3.0+ or 2.2.0+ for 1.36 (RELEASES.md), and doctor says so
+    assert checks["C04-containerd-version"]["status"] == "warn", output
+    assert "not among containerd's recommendations for Kubernetes 1.36" in checks["C04-containerd-version"]["summary"]
+    # the bed's kernel runs cgroup v1 (hybrid), so every bed host does (write_config ignores P17 for `up`): the
+    # kubelet 1.36 the kubernetes stage installed would refuse to start on it, and doctor says so
+    cgroup = checks["C03-cgroup-v2"]
+    assert cgroup["status"] == "fail" and f"kubelet {pins.KUBERNETES['1.36']}" in cgroup["evidence"], output
+    assert "systemd.unified_cgroup_hierarchy=1" in cgroup["fix"]
+    assert report["summary"]["fail"] == 1 and rc == 1, output
+    # the facts behind them, read on the real host (kubelet: the package's double; containerd: Debian forky's 2.1)
+    facts = json.loads((snap).read_text())["hosts"][host.name]
+    assert facts["kubelet_version"] == pins.KUBERNETES["1.36"] and facts["cgroup_v2"] is False
+    assert facts["containerd"]["version"].startswith("2.1.") and facts["containerd"]["config_version"] == 3
+    # up's containerd stage keeps the NVIDIA toolkit's drop-in directory imported (no drop-in there yet)
+    assert facts["containerd"]["imports"] == ["/etc/containerd/conf.d/*.toml"] and facts["containerd"]["drop_ins"] == []
+    assert facts["unattended_upgrades"] == {
+        "installed": True, "enabled": True, "blacklist": ["nvidia-"], "automatic_reboot": False,
+        "origins": ["origin=Debian,codename=${distro_codename},label=Debian-Security"]}  # fmt: skip
+    assert {"release": NEXT_KERNEL, "headers": False, "image": True} in facts["kernels"]
+    assert (
+        isinstance(facts["gpu_packages"], list) and facts["nvidia_nvswitches"] == 0 and facts["fabricmanager"] is None
+    )
+
+    # --- break the host for real (vm.* sysctls are read-only in the container: swap via fstab)
+    host.sudo("echo '/swap.img none swap sw 0 0' >> /etc/fstab", check=True)
+    host.sudo("sysctl -w net.ipv4.ip_forward=0", check=True)
+    host.sudo("sysctl -w net.bridge.bridge-nf-call-iptables=0", check=True)
+    host.sudo(f"iptables -w -I INPUT 1 {POD_DROP}", check=True)
+    host.sudo(
+        f"mkdir -p {Path(TOOLKIT_DROP_IN).parent} && printf '%s' '{NVIDIA_RUNTIME}' > {TOOLKIT_DROP_IN}", check=True
+    )
+    # ...and config.toml rewritten by something else without up's import (`containerd config default`'s
+    # `imports = []`): the toolkit's runtime is lost
+    host.sudo("sed -i 's#^imports = .*#imports = []#' /etc/containerd/config.toml", check=True)
+    host.sudo("systemctl stop containerd", check=True)
+    assert host.run("systemctl is-active containerd").stdout.strip() != "active"
+
+    rc, report, output = doctor(cfg, state, "--layer", "host,runtime")
+    assert rc == 1, output
+    checks = by_id(report)
+    expected = {
+        "H01-swap": ("/swap.img", "swapoff -a"),
+        "H02-bridge-netfilter": ("bridge-nf-call-iptables = 0", "bridge-nf-call-iptables=1"),
+        "H03-ip-forward": ("ip_forward = 0", "net.ipv4.ip_forward=1"),
+        "H04-firewall": (POD_DROP, "gpustack up --only firewall"),
+        "C02-cri": ("containerd.service is not active", "systemctl restart containerd"),
+        "C06-containerd-drop-ins": (TOOLKIT_DROP_IN, 'imports = ["/etc/containerd/conf.d/*.toml"'),
+        "C03-cgroup-v2": ("cgroup v1", "systemd.unified_cgroup_hierarchy=1"),  # the bed's kernel, from the start
+    }
+    for cid, (evidence, fix) in expected.items():
+        found = checks[cid]
+        assert found["status"] == "fail", (cid, output)
+        assert found["host"] == host.name
+        assert evidence in found["evidence"], (cid, found)
+        assert fix in found["fix"], (cid, found)
+    assert {c["id"] for c in report["checks"] if c["status"] == "fail"} == set(expected), output
+
+    # --- doctor --fix --yes for the firewall only: the firewall stage puts our jump back on top
+    rc, report, output = doctor(cfg, state, "--fix", "--yes", "--check", "H04")
+    assert [(c["id"], c["status"]) for c in report["checks"]] == [("H04-firewall", "pass")], output
+    # no failure left; only the sources H04 reads were collected (no cluster on this bed, no exit 3)
+    assert rc == 0, output
+    assert "H04-firewall after the fix: pass" in output
+    rules = host.sudo("iptables -w -S INPUT", check=True).stdout.splitlines()
+    assert rules[1] == "-A INPUT -j GPUSTACK-INPUT", rules
+    assert f"-A INPUT {POD_DROP}" in rules, "doctor --fix keeps the host's own rules"
+
+    # the other breakage is untouched by a --check H04 fix and still reported
+    rc, report, output = doctor(cfg, state, "--layer", "host,runtime")
+    fails = {c["id"] for c in report["checks"] if c["status"] == "fail"}
+    assert fails == set(expected) - {"H04-firewall"}, output
+
+    # --- the drop-in's exact fix, run on the host: containerd 2 reads the nvidia runtime from it
+    fix = checks["C06-containerd-drop-ins"]["fix"].split("   (", 1)[0]
+    host.sudo(fix, check=True)
+    dump = host.sudo("containerd config dump", check=True).stdout
+    assert "runtimes.nvidia" in dump and "/usr/bin/nvidia-container-runtime" in dump, dump[-2000:]
+    rc, report, output = doctor(cfg, state, "--check", "C06")
+    assert [(c["id"], c["status"]) for c in report["checks"]] == [("C06-containerd-drop-ins", "pass")], output
