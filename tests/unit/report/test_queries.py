@@ -164,7 +164,8 @@ def test_the_raw_allocatable_reading_is_the_rules_expression_everywhere() -> Non
     rule = q.rule_expr(q.ALLOCATABLE)
     assert rule.startswith(
         'sum by (node) ( max by (node, resource) (kube_node_status_allocatable{resource=~"nvidia_com_gpu(_shared)?|nvidia_com_mig_.+"})'
-        " * on (node, resource) group_left () ((group by (node, resource)"
+        " * on (node, resource) group_left () ((max by (node, resource) ( label_replace("
     )
+    assert "gpustack" not in rule and "mig_slices" in rule  # inlined: the MIG slice table, no rule reads a rule
     fallbacks = [e for _, e in panel_queries(load_capacity_dashboard()) if "kube_node_status_allocatable" in e]
     assert len(fallbacks) == 2 and all(f"sum({q.ALLOCATABLE}) or sum({devices})" in e for e in fallbacks)
