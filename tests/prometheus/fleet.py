@@ -18,10 +18,8 @@ import argparse
 import contextlib
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
@@ -33,8 +31,9 @@ from gpustack.monitoring.counters import load_counters
 from gpustack.monitoring.rules import EXPORTER_JOB, load_usage_rules, rules_path
 
 from .harness import PrometheusServer, servicemonitor_relabelings, wait_for
+from .loopback import LoopbackServer, MetricsHandler, Served
 from .releases import Release, newest
-from .replay_exporter import LOOPBACK, NodeSpec, PodRef, render_dcgm, render_ksm
+from .replay_exporter import NodeSpec, PodRef, render_dcgm, render_ksm
 
 REPO = Path(__file__).resolve().parents[2]
 EXPORTER_NAMESPACE = "gpu-operator"  # where gpustack installs the exporter (the fake API server's scenario)
@@ -56,7 +55,7 @@ SCRAPE_INTERVAL = "5s"
 RULE_INTERVAL = "60s"  # the alert rules need loading, not evaluating, for the checks: keep the CPU for the scrapes
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(MetricsHandler):
     server: _Server
 
     def do_GET(self) -> None:
@@ -65,35 +64,24 @@ class _Handler(BaseHTTPRequestHandler):
         if url.path == "/metrics":  # no node: one of them (the API server's service proxy picks one endpoint)
             node = parse_qs(url.query).get("node", [fleet.nodes[0]])[0]
             body = fleet.bodies.get(node)
-            self._reply(200 if body is not None else 404, body or b"unknown node\n")
+            self.reply(200 if body is not None else 404, body or b"unknown node\n")
         elif url.path == "/ksm":
-            self._reply(200, fleet.ksm)
+            self.reply(200, fleet.ksm)
         elif url.path == "/node":
-            self._reply(200, b"# TYPE node_boot_time_seconds gauge\nnode_boot_time_seconds 1.7e9\n")
+            self.reply(200, b"# TYPE node_boot_time_seconds gauge\nnode_boot_time_seconds 1.7e9\n")
         else:
-            self._reply(404, b"not found\n")
-
-    def _reply(self, status: int, data: bytes) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, format: str, *args: object) -> None:
-        """Quiet: a thousand scrapes every few seconds."""
+            self.reply(404, b"not found\n")
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 1024
+class _Server(LoopbackServer):
+    request_queue_size = 1024  # a thousand scrapes every few seconds
 
     def __init__(self, fleet: FleetReplay) -> None:
-        super().__init__((LOOPBACK, 0), _Handler)
+        super().__init__(_Handler)
         self.fleet = fleet
 
 
-class FleetReplay:
+class FleetReplay(Served):
     """Every node's dcgm-exporter and kube-state-metrics, from one loopback server."""
 
     def __init__(self, nodes: list[str], gpus: int = 8) -> None:
@@ -104,22 +92,7 @@ class FleetReplay:
         self.nodes = nodes
         self.bodies = {s.node: render_dcgm(s, counters, 60.0).encode() for s in specs}
         self.ksm = render_ksm(specs).encode()
-        self._server = _Server(self)
-        self._thread = threading.Thread(target=self._server.serve_forever, name="fleet-replay", daemon=True)
-
-    @property
-    def address(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"{host!s}:{port}"
-
-    def start(self) -> FleetReplay:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+        super().__init__(_Server(self), "fleet-replay")
 
 
 def pod_ip(i: int) -> str:

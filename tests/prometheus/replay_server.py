@@ -13,71 +13,43 @@ import argparse
 import threading
 import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
 from gpustack.monitoring.counters import CounterFile, load_counters
 
-from .replay_exporter import LOOPBACK, SCENARIOS, NodeSpec, PodRef, default_nodes, render_dcgm, render_ksm
+from .loopback import LoopbackServer, MetricsHandler, Served
+from .replay_exporter import SCENARIOS, NodeSpec, PodRef, default_nodes, render_dcgm, render_ksm
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(MetricsHandler):
     server: _Server
 
     def do_GET(self) -> None:
         url = urlparse(self.path)
         if url.path == "/metrics":
-            self._reply(200, self.server.render())
+            self.reply(200, self.server.render().encode())
         elif url.path == "/-/scenario":
             name = parse_qs(url.query).get("name", [""])[0]
             if name not in SCENARIOS:
-                self._reply(400, f"unknown scenario {name!r}; choose one of {', '.join(SCENARIOS)}\n")
+                self.reply(400, f"unknown scenario {name!r}; choose one of {', '.join(SCENARIOS)}\n".encode())
                 return
             self.server.set_scenario(name)
-            self._reply(200, f"scenario {name}\n")
+            self.reply(200, f"scenario {name}\n".encode())
         else:
-            self._reply(404, "not found\n")
-
-    def _reply(self, status: int, body: str) -> None:
-        data = body.encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, format: str, *args: object) -> None:
-        """Quiet: scrapes every second would flood the test output."""
+            self.reply(404, b"not found\n")
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
+class _Server(LoopbackServer):
     def __init__(self, render: Callable[[], str], set_scenario: Callable[[str], None]) -> None:
-        super().__init__((LOOPBACK, 0), _Handler)
+        super().__init__(_Handler)
         self.render, self.set_scenario = render, set_scenario
 
 
-class ReplayServer:
+class ReplayServer(Served):
     """A loopback HTTP server on a free port; ``render`` produces the /metrics body."""
 
     def __init__(self, render: Callable[[], str], set_scenario: Callable[[str], None] | None = None) -> None:
-        self._server = _Server(render, set_scenario or (lambda _name: None))
-        self._thread = threading.Thread(target=self._server.serve_forever, name="replay-exporter", daemon=True)
-
-    @property
-    def address(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"{host!s}:{port}"
-
-    def start(self) -> ReplayServer:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+        super().__init__(_Server(render, set_scenario or (lambda _name: None)), "replay-exporter")
 
 
 class DcgmReplay(ReplayServer):
