@@ -30,7 +30,7 @@ from gpustack.diagnose.collect_grafana import USAGE_PROBE_EXPR
 from gpustack.monitoring.counters import load_counters
 from gpustack.monitoring.rules import EXPORTER_JOB, load_usage_rules, rules_path
 
-from .harness import PrometheusServer, servicemonitor_relabelings, wait_for
+from .harness import PrometheusError, PrometheusServer, servicemonitor_relabelings, wait_for
 from .loopback import LoopbackServer, MetricsHandler, Served
 from .releases import Release, newest
 from .replay_exporter import NodeSpec, PodRef, render_dcgm, render_ksm
@@ -163,7 +163,15 @@ class Fleet:
         gpus = 8 * len(self.nodes)
 
         def counted() -> bool:
-            rows = self.prometheus.query("count(count_over_time(DCGM_FI_DEV_GPU_UTIL[1m]) >= 2)")
+            # While a thousand targets' first series are being created, Prometheus 3.5 once answered this query
+            # "execution: vector cannot contain metrics with the same labelset" (CI, 2026-11-27; the same fleet
+            # counts 8,000 distinct GPUs a moment later): a not-yet-ready answer, asked again until the timeout
+            try:
+                rows = self.prometheus.query("count(count_over_time(DCGM_FI_DEV_GPU_UTIL[1m]) >= 2)")
+            except PrometheusError as exc:
+                if "same labelset" not in str(exc):
+                    raise
+                return False
             return bool(rows) and int(float(rows[0]["value"][1])) == gpus
 
         wait_for(f"{gpus} GPUs scraped twice", counted, timeout=timeout, interval=1.0)
