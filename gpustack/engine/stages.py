@@ -44,7 +44,9 @@ def host_key_gate(cfg: Config, opts: RunOptions, console: Console) -> None:
     ssh.raise_for_host_keys(results, cfg.ssh.known_hosts.expanduser())
 
 
-def _settings(cfg: Config, opts: RunOptions, *, check: bool, control_dir: Path | None = None) -> ar.AnsibleSettings:
+def _settings(
+    cfg: Config, opts: RunOptions, *, check: bool, control_dir: Path | None = None, mitogen: bool = True
+) -> ar.AnsibleSettings:
     return ar.AnsibleSettings(
         known_hosts=cfg.ssh.known_hosts.expanduser(),
         connect_timeout=cfg.ssh.connect_timeout,
@@ -52,6 +54,7 @@ def _settings(cfg: Config, opts: RunOptions, *, check: bool, control_dir: Path |
         check=check,
         collections_path=pinned_collections.default_search_path(),
         control_dir=control_dir,
+        mitogen=mitogen and cfg.ssh.mitogen,
     )
 
 
@@ -88,8 +91,10 @@ def run_playbook(
     stage_patterns: Mapping[str, str] | None = None,
     extra: Mapping[str, Any] | None = None,
     control_dir: Path | None = None,
+    mitogen: bool = True,
 ) -> ar.PlaybookResult:
-    """One run of a shipped playbook with the stages' tags and the run's host limit, with progress."""
+    """One run of a shipped playbook with the stages' tags and the run's host limit, with progress
+    (``mitogen``: through Mitogen where the config's ``ssh.mitogen`` allows it)."""
     kubeconfig = kubeconfig_path(cfg.cluster.name)
     ev = extravars(cfg, kubeconfig_dest=kubeconfig)
     # the stage digests cover the config's inputs, not a command's own variables: a node that
@@ -109,7 +114,7 @@ def run_playbook(
         inventory=inv,
         extravars=ev,
         tags=tags,
-        settings=_settings(cfg, opts, check=check, control_dir=control_dir),
+        settings=_settings(cfg, opts, check=check, control_dir=control_dir, mitogen=mitogen),
         ident=ident,
     )
     if opts.limit:
@@ -158,6 +163,8 @@ def run_preflight(
         plan, cfg, opts, playbook="preflight.yml", tags=(), private_dir=run_dir / "ansible-preflight",
         ident="preflight", check=False, console=console,
         extra={"gpustack_preflight_sources": probes}, control_dir=control_dir,
+        # two tasks: starting Mitogen on each host (~2 s on the test bed) costs more than it saves
+        mitogen=False,
     )  # fmt: skip
     result.write_facts(facts_dir)  # the run record
     facts = {name: result.host_facts[name] for name in targets(cfg, opts.limit) if name in result.host_facts}

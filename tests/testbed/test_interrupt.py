@@ -70,17 +70,26 @@ def _ssh_masters(tmp: Path) -> str:
     return subprocess.run(["pgrep", "-af", f"^ssh: {base}/"], capture_output=True, text=True, check=False).stdout
 
 
+#: Mitogen's connections (the stages' strategy, config ssh.mitogen): here, the ssh processes it started (their
+#: command line carries its first stage, mitogen/parent.py ``get_boot_command``); on the host, its interpreters
+#: (argv[0] ``<python>(mitogen:<name>)``, the same file's first stage)
+MITOGEN_HERE = "binascii.a2b_base64"
+MITOGEN_THERE = "[m]itogen:"
+
+
 def _no_stray_processes(state: Path, host: Host, tmp: Path) -> None:
     """Nothing of the interrupted run is left: here, ansible-playbook processes of its run
     directories (their guard is named after them), SSH masters of its control directory and the
-    directory itself; on the host, Ansible's module processes."""
+    directory itself, Mitogen's SSH connections; on the host, Ansible's module processes and Mitogen's
+    interpreters."""
     deadline = time.monotonic() + 20
     base = tmp / f"gpustack-ssh-{os.getuid()}"
     while True:
-        here = subprocess.run(["pgrep", "-af", str(state / "runs")], capture_output=True, text=True, check=False)
+        here = subprocess.run(["pgrep", "-af", f"{state / 'runs'}|{MITOGEN_HERE}"], capture_output=True, text=True,
+                              check=False)  # fmt: skip
         masters = _ssh_masters(tmp).strip()
         dirs = sorted(p.name for p in base.iterdir()) if base.is_dir() else []
-        there = host.sudo("pgrep -af '[A]nsiballZ|[a]nsible-tmp' || true", check=True).stdout.strip()
+        there = host.sudo(f"pgrep -af '[A]nsiballZ|[a]nsible-tmp|{MITOGEN_THERE}' || true", check=True).stdout.strip()
         if not here.stdout.strip() and not masters and not dirs and not there:
             return
         assert time.monotonic() < deadline, (
@@ -113,6 +122,8 @@ def test_interrupted_and_killed_runs_leave_nothing_behind_and_the_next_run_finis
     first = _start_up(cfg, state, tmpdir_short)
     _wait_for_line(first, "▶ containerd")
     assert "[mux]" in _ssh_masters(tmpdir_short), "Ansible's SSH masters live in the run's control directory"
+    mitogen = subprocess.run(["pgrep", "-af", MITOGEN_HERE], capture_output=True, text=True, check=False).stdout
+    assert host.address in mitogen, f"the stages run through Mitogen (ssh.mitogen defaults to true): {mitogen!r}"
     first.send_signal(signal.SIGINT)
     out, err = first.communicate(timeout=120)
     assert first.returncode == 130, out + err

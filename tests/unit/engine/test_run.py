@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -179,3 +180,41 @@ def test_a_command_passes_only_the_playbook_variables_its_plan_declares(tmp_path
 
     with pytest.raises(ValueError, match="does not declare: gpustack_x_typo"):
         start(gpustack_x_nodes=["cp"], gpustack_x_typo=1)
+
+
+def test_the_stages_run_through_mitogen_and_the_preflight_does_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two tasks per host: the preflight keeps Ansible's linear strategy (starting Mitogen costs more than it saves
+    there); a stage run uses Mitogen unless the config's ``ssh.mitogen`` is false."""
+    seen: list[tuple[str, str | None]] = []
+
+    def fake_run(kwargs: dict[str, Any], tracker: Any, **_: Any) -> Any:
+        seen.append((kwargs["playbook"], kwargs["envvars"].get("ANSIBLE_STRATEGY")))
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(stages.ar, "run_playbook", fake_run)
+    con, _ = console()
+    for cfg in (CFG, CFG.model_copy(update={"ssh": CFG.ssh.model_copy(update={"mitogen": False})})):
+        opts = RunOptions(stages=ANSIBLE_PLAN.stages)
+        for playbook, mitogen in (("preflight.yml", False), ("site.yml", True)):
+            with pytest.raises(RuntimeError, match="stop here"):
+                stages.run_playbook(ANSIBLE_PLAN, cfg, opts, playbook=playbook, tags=["a"], private_dir=tmp_path / "p",
+                                    ident="x", check=False, console=con, mitogen=mitogen)  # fmt: skip
+    assert seen == [
+        ("preflight.yml", None),
+        ("site.yml", "mitogen_linear"),
+        ("preflight.yml", None),
+        ("site.yml", None),
+    ]
+
+    asked: list[Any] = []
+
+    def record(*args: Any, **kwargs: Any) -> Any:
+        asked.append((kwargs["playbook"], kwargs.get("mitogen", True)))
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(stages, "run_playbook", record)
+    with pytest.raises(RuntimeError, match="stop here"):
+        stages.run_preflight(ANSIBLE_PLAN, CFG, RunOptions(stages=ANSIBLE_PLAN.stages), tmp_path / "run", con)
+    assert asked == [("preflight.yml", False)]

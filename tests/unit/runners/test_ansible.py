@@ -54,6 +54,30 @@ def test_host_keys_always_verified() -> None:
     assert "ConnectTimeout=7" in env["ANSIBLE_SSH_ARGS"]
 
 
+def test_mitogen_strategy_from_the_installed_package_or_ansibles_own() -> None:
+    env = ar.ansible_env(ar.AnsibleSettings(known_hosts=Path("/k"), mitogen=True))
+    assert env["ANSIBLE_STRATEGY"] == "mitogen_linear"
+    # the plugin directory of the Mitogen that pyproject.toml installs, not a copy of it
+    assert (Path(env["ANSIBLE_STRATEGY_PLUGINS"]) / "mitogen_linear.py").is_file()
+    assert "site-packages" in env["ANSIBLE_STRATEGY_PLUGINS"] or "ansible_mitogen" in env["ANSIBLE_STRATEGY_PLUGINS"]
+    off = ar.ansible_env(ar.AnsibleSettings(known_hosts=Path("/k"), mitogen=False))
+    assert "ANSIBLE_STRATEGY" not in off and "ANSIBLE_STRATEGY_PLUGINS" not in off
+    # host keys are verified the same way with either strategy (Mitogen's ssh reads ANSIBLE_SSH_ARGS)
+    assert env["ANSIBLE_SSH_ARGS"] == off["ANSIBLE_SSH_ARGS"]
+
+
+def test_without_mitogen_installed_the_run_falls_back_to_the_linear_strategy(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "ansible_mitogen" else real(name, *a)
+    )
+    assert ar.mitogen_strategy_dir() is None
+    env = ar.ansible_env(ar.AnsibleSettings(known_hosts=Path("/k"), mitogen=True))
+    assert "ANSIBLE_STRATEGY" not in env
+
+
 def ev(kind: str, t: str, **data: Any) -> dict[str, Any]:
     return {"event": kind, "created": f"2026-11-21T10:00:{t}", "event_data": data}
 
