@@ -10,6 +10,9 @@ and the ratios the project tracks: converged/fresh (target <= 0.10, issue #20; 0
 three/one (target <= 1.25, issue #20; 1.5 in issue #8). kubeadm, kubelet, kubectl and helm on the hosts are the test bed's doubles, so
 the figures measure gpustack, Ansible, apt, SSH and systemd, not Kubernetes itself.
 
+The line before the ratios gives each run's CPU seconds here (gpustack, Ansible, ssh) and on the hosts
+(scripts/hostcpu.py): the test bed's hosts share this machine's cores, so three hosts' work adds up here.
+
     python3 scripts/bench_up.py            # prints per-stage seconds and the ratio line
     python3 scripts/bench_up.py --smoke    # one host, fresh + converged (three/one is "-")
 
@@ -31,6 +34,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from scripts.hostcpu import HostCpu, split  # noqa: E402
 from tests.testbed.cluster import UpRun, up, write_config  # noqa: E402
 from tests.testbed.hosts import Testbed  # noqa: E402
 from tests.testbed.network import BRIDGE_ADDRESS, TestbedNetwork  # noqa: E402
@@ -66,23 +70,28 @@ class Row:
     #: the run's summary, read at once: the next run in the same state directory writes a newer one
     summary: dict[str, dict[str, Any]]
     run: UpRun
+    #: CPU seconds (this machine's: gpustack, Ansible, ssh; the hosts') during the run; None: not measured
+    cpu: tuple[float, float] | None = None
 
 
-def timed_up(bed: Testbed, state: Path, sources: Sources, label: str) -> Row:
-    """Wall seconds of one `up --skip cluster`, with its summary and the run itself."""
+def timed_up(bed: Testbed, state: Path, sources: Sources, label: str, cpu: HostCpu | None = None) -> Row:
+    """Wall seconds of one `up --skip cluster`, with its summary and the run itself (and, with ``cpu``, the CPU
+    seconds here and on the hosts)."""
     cfg = write_config(bed, state.parent / f"{label}.yaml", sources)
+    before = cpu.sample() if cpu else None
     start = time.monotonic()
     run = up(cfg, state)
     seconds = time.monotonic() - start
+    used = split(before, cpu.sample() if cpu else None)
     if run.rc != 0:
         raise BenchError(f"bench_up: {label} run failed (rc={run.rc}):\n{run.output[-4000:]}")
     print(f"bench_up: {label} done in {seconds:.1f}s (run directory {run.last_run_dir()})", flush=True)
-    return Row(label, seconds, run.summary(), run)
+    return Row(label, seconds, run.summary(), run, used)
 
 
-def one_host(bed: Testbed, state: Path, sources: Sources) -> list[Row]:
+def one_host(bed: Testbed, state: Path, sources: Sources, cpu: HostCpu | None = None) -> list[Row]:
     """``fresh`` and ``converged`` on ``bed``'s one freshly booted host (state in ``state``)."""
-    return [timed_up(bed, state, sources, "fresh"), timed_up(bed, state, sources, "converged")]
+    return [timed_up(bed, state, sources, "fresh", cpu), timed_up(bed, state, sources, "converged", cpu)]
 
 
 def report(rows: list[Row]) -> str:
@@ -95,6 +104,13 @@ def report(rows: list[Row]) -> str:
             f"{float(row.summary[s]['elapsed']):>13.1f}" if s in row.summary else f"{'-':>13}" for s in stages
         )
         lines.append(f"{row.label:<10} {row.wall:>7.1f} {changed:>8}  {cells}")
+    if all(row.cpu for row in rows):
+        # three "machines" share this machine's cores with the controller: the hosts' CPU adds up here, where
+        # real hosts would each use their own
+        cpu = " ".join(f"{row.label} {row.cpu[0]:.1f}/{row.cpu[1]:.1f}" for row in rows if row.cpu)
+        ratio = (f"; three/one here={rows[2].cpu[0] / rows[0].cpu[0]:.2f} hosts={rows[2].cpu[1] / rows[0].cpu[1]:.2f}"
+                 if len(rows) > 2 and rows[2].cpu and rows[0].cpu else "")  # fmt: skip
+        lines.append(f"bench_up: CPU seconds here/hosts: {cpu}{ratio}")
     fresh, converged = rows[0].wall, rows[1].wall
     three_one = f"{rows[2].wall / fresh:.2f}" if len(rows) > 2 else "- (smoke: one host only)"
     lines.append(f"bench_up: converged/fresh={converged / fresh:.2f} three/one={three_one}")
@@ -104,11 +120,11 @@ def report(rows: list[Row]) -> str:
 def bench(sources: Sources, work: Path, *, smoke: bool = False) -> str:
     """Run the measurements on freshly booted hosts under ``work``; print the table and return the
     result line (also printed). ``smoke``: the one-host runs only (fresh and converged), no three."""
-    with Testbed(["bench1"], work / "one") as bed:
-        rows = one_host(bed, work / "state-one", sources)
+    with Testbed(["bench1"], work / "one") as bed, HostCpu(h.root for h in bed.hosts) as cpu:
+        rows = one_host(bed, work / "state-one", sources, cpu)
     if not smoke:
-        with Testbed(["bench1", "bench2", "bench3"], work / "three") as bed:
-            rows.append(timed_up(bed, work / "state-three", sources, "three"))
+        with Testbed(["bench1", "bench2", "bench3"], work / "three") as bed, HostCpu(h.root for h in bed.hosts) as cpu:
+            rows.append(timed_up(bed, work / "state-three", sources, "three", cpu))
     text = report(rows)
     print(text, flush=True)
     return text.splitlines()[-1]
