@@ -13,9 +13,11 @@ from pathlib import Path
 from gpustack.runners.guard import write_guard
 
 FAKE_PLAYBOOK = """#!/bin/sh
-# TEST DOUBLE for ansible-playbook: a worker in a session of its own (as Ansible's are), then a wait
-setsid sleep 300 &
-echo $$ $! > "$PIDS"
+# TEST DOUBLE for ansible-playbook: a worker in a session of its own (as Ansible's are), then a wait.
+# The worker writes its pid once in its session (CI, 2026-11-27: `$!` read before setsid() had run).
+setsid sh -c 'echo $$ > "$PIDS.worker"; exec sleep 300' &
+while [ ! -s "$PIDS.worker" ]; do sleep 0.01; done
+echo $$ "$(cat "$PIDS.worker")" > "$PIDS"
 echo "args: $*" > "$PIDS.args"
 wait
 """
