@@ -120,10 +120,13 @@ def report(rows: list[Row]) -> str:
 def bench(sources: Sources, work: Path, *, smoke: bool = False) -> str:
     """Run the measurements on freshly booted hosts under ``work``; print the table and return the
     result line (also printed). ``smoke``: the one-host runs only (fresh and converged), no three."""
-    with Testbed(["bench1"], work / "one") as bed, HostCpu(h.root for h in bed.hosts) as cpu:
+    with Testbed(["bench1"], work / "one") as bed, HostCpu(h.nspawn.pid for h in bed.hosts if h.nspawn) as cpu:
         rows = one_host(bed, work / "state-one", sources, cpu)
     if not smoke:
-        with Testbed(["bench1", "bench2", "bench3"], work / "three") as bed, HostCpu(h.root for h in bed.hosts) as cpu:
+        with (
+            Testbed(["bench1", "bench2", "bench3"], work / "three") as bed,
+            HostCpu(h.nspawn.pid for h in bed.hosts if h.nspawn) as cpu,
+        ):
             rows.append(timed_up(bed, work / "state-three", sources, "three", cpu))
     text = report(rows)
     print(text, flush=True)

@@ -1,7 +1,7 @@
 """CPU seconds of the test bed's hosts apart from this machine's own (gpustack, Ansible, ssh): for
 ``scripts/bench_up.py``, which runs three "machines" on the same cores as the controller.
 
-Once the hosts have booted, every process whose root directory is a host's root is moved into one cpuacct
+Once the hosts have booted, every process descended from a host's systemd-nspawn is moved into one cpuacct
 cgroup (cgroup v1 ``cpuacct.usage``, or a v2 group's ``cpu.stat`` ``usage_usec``); what the hosts start later
 (sshd's sessions, apt, dpkg, the modules Ansible runs, services) inherits it. This machine's share is the
 whole machine's busy time (/proc/stat) less the hosts'. Where no cgroup can be made (not root, no cpu
@@ -33,23 +33,29 @@ def machine_busy_seconds() -> float:
     return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
-def processes_under(roots: Iterable[Path]) -> list[int]:
-    """PIDs whose root directory (/proc/PID/root) is one of ``roots``."""
-    wanted = {str(Path(r).resolve()) for r in roots}
-    pids = []
+def descendants(pids: Iterable[int]) -> list[int]:
+    """``pids`` and every process descended from them (by /proc/PID/stat's parent pid). A host's processes are
+    told apart this way, not by root or mount namespace: seen from here, a process in another mount namespace
+    has the root "/", and some of a host's services have a mount namespace of their own."""
+    parent: dict[int, int] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
-            with contextlib.suppress(OSError):
-                if os.readlink(entry / "root") in wanted:
-                    pids.append(int(entry.name))
-    return pids
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                parent[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    found = set(pids)
+    grew = True
+    while grew:
+        new = {pid for pid, ppid in parent.items() if ppid in found and pid not in found}
+        found |= new
+        grew = bool(new)
+    return sorted(found)
 
 
 class HostCpu:
     """The hosts' processes in a cpuacct cgroup of their own, for as long as the context lasts."""
 
-    def __init__(self, roots: Iterable[Path]) -> None:
-        self.roots = list(roots)
+    def __init__(self, pids: Iterable[int]) -> None:
+        self.pids = list(pids)  # the hosts' systemd-nspawn processes
         self.group: Path | None = None
         self.v1 = V1.is_dir() and (V1 / "cpuacct.usage").exists()
 
@@ -58,7 +64,7 @@ class HostCpu:
         group = base / f"gpustack-bench-{os.getpid()}"
         try:
             group.mkdir(exist_ok=True)
-            for pid in processes_under(self.roots):
+            for pid in descendants(self.pids):
                 with contextlib.suppress(OSError):  # a process that has just ended
                     (group / "cgroup.procs").write_text(f"{pid}\n")
         except OSError:
