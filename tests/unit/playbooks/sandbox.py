@@ -7,6 +7,10 @@ empty, and both disappear with the process. The testbed's TEST DOUBLES are insta
 file:// URLs. The control plane is the sandbox itself (connection local); each worker is a
 chroot (community.general.chroot) into its own overlay of /.
 
+The playbook runs with the strategy `up` gives its stages: Mitogen's ``mitogen_linear`` (the control plane then
+goes through Mitogen's local connection, as `up` on "this machine" does; the chroots keep Ansible's own), or with
+``mitogen=False`` Ansible's linear strategy (``ssh.mitogen: false``).
+
 Only the stages that need neither systemd nor the network can run this way: control-plane,
 workers, network and helm. os, firewall, containerd and kubernetes need booted hosts (the
 nspawn testbed).
@@ -31,6 +35,7 @@ from conftest import DOUBLES, PLAYBOOKS
 
 from gpustack.config.model import Config
 from gpustack.render.ansible import extravars, inventory
+from gpustack.runners.ansible import AnsibleSettings, ansible_env
 
 SCRIPT = r"""
 set -eu
@@ -101,9 +106,10 @@ class Run:
 
 
 class Sandbox:
-    def __init__(self, base: Path, cfg: Config) -> None:
+    def __init__(self, base: Path, cfg: Config, *, mitogen: bool = True) -> None:
         self.base = base
         self.cfg = cfg
+        self.mitogen = mitogen
         self.workers = [n.name for n in cfg.workers]
         base.mkdir(parents=True, exist_ok=True)
         self.kubeconfig_dest = base / "controller" / "kube" / "config"
@@ -171,6 +177,10 @@ class Sandbox:
             ANSIBLE_FORCE_COLOR="0",
             ANSIBLE_RETRY_FILES_ENABLED="0",
         )
+        for key in ("ANSIBLE_STRATEGY", "ANSIBLE_STRATEGY_PLUGINS"):  # only the strategy asked for
+            env.pop(key, None)
+        env.update({k: v for k, v in ansible_env(AnsibleSettings(Path("/"), mitogen=self.mitogen)).items()
+                    if k.startswith("ANSIBLE_STRATEGY")})  # fmt: skip
         run_playbook = 'ansible-playbook -i "$1" -e "@$2" "$3" --tags "$4"; rc=$?'
         playbook = f"{before}\n{run_playbook}\n{after}\nexit $rc"
         cmd = [

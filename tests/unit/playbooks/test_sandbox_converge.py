@@ -153,10 +153,11 @@ def test_firewall_disabled_removes_only_our_chain(tmp_path: Path) -> None:
     """firewall.enabled: false deletes GPUSTACK-INPUT and its jump, nothing else.
 
     (The enabled path needs systemd for its unit: covered by the nspawn testbed; the script
-    itself is tested in test_firewall_script.py.)
+    itself is tested in test_firewall_script.py.) Through Ansible's linear strategy (``ssh.mitogen: false``);
+    the other sandbox runs go through Mitogen, as `up` runs its stages by default.
     """
     cfg = Config(nodes=[Node(name="cp1", address="10.10.0.2", role="control-plane")])
-    box = Sandbox(tmp_path / "sb", cfg)
+    box = Sandbox(tmp_path / "sb", cfg, mitogen=False)
     before = """
         iptables -w -P INPUT DROP
         iptables -w -A INPUT -p tcp --dport 22 -j ACCEPT
