@@ -104,12 +104,16 @@ def report(rows: list[Row]) -> str:
             f"{float(row.summary[s]['elapsed']):>13.1f}" if s in row.summary else f"{'-':>13}" for s in stages
         )
         lines.append(f"{row.label:<10} {row.wall:>7.1f} {changed:>8}  {cells}")
-    if all(row.cpu for row in rows):
+    cpus = [row.cpu for row in rows if row.cpu]
+    if len(cpus) == len(rows):
         # three "machines" share this machine's cores with the controller: the hosts' CPU adds up here, where
         # real hosts would each use their own
-        cpu = " ".join(f"{row.label} {row.cpu[0]:.1f}/{row.cpu[1]:.1f}" for row in rows if row.cpu)
-        ratio = (f"; three/one here={rows[2].cpu[0] / rows[0].cpu[0]:.2f} hosts={rows[2].cpu[1] / rows[0].cpu[1]:.2f}"
-                 if len(rows) > 2 and rows[2].cpu and rows[0].cpu else "")  # fmt: skip
+        cpu = " ".join(f"{row.label} {here:.1f}/{hosts:.1f}" for row, (here, hosts) in zip(rows, cpus, strict=True))
+        ratio = (
+            f"; three/one here={cpus[2][0] / cpus[0][0]:.2f} hosts={cpus[2][1] / cpus[0][1]:.2f}"
+            if len(cpus) > 2
+            else ""
+        )
         lines.append(f"bench_up: CPU seconds here/hosts: {cpu}{ratio}")
     fresh, converged = rows[0].wall, rows[1].wall
     three_one = f"{rows[2].wall / fresh:.2f}" if len(rows) > 2 else "- (smoke: one host only)"
@@ -117,15 +121,20 @@ def report(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+def host_cpu(bed: Testbed) -> HostCpu:
+    """The CPU accounting of ``bed``'s booted hosts (their systemd-nspawn processes and everything below)."""
+    return HostCpu(h.nspawn.pid for h in bed.hosts if h.nspawn)
+
+
 def bench(sources: Sources, work: Path, *, smoke: bool = False) -> str:
     """Run the measurements on freshly booted hosts under ``work``; print the table and return the
     result line (also printed). ``smoke``: the one-host runs only (fresh and converged), no three."""
-    with Testbed(["bench1"], work / "one") as bed, HostCpu(h.nspawn.pid for h in bed.hosts if h.nspawn) as cpu:
+    with Testbed(["bench1"], work / "one") as bed, host_cpu(bed) as cpu:
         rows = one_host(bed, work / "state-one", sources, cpu)
     if not smoke:
         with (
             Testbed(["bench1", "bench2", "bench3"], work / "three") as bed,
-            HostCpu(h.nspawn.pid for h in bed.hosts if h.nspawn) as cpu,
+            host_cpu(bed) as cpu,
         ):
             rows.append(timed_up(bed, work / "state-three", sources, "three", cpu))
     text = report(rows)

@@ -52,6 +52,17 @@ def mitogen_strategy_dir() -> Path | None:
     return None
 
 
+def strategy_env(*, mitogen: bool) -> dict[str, str]:
+    """The variables that choose Ansible's strategy: Mitogen's ``mitogen_linear`` where asked for and installed
+    (one Python per host and connection kept for the whole run, modules imported once: the same tasks and
+    results as the linear strategy at about half the wall time, docs/decisions.md "Mitogen"); else none, and
+    Ansible runs its own linear strategy."""
+    strategy = mitogen_strategy_dir() if mitogen else None
+    if strategy is None:
+        return {}
+    return {"ANSIBLE_STRATEGY_PLUGINS": str(strategy), "ANSIBLE_STRATEGY": "mitogen_linear"}
+
+
 def ansible_env(settings: AnsibleSettings) -> dict[str, str]:
     """Environment for ansible-playbook. Host keys are always verified against known_hosts:
     gpustack has already checked (or, when asked, recorded) every key before Ansible runs."""
@@ -76,12 +87,7 @@ def ansible_env(settings: AnsibleSettings) -> dict[str, str]:
     if settings.control_dir is not None:
         # the run's ControlMaster sockets where the run (and the guard) can end them: see runners/sshmux.py
         env["ANSIBLE_SSH_CONTROL_PATH_DIR"] = str(settings.control_dir)
-    strategy = mitogen_strategy_dir() if settings.mitogen else None
-    if strategy is not None:
-        # one Python per host and connection kept for the whole run, modules imported once: the same tasks
-        # and results as the linear strategy at about half the wall time (docs/decisions.md, "Mitogen")
-        env["ANSIBLE_STRATEGY_PLUGINS"] = str(strategy)
-        env["ANSIBLE_STRATEGY"] = "mitogen_linear"
+    env.update(strategy_env(mitogen=settings.mitogen))
     if settings.collections_path:
         # exactly the roots the engine checked the pinned collections in; no ansible.cfg or sys.path adds others
         env["ANSIBLE_COLLECTIONS_PATH"] = os.pathsep.join(str(p) for p in settings.collections_path)

@@ -64,10 +64,14 @@ def _wait_for_line(proc: subprocess.Popen[str], marker: str, timeout: float = 60
     raise AssertionError(f"{marker!r} never printed:\n{''.join(seen)}")
 
 
+def _pgrep(pattern: str) -> str:
+    """This machine's processes whose command line matches ``pattern`` (``pgrep -af``)."""
+    return subprocess.run(["pgrep", "-af", pattern], capture_output=True, text=True, check=False).stdout
+
+
 def _ssh_masters(tmp: Path) -> str:
     """OpenSSH's masters of the runs' control directories (titled ``ssh: <socket> [mux]``)."""
-    base = tmp / f"gpustack-ssh-{os.getuid()}"
-    return subprocess.run(["pgrep", "-af", f"^ssh: {base}/"], capture_output=True, text=True, check=False).stdout
+    return _pgrep(f"^ssh: {tmp / f'gpustack-ssh-{os.getuid()}'}/")
 
 
 #: Mitogen's connections (the stages' strategy, config ssh.mitogen): here, the ssh processes it started (their
@@ -85,15 +89,14 @@ def _no_stray_processes(state: Path, host: Host, tmp: Path) -> None:
     deadline = time.monotonic() + 20
     base = tmp / f"gpustack-ssh-{os.getuid()}"
     while True:
-        here = subprocess.run(["pgrep", "-af", f"{state / 'runs'}|{MITOGEN_HERE}"], capture_output=True, text=True,
-                              check=False)  # fmt: skip
+        here = _pgrep(f"{state / 'runs'}|{MITOGEN_HERE}").strip()
         masters = _ssh_masters(tmp).strip()
         dirs = sorted(p.name for p in base.iterdir()) if base.is_dir() else []
         there = host.sudo(f"pgrep -af '[A]nsiballZ|[a]nsible-tmp|{MITOGEN_THERE}' || true", check=True).stdout.strip()
-        if not here.stdout.strip() and not masters and not dirs and not there:
+        if not here and not masters and not dirs and not there:
             return
         assert time.monotonic() < deadline, (
-            f"left behind:\nhere: {here.stdout}\nssh masters: {masters}\ncontrol dirs: {dirs}\nhost: {there}"
+            f"left behind:\nhere: {here}\nssh masters: {masters}\ncontrol dirs: {dirs}\nhost: {there}"
         )
         time.sleep(0.5)
 
@@ -122,7 +125,7 @@ def test_interrupted_and_killed_runs_leave_nothing_behind_and_the_next_run_finis
     first = _start_up(cfg, state, tmpdir_short)
     _wait_for_line(first, "▶ containerd")
     assert "[mux]" in _ssh_masters(tmpdir_short), "Ansible's SSH masters live in the run's control directory"
-    mitogen = subprocess.run(["pgrep", "-af", MITOGEN_HERE], capture_output=True, text=True, check=False).stdout
+    mitogen = _pgrep(MITOGEN_HERE)
     assert host.address in mitogen, f"the stages run through Mitogen (ssh.mitogen defaults to true): {mitogen!r}"
     first.send_signal(signal.SIGINT)
     out, err = first.communicate(timeout=120)

@@ -35,7 +35,7 @@ from conftest import DOUBLES, PLAYBOOKS
 
 from gpustack.config.model import Config
 from gpustack.render.ansible import extravars, inventory
-from gpustack.runners.ansible import AnsibleSettings, ansible_env
+from gpustack.runners.ansible import strategy_env
 
 SCRIPT = r"""
 set -eu
@@ -179,8 +179,7 @@ class Sandbox:
         )
         for key in ("ANSIBLE_STRATEGY", "ANSIBLE_STRATEGY_PLUGINS"):  # only the strategy asked for
             env.pop(key, None)
-        env.update({k: v for k, v in ansible_env(AnsibleSettings(Path("/"), mitogen=self.mitogen)).items()
-                    if k.startswith("ANSIBLE_STRATEGY")})  # fmt: skip
+        env.update(strategy_env(mitogen=self.mitogen))
         run_playbook = 'ansible-playbook -i "$1" -e "@$2" "$3" --tags "$4"; rc=$?'
         playbook = f"{before}\n{run_playbook}\n{after}\nexit $rc"
         cmd = [

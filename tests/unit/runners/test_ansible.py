@@ -60,6 +60,7 @@ def test_mitogen_strategy_from_the_installed_package_or_ansibles_own() -> None:
     # the plugin directory of the Mitogen that pyproject.toml installs, not a copy of it
     assert (Path(env["ANSIBLE_STRATEGY_PLUGINS"]) / "mitogen_linear.py").is_file()
     assert "site-packages" in env["ANSIBLE_STRATEGY_PLUGINS"] or "ansible_mitogen" in env["ANSIBLE_STRATEGY_PLUGINS"]
+    assert ar.strategy_env(mitogen=True).items() <= env.items() and ar.strategy_env(mitogen=False) == {}
     off = ar.ansible_env(ar.AnsibleSettings(known_hosts=Path("/k"), mitogen=False))
     assert "ANSIBLE_STRATEGY" not in off and "ANSIBLE_STRATEGY_PLUGINS" not in off
     # host keys are verified the same way with either strategy (Mitogen's ssh reads ANSIBLE_SSH_ARGS)
