@@ -63,16 +63,21 @@ def strategy_env(*, mitogen: bool) -> dict[str, str]:
     return {"ANSIBLE_STRATEGY_PLUGINS": str(strategy), "ANSIBLE_STRATEGY": "mitogen_linear"}
 
 
-def ansible_env(settings: AnsibleSettings) -> dict[str, str]:
-    """Environment for ansible-playbook. Host keys are always verified against known_hosts:
-    gpustack has already checked (or, when asked, recorded) every key before Ansible runs."""
-    ssh_args = (
+def ssh_args(settings: AnsibleSettings) -> str:
+    """The options of every ssh Ansible runs (``ANSIBLE_SSH_ARGS``), and of the run's early masters
+    (:func:`gpustack.runners.sshmux.open_masters`)."""
+    return (
         f"{SSH_ARGS} -o UserKnownHostsFile={settings.known_hosts} -o StrictHostKeyChecking=yes"
         f" -o ConnectTimeout={settings.connect_timeout}"
     )
+
+
+def ansible_env(settings: AnsibleSettings) -> dict[str, str]:
+    """Environment for ansible-playbook. Host keys are always verified against known_hosts:
+    gpustack has already checked (or, when asked, recorded) every key before Ansible runs."""
     env = {
         "ANSIBLE_HOST_KEY_CHECKING": "True",
-        "ANSIBLE_SSH_ARGS": ssh_args,
+        "ANSIBLE_SSH_ARGS": ssh_args(settings),
         "ANSIBLE_PIPELINING": "True",
         "ANSIBLE_FORKS": str(settings.forks),
         "ANSIBLE_TIMEOUT": str(settings.connect_timeout),
@@ -187,23 +192,6 @@ Listener = Callable[[str, str | None, str | None], None]  # (stage, host, task)
 
 #: the preflight's facts module (playbooks/library/gpustack_facts.py), by the names Ansible reports it
 FACTS_MODULES = frozenset({"gpustack_facts", "ansible.legacy.gpustack_facts"})
-#: what only the login-user pass of the preflight knows (the root pass does not probe them)
-LOGIN_PASS_KEYS = ("sudo_nopasswd", "is_root", "peers", "sources")
-
-
-def merge_fact_passes(passes: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """One host's facts from the preflight's passes (playbooks/preflight.yml): the login user's,
-    then, where sudo works, root's. Root's view wins, except what only the login-user pass knows
-    (:data:`LOGIN_PASS_KEYS`; ``sources`` is [] when none were asked for)."""
-    if not passes:
-        return {}
-    login = passes[0]
-    merged: dict[str, Any] = {}
-    for one in passes:
-        merged.update(one)
-    merged.update({k: login.get(k) for k in LOGIN_PASS_KEYS})
-    merged["sources"] = login.get("sources") or []
-    return merged
 
 
 class StageTracker:
@@ -217,10 +205,9 @@ class StageTracker:
         #: called once per stage when its play ends (the next play starts, or the run's stats arrive)
         self.on_end = on_end
         self.stats: dict[str, Any] = {}
-        #: what each host's gpustack_facts tasks returned, in task order (the preflight's passes),
-        #: and whether the last one was the host's final pass
-        self.fact_passes: dict[str, list[dict[str, Any]]] = {}
-        self.facts_final: dict[str, bool] = {}
+        #: what each host's gpustack_facts task returned (the preflight runs it once per host: as root where
+        #: sudo allows, else as the login user; playbooks/preflight.yml)
+        self.facts: dict[str, dict[str, Any]] = {}
 
     def _close_current(self, ts: float) -> None:
         if self.current is not None and self.current.ended is None:
@@ -253,8 +240,7 @@ class StageTracker:
                 if res.get("changed"):
                     stage.changed[host] = stage.changed.get(host, 0) + 1
                 if data.get("task_action") in FACTS_MODULES and isinstance(res.get("facts"), dict):
-                    self.fact_passes.setdefault(host, []).append(dict(res["facts"]))
-                    self.facts_final[host] = res.get("final") is True
+                    self.facts[host] = dict(res["facts"])
             elif kind == "runner_on_failed" and not data.get("ignore_errors"):
                 stage.failures.append(TaskFailure(stage.stage, host, str(data.get("task") or self.task), _message(res)))
             elif kind == "runner_on_unreachable":
@@ -276,16 +262,12 @@ class StageTracker:
         return [f for s in self.stages.values() for f in s.failures]
 
     def host_facts(self) -> dict[str, dict[str, Any]]:
-        """The preflight's facts of every host whose final pass returned and that failed nowhere
-        (a host cut off between its passes, by a failure or a timeout, has none, as before)."""
+        """The preflight's facts of every host that failed nowhere (a host whose root pass failed while sudo
+        works, or that failed later, has none)."""
         failed = (
             {f.host for f in self.failures} | set(self.stats.get("failures") or {}) | set(self.stats.get("dark") or {})
         )
-        return {
-            host: merge_fact_passes(passes)
-            for host, passes in self.fact_passes.items()
-            if self.facts_final.get(host) and host not in failed
-        }
+        return {host: facts for host, facts in self.facts.items() if host not in failed}
 
 
 @dataclass
@@ -298,7 +280,7 @@ class PlaybookResult:
     #: ansible-runner's final stats (ok/changed/failures/dark/... per host): the authority on which
     #: hosts failed, in case an event was lost
     stats: dict[str, Any] = field(default_factory=dict)
-    #: the preflight's facts per host, merged from its passes (:func:`merge_fact_passes`)
+    #: the preflight's facts per host (:meth:`StageTracker.host_facts`)
     host_facts: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def write_facts(self, facts_dir: Path) -> None:

@@ -20,6 +20,7 @@ import shutil
 import socket
 import stat
 import subprocess
+from collections.abc import Mapping
 
 from ansible.module_utils.gpustack_host_parsers import (
     SEARCH_PATH,
@@ -71,8 +72,9 @@ description:
     (C(sudo -n true) when asked, C(timedatectl show), C(systemctl is-active kubelet)) and
     optionally tries TCP connections to peer nodes.
   - Returns C(changed=false) and the facts under C(facts). Nothing is changed on the host.
-  - Run it without become to learn whether passwordless sudo works, and with become for the
-    facts only root can read (socket owners, EFI variables).
+  - Run it with become where sudo allows (one pass sees everything, socket owners and EFI variables
+    included; C(is_root) and C(sudo_nopasswd) then describe the login user, from sudo's C(SUDO_UID)),
+    and without become, with O(probe_sudo), where sudo refuses.
 options:
   probe_sudo:
     description: Run C(sudo -n true) to find out whether passwordless sudo works.
@@ -138,12 +140,6 @@ facts:
   description: The host facts (schema in playbooks/README.md).
   returned: always
   type: dict
-final:
-  description:
-    - True when no pass with become follows this one (the user is root, or has no passwordless
-      sudo); gpustack keeps a host's facts once its final pass returned.
-  returned: always
-  type: bool
 """
 
 
@@ -336,11 +332,22 @@ def collect_peers(peers: list[str], port: int, timeout: float) -> dict[str, bool
 # --------------------------------------------------------------------------- package sources
 
 
+def login_uid(euid: int, environ: Mapping[str, str]) -> int:
+    """The login user's uid: sudo's ``SUDO_UID`` when running as root through sudo (become), else ``euid``."""
+    if euid == 0:
+        try:
+            return int(environ.get("SUDO_UID", "0"))
+        except ValueError:
+            return 0
+    return euid
+
+
 def collect(probe_sudo: bool, peers: list[str], peer_port: int, peer_timeout: float) -> dict:
     uname = os.uname()
     os_release = parse_os_release(_read_text("/etc/os-release") or _read_text("/usr/lib/os-release") or "")
-    is_root = os.geteuid() == 0
-    if is_root:
+    euid = os.geteuid()
+    is_root = login_uid(euid, os.environ) == 0
+    if euid == 0:  # root, or the login user through sudo without a password (Ansible's become: sudo -n)
         sudo_nopasswd = True
     elif probe_sudo and _which("sudo"):
         sudo_nopasswd = _run(["sudo", "-n", "true"], timeout=15)[0] == 0
@@ -469,12 +476,11 @@ def main() -> None:
             for stage, digest in p["stage_digests"].items()
         }
         facts["stages"] = check_stages(stages)
-    if p["sources"]:
-        converged = {k: bool(v.get("converged")) for k, v in (facts.get("stages") or {}).items()}
-        facts["sources"] = collect_sources(p["sources"], p["proxy_env"], p["source_timeout"], converged)
-    # final: no root pass follows this one (playbooks/preflight.yml runs one only for a login user that
-    # is not root and has passwordless sudo); Python keeps a host's facts once its final pass returned
-    module.exit_json(changed=False, facts=facts, final=bool(facts["is_root"] or not facts["sudo_nopasswd"]))
+    converged = {k: bool(v.get("converged")) for k, v in (facts.get("stages") or {}).items()}
+    facts["sources"] = (
+        collect_sources(p["sources"], p["proxy_env"], p["source_timeout"], converged) if p["sources"] else []
+    )
+    module.exit_json(changed=False, facts=facts)
 
 
 if __name__ == "__main__":

@@ -339,6 +339,22 @@ def test_nearest_existing(host_parsers: ModuleType) -> None:
     assert host_parsers.nearest_existing("/nope", existing.__contains__) == "/"
 
 
+@pytest.mark.parametrize(
+    ("euid", "environ", "uid"),
+    [
+        (0, {"SUDO_UID": "1000", "SUDO_USER": "gpustack"}, 1000),  # the login user, through sudo (become)
+        (0, {"SUDO_UID": "0"}, 0),  # root, through sudo
+        (0, {}, 0),  # a root login (Ansible needs no sudo for it)
+        (1000, {"SUDO_UID": "0"}, 1000),  # not root: its own uid, whatever the environment says
+        (0, {"SUDO_UID": "x"}, 0),
+    ],
+)
+def test_login_uid_is_the_login_users_own(
+    facts_module: ModuleType, euid: int, environ: dict[str, str], uid: int
+) -> None:
+    assert facts_module.login_uid(euid, environ) == uid
+
+
 def test_collect_on_this_machine(facts_module: ModuleType) -> None:
     facts = facts_module.collect(probe_sudo=False, peers=["127.0.0.1", "192.0.2.254"], peer_port=9, peer_timeout=0.5)
     assert set(facts) == SCHEMA_KEYS

@@ -6,6 +6,7 @@ import json
 import re
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -131,15 +132,13 @@ def test_syntax_check(sample_inputs: tuple[Path, Path, Path], playbook: str) -> 
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-@pytest.fixture(scope="module")
-def local_preflight(tmp_path_factory: pytest.TempPathFactory) -> tuple[ar.PlaybookResult, Path]:
-    """preflight.yml run once on this machine as the engine runs it: through ansible-runner with the
-    playbooks directory as project_dir and no ansible.cfg (so Ansible must find module_utils/ next to
-    preflight.yml and ship it with the module), the facts written from the module's results."""
-    tmp = tmp_path_factory.mktemp("preflight")
+def run_local_preflight(tmp: Path, **host_vars: Any) -> ar.PlaybookResult:
+    """preflight.yml on this machine as the engine runs it: through ansible-runner with the playbooks directory
+    as project_dir and no ansible.cfg (so Ansible must find module_utils/ next to preflight.yml and ship it with
+    the module), the facts written from the module's results into ``tmp/facts``."""
     inv = {"all": {"hosts": {"me": {"ansible_connection": "local", "ansible_become": False,
                                     "ansible_python_interpreter": "/usr/bin/python3",
-                                    "gpustack_node_address": "127.0.0.1"}}}}  # fmt: skip
+                                    "gpustack_node_address": "127.0.0.1", **host_vars}}}}  # fmt: skip
     (tmp / "known_hosts").touch()
     kwargs = ar.build_runner_kwargs(
         private_data_dir=tmp / "run", project_dir=resource_dir("playbooks"), playbook="preflight.yml",
@@ -148,7 +147,14 @@ def local_preflight(tmp_path_factory: pytest.TempPathFactory) -> tuple[ar.Playbo
     )  # fmt: skip
     result = ar.run_playbook(kwargs, ar.StageTracker())
     result.write_facts(tmp / "facts")
-    return result, tmp / "facts"
+    return result
+
+
+@pytest.fixture(scope="module")
+def local_preflight(tmp_path_factory: pytest.TempPathFactory) -> tuple[ar.PlaybookResult, Path]:
+    """preflight.yml run once on this machine (as root: Ansible needs no sudo for root's pass)."""
+    tmp = tmp_path_factory.mktemp("preflight")
+    return run_local_preflight(tmp), tmp / "facts"
 
 
 def test_preflight_runs_read_only_on_this_machine(local_preflight: tuple[ar.PlaybookResult, Path]) -> None:
@@ -157,11 +163,35 @@ def test_preflight_runs_read_only_on_this_machine(local_preflight: tuple[ar.Play
     assert result.changed_hosts() == {}, "nothing changes, on the host or here"
     facts = json.loads((facts_dir / "me.json").read_text())
     assert facts == result.host_facts["me"]
-    # the merged passes add what the module found of the package sources ([]: none asked for)
+    # the module adds what it found of the package sources ([]: none asked for)
     assert set(facts) == SCHEMA_KEYS | {"sources"} and facts["sources"] == []
+    # one pass, root's: the login user's never ran
+    assert [e["event_data"]["task"] for e in _facts_events(result)] == ["Collect facts as root"]
+    assert facts["is_root"] is True and facts["sudo_nopasswd"] is True
     assert set(facts["peers"]) == {"127.0.0.2"}
     assert oct((facts_dir / "me.json").stat().st_mode & 0o777) == "0o600"
     assert oct(facts_dir.stat().st_mode & 0o777) == "0o700"
+
+
+def _facts_events(result: ar.PlaybookResult) -> list[dict[str, Any]]:
+    """The gpustack_facts tasks that returned, from the run's artifacts (job_events)."""
+    events = [json.loads(p.read_text()) for p in result.artifact_dir.rglob("job_events/*.json")]
+    events.sort(key=lambda e: e.get("counter", 0))
+    return [
+        e for e in events if e["event"] == "runner_on_ok" and e["event_data"].get("task_action") in ar.FACTS_MODULES
+    ]
+
+
+def test_a_root_pass_that_fails_where_sudo_works_fails_the_host(tmp_path: Path) -> None:
+    """Root's pass failing for a reason other than sudo refusing (here: become through a sudo that is not there,
+    to another user, so Ansible cannot skip it) is not hidden by the login user's pass: the host fails with root's
+    message and has no facts."""
+    result = run_local_preflight(tmp_path, ansible_become_user="nobody", ansible_become_exe="/nonexistent/sudo")
+    assert result.rc != 0
+    assert [e["event_data"]["task"] for e in _facts_events(result)] == ["Collect facts as the login user"]
+    assert [(f.host, f.task) for f in result.failures] == [("me", "Report why the root pass failed where sudo works")]
+    assert "/nonexistent/sudo" in result.failures[0].message
+    assert result.host_facts == {} and not (tmp_path / "facts" / "me.json").exists()
 
 
 def test_preflight_module_finds_its_module_utils_under_ansible_runner(

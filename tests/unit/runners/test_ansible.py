@@ -219,43 +219,37 @@ def test_a_cancelled_run_stops_the_playbook_and_leaves_no_process(tmp_path: Path
 
 
 # ---------------------------------------------------------------- the preflight's facts, from events
-def _facts_event(host: str, facts: dict[str, Any], *, final: bool) -> dict[str, Any]:
+def _facts_event(host: str, facts: dict[str, Any], task: str = "Collect facts as root") -> dict[str, Any]:
     """A runner_on_ok event of a gpustack_facts task, as ansible-runner reports it."""
-    res = {"changed": False, "facts": facts, "final": final}
-    data = {"host": host, "task": "Collect facts", "task_action": "gpustack_facts", "res": res}
+    res = {"changed": False, "facts": facts}
+    data = {"host": host, "task": task, "task_action": "gpustack_facts", "res": res}
     return {"event": "runner_on_ok", "event_data": data}
 
 
-LOGIN = {"is_root": False, "sudo_nopasswd": True, "peers": {"10.0.0.2": True}, "sources": [{"name": "x"}],
-         "firewall": None, "kernel": "6.1"}  # fmt: skip
-ROOT = {"is_root": True, "sudo_nopasswd": True, "peers": {}, "firewall": {"jump": True}, "kernel": "6.1"}
+ROOT = {"is_root": False, "sudo_nopasswd": True, "peers": {}, "firewall": {"jump": True}, "kernel": "6.1"}
+LOGIN = {"is_root": False, "sudo_nopasswd": False, "peers": {"10.0.0.2": True}, "sources": [], "firewall": None}
 
 
-def test_passes_merge_root_wins_except_what_only_the_login_user_knows() -> None:
-    merged = ar.merge_fact_passes([LOGIN, ROOT])
-    assert merged["firewall"] == {"jump": True}, "root's view wins"
-    assert merged["is_root"] is False and merged["peers"] == {"10.0.0.2": True}
-    assert merged["sources"] == [{"name": "x"}]
-    assert ar.merge_fact_passes([{**LOGIN, "sources": None}])["sources"] == []
-    assert ar.merge_fact_passes([]) == {}
-
-
-def test_a_host_has_facts_only_once_its_final_pass_returned_and_nothing_failed(tmp_path: Path) -> None:
+def test_a_host_has_the_facts_of_its_one_pass_unless_it_failed(tmp_path: Path) -> None:
+    """playbooks/preflight.yml: root's pass (sudo allowed it), or the login user's after root's failed and was
+    ignored (sudo refused); a host that failed anywhere, the pass's own re-raised failure included, has none."""
     t = StageTracker()
     t.handle({"event": "playbook_on_play_start", "event_data": {"play": "preflight"}})
-    t.handle(_facts_event("done", LOGIN, final=False))
-    t.handle(_facts_event("done", ROOT, final=True))
-    t.handle(_facts_event("cut", LOGIN, final=False))  # its root pass never came (a timeout)
-    t.handle(_facts_event("root-login", {**ROOT, "peers": {"10.0.0.1": True}}, final=True))
-    t.handle(_facts_event("failed", LOGIN, final=True))
-    failed = {"host": "failed", "task": "later", "res": {"msg": "boom"}}
+    t.handle(_facts_event("done", ROOT))
+    refused = {"host": "nosudo", "task": "Collect facts as root", "ignore_errors": True,
+               "res": {"msg": "Missing sudo password"}}  # fmt: skip
+    t.handle({"event": "runner_on_failed", "event_data": refused})
+    t.handle(_facts_event("nosudo", LOGIN, task="Collect facts as the login user"))
+    t.handle(_facts_event("failed", {**LOGIN, "sudo_nopasswd": True}, task="Collect facts as the login user"))
+    failed = {"host": "failed", "task": "Report why the root pass failed where sudo works", "res": {"msg": "boom"}}
     t.handle({"event": "runner_on_failed", "event_data": failed})
     t.handle({"event": "runner_on_ok", "event_data": {"host": "done", "task_action": "command", "res": {"facts": {}}}})
     facts = t.host_facts()
-    assert sorted(facts) == ["done", "root-login"]
-    assert facts["done"] == ar.merge_fact_passes([LOGIN, ROOT])
+    assert sorted(facts) == ["done", "nosudo"]
+    assert facts["done"] == ROOT and facts["nosudo"] == LOGIN
+    assert [(f.host, f.message) for f in t.failures] == [("failed", "boom")], "the ignored root pass is no failure"
     result = ar.PlaybookResult(0, "successful", t.stages, t.failures, tmp_path, host_facts=facts)
     result.write_facts(tmp_path / "facts")
-    assert sorted(p.name for p in (tmp_path / "facts").iterdir()) == ["done.json", "root-login.json"]
+    assert sorted(p.name for p in (tmp_path / "facts").iterdir()) == ["done.json", "nosudo.json"]
     assert oct((tmp_path / "facts" / "done.json").stat().st_mode & 0o777) == "0o600"
     assert json.loads((tmp_path / "facts" / "done.json").read_text()) == facts["done"]
