@@ -89,28 +89,52 @@ def parse_dpkg_query(text, names):
     return out
 
 
-def probe(spec):
-    """Read every probe of a stage spec: files, services, sysctl, packages, commands."""
-    files = sorted({path for path in spec.get("files") or [] if path})
-    services = sorted(set(spec.get("services") or []))
-    packages = sorted(set(spec.get("packages") or []))
+class Reads:
+    """What the stages of one check share, read once: each file hashed once (/etc/os-release is in every stage),
+    every stage's services in one ``systemctl show`` and every stage's packages in one ``dpkg-query``
+    (:meth:`prefetch`); the rest as it is asked for."""
+
+    def __init__(self):
+        self.files = {}
+        self.services = {}
+        self.packages = {}
+
+    def prefetch(self, specs):
+        self.service_states(sorted({u for spec in specs for u in spec.get("services") or []}))
+        self.package_states(sorted({n for spec in specs for n in spec.get("packages") or []}))
+
+    def file(self, path):
+        if path not in self.files:
+            self.files[path] = file_digest(path)
+        return self.files[path]
+
+    def service_states(self, units):
+        missing = [u for u in units if u not in self.services]
+        if missing:
+            rc, text = _run(["systemctl", "show", "-p", "ActiveState", "-p", "UnitFileState", "--", *missing])
+            self.services.update(parse_systemctl_show(text if rc == 0 else "", missing))
+        return {u: self.services[u] for u in units}
+
+    def package_states(self, names):
+        missing = [n for n in names if n not in self.packages]
+        if missing:
+            _rc, text = _run(["dpkg-query", "-W", "-f", "${Package}\t${Version}\t${Status}\n", "--", *missing])
+            self.packages.update(parse_dpkg_query(text, missing))
+        return {n: self.packages[n] for n in names}
+
+
+def probe(spec, reads=None):
+    """Read every probe of a stage spec: files, services, sysctl, packages, commands (through ``reads``, shared
+    by the stages of one check)."""
+    reads = reads or Reads()
     commands = spec.get("commands") or {}
-    result = {
-        "files": {path: file_digest(path) for path in files},
+    return {
+        "files": {path: reads.file(path) for path in sorted({path for path in spec.get("files") or [] if path})},
         "sysctl": {key: read_sysctl(key) for key in sorted(set(spec.get("sysctl") or []))},
+        "services": reads.service_states(sorted(set(spec.get("services") or []))),
+        "packages": reads.package_states(sorted(set(spec.get("packages") or []))),
+        "commands": {name: command_result(list(argv)) for name, argv in sorted(commands.items())},
     }
-    if services:
-        rc, text = _run(["systemctl", "show", "-p", "ActiveState", "-p", "UnitFileState", "--", *services])
-        result["services"] = parse_systemctl_show(text if rc == 0 else "", services)
-    else:
-        result["services"] = {}
-    if packages:
-        _rc, text = _run(["dpkg-query", "-W", "-f", "${Package}\t${Version}\t${Status}\n", "--", *packages])
-        result["packages"] = parse_dpkg_query(text, packages)
-    else:
-        result["packages"] = {}
-    result["commands"] = {name: command_result(list(argv)) for name, argv in sorted(commands.items())}
-    return result
 
 
 def command_result(argv):
@@ -181,8 +205,10 @@ def remove_stamp(stage, directory=STAMP_DIR):
 def check_stages(stages, directory=STAMP_DIR):
     """{stage: {"converged": bool, "reasons": [...]}} for {stage: {"digest", "probes"}}."""
     out = {}
+    reads = Reads()
+    reads.prefetch([item.get("probes") or {} for item in stages.values()])
     for stage, item in sorted(stages.items()):
-        current = probe(item.get("probes") or {})
+        current = probe(item.get("probes") or {}, reads)
         converged, reasons = verdict(read_stamp(stage, directory), item.get("digest") or "", current)
         out[stage] = {"converged": converged, "reasons": reasons}
     return out

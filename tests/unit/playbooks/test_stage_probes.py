@@ -210,6 +210,48 @@ def test_probe_and_stamp_round_trip(stage_utils: ModuleType, tmp_path: Path) -> 
     assert stage_utils.read_stamp("os", str(stamps)) is None
 
 
+def test_check_stages_reads_shared_probes_once(stage_utils: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every stage's services in one systemctl call, every stage's packages in one dpkg-query call, each file
+    hashed once: the verdicts are what stage-by-stage reads give (the stamp writer's ``probe(spec)``)."""
+    calls: list[list[str]] = []
+    real_run = stage_utils._run
+
+    def run(argv: list[str], timeout: float = 20) -> tuple[int, str]:
+        calls.append(argv)
+        if argv[0] == "systemctl":  # `systemctl show` prints one block per unit, in the order asked
+            units = argv[argv.index("--") + 1 :]
+            return 0, "\n".join(f"ActiveState=active\nUnitFileState={'enabled' if 'a' in u else ''}\n" for u in units)
+        if argv[0] == "dpkg-query":
+            names = argv[argv.index("--") + 1 :]
+            return 0, "".join(f"{n}\t1.0\tinstall ok installed\n" for n in names if n != "gone")
+        return real_run(argv, timeout)
+
+    monkeypatch.setattr(stage_utils, "_run", run)
+    digests: list[str] = []
+    real_digest = stage_utils.file_digest
+    monkeypatch.setattr(stage_utils, "file_digest", lambda path: digests.append(path) or real_digest(path))
+    specs = {
+        "os": {"files": ["/etc/os-release"], "packages": ["curl", "gone"]},
+        "firewall": {"files": ["/etc/os-release"], "services": ["a.service", "b.service"], "packages": ["iptables"]},
+        "containerd": {"files": ["/etc/os-release"], "services": ["a.service"], "commands": {"t": ["true"]}},
+    }
+    current = {stage: stage_utils.probe(spec) for stage, spec in specs.items()}
+    calls.clear()
+    digests.clear()
+    verdicts = stage_utils.check_stages(
+        {s: {"digest": "d", "probes": spec} for s, spec in specs.items()}, "/nonexistent"
+    )
+    assert [c[:2] for c in calls] == [["systemctl", "show"], ["dpkg-query", "-W"], ["true"]]
+    assert calls[0][-2:] == ["a.service", "b.service"] and calls[1][-3:] == ["curl", "gone", "iptables"]
+    assert digests == ["/etc/os-release"]
+    assert all(not v["converged"] for v in verdicts.values()), "no stamps in /nonexistent"
+    reads = stage_utils.Reads()
+    reads.prefetch(list(specs.values()))
+    assert {stage: stage_utils.probe(spec, reads) for stage, spec in specs.items()} == current
+    assert current["os"]["packages"] == {"curl": "1.0 install ok installed", "gone": None}
+    assert current["firewall"]["services"] == {"a.service": "active/enabled", "b.service": "active/-"}
+
+
 @pytest.mark.parametrize("stage", sorted(_stage_roles()))
 def test_every_unpacked_archive_is_probed(stage: str) -> None:
     """An archive unpacked into a directory: the stage probes at least one file under it."""
