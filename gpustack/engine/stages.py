@@ -4,6 +4,7 @@ cancellation on a signal), and the preflight (facts collected read-only, then ch
 
 from __future__ import annotations
 
+import shlex
 import signal
 import subprocess
 import threading
@@ -27,7 +28,7 @@ from gpustack.paths import ensure_private_dir, kubeconfig_path, resource_dir, st
 from gpustack.render import converge
 from gpustack.render.ansible import extravars, inventory
 from gpustack.runners import ansible as ar
-from gpustack.runners import pinned_collections, ssh
+from gpustack.runners import pinned_collections, ssh, sshmux
 
 
 def host_key_gate(cfg: Config, opts: RunOptions, console: Console) -> None:
@@ -56,6 +57,17 @@ def _settings(
         control_dir=control_dir,
         mitogen=mitogen and cfg.ssh.mitogen,
     )
+
+
+def _hosts(cfg: Config, opts: RunOptions) -> list[dict[str, Any]]:
+    """The inventory variables of the hosts this run reaches."""
+    chosen = set(targets(cfg, opts.limit))
+    groups = inventory(cfg)["all"]["children"].values()
+    return [hv for group in groups for name, hv in group["hosts"].items() if name in chosen]
+
+
+def _ssh_args(cfg: Config, opts: RunOptions) -> list[str]:
+    return shlex.split(ar.ssh_args(_settings(cfg, opts, check=False)))
 
 
 def stage_inventory(cfg: Config, ev: Mapping[str, Any]) -> dict[str, Any]:
@@ -159,13 +171,18 @@ def run_preflight(
     facts_dir = ensure_private_dir(run_dir / "facts")
     # what the selected stages will download, tried from every host (P24, P25)
     probes = sources.probe_list(cfg, [s.id for s in opts.stages], full=opts.full, run_vars=opts.extravars)
-    result = run_playbook(
-        plan, cfg, opts, playbook="preflight.yml", tags=(), private_dir=run_dir / "ansible-preflight",
-        ident="preflight", check=False, console=console,
-        extra={"gpustack_preflight_sources": probes}, control_dir=control_dir,
-        # two tasks: starting Mitogen on each host (~2 s on the test bed) costs more than it saves
-        mitogen=False,
-    )  # fmt: skip
+    # the hosts' SSH logins while ansible-playbook starts (runners/sshmux.py)
+    early = sshmux.open_masters(control_dir, _hosts(cfg, opts), _ssh_args(cfg, opts)) if control_dir else []
+    try:
+        result = run_playbook(
+            plan, cfg, opts, playbook="preflight.yml", tags=(), private_dir=run_dir / "ansible-preflight",
+            ident="preflight", check=False, console=console,
+            extra={"gpustack_preflight_sources": probes}, control_dir=control_dir,
+            # one task per host: starting Mitogen on each host (~2 s on the test bed) costs more than it saves
+            mitogen=False,
+        )  # fmt: skip
+    finally:
+        sshmux.reap(early)
     result.write_facts(facts_dir)  # the run record
     facts = {name: result.host_facts[name] for name in targets(cfg, opts.limit) if name in result.host_facts}
     if result.status == "canceled":

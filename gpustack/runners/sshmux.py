@@ -16,11 +16,17 @@ and SIGKILL for any master process that names the directory — and removes it:
   is told by the kernel and closes the directory;
 - when gpustack is killed between playbooks: the next run (or collection) closes every directory
   whose owner is gone (:func:`sweep`).
+
+The preflight opens each host's master itself before Ansible starts (:func:`open_masters`), at the socket
+Ansible's ssh connection plugin will look for (:func:`control_socket`): the SSH login then happens while
+``ansible-playbook`` starts up (~1 s), not after. A master not ready in time costs nothing: Ansible's ssh
+makes its own connection, and whichever binds the socket second runs without it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import shutil
 import signal
@@ -28,8 +34,9 @@ import stat
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 #: the file in a control directory that names the process it belongs to ("<pid> <start time>")
 OWNER = "owner"
@@ -180,3 +187,57 @@ def control_dir(base: Path | None = None) -> Iterator[Path]:
         yield path
     finally:
         close(path)
+
+
+def control_socket(directory: Path, host: object, port: object, user: object) -> Path:
+    """The socket Ansible's ssh connection plugin uses for a host in ``directory``: the first 10 hex digits of
+    sha1("<host>-<port>-<user>"), ``None`` spelled out (ansible-core's ``Connection._create_control_path``;
+    tests/unit/runners/test_sshmux.py holds the two together)."""
+    return directory / hashlib.sha1(f"{host}-{port}-{user}".encode()).hexdigest()[:10]
+
+
+def open_masters(
+    directory: Path, hosts: Iterable[Mapping[str, Any]], ssh_args: Sequence[str]
+) -> list[subprocess.Popen[bytes]]:
+    """Start, in the background, the ControlMaster of every SSH host in ``hosts`` (inventory host variables:
+    ``ansible_host``, ``ansible_port``, ``ansible_user``, ``ansible_ssh_private_key_file``) in ``directory``,
+    with Ansible's own ``ssh_args``: each ssh logs in, runs ``true`` and leaves its master behind
+    (``ControlPersist``), which :func:`close` ends with the others. Never prompts (``BatchMode``); a host it
+    cannot reach is Ansible's to report. Hand the processes to :func:`reap`."""
+    started: list[subprocess.Popen[bytes]] = []
+    for hv in hosts:
+        if hv.get("ansible_connection", "ssh") != "ssh" or not hv.get("ansible_host"):
+            continue
+        host, port, user = hv["ansible_host"], hv.get("ansible_port"), hv.get("ansible_user")
+        cmd = [
+            "ssh",
+            *ssh_args,
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            f"ControlPath={control_socket(directory, host, port, user)}",
+        ]
+        if port is not None:
+            cmd += ["-o", f"Port={port}"]
+        if user:
+            cmd += ["-o", f"User={user}"]
+        if hv.get("ansible_ssh_private_key_file"):
+            cmd += ["-o", f"IdentityFile={hv['ansible_ssh_private_key_file']}"]
+        cmd += ["--", str(host), "true"]
+        with contextlib.suppress(OSError):  # no ssh here: Ansible says so
+            started.append(
+                subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            )
+    return started
+
+
+def reap(started: Iterable[subprocess.Popen[bytes]], timeout: float = 2.0) -> None:
+    """Collect the clients :func:`open_masters` started (each ends once ``true`` ran or its login failed); one
+    still running after ``timeout`` seconds is ended. Their masters stay, for :func:`close`."""
+    deadline = time.monotonic() + timeout
+    for proc in started:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

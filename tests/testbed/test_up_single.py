@@ -272,6 +272,38 @@ def test_dry_run_on_a_converged_host_reports_no_change(solo: Solo) -> None:
     assert newer.stdout.strip() == "", newer.stdout
 
 
+def test_the_preflight_takes_one_pass_and_reports_a_login_user_sudo_refuses(solo: Solo, tmp_path: Path) -> None:
+    """playbooks/preflight.yml: a converged run logs in once (the early master, runners/sshmux.py, which Ansible
+    then uses) and collects the host's facts in one pass, as root through sudo; a login user whose sudo wants a
+    password gets the login user's pass instead, and P12-sudo fails with its fix (the facts still collected)."""
+    host = solo.host
+    logins = "journalctl -u ssh --no-pager | grep -c 'Accepted publickey for gpustack'"
+    before = int(host.sudo(logins, check=True).stdout)
+    run = up(solo.cfg, solo.state)
+    assert run.rc == 0 and sum(run.changed().values()) == 0, run.output
+    # one more: the login of the host.sudo() that counts them
+    assert int(host.sudo(logins, check=True).stdout) - before == 2, "Ansible used the early master"
+    events = [json.loads(p.read_text()) for p in run.last_run_dir().rglob("ansible-preflight/**/job_events/*.json")]
+    oks = [e["event_data"] for e in events if e["event"] == "runner_on_ok"]
+    assert [d["task"] for d in oks if "facts" in d["res"]] == ["Collect facts as root"]
+    facts = json.loads((run.last_run_dir() / "facts" / f"{host.name}.json").read_text())
+    assert (facts["is_root"], facts["sudo_nopasswd"]) == (False, True), "the login user's, read through sudo"
+    host.sudo(
+        "id nosudo >/dev/null 2>&1 || useradd -m -s /bin/bash nosudo; install -d -m 0700 -o nosudo ~nosudo/.ssh; "
+        "install -m 0600 -o nosudo ~gpustack/.ssh/authorized_keys ~nosudo/.ssh/authorized_keys",
+        check=True,
+    )
+    cfg = tmp_path / "nosudo.yaml"
+    cfg.write_text(solo.cfg.read_text().replace(f"user: {host.user}", "user: nosudo"))
+    assert "user: nosudo" in cfg.read_text()
+    r = run_gpustack(cfg, tmp_path / "state", "up", "--yes", "--only", "preflight", timeout=300)
+    assert r.rc != 0, r.output
+    assert "P12-sudo" in r.output and "sudo asks for a password" in r.output, r.output
+    assert "nosudo ALL=(ALL) NOPASSWD:ALL" in r.output, "the fix names the login user"
+    facts = json.loads((r.last_run_dir() / "facts" / f"{host.name}.json").read_text())
+    assert (facts["is_root"], facts["sudo_nopasswd"]) == (False, False)
+
+
 def test_converged_stages_are_skipped_and_drift_is_repaired(solo: Solo) -> None:
     host, cfg, state, first = solo.host, solo.cfg, solo.state, solo.first
     assert set(VISITED) <= _visited(first, host.name)

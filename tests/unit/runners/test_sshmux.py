@@ -161,3 +161,49 @@ def test_ansible_uses_the_runs_control_directory(tmp_path: Path) -> None:
     assert env["ANSIBLE_SSH_CONTROL_PATH_DIR"] == str(tmp_path / "cp")
     assert "ControlPersist" in env["ANSIBLE_SSH_ARGS"]
     assert "ANSIBLE_SSH_CONTROL_PATH_DIR" not in ar.ansible_env(ar.AnsibleSettings(known_hosts=tmp_path / "k"))
+
+
+@pytest.mark.parametrize(
+    ("host", "port", "user"), [("10.0.0.5", 22, "gpustack"), ("gpu-1.example", 2222, None), ("::1", None, "root")]
+)
+def test_the_early_master_sits_where_ansible_looks(
+    tmp_path: Path, host: str, port: int | None, user: str | None
+) -> None:
+    """Contract: ansible-core's ssh connection plugin names the socket of (host, port, user) in the control
+    directory with ``Connection._create_control_path`` -- the installed ansible-core's, not a copy."""
+    from ansible.plugins.connection.ssh import Connection
+
+    expected = Connection._create_control_path(host, port, user) % {"directory": str(tmp_path)}
+    assert str(sshmux.control_socket(tmp_path, host, port, user)) == expected
+
+
+def test_early_masters_log_in_as_ansible_would_and_are_reaped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """TEST DOUBLE for OpenSSH's ssh (it records its argv; real logins are counted on the test hosts,
+    tests/testbed/test_up_single.py): one background ssh per SSH host, with Ansible's options, its socket,
+    user, port and key, never prompting, running ``true``; local hosts get none; a client that hangs is ended."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "argv"
+    ssh = bin_dir / "ssh"
+    ssh.write_text(f'#!/bin/sh\nprintf "%s\\n" "$*" >> {log}\ncase "$*" in *hang*) exec sleep 30;; esac\n')
+    ssh.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    args = ["-o", "ControlMaster=auto", "-o", "StrictHostKeyChecking=yes"]
+    hosts = [
+        {"ansible_host": "10.0.0.5", "ansible_port": 22, "ansible_user": "gpustack",
+         "ansible_ssh_private_key_file": "/k/id"},
+        {"ansible_host": "10.0.0.6", "ansible_connection": "local"},
+        {"ansible_host": "hang.example", "ansible_port": 2222},
+    ]  # fmt: skip
+    started = sshmux.open_masters(tmp_path, hosts, args)
+    assert len(started) == 2
+    t0 = time.monotonic()
+    sshmux.reap(started, timeout=1.0)
+    assert time.monotonic() - t0 < 5 and all(p.returncode is not None for p in started)
+    lines = sorted(log.read_text().splitlines())
+    sock = sshmux.control_socket(tmp_path, "10.0.0.5", 22, "gpustack")
+    assert lines[0] == (
+        f"-o ControlMaster=auto -o StrictHostKeyChecking=yes -o BatchMode=yes -o ControlPath={sock} -o Port=22 "
+        "-o User=gpustack -o IdentityFile=/k/id -- 10.0.0.5 true"
+    )
+    assert lines[1].endswith("-o Port=2222 -- hang.example true") and "User=" not in lines[1]
