@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,6 +15,8 @@ import paramiko
 from gpustack.errors import HostKeyError
 from gpustack.paths import ensure_private_dir, replacing
 
+#: key exchanges at once (check_host_keys)
+FETCH_THREADS = 16
 PREFERRED_KEY_TYPES = ("ssh-ed25519", "ecdsa-sha2-nistp256", "rsa-sha2-512", "rsa-sha2-256", "ssh-rsa")
 
 
@@ -64,17 +67,26 @@ def check_host_keys(
             db.load(str(path))
         except (OSError, paramiko.SSHException) as exc:
             raise HostKeyError(f"cannot read known_hosts file {path}: {exc}") from None
+    targets = list(hosts)
+
+    def fetch(target: tuple[str, int]) -> paramiko.PKey | Exception:
+        host, port = target
+        entry = db.lookup(known_hosts_name(host, port))
+        try:
+            return fetch_host_key(host, port, timeout, prefer=tuple(entry.keys()) if entry is not None else ())
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            return exc  # EOFError: the server dropped the connection during the key exchange
+
+    # every host's key exchange at once (a handshake is a few round trips: one after the other, a large cluster
+    # waited seconds here); the verdicts and any recording after, in the config's order
+    with ThreadPoolExecutor(max_workers=max(1, min(FETCH_THREADS, len(targets)))) as pool:
+        fetched = list(pool.map(fetch, targets))
     results: list[HostKeyResult] = []
     recorded = False
-    for host, port in hosts:
+    for (host, port), key in zip(targets, fetched, strict=True):
         name = known_hosts_name(host, port)
-        entry = db.lookup(name)
-        known_types = tuple(entry.keys()) if entry is not None else ()
-        try:
-            key = fetch_host_key(host, port, timeout, prefer=known_types)
-        except (OSError, EOFError, paramiko.SSHException) as exc:
-            # EOFError: the server dropped the connection during the key exchange
-            results.append(HostKeyResult(host, port, "unreachable", detail=str(exc) or type(exc).__name__))
+        if isinstance(key, Exception):
+            results.append(HostKeyResult(host, port, "unreachable", detail=str(key) or type(key).__name__))
             continue
         fp = fingerprint(key)
         entry = db.lookup(name)

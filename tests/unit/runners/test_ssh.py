@@ -119,3 +119,65 @@ def test_unreachable_host(tmp_path: Path) -> None:
 def test_known_hosts_name() -> None:
     assert ssh.known_hosts_name("h", 22) == "h"
     assert ssh.known_hosts_name("h", 2222) == "[h]:2222"
+
+
+@contextmanager
+def slow_ssh_server(key: paramiko.PKey, delay: float) -> Iterator[int]:
+    """An SSH server that waits ``delay`` seconds before each key exchange, as a far host's round trips do."""
+    lsock = socket.socket()
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen(8)
+    lsock.settimeout(0.2)
+    stop = threading.Event()
+
+    def handle(conn: socket.socket) -> None:
+        time.sleep(delay)
+        t = paramiko.Transport(conn)
+        t.add_server_key(key)
+        try:
+            t.start_server(server=paramiko.ServerInterface())
+            deadline = time.monotonic() + 5
+            while t.is_active() and time.monotonic() < deadline:
+                time.sleep(0.01)
+        except (paramiko.SSHException, EOFError, OSError):
+            pass
+        finally:
+            t.close()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = lsock.accept()
+            except OSError:
+                continue
+            threading.Thread(target=handle, args=(conn,), daemon=True).start()
+
+    th = threading.Thread(target=serve, daemon=True)
+    th.start()
+    try:
+        yield lsock.getsockname()[1]
+    finally:
+        stop.set()
+        th.join(timeout=5)
+        lsock.close()
+
+
+def test_hosts_are_asked_at_once_and_answered_in_the_configs_order(tmp_path: Path, host_key: paramiko.PKey) -> None:
+    """Three hosts 1.5 s away each: one after the other that is 4.5 s or more; together about 1.5 s. The results
+    keep the order of the config, an unreachable host among them included."""
+    kh = tmp_path / "known_hosts"
+    dead = socket.socket()
+    dead.bind(("127.0.0.1", 0))
+    dead_port = dead.getsockname()[1]
+    dead.close()
+    with slow_ssh_server(host_key, 1.5) as a, slow_ssh_server(host_key, 1.5) as b, slow_ssh_server(host_key, 1.5) as c:
+        targets = [("127.0.0.1", a), ("127.0.0.1", dead_port), ("127.0.0.1", b), ("127.0.0.1", c)]
+        start = time.monotonic()
+        res = ssh.check_host_keys(targets, kh, accept_new=True, timeout=10)
+        took = time.monotonic() - start
+    assert [(r.port, r.status) for r in res] == [(a, "recorded"), (dead_port, "unreachable"), (b, "recorded"),
+                                                 (c, "recorded")]  # fmt: skip
+    assert took < 3.5, f"{took:.1f} s: the key exchanges ran one after the other"
+    assert sorted(line.split()[0] for line in kh.read_text().splitlines()) == sorted(
+        f"[127.0.0.1]:{p}" for p in (a, b, c)
+    )
