@@ -21,7 +21,7 @@ from gpustack.config.model import Config
 from gpustack.diagnose.collect import CollectContext, source
 from gpustack.diagnose.snapshot import Snapshot
 from gpustack.paths import ensure_private_dir, kubeconfig_path, resource_dir
-from gpustack.render.ansible import extravars, inventory
+from gpustack.render.ansible import extravars, host_vars, inventory
 from gpustack.runners import ansible as ar
 from gpustack.runners import ssh, sshmux
 
@@ -73,6 +73,9 @@ def run_facts_playbook(
     """Run preflight.yml on ``nodes``; returns (facts by node, error by node)."""
     facts_dir = ensure_private_dir(work_dir / "facts")
     with sshmux.control_dir() as control:  # its SSH masters end with it (runners/sshmux.py)
+        settings = ar.AnsibleSettings(
+            known_hosts=cfg.ssh.known_hosts.expanduser(), connect_timeout=cfg.ssh.connect_timeout, control_dir=control
+        )
         kwargs = ar.build_runner_kwargs(
             private_data_dir=work_dir / "ansible-doctor",
             project_dir=resource_dir("playbooks"),
@@ -80,17 +83,17 @@ def run_facts_playbook(
             inventory=inventory(cfg),
             extravars=extravars(cfg, kubeconfig_dest=kubeconfig_path(cfg.cluster.name)),
             tags=(),
-            settings=ar.AnsibleSettings(
-                known_hosts=cfg.ssh.known_hosts.expanduser(),
-                connect_timeout=cfg.ssh.connect_timeout,
-                control_dir=control,
-            ),
+            settings=settings,
             ident="doctor-facts",
         )
         kwargs["limit"] = ",".join(nodes)
         # stop before the collector's own deadline so the nodes that answered are still reported
         kwargs["settings"] = {**kwargs["settings"], "job_timeout": max(5, int(timeout) - 3)}
-        result = ar.run_playbook(kwargs, ar.StageTracker())
+        early = ar.early_masters(settings, host_vars(cfg, nodes))  # the logins while ansible-playbook starts
+        try:
+            result = ar.run_playbook(kwargs, ar.StageTracker())
+        finally:
+            sshmux.reap(early)
     result.write_facts(facts_dir)
     facts: dict[str, Any] = {}
     errors: dict[str, str] = {}

@@ -4,7 +4,6 @@ cancellation on a signal), and the preflight (facts collected read-only, then ch
 
 from __future__ import annotations
 
-import shlex
 import signal
 import subprocess
 import threading
@@ -26,7 +25,7 @@ from gpustack.engine.steps import StageSummary
 from gpustack.errors import Interrupted
 from gpustack.paths import ensure_private_dir, kubeconfig_path, resource_dir, state_dir
 from gpustack.render import converge
-from gpustack.render.ansible import extravars, inventory
+from gpustack.render.ansible import extravars, host_vars, inventory
 from gpustack.runners import ansible as ar
 from gpustack.runners import pinned_collections, ssh, sshmux
 
@@ -57,17 +56,6 @@ def _settings(
         control_dir=control_dir,
         mitogen=mitogen and cfg.ssh.mitogen,
     )
-
-
-def _hosts(cfg: Config, opts: RunOptions) -> list[dict[str, Any]]:
-    """The inventory variables of the hosts this run reaches."""
-    chosen = set(targets(cfg, opts.limit))
-    groups = inventory(cfg)["all"]["children"].values()
-    return [hv for group in groups for name, hv in group["hosts"].items() if name in chosen]
-
-
-def _ssh_args(cfg: Config, opts: RunOptions) -> list[str]:
-    return shlex.split(ar.ssh_args(_settings(cfg, opts, check=False)))
 
 
 def stage_inventory(cfg: Config, ev: Mapping[str, Any]) -> dict[str, Any]:
@@ -172,7 +160,8 @@ def run_preflight(
     # what the selected stages will download, tried from every host (P24, P25)
     probes = sources.probe_list(cfg, [s.id for s in opts.stages], full=opts.full, run_vars=opts.extravars)
     # the hosts' SSH logins while ansible-playbook starts (runners/sshmux.py)
-    early = sshmux.open_masters(control_dir, _hosts(cfg, opts), _ssh_args(cfg, opts)) if control_dir else []
+    settings = _settings(cfg, opts, check=False, control_dir=control_dir)
+    early = ar.early_masters(settings, host_vars(cfg, targets(cfg, opts.limit)))
     try:
         result = run_playbook(
             plan, cfg, opts, playbook="preflight.yml", tags=(), private_dir=run_dir / "ansible-preflight",

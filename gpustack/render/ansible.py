@@ -9,6 +9,7 @@ roles read each under the name it has here -- no role default renames one, and e
 from __future__ import annotations
 
 import getpass
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,12 @@ def inventory(cfg: Config) -> dict[str, Any]:
             }
         }
     }
+
+
+def host_vars(cfg: Config, names: Iterable[str]) -> list[dict[str, Any]]:
+    """The inventory variables of the nodes ``names`` (as :func:`inventory` gives them), in the config's order."""
+    chosen = set(names)
+    return [_host_vars(n, cfg) for n in cfg.nodes if n.name in chosen]
 
 
 def no_proxy(cfg: Config) -> list[str]:

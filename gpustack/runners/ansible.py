@@ -11,7 +11,9 @@ import contextlib
 import importlib.util
 import json
 import os
+import shlex
 import signal
+import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -21,6 +23,7 @@ from typing import Any
 
 from gpustack.errors import StageError
 from gpustack.paths import make_tree_private
+from gpustack.runners import sshmux
 
 SSH_ARGS = "-o ControlMaster=auto -o ControlPersist=60s -o ServerAliveInterval=15"
 
@@ -70,6 +73,15 @@ def ssh_args(settings: AnsibleSettings) -> str:
         f"{SSH_ARGS} -o UserKnownHostsFile={settings.known_hosts} -o StrictHostKeyChecking=yes"
         f" -o ConnectTimeout={settings.connect_timeout}"
     )
+
+
+def early_masters(settings: AnsibleSettings, hosts: Sequence[Mapping[str, Any]]) -> list[subprocess.Popen[bytes]]:
+    """Each SSH host's ControlMaster started now in the settings' control directory, with Ansible's ssh options
+    (:func:`gpustack.runners.sshmux.open_masters`: the login happens while ansible-playbook starts); none without a
+    control directory. Hand the result to :func:`gpustack.runners.sshmux.reap` once the playbook ran."""
+    if settings.control_dir is None:
+        return []
+    return sshmux.open_masters(settings.control_dir, hosts, shlex.split(ssh_args(settings)))
 
 
 def ansible_env(settings: AnsibleSettings) -> dict[str, str]:

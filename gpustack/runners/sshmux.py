@@ -17,7 +17,8 @@ and SIGKILL for any master process that names the directory — and removes it:
 - when gpustack is killed between playbooks: the next run (or collection) closes every directory
   whose owner is gone (:func:`sweep`).
 
-The preflight opens each host's master itself before Ansible starts (:func:`open_masters`), at the socket
+The preflight and the host collection of verify/doctor open each host's master before Ansible starts
+(:func:`open_masters`, through ``runners.ansible.early_masters``), at the socket
 Ansible's ssh connection plugin will look for (:func:`control_socket`): the SSH login then happens while
 ``ansible-playbook`` starts up (~1 s), not after. A master not ready in time costs nothing: Ansible's ssh
 makes its own connection, and whichever binds the socket second runs without it.

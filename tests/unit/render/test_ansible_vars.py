@@ -6,7 +6,7 @@ import yaml
 
 from gpustack.config import pins
 from gpustack.config.model import Config, Node, Proxy
-from gpustack.render.ansible import extravars, inventory, no_proxy
+from gpustack.render.ansible import extravars, host_vars, inventory, no_proxy
 from gpustack.render.kubeadm import render_init_config
 
 CP = Node(name="cp1", address="10.0.0.10", role="control-plane", user="ubuntu", ssh_key=Path("/k/id"))
@@ -21,6 +21,13 @@ def test_inventory_groups_and_host_vars() -> None:
     assert cp["ansible_ssh_private_key_file"] == "/k/id"
     assert w["ansible_port"] == 2222 and "ansible_user" not in w
     assert cp["ansible_become"] is True
+
+
+def test_host_vars_are_the_inventorys_for_the_chosen_nodes() -> None:
+    cfg = Config(nodes=[CP, W])
+    hosts = inventory(cfg)["all"]["children"]
+    assert host_vars(cfg, ["w1", "cp1"]) == [hosts["control_plane"]["hosts"]["cp1"], hosts["workers"]["hosts"]["w1"]]
+    assert host_vars(cfg, ["w1"]) == [hosts["workers"]["hosts"]["w1"]] and host_vars(cfg, []) == []
 
 
 def test_local_node_uses_local_connection() -> None:

@@ -207,3 +207,24 @@ def test_early_masters_log_in_as_ansible_would_and_are_reaped(tmp_path: Path, mo
         "-o User=gpustack -o IdentityFile=/k/id -- 10.0.0.5 true"
     )
     assert lines[1].endswith("-o Port=2222 -- hang.example true") and "User=" not in lines[1]
+
+
+def test_early_masters_use_ansibles_ssh_options_and_only_with_a_control_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "argv"
+    (bin_dir / "ssh").write_text(f'#!/bin/sh\nprintf "%s\\n" "$*" >> {log}\n')
+    (bin_dir / "ssh").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    host = {"ansible_host": "10.0.0.5", "ansible_port": 22}
+    settings = ar.AnsibleSettings(known_hosts=tmp_path / "kh", connect_timeout=7)
+    assert ar.early_masters(settings, [host]) == []
+    started = ar.early_masters(
+        ar.AnsibleSettings(known_hosts=tmp_path / "kh", connect_timeout=7, control_dir=tmp_path), [host]
+    )
+    sshmux.reap(started)
+    line = log.read_text().splitlines()[0]
+    assert line.startswith(ar.ssh_args(settings) + " -o BatchMode=yes"), line
+    assert f"UserKnownHostsFile={tmp_path / 'kh'}" in line and "ConnectTimeout=7" in line
