@@ -17,13 +17,30 @@ from gpustack.runners import ssh
 
 
 @contextmanager
-def ssh_server(key: paramiko.PKey) -> Iterator[int]:
-    """Accepts connections and completes the key exchange, so clients see `key`."""
+def ssh_server(key: paramiko.PKey, delay: float = 0.0) -> Iterator[int]:
+    """Accepts connections and completes the key exchange, so clients see `key`; each connection in a thread of
+    its own, its key exchange ``delay`` seconds late (as a far host's round trips make it)."""
     lsock = socket.socket()
     lsock.bind(("127.0.0.1", 0))
     lsock.listen(8)
     lsock.settimeout(0.2)
     stop = threading.Event()
+
+    def handle(conn: socket.socket) -> None:
+        time.sleep(delay)
+        t = paramiko.Transport(conn)
+        t.add_server_key(key)
+        try:
+            t.start_server(server=paramiko.ServerInterface())
+            # like sshd, keep the connection until the client hangs up (closing right after the
+            # key exchange races the client's reading of it)
+            deadline = time.monotonic() + 5
+            while t.is_active() and time.monotonic() < deadline:
+                time.sleep(0.01)
+        except (paramiko.SSHException, EOFError, OSError):
+            pass
+        finally:
+            t.close()
 
     def serve() -> None:
         while not stop.is_set():
@@ -31,19 +48,7 @@ def ssh_server(key: paramiko.PKey) -> Iterator[int]:
                 conn, _ = lsock.accept()
             except OSError:
                 continue
-            t = paramiko.Transport(conn)
-            t.add_server_key(key)
-            try:
-                t.start_server(server=paramiko.ServerInterface())
-                # like sshd, keep the connection until the client hangs up (closing right after the
-                # key exchange races the client's reading of it)
-                deadline = time.monotonic() + 5
-                while t.is_active() and time.monotonic() < deadline:
-                    time.sleep(0.01)
-            except (paramiko.SSHException, EOFError, OSError):
-                pass
-            finally:
-                t.close()
+            threading.Thread(target=handle, args=(conn,), daemon=True).start()
 
     th = threading.Thread(target=serve, daemon=True)
     th.start()
@@ -121,47 +126,6 @@ def test_known_hosts_name() -> None:
     assert ssh.known_hosts_name("h", 2222) == "[h]:2222"
 
 
-@contextmanager
-def slow_ssh_server(key: paramiko.PKey, delay: float) -> Iterator[int]:
-    """An SSH server that waits ``delay`` seconds before each key exchange, as a far host's round trips do."""
-    lsock = socket.socket()
-    lsock.bind(("127.0.0.1", 0))
-    lsock.listen(8)
-    lsock.settimeout(0.2)
-    stop = threading.Event()
-
-    def handle(conn: socket.socket) -> None:
-        time.sleep(delay)
-        t = paramiko.Transport(conn)
-        t.add_server_key(key)
-        try:
-            t.start_server(server=paramiko.ServerInterface())
-            deadline = time.monotonic() + 5
-            while t.is_active() and time.monotonic() < deadline:
-                time.sleep(0.01)
-        except (paramiko.SSHException, EOFError, OSError):
-            pass
-        finally:
-            t.close()
-
-    def serve() -> None:
-        while not stop.is_set():
-            try:
-                conn, _ = lsock.accept()
-            except OSError:
-                continue
-            threading.Thread(target=handle, args=(conn,), daemon=True).start()
-
-    th = threading.Thread(target=serve, daemon=True)
-    th.start()
-    try:
-        yield lsock.getsockname()[1]
-    finally:
-        stop.set()
-        th.join(timeout=5)
-        lsock.close()
-
-
 def test_hosts_are_asked_at_once_and_answered_in_the_configs_order(tmp_path: Path, host_key: paramiko.PKey) -> None:
     """Three hosts 1.5 s away each: one after the other that is 4.5 s or more; together about 1.5 s. The results
     keep the order of the config, an unreachable host among them included."""
@@ -170,7 +134,7 @@ def test_hosts_are_asked_at_once_and_answered_in_the_configs_order(tmp_path: Pat
     dead.bind(("127.0.0.1", 0))
     dead_port = dead.getsockname()[1]
     dead.close()
-    with slow_ssh_server(host_key, 1.5) as a, slow_ssh_server(host_key, 1.5) as b, slow_ssh_server(host_key, 1.5) as c:
+    with ssh_server(host_key, 1.5) as a, ssh_server(host_key, 1.5) as b, ssh_server(host_key, 1.5) as c:
         targets = [("127.0.0.1", a), ("127.0.0.1", dead_port), ("127.0.0.1", b), ("127.0.0.1", c)]
         start = time.monotonic()
         res = ssh.check_host_keys(targets, kh, accept_new=True, timeout=10)
