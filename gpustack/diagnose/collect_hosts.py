@@ -89,11 +89,8 @@ def run_facts_playbook(
         kwargs["limit"] = ",".join(nodes)
         # stop before the collector's own deadline so the nodes that answered are still reported
         kwargs["settings"] = {**kwargs["settings"], "job_timeout": max(5, int(timeout) - 3)}
-        early = ar.early_masters(settings, host_vars(cfg, nodes))  # the logins while ansible-playbook starts
-        try:
+        with ar.early_masters(settings, host_vars(cfg, nodes)):  # the logins while ansible-playbook starts
             result = ar.run_playbook(kwargs, ar.StageTracker())
-        finally:
-            sshmux.reap(early)
     result.write_facts(facts_dir)
     facts: dict[str, Any] = {}
     errors: dict[str, str] = {}

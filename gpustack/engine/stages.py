@@ -27,7 +27,7 @@ from gpustack.paths import ensure_private_dir, kubeconfig_path, resource_dir, st
 from gpustack.render import converge
 from gpustack.render.ansible import extravars, host_vars, inventory
 from gpustack.runners import ansible as ar
-from gpustack.runners import pinned_collections, ssh, sshmux
+from gpustack.runners import pinned_collections, ssh
 
 
 def host_key_gate(cfg: Config, opts: RunOptions, console: Console) -> None:
@@ -161,8 +161,7 @@ def run_preflight(
     probes = sources.probe_list(cfg, [s.id for s in opts.stages], full=opts.full, run_vars=opts.extravars)
     # the hosts' SSH logins while ansible-playbook starts (runners/sshmux.py)
     settings = _settings(cfg, opts, check=False, control_dir=control_dir)
-    early = ar.early_masters(settings, host_vars(cfg, targets(cfg, opts.limit)))
-    try:
+    with ar.early_masters(settings, host_vars(cfg, targets(cfg, opts.limit))):
         result = run_playbook(
             plan, cfg, opts, playbook="preflight.yml", tags=(), private_dir=run_dir / "ansible-preflight",
             ident="preflight", check=False, console=console,
@@ -170,8 +169,6 @@ def run_preflight(
             # one task per host: starting Mitogen on each host (~2 s on the test bed) costs more than it saves
             mitogen=False,
         )  # fmt: skip
-    finally:
-        sshmux.reap(early)
     result.write_facts(facts_dir)  # the run record
     facts = {name: result.host_facts[name] for name in targets(cfg, opts.limit) if name in result.host_facts}
     if result.status == "canceled":

@@ -13,9 +13,8 @@ import json
 import os
 import shlex
 import signal
-import subprocess
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -75,13 +74,21 @@ def ssh_args(settings: AnsibleSettings) -> str:
     )
 
 
-def early_masters(settings: AnsibleSettings, hosts: Sequence[Mapping[str, Any]]) -> list[subprocess.Popen[bytes]]:
-    """Each SSH host's ControlMaster started now in the settings' control directory, with Ansible's ssh options
-    (:func:`gpustack.runners.sshmux.open_masters`: the login happens while ansible-playbook starts); none without a
-    control directory. Hand the result to :func:`gpustack.runners.sshmux.reap` once the playbook ran."""
-    if settings.control_dir is None:
-        return []
-    return sshmux.open_masters(settings.control_dir, hosts, shlex.split(ssh_args(settings)))
+@contextlib.contextmanager
+def early_masters(settings: AnsibleSettings, hosts: Sequence[Mapping[str, Any]]) -> Iterator[None]:
+    """While the block runs: each SSH host's ControlMaster started at its beginning in the settings' control
+    directory, with Ansible's ssh options (:func:`gpustack.runners.sshmux.open_masters`: the login happens while
+    ansible-playbook starts), and their clients reaped at its end (the masters stay, for the directory's close).
+    Nothing without a control directory."""
+    started = (
+        []
+        if settings.control_dir is None
+        else sshmux.open_masters(settings.control_dir, hosts, shlex.split(ssh_args(settings)))
+    )
+    try:
+        yield
+    finally:
+        sshmux.reap(started)
 
 
 def ansible_env(settings: AnsibleSettings) -> dict[str, str]:

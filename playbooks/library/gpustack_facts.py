@@ -329,9 +329,6 @@ def collect_peers(peers: list[str], port: int, timeout: float) -> dict[str, bool
         return dict(results)
 
 
-# --------------------------------------------------------------------------- package sources
-
-
 def login_uid(euid: int, environ: Mapping[str, str]) -> int:
     """The login user's uid: sudo's ``SUDO_UID`` when running as root through sudo (become), else ``euid``."""
     if euid == 0:
@@ -340,6 +337,9 @@ def login_uid(euid: int, environ: Mapping[str, str]) -> int:
         except ValueError:
             return 0
     return euid
+
+
+# --------------------------------------------------------------------------- package sources
 
 
 def collect(probe_sudo: bool, peers: list[str], peer_port: int, peer_timeout: float) -> dict:

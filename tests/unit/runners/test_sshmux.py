@@ -220,11 +220,13 @@ def test_early_masters_use_ansibles_ssh_options_and_only_with_a_control_director
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     host = {"ansible_host": "10.0.0.5", "ansible_port": 22}
     settings = ar.AnsibleSettings(known_hosts=tmp_path / "kh", connect_timeout=7)
-    assert ar.early_masters(settings, [host]) == []
-    started = ar.early_masters(
+    with ar.early_masters(settings, [host]):
+        pass
+    assert not log.exists(), "no control directory: no early master"
+    with ar.early_masters(
         ar.AnsibleSettings(known_hosts=tmp_path / "kh", connect_timeout=7, control_dir=tmp_path), [host]
-    )
-    sshmux.reap(started)
+    ):
+        pass  # leaving the block reaps the client
     line = log.read_text().splitlines()[0]
     assert line.startswith(ar.ssh_args(settings) + " -o BatchMode=yes"), line
     assert f"UserKnownHostsFile={tmp_path / 'kh'}" in line and "ConnectTimeout=7" in line
