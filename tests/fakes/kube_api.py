@@ -87,6 +87,7 @@ import yaml
 
 from gpustack.config import pins
 from tests.fakes import kube_semantics as ks
+from tests.fakes import label_selector
 
 Obj = dict[str, Any]
 Key = tuple[str, str, str, str, str]  # group, version, plural, namespace ("" = cluster), name
@@ -191,31 +192,12 @@ class _Fault:
         return (self.method is None or self.method == method) and self.pattern.search(path) is not None
 
 
-_LABEL_TERM = re.compile(
-    r"\s*(!?)([A-Za-z0-9_./-]+)\s*(?:(!=|==|=)\s*([A-Za-z0-9_.-]*)|\s+(in|notin)\s*\(([^)]*)\))?\s*(?:,|$)"
-)
-
-
 def _label_match(labels: Any, selector: str) -> bool:
-    """``labelSelector``: ``k=v``, ``k==v``, ``k!=v``, ``k``, ``!k``, ``k in (a,b)``, ``k notin (a,b)``."""
-    labels = labels if isinstance(labels, dict) else {}
-    pos = 0
-    while pos < len(selector):
-        m = _LABEL_TERM.match(selector, pos)
-        if m is None or m.end() == pos:
-            raise ApiError(400, "BadRequest", f"unable to parse requirement in label selector {selector!r}")
-        pos = m.end()
-        neg, key, op, value, set_op, values = m.groups()
-        if op:
-            ok = (labels.get(key) == value) if op != "!=" else (labels.get(key) != value)
-        elif set_op:
-            choices = {v.strip() for v in values.split(",")}
-            ok = (labels.get(key) in choices) if set_op == "in" else (labels.get(key) not in choices)
-        else:
-            ok = (key in labels) != bool(neg)
-        if not ok:
-            return False
-    return True
+    """``labelSelector`` as kube-apiserver parses and matches it (tests/fakes/label_selector.py)."""
+    try:
+        return label_selector.matches(labels if isinstance(labels, dict) else {}, selector)
+    except label_selector.SelectorError as exc:
+        raise ApiError(400, "BadRequest", str(exc)) from None
 
 
 class ApiError(Exception):
@@ -571,7 +553,8 @@ class FakeKubeAPI:
                            f"[{' '.join(dry_query)}] and [{' '.join(dry_body)}]")  # fmt: skip
         bad = ks.invalid_dry_run("CreateOptions", dry_query or dry_body)
         if bad:
-            raise ApiError(422, "Invalid", bad)
+            raise ApiError(422, "Invalid", bad, {"details": ks.invalid_dry_run_details("CreateOptions",
+                                                                                       dry_query or dry_body)})  # fmt: skip
         dry = "All" in (dry_query or dry_body)
         if (body.get("metadata") or {}).get("name", pod) != pod:
             raise ApiError(400, "BadRequest", "name in URL does not match name in Eviction object")
@@ -704,7 +687,7 @@ class FakeKubeAPI:
                     raise ApiError(415, "UnsupportedMediaType", "the body of the request was in an unknown format - "
                                    "accepted media types include: " + ", ".join(accepted))  # fmt: skip
                 if not query.get("fieldManager"):
-                    raise ApiError(422, "Invalid", ks.APPLY_NEEDS_MANAGER)
+                    raise ApiError(422, "Invalid", ks.APPLY_NEEDS_MANAGER, {"details": ks.APPLY_NEEDS_MANAGER_DETAILS})
                 if name is None:
                     raise ApiError(405, "MethodNotAllowed", "apply needs a name")
                 return self._apply(res, ns, name, body, query["fieldManager"], query.get("force") == "true",
@@ -725,7 +708,7 @@ class FakeKubeAPI:
     def _dry_run_valid(kind: str, values: list[str]) -> None:
         bad = ks.invalid_dry_run(kind, values)
         if bad:
-            raise ApiError(422, "Invalid", bad)
+            raise ApiError(422, "Invalid", bad, {"details": ks.invalid_dry_run_details(kind, values)})
 
     def _body(self, ctype: str, raw: bytes) -> Obj:
         try:
@@ -1455,9 +1438,12 @@ class RbacAuthorizer:
             return
         self.denied.append((method, raw_path))
         where = f' in the namespace "{ns}"' if ns else " at the cluster scope"
-        what = f"{resource.split('/')[0]}" + (f"/{resource.split('/', 1)[1]}" if "/" in resource else "")
-        raise ApiError(
-            403, "Forbidden",
-            f'{what} "{name}" is forbidden: User "system:serviceaccount:test:subject" cannot {verb} resource '
-            f'"{what}" in API group "{group}"{where}',
-        )  # fmt: skip
+        plural = resource.split("/")[0]
+        # errors.NewForbidden(qualifiedResource, name, err) with RBAC's reason (authorization/authorizer: rbac.go)
+        qualified = f"{plural}.{group}" if group else plural
+        subject = f'{qualified} "{name}"' if name else qualified
+        reason = (f'User "system:serviceaccount:test:subject" cannot {verb} resource "{resource}" in API group '
+                  f'"{group}"{where}')  # fmt: skip
+        details = {"name": name, "group": group, "kind": plural}
+        raise ApiError(403, "Forbidden", f"{subject} is forbidden: {reason}",
+                       {"details": {k: v for k, v in details.items() if v}})  # fmt: skip

@@ -189,12 +189,17 @@ def encode_continue(start: str, resource_version: int) -> str:
 
 
 def decode_continue(token: str) -> tuple[str, int]:
-    """(start key, resourceVersion) of a token; :class:`ContinueError` with the API server's message."""
+    """(start key, resourceVersion) of a token; :class:`ContinueError` with the API server's message: Go's
+    ``base64.RawURLEncoding`` then ``encoding/json`` errors (:func:`go_base64_error`, :func:`go_json_error`)."""
     prefix = "invalid continue token: continue key is not valid"
-    try:
-        data = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
-    except (ValueError, TypeError) as exc:
-        raise ContinueError(f"{prefix}: {exc}") from None
+    bad = go_base64_error(token)
+    if bad:
+        raise ContinueError(f"{prefix}: {bad}")
+    raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+    bad = go_json_error(raw)
+    if bad:
+        raise ContinueError(f"{prefix}: {bad}")
+    data = json.loads(raw)
     if not isinstance(data, dict) or data.get("v") != CONTINUE_VERSION:
         version = data.get("v") if isinstance(data, dict) else data
         raise ContinueError(f"{prefix}: server does not recognize this encoded version {version}")
@@ -203,6 +208,55 @@ def decode_continue(token: str) -> tuple[str, int]:
     if not data.get("start"):
         raise ContinueError(f"{prefix}: encoded start key empty (version meta.k8s.io/v1)")
     return str(data["start"]), int(data["rv"])
+
+
+_B64URL = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+
+
+def go_base64_error(token: str) -> str:
+    """Go's ``base64.RawURLEncoding.DecodeString`` error for ``token`` ("" when it decodes): ``illegal base64 data
+    at input byte N`` for the first byte outside the alphabet (padding included), or a dangling last byte."""
+    for i, ch in enumerate(token):
+        if ch not in _B64URL:
+            return f"illegal base64 data at input byte {i}"
+    if len(token) % 4 == 1:
+        return f"illegal base64 data at input byte {len(token) - 1}"
+    return ""
+
+
+def go_json_error(raw: bytes) -> str:
+    """Go's ``encoding/json`` error for a document that is not JSON ("" when it is): an unexpected first byte is
+    ``invalid character 'X' looking for beginning of value`` (X quoted as Go's ``quoteChar`` does), an empty one
+    ``unexpected end of JSON input``; other syntax errors keep Python's wording."""
+    text = raw.lstrip(b" \t\r\n")
+    if not text:
+        return "unexpected end of JSON input"
+    first = text[0]
+    if chr(first) not in '{["-0123456789tfn':
+        return f"invalid character {go_quote_char(first)} looking for beginning of value"
+    try:
+        json.loads(raw)
+    except ValueError as exc:
+        return str(exc)
+    return ""
+
+
+GO_ESCAPES = {7: "\\a", 8: "\\b", 9: "\\t", 10: "\\n", 11: "\\v", 12: "\\f", 13: "\\r", 0x5C: "\\\\"}
+
+
+def go_quote_char(byte: int) -> str:
+    """Go's ``encoding/json`` quoteChar: ``'\\''``, ``'"'``, else the rune of the byte as ``strconv.Quote`` writes it
+    (``\\n``, ``\\x7f``, ``\\u009e``...), in single quotes."""
+    if byte == ord("'"):
+        return "'\\''"
+    if byte == ord('"'):
+        return "'\"'"
+    if byte in GO_ESCAPES:
+        return f"'{GO_ESCAPES[byte]}'"
+    if byte < 0x20 or byte == 0x7F:
+        return f"'\\x{byte:02x}'"
+    ch = chr(byte)
+    return f"'{ch}'" if ch.isprintable() else f"'\\u{byte:04x}'"
 
 
 # --- the Eviction subresource ------------------------------------------------------------------------------
@@ -318,13 +372,29 @@ APPLY_NEEDS_MANAGER = (
 )
 
 
+APPLY_NEEDS_MANAGER_DETAILS = {
+    "group": "meta.k8s.io", "kind": "PatchOptions",
+    "causes": [{"reason": "FieldValueRequired", "message": "Required value: is required for apply patch",
+                "field": "fieldManager"}],
+}  # fmt: skip
+
+
 def invalid_dry_run(kind: str, values: list[str]) -> str | None:
     """The 422 message for ``dryRun`` values other than ``All`` (``kind``: CreateOptions, PatchOptions,
-    DeleteOptions); None when they are valid."""
+    DeleteOptions); None when they are valid. The values are shown as JSON (field.NotSupported in 1.36)."""
     if all(v == "All" for v in values):
         return None
-    shown = "[]string{" + ", ".join(json.dumps(v) for v in values) + "}"
-    return f'{kind}.meta.k8s.io "" is invalid: dryRun: Unsupported value: {shown}: supported values: "All"'
+    return f'{kind}.meta.k8s.io "" is invalid: dryRun: {dry_run_cause(values)}'
+
+
+def dry_run_cause(values: list[str]) -> str:
+    return f'Unsupported value: {json.dumps(values, separators=(",", ":"))}: supported values: "All"'
+
+
+def invalid_dry_run_details(kind: str, values: list[str]) -> Obj:
+    """The Status ``details`` of :func:`invalid_dry_run`'s 422 (errors.NewInvalid: group, kind, one cause)."""
+    return {"group": "meta.k8s.io", "kind": kind,
+            "causes": [{"reason": "FieldValueNotSupported", "message": dry_run_cause(values), "field": "dryRun"}]}  # fmt: skip
 
 
 def conflict_message(conflicts: list[tuple[str, str]]) -> str:

@@ -1,10 +1,11 @@
-"""Which real Prometheus the tests run: the newest and the oldest release doctor/verify/report support.
+"""Which real Prometheus the tests run: the release production runs and the oldest doctor/verify/report support.
 
-- ``newest``: Debian sid's ``prometheus`` and ``promtool`` packages (3.x: the major kube-prometheus-stack
-  deploys, :data:`gpustack.config.pins.KUBE_PROMETHEUS_STACK_PROMETHEUS`), downloaded once from Debian's
-  archive with a private apt state directory and unpacked into the test-bed cache
-  (:func:`tests.testbed.runtime.fetch_debs`, then ``dpkg-deb -x``; a file lock serialises concurrent
-  pytest processes). Debian builds them against an older glibc than sid's own, so they run on Debian 12.
+- ``newest``: the Prometheus the pinned kube-prometheus-stack deploys
+  (:data:`gpustack.config.pins.KUBE_PROMETHEUS_STACK_PROMETHEUS`: 3.14.0 with chart 88.5.3), ``prometheus`` and
+  ``promtool`` built from its Go module ``github.com/prometheus/prometheus`` (module ``v0.314.0`` is 3.14.0) by
+  tests/realbin/gobuild.py into the real-binary cache (scripts/test.sh builds it before the tests; a test that
+  finds it missing builds it, under a file lock). tests/prometheus/test_releases.py fails when the chart pin moves
+  and the tools module (tests/realbin/prometheus/go.mod) does not.
 - ``oldest``: Debian 12's ``prometheus`` package (2.42, ``/usr/bin/prometheus``; scripts/test.sh installs it):
   the oldest release docs/operations.md ("Prometheus versions") supports.
 
@@ -24,16 +25,12 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.testbed._proc import file_lock, run
-from tests.testbed.rootfs import cache_dir
-from tests.testbed.runtime import fetch_debs
+from tests.realbin import gobuild
 
-SUITE = "sid"
-PACKAGES = ("prometheus", "promtool")
 NAMES = ("newest", "oldest")
 ENV = "GPUSTACK_TEST_PROMETHEUS"
 #: where Debian 12's package (the oldest supported release) installs its binaries
-SYSTEM_ROOT = Path("/")
+SYSTEM_ROOT = Path("/usr/bin")
 
 
 class ReleaseUnavailable(RuntimeError):
@@ -42,26 +39,26 @@ class ReleaseUnavailable(RuntimeError):
 
 @dataclass(frozen=True)
 class Release:
-    """One Prometheus release: its binaries under ``root`` (``usr/bin/prometheus``, ``usr/bin/promtool``)."""
+    """One Prometheus release: its binaries in ``bindir`` (``prometheus``, ``promtool``)."""
 
     name: str  # "newest" / "oldest"
-    root: Path
+    bindir: Path
     origin: str  # where the binaries come from, for messages
 
     @property
     def prometheus(self) -> str:
-        return str(self.root / "usr/bin/prometheus")
+        return str(self.bindir / "prometheus")
 
     @property
     def promtool(self) -> str:
-        return str(self.root / "usr/bin/promtool")
+        return str(self.bindir / "promtool")
 
     def missing(self) -> list[str]:
         return [path for path in (self.prometheus, self.promtool) if shutil.which(path) is None]
 
     @functools.cached_property
     def version(self) -> str:
-        """``prometheus --version``'s version ('3.5.3+ds1')."""
+        """``prometheus --version``'s version ('3.14.0', '2.42.0+ds')."""
         out = subprocess.run([self.prometheus, "--version"], capture_output=True, text=True, timeout=30, check=True)
         m = re.search(r"version (\S+)", out.stdout + out.stderr)
         if not m:
@@ -76,43 +73,22 @@ class Release:
         return f"Prometheus {self.version} ({self.name}: {self.origin})"
 
 
-def sid_cache() -> Path:
-    """Where sid's packages and their unpacked tree are cached (beside the test bed's other downloads)."""
-    return cache_dir() / "prometheus-sid"
-
-
-def unpacked(debs: Path) -> Path:
-    """``dpkg-deb -x`` every package of ``debs`` into ``debs/root`` once (atomically: a half-unpacked tree is
-    never used); return that root."""
-    root = debs / "root"
-    with file_lock(debs.with_name(debs.name + ".unpack.lock"), timeout=300):
-        if all((root / "usr/bin" / name).exists() for name in PACKAGES):
-            return root
-        staging = debs / "root.staging"
-        shutil.rmtree(staging, ignore_errors=True)
-        for package in PACKAGES:
-            deb = sorted(debs.glob(f"{package}_*.deb"))[-1]
-            run(["dpkg-deb", "-x", str(deb), str(staging)], timeout=120)
-        shutil.rmtree(root, ignore_errors=True)
-        staging.rename(root)
-    return root
-
-
 @functools.cache
 def newest() -> Release:
-    """sid's prometheus/promtool, fetched and unpacked on first use (:class:`ReleaseUnavailable` if that fails)."""
+    """The production release, built from its Go module on first use (:class:`ReleaseUnavailable` if that fails)."""
+    module = gobuild.MODULES["prometheus"]
     try:
-        root = unpacked(fetch_debs(sid_cache(), suite=SUITE, packages=PACKAGES))
-    except Exception as exc:  # network, apt, dpkg-deb: the test set-up says what failed
-        raise ReleaseUnavailable(f"could not fetch Debian {SUITE}'s {' and '.join(PACKAGES)}: {exc}") from exc
-    return Release("newest", root, f"Debian {SUITE} packages, unpacked in {root}")
+        bindir = gobuild.build(module)
+    except Exception as exc:  # the go command, the module proxy: the test set-up says what failed
+        raise ReleaseUnavailable(f"could not build Prometheus from {module.upstream} {module.version}: {exc}") from exc
+    return Release("newest", bindir, f"{module.upstream} {module.version}, built in {bindir}")
 
 
 OLDEST = Release("oldest", SYSTEM_ROOT, "Debian 12's prometheus package: apt-get install prometheus")
 
 
 def release(name: str) -> Release:
-    """The release called ``name`` (``newest`` is fetched on first use)."""
+    """The release called ``name`` (``newest`` is built on first use)."""
     if name == "newest":
         return newest()
     if name == "oldest":

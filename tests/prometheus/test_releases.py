@@ -1,8 +1,9 @@
 """The real-Prometheus tests run the releases production runs and the oldest gpustack supports.
 
-- newest: the major the pinned kube-prometheus-stack deploys (``pins.KUBE_PROMETHEUS_STACK_PROMETHEUS``, from
-  the chart's values.yaml). When the chart pin moves to a chart with a new Prometheus major, this fails
-  until the harness runs that major (tests/prometheus/releases.py) and the docs say it is supported.
+- newest: exactly the release the pinned kube-prometheus-stack deploys (``pins.KUBE_PROMETHEUS_STACK_PROMETHEUS``,
+  from the chart's values.yaml), built from its Go module (tests/realbin/prometheus/go.mod). When the chart pin
+  moves, this fails until the tools module requires the Prometheus the new chart deploys; a new major also needs
+  the docs to say it is supported.
 - oldest: the oldest release doctor/verify/report support (``collect_prometheus.OLDEST_PROMETHEUS``,
   docs/operations.md "Prometheus versions"), which the ``both_prometheus`` tests run as well.
 """
@@ -16,6 +17,7 @@ import pytest
 
 from gpustack.config.pins import CHARTS, KUBE_PROMETHEUS_STACK_PROMETHEUS, version_tuple
 from gpustack.diagnose.collect_prometheus import NEWEST_PROMETHEUS_MAJOR, OLDEST_PROMETHEUS
+from tests.realbin import gobuild
 
 from .releases import OLDEST, newest, unavailable
 
@@ -43,8 +45,19 @@ def test_the_tests_run_the_major_the_pinned_chart_deploys() -> None:
         f"kube-prometheus-stack deploys Prometheus {KUBE_PROMETHEUS_STACK_PROMETHEUS[1]}: gpustack supports "
         f"up to {NEWEST_PROMETHEUS_MAJOR}.x (docs/operations.md)"
     )
-    assert newest().version_tuple[0] == deployed[0], (
+    assert newest().version == KUBE_PROMETHEUS_STACK_PROMETHEUS[1], (
         f"the real-Prometheus tests run {newest()}, production runs {KUBE_PROMETHEUS_STACK_PROMETHEUS[1]}"
+    )
+
+
+def test_the_tools_module_requires_the_deployed_prometheus() -> None:
+    """Checked without building: the version tests/realbin/prometheus/go.mod requires is the deployed one."""
+    module = gobuild.MODULES["prometheus"]
+    assert gobuild.prometheus_release(module.version) == KUBE_PROMETHEUS_STACK_PROMETHEUS[1], (
+        f"{module.dir / 'go.mod'} requires {module.upstream} {module.version}; kube-prometheus-stack "
+        f"{KUBE_PROMETHEUS_STACK_PROMETHEUS[0]} deploys Prometheus {KUBE_PROMETHEUS_STACK_PROMETHEUS[1]} "
+        f"(module v0.{''.join(KUBE_PROMETHEUS_STACK_PROMETHEUS[1].split('.')[:1])}"
+        f"{int(KUBE_PROMETHEUS_STACK_PROMETHEUS[1].split('.')[1]):02d}.{KUBE_PROMETHEUS_STACK_PROMETHEUS[1].split('.')[2]})"
     )
 
 

@@ -1,0 +1,130 @@
+"""The control plane itself: the versions production runs, kubeadm's security settings, GPU nodes the real
+scheduler places pods on, and a clean stop."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from gpustack.config import pins
+from gpustack.runners.kubeconfig import kube_from_file
+from tests.realbin.gobuild import MODULES, binary, go_download
+
+from .cluster import ControlPlane, ControlPlaneError, kubectl, running
+from .nodes import gpu_node
+
+PINNED = f"v{pins.KUBERNETES[pins.KUBERNETES_DEFAULT]}"
+
+
+def version_of(name: str, *args: str) -> str:
+    out = subprocess.run([str(binary(name)), *args], capture_output=True, text=True, timeout=60, check=True)
+    return out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("name", ["kube-apiserver", "kube-controller-manager", "kube-scheduler"])
+def test_components_report_the_pinned_kubernetes(name: str) -> None:
+    assert version_of(name, "--version").strip() == f"Kubernetes {PINNED}"
+
+
+def test_kubeadm_is_the_pinned_release_and_etcd_the_one_it_deploys() -> None:
+    assert version_of("kubeadm", "version", "-o", "short").strip() == PINNED
+    images = version_of("kubeadm", "config", "images", "list", f"--kubernetes-version={PINNED}")
+    etcd_tag = re.search(r"/etcd:(\d+\.\d+\.\d+)-\d+", images)
+    assert etcd_tag, images
+    assert re.search(r"^etcd Version: (\S+)$", version_of("etcd", "--version"), re.M).group(1) == etcd_tag.group(1)  # type: ignore[union-attr]
+
+
+def test_kwok_is_the_module_version() -> None:
+    assert f"kwok version {MODULES['kwok'].version} " in version_of("kwok", "--version")
+
+
+def test_kwok_stages_come_from_its_module() -> None:
+    stages = go_download(MODULES["kwok"], MODULES["kwok"].upstream) / "kustomize" / "stage" / "fast"
+    assert (stages / "kustomization.yaml").is_file()
+
+
+def test_the_api_server_answers_as_the_pinned_release(control_plane: ControlPlane) -> None:
+    kube = kube_from_file(control_plane.admin_kubeconfig)
+    assert kube.server_version() == PINNED
+    # what gpustack's one client path reads first: discovery of the core group
+    assert "v1" in kube.request("GET", "/api")["versions"]
+
+
+def test_kubeadm_flags_from_gpustacks_configuration(control_plane: ControlPlane) -> None:
+    """The API server runs with what kubeadm derives from gpustack's kubeadm configuration: Node and RBAC
+    authorisation, NodeRestriction, client-certificate authentication."""
+    args = control_plane.processes["kube-apiserver"].args
+    assert "--authorization-mode=Node,RBAC" in args
+    assert "--enable-admission-plugins=NodeRestriction" in args
+    assert f"--client-ca-file={control_plane.pki / 'ca.crt'}" in args
+
+
+def test_anonymous_and_unbound_users_are_refused(control_plane: ControlPlane) -> None:
+    """RBAC is real: the kubelet's client certificate (group system:nodes) may not list Secrets cluster-wide, and
+    anonymous requests see only the discovery documents."""
+    with pytest.raises(ControlPlaneError, match="forbidden"):
+        kubectl(control_plane, "get", "secrets", "-A", kubeconfig=control_plane.pki / "kubelet.conf")
+    assert "yes" in kubectl(control_plane, "auth", "can-i", "list", "nodes")
+
+
+def test_the_real_scheduler_places_gpu_pods_on_kwok_nodes(control_plane: ControlPlane) -> None:
+    node = gpu_node("cp-test-gpu-1", gpus=2)
+    kubectl(control_plane, "create", "-f", "-", stdin=json.dumps(node))
+    try:
+        ns = "cp-test-sched"
+        kubectl(control_plane, "create", "namespace", ns)
+        for name, gpus in (("fits", 2), ("too-big", 3)):
+            pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns},
+                   "spec": {"containers": [{"name": "main", "image": "nvcr.io/nvidia/cuda:12.9.1-base-ubuntu24.04",
+                                            "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]}}  # fmt: skip
+            kubectl(control_plane, "create", "-f", "-", stdin=json.dumps(pod))
+        fits = wait_pod(control_plane, ns, "fits", lambda p: p["status"].get("phase") == "Running")
+        assert fits["spec"]["nodeName"] == "cp-test-gpu-1"
+        big = wait_pod(control_plane, ns, "too-big", lambda p: bool(p["status"].get("conditions")))
+        cond = big["status"]["conditions"][0]
+        assert (cond["type"], cond["status"], cond["reason"]) == ("PodScheduled", "False", "Unschedulable")
+        assert "Insufficient nvidia.com/gpu" in cond["message"], cond
+    finally:
+        kubectl(control_plane, "delete", "namespace", "cp-test-sched", "--wait=false", "--ignore-not-found")
+        kubectl(control_plane, "delete", "node", "cp-test-gpu-1", "--ignore-not-found")
+
+
+def wait_pod(cp: ControlPlane, ns: str, name: str, ready: object, timeout: float = 60) -> dict:  # type: ignore[type-arg]
+    deadline = time.monotonic() + timeout
+    while True:
+        pod = json.loads(kubectl(cp, "get", "pod", name, f"--namespace={ns}", "-o", "json"))
+        if ready(pod):  # type: ignore[operator]
+            return pod  # type: ignore[no-any-return]
+        assert time.monotonic() < deadline, f"pod {ns}/{name}: {json.dumps(pod['status'])}"
+        time.sleep(0.3)
+
+
+def processes_under(workdir: Path) -> list[str]:
+    out = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if str(workdir) in cmdline:
+            out.append(f"{pid}: {cmdline[:120]}")
+    return out
+
+
+def test_a_control_plane_starts_and_stops_leaving_nothing(tmp_path: Path) -> None:
+    """A second control plane beside the shared one (its own ports): healthy in bounded time, then every process
+    ends at SIGTERM (none needs SIGKILL) and none is left."""
+    with running(tmp_path / "cp") as cp:
+        assert processes_under(tmp_path)
+        assert cp.started_in["total"] < 120, cp.started_in
+        killed = cp.stop()
+    assert killed == []
+    assert processes_under(tmp_path) == []
