@@ -236,12 +236,23 @@ def run(argv: list[str] | None = None) -> int:
     except Exception as exc:
         if not _is_api_answer(exc):
             raise
-        # an answer no caller expected (a kubeconfig whose server is a web server, not an API server)
+        # an answer no caller expected, from a proven (or refusing) Kubernetes API server: a server that is not one
+        # is NotKubernetesAPI (exit 3) before any request
+        status = exc.status  # type: ignore[attr-defined]
         Console().error(
-            f"the Kubernetes API answered HTTP {exc.status} {exc.reason or ''}".rstrip(),  # type: ignore[attr-defined]
-            hint="check that the kubeconfig's server is the cluster's API server (kubectl get --raw /readyz)",
+            f"the Kubernetes API answered HTTP {status} {exc.reason or ''}".rstrip(),  # type: ignore[attr-defined]
+            hint=API_ANSWER_HINTS.get(
+                status, "check the API server's health (kubectl get --raw /readyz) and the kubeconfig"
+            ),
         )
         return 1
+
+
+#: what an API server's refusal nobody expected means
+API_ANSWER_HINTS = {
+    401: "the API server refused the kubeconfig's credentials (expired or wrong): renew them; kubectl auth whoami",
+    403: "the kubeconfig's user is not allowed this: kubectl auth can-i --list shows what it may do",
+}
 
 
 def _is_api_answer(exc: BaseException) -> bool:

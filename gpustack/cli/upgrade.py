@@ -87,7 +87,7 @@ def _components(cfg: Config, console: Console, flags: RunFlags, *, yes: bool) ->
     dry_run = flags.dry_run
 
     console.print(f"[stage]upgrade --components[/stage] cluster {cfg.cluster.name}{' (dry run)' if dry_run else ''}:")
-    for component, version in compat.pin_rows(cfg)[5:]:
+    for component, version, *_ in compat.pin_rows(cfg)[5:]:
         console.print(f"  - {component} -> {version} (CRDs from the chart applied first)", markup=False)
     if not dry_run:
         confirm_or_refuse(console, "Upgrade the cluster's components?", yes=yes, verb="upgrade")

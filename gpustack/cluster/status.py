@@ -8,8 +8,9 @@
       containerd, OS, the NVIDIA driver) and the charts, against the end of their upstream support
       (gpustack/config/lifecycle.py: past it, or within 90 days, with the way out gpustack offers)
 
-When the API server does not answer, the local part is still shown and the exit code is 3, as for
-``verify``. Everything here but the reads is a pure function of what was read.
+When the API server does not answer, or the kubeconfig's server is not a Kubernetes API server, the local part
+is still shown and the exit code is 3, as for ``verify``. Everything here but the reads is a pure function of
+what was read.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
+
 from gpustack.cluster import skew
 from gpustack.cluster.upgrade_record import progress_path, read_progress
 from gpustack.config.model import Config
@@ -32,6 +35,7 @@ from gpustack.engine.lock import holder, lock_path
 from gpustack.errors import ClusterUnreachableError, GpustackError
 from gpustack.paths import state_dir
 from gpustack.runners.kube import Kube, Obj
+from gpustack.runners.kube_proof import NOT_KUBERNETES
 
 
 @dataclass
@@ -317,6 +321,8 @@ def print_status(s: Status, console: Console) -> None:
     upgrade = s.upgrade or {}
     if s.reachable:
         console.print(f"[stage]cluster[/stage] {s.cluster}: API server {s.api_server}", markup=True)
+    elif (s.error or "").startswith(NOT_KUBERNETES):  # it answers, as something else: not "unreachable"
+        console.print(f"[fail]cluster {s.cluster}: {escape(s.error or '')}[/fail]", markup=True)
     else:
         console.print(f"[fail]cluster {s.cluster}: unreachable[/fail]: {s.error}", markup=True)
     if s.error and s.reachable:

@@ -43,6 +43,7 @@ from gpustack.diagnose.objects import (
 )
 from gpustack.diagnose.registry import register
 from gpustack.diagnose.snapshot import Snapshot
+from gpustack.runners.kube_proof import NOT_KUBERNETES
 
 LAYER = "kubernetes"
 MAX_POD_FINDINGS = 25  # K07: one finding per failing pod up to this, then one summary finding
@@ -58,11 +59,19 @@ FREE_PORTS = "didn't have free ports"
 # --- K00 ------------------------------------------------------------------------------------------
 
 
-@register("K00-api-unreachable", LAYER, title="Kubernetes API reachable and every kind readable",
-          reads="kubeconfig, API server", commands=("doctor", "verify"))  # fmt: skip
+@register("K00-api-unreachable", LAYER, title="Kubernetes API reachable (/version, /api) and every kind readable",
+          reads="kubeconfig, API server (GET /version and /api prove it is Kubernetes)",
+          commands=("doctor", "verify"))  # fmt: skip
 def api_reachable(snap: Snapshot) -> list[Finding]:
-    """Fail when the API server could not be read at all; warn per kind it refused (RBAC, 500)."""
+    """Fail when the API server could not be read at all, or is not a Kubernetes API server; warn per kind it
+    refused (RBAC, 500)."""
     err = snap.errors.get("kubernetes")
+    if err and err.startswith(NOT_KUBERNETES):  # it answers, but /version and /api are not Kubernetes'
+        return [finding("K00-api-unreachable", "fail", "the kubeconfig's server is not a Kubernetes API server",
+                        evidence=err,
+                        fix="point the kubeconfig's server at the cluster's API server (https://<control-plane>:6443; "
+                            "gpustack's admin.conf has it)\n"
+                            "kubectl --kubeconfig <file> get --raw /version   # JSON with a gitVersion")]  # fmt: skip
     if err:
         return [finding("K00-api-unreachable", "fail", "cannot read the Kubernetes API", evidence=err,
                         fix="gpustack up   # creates the cluster and fetches its kubeconfig\n"

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpustack.config.model import Config
 from gpustack.diagnose.snapshot import Snapshot
+from gpustack.runners.kube_proof import Proof
 
 if TYPE_CHECKING:
     from gpustack.runners.kube import Kube
@@ -35,6 +36,8 @@ class CollectContext:
     #: file) is resolved on first use, or there is no cluster (``no_cluster`` says why)
     target: KubeTarget | None = None
     no_cluster: str = ""
+    #: the verdict on the cluster's server, shared by every client :meth:`kube` makes (asked once per run)
+    proof: Proof = field(default_factory=Proof)
 
     def kube(self, request_timeout: float | None = None) -> Kube | None:
         """A client for the cluster: ``extra["kube"]`` (tests), else one connected to :attr:`target` (or to the
@@ -48,7 +51,9 @@ class CollectContext:
             self.target = resolve_kubeconfig(kubeconfig=self.kubeconfig)
         if self.target is None:
             return None
-        return connect(self.target, request_timeout=request_timeout)
+        kube = connect(self.target, request_timeout=request_timeout)
+        kube.proof = self.proof
+        return kube
 
 
 SourceFn = Callable[[CollectContext, Snapshot], None]

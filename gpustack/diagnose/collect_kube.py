@@ -7,9 +7,13 @@ LIST per kind in :data:`~gpustack.diagnose.snapshot.KUBE_KINDS` and
 plus at most :data:`MAX_LOG_REQUESTS` log tails (failing pods, and the MIG manager of a node whose MIG change
 failed or is pending). Nothing is requested per node.
 
-Failures are data: no kubeconfig or an unreachable API server -> ``snap.errors["kubernetes"]`` with
-an empty ``snap.kube`` (the engine maps that to exit 3); a kind the server refuses (403, 500) ->
-``snap.errors["kubernetes:<Kind>"]``; a kind it does not serve (CRD not installed) -> an empty list.
+Before anything is read, the server is proven to be a Kubernetes API server (``GET /version``, ``GET /api``:
+:meth:`~gpustack.runners.kube.Kube.prove_kubernetes`, two more requests).
+
+Failures are data: no kubeconfig, an unreachable API server or a server that is not one ->
+``snap.errors["kubernetes"]`` with an empty ``snap.kube`` (the engine maps that to exit 3); a kind the server
+refuses (403, 500) -> ``snap.errors["kubernetes:<Kind>"]``; a kind the proven server does not serve (CRD not
+installed) -> an empty list.
 """
 
 from __future__ import annotations
@@ -47,10 +51,10 @@ NO_KUBECONFIG = "no kubeconfig for this cluster: run `gpustack up` first (or pas
 
 class CountingKube(Kube):
     """A :class:`Kube` that counts its requests, on a client that does not retry a timed-out read
-    (:func:`~gpustack.runners.kube.single_try_client`)."""
+    (:func:`~gpustack.runners.kube.single_try_client`); it shares ``base``'s verdict on the server."""
 
     def __init__(self, base: Kube, *, request_timeout: float) -> None:
-        super().__init__(single_try_client(base.api), request_timeout=request_timeout)
+        super().__init__(single_try_client(base.api), request_timeout=request_timeout, proof=base.proof)
         self.count = 0
 
     def _send(self, method: str, path: str, **kw: Any) -> Any:
@@ -176,6 +180,7 @@ def collect_kubernetes(ctx: CollectContext, snap: Snapshot) -> None:
     kube_data: dict[str, list[Obj]] = {}
     unreachable = 0
     try:
+        kube.prove_kubernetes()  # a server that is not Kubernetes answers 404: not "no such kind, empty"
         for api_version, kind in KUBE_KINDS:
             try:
                 res = kube.resource(api_version, kind)

@@ -17,6 +17,7 @@ from gpustack.checks.model import Finding
 from gpustack.console import Console
 from gpustack.diagnose.registry import LAYERS
 from gpustack.paths import write_output
+from gpustack.runners.kube_proof import NOT_KUBERNETES
 
 STATUSES = ("pass", "warn", "fail", "skip")
 #: the check that says the Kubernetes API server cannot be read
@@ -124,11 +125,13 @@ def verdict(findings: Sequence[Finding], *, cluster_unreachable: bool = False) -
     s = summary(findings)
     if cluster_unreachable:
         cause = next((f for f in findings if f.id == API_CHECK), None)
-        why = f" ({cause.evidence.splitlines()[0]})" if cause is not None and cause.evidence else ""
+        why = cause.evidence.splitlines()[0] if cause is not None and cause.evidence else ""
         others = [f for f in findings if f.status == "fail" and f.id != API_CHECK]
         more = f"; {len(others)} other problem(s) in {_layers(others)}" if others else ""
         not_run = sum(f.summary == NOT_CHECKED for f in findings)
-        return f"UNREACHABLE: the Kubernetes API cannot be read{why}; {not_run} check(s) not run{more}"
+        if not why.startswith(NOT_KUBERNETES):  # "not a Kubernetes API server at URL: ..." says it all
+            why = "the Kubernetes API cannot be read" + (f" ({why})" if why else "")
+        return f"UNREACHABLE: {why}; {not_run} check(s) not run{more}"
     if s["fail"]:
         failed = [f for f in findings if f.status == "fail"]
         return f"FAIL: {s['fail']} problem(s) in {_layers(failed)}; {s['pass']} passed, {s['warn']} warning(s)"

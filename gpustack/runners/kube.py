@@ -12,7 +12,8 @@ gets a :class:`Kube` from :mod:`gpustack.runners.kubeconfig` (``cluster_client``
 resolution, or in-cluster ServiceAccount credentials) and goes through its methods -- JSON
 (:meth:`Kube.request`), paged LISTs (:meth:`Kube.list_all`), text (:meth:`Kube.text`, pod logs) and raw bodies
 (:meth:`Kube.raw`, the service proxy behind :class:`gpustack.runners.http.KubeProxyEndpoint`). All of them
-leave through :meth:`Kube._send`.
+leave through :meth:`Kube._send`, whose first request proves the server is Kubernetes (:meth:`Kube.prove_kubernetes`;
+not one: :class:`~gpustack.runners.kube_proof.NotKubernetesAPI`, exit 3, never "that kind is not served").
 
 Every request has a timeout; every wait has one overall deadline (:func:`wait_until`).
 """
@@ -33,6 +34,7 @@ from urllib3.util.retry import Retry
 
 from gpustack.constants import FIELD_MANAGER
 from gpustack.errors import ClusterUnreachableError, StageError
+from gpustack.runners.kube_proof import PROBE_LIMIT, Answer, Proof, probe
 from gpustack.runners.neterr import connection_problem
 
 REQUEST_TIMEOUT = 30.0
@@ -183,12 +185,31 @@ def wait_until(
 class Kube:
     """A small client over one kubeconfig (or an existing ``ApiClient``)."""
 
-    def __init__(self, api_client: k8s_client.ApiClient, *, request_timeout: float = REQUEST_TIMEOUT) -> None:
+    def __init__(
+        self, api_client: k8s_client.ApiClient, *, request_timeout: float = REQUEST_TIMEOUT, proof: Proof | None = None
+    ) -> None:
         self.api = api_client
         self.request_timeout = request_timeout
         #: the cluster it talks to, when it came from :func:`gpustack.runners.kubeconfig.connect` (reports name it)
         self.target: dict[str, Any] | None = None
+        #: the verdict on the server (:meth:`prove_kubernetes`), shared with clients of the same connection
+        self.proof = Proof() if proof is None else proof
         self._discovery: dict[str, dict[str, ApiResource]] = {}
+
+    # -- is it Kubernetes? ------------------------------------------------------------------------------
+
+    def prove_kubernetes(self) -> str:
+        """``GET /version`` and ``GET /api`` once per connection (:func:`~gpustack.runners.kube_proof.probe`): the
+        gitVersion ("" when refused, 401/403: the next request says what). Not Kubernetes: NotKubernetesAPI."""
+        with self.proof.lock:
+            if self.proof.verdict is None:  # nothing answering: ApiUnreachable, nothing decided
+                self.proof.verdict = probe(self._probe)
+        return self.proof.settle(str(self.api.configuration.host))
+
+    def _probe(self, path: str) -> Answer:
+        got, data, cut = self._send("GET", path, headers={"Accept": "application/json"}, limit=PROBE_LIMIT, prove=False)
+        ctype = next((v for k, v in _header_dict(got.headers).items() if k.lower() == "content-type"), "")
+        return Answer(path, int(got.status), str(got.reason or ""), ctype, data, cut)
 
     # -- raw requests ---------------------------------------------------------------------------------
 
@@ -280,10 +301,13 @@ class Kube:
     def _send(
         self, method: str, path: str, *, headers: Mapping[str, str], body: Any = None,
         query: Mapping[str, str] | Sequence[tuple[str, str]] | None = None, timeout: float | None = None,
-        limit: int | None = None,
+        limit: int | None = None, prove: bool = True,
     ) -> tuple[Any, bytes, bool]:  # fmt: skip
         """The one place requests go out: (the client's response, its body -- all of it, or at most ``limit``
-        bytes --, whether it was cut). Connection failures -> :class:`ApiUnreachable`."""
+        bytes --, whether it was cut). The first one proves the server is Kubernetes (:meth:`prove_kubernetes`;
+        ``prove=False``: the probe's own GETs). Connection failures -> :class:`ApiUnreachable`."""
+        if prove:
+            self.prove_kubernetes()
         pairs = list(query.items()) if isinstance(query, Mapping) else list(query or [])
         try:
             serialized = self.api.param_serialize(
@@ -422,7 +446,10 @@ class Kube:
         return True
 
     def server_version(self) -> str:
-        """The API server's version (``gitVersion`` of ``/version``, e.g. ``v1.36.4``)."""
+        """The API server's version (``gitVersion`` of ``/version``, e.g. ``v1.36.4``), as the probe read it."""
+        proven = self.prove_kubernetes()
+        if proven:
+            return proven
         try:
             return str(self.request("GET", "/version").get("gitVersion") or "")
         except ApiException as exc:

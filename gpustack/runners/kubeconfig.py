@@ -22,7 +22,9 @@ environment says.
 
 Errors: a named file that is missing or not a kubeconfig, an unknown ``--context``, no context at all
 -> :class:`~gpustack.errors.UsageError` (exit 2, naming the file or the context); no kubeconfig
-anywhere -> :class:`KubeconfigNotFound` (exit 3, naming every place looked at).
+anywhere -> :class:`KubeconfigNotFound` (exit 3, naming every place looked at). A server that is not a
+Kubernetes API server is :class:`~gpustack.runners.kube_proof.NotKubernetesAPI` (exit 3) at the client's first
+request (:meth:`~gpustack.runners.kube.Kube.prove_kubernetes`).
 """
 
 from __future__ import annotations

@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import ssl
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 
 from gpustack.config import pins
 from gpustack.runners.kubeconfig import kube_from_file
@@ -128,3 +130,49 @@ def test_a_control_plane_starts_and_stops_leaving_nothing(tmp_path: Path) -> Non
         killed = cp.stop()
     assert killed == []
     assert processes_under(tmp_path) == []
+
+
+def test_the_real_server_passes_gpustacks_kubernetes_proof_with_any_credentials(
+    control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    """gpustack proves a server is Kubernetes by ``/version`` and ``/api`` (gpustack/runners/kube_proof.py). The
+    real server: admin credentials prove it; a client with no credentials at all is anonymous, which kubeadm's API
+    server lets read ``/version`` (system:public-info-viewer) but not ``/api`` (system:discovery is bound to
+    authenticated users only): unproven, not "not Kubernetes", and the request itself then says 403."""
+    admin = kube_from_file(control_plane.admin_kubeconfig)
+    assert admin.prove_kubernetes() == PINNED
+    assert admin.proof.verdict is not None and admin.proof.verdict.kind == "kubernetes"
+    cfg = {"apiVersion": "v1", "kind": "Config", "current-context": "anon",
+           "clusters": [{"name": "c", "cluster": {"server": control_plane.url,
+                                                  "certificate-authority": str(control_plane.pki / "ca.crt")}}],
+           "users": [{"name": "anonymous", "user": {}}],
+           "contexts": [{"name": "anon", "context": {"cluster": "c", "user": "anonymous"}}]}  # fmt: skip
+    path = tmp_path / "anonymous.conf"
+    path.write_text(json.dumps(cfg))
+    anonymous = kube_from_file(path)
+    assert anonymous.prove_kubernetes() == ""
+    assert anonymous.proof.verdict is not None
+    assert (anonymous.proof.verdict.kind, anonymous.proof.verdict.reason) == ("unproven", "GET /api answered 403")
+    with pytest.raises(ApiException) as refused:  # discovery itself is refused: the CLI says "HTTP 403" (exit 1)
+        anonymous.list_objects("v1", "Node")
+    assert refused.value.status == 403
+    assert 'User \\"system:anonymous\\" cannot get path \\"/api/v1\\"' in str(refused.value.body)
+
+
+def test_the_not_kubernetes_doubles_imitate_what_the_real_server_answers(control_plane: ControlPlane) -> None:
+    """tests/fakes/not_kube.py's ``refusing`` server answers a bad token as the real API server does, and its
+    ``api-404`` server's ``/version`` is the real server's (the other kinds imitate no Kubernetes answer)."""
+    from tests.controlplane.servers import Server
+    from tests.fakes import not_kube
+
+    real = Server("real", control_plane.url, tls=ssl.create_default_context(cafile=str(control_plane.pki / "ca.crt")),
+                  headers={"Authorization": "Bearer not-a-token"})  # fmt: skip
+    refused = real.call("GET", "/api/v1/nodes")
+    code, _, body = not_kube.answer("refusing", "/api/v1/nodes")
+    assert (refused.code, refused.body) == (code, json.loads(body))
+    version = Server("real", control_plane.url, tls=control_plane.admin_tls()).call("GET", "/version").body
+    code, _, body = not_kube.answer("api-404", "/version")
+    assert code == 200 and set(json.loads(body)) == set(version)
+    assert {k: v for k, v in json.loads(body).items() if k not in ("gitCommit", "buildDate", "goVersion")} == {
+        k: v for k, v in version.items() if k not in ("gitCommit", "buildDate", "goVersion")
+    }

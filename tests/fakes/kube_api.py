@@ -516,7 +516,7 @@ class FakeKubeAPI:
         url = urlparse(raw_path)
         parts = [p for p in url.path.split("/") if p]
         if parts == ["version"] and method == "GET":
-            return self._json(200, {"major": "1", "minor": self.version.split(".")[1], "gitVersion": self.version})
+            return self._json(200, ks.version_info(self.version))
         if (
             len(parts) == 7
             and parts[:3] == ["api", "v1", "namespaces"]
@@ -624,11 +624,12 @@ class FakeKubeAPI:
             bits = bits[1:]
         name, port = bits[0], (bits[1] if len(bits) > 1 else "")
         upstream = self.proxy_upstreams.get((ns, name, port))
-        if upstream is None:
+        if upstream is None:  # REST.ResourceLocation (pkg/registry/core/service/storage/storage.go)
             with self._lock:
-                exists = ("", "v1", "services", ns, name) in self.objects
-            if not exists:
-                raise ApiError(404, "NotFound", f'services "{name}" not found')
+                endpoints = self.objects.get(("", "v1", "endpoints", ns, name))
+            if endpoints is None:  # no Service, or no Endpoints for it: the endpoints Get's NotFound
+                raise ApiError(404, "NotFound", f'services "{name}" not found',
+                               {"details": {"name": name, "kind": "services"}})  # fmt: skip
             raise ApiError(503, "ServiceUnavailable", f'no endpoints available for service "{name}"')
         marker = f"/services/{spec}/proxy"
         rest = raw_path.split(marker, 1)[1]

@@ -160,6 +160,21 @@ def field_selector_matches(group: str, kind: str, obj: Obj, selector: str) -> bo
     )
 
 
+# --- /version ---------------------------------------------------------------------------------------------
+# staging/src/k8s.io/apimachinery/pkg/version/types.go Info (1.36: emulation and compatibility versions beside the
+# build's): every field a kube-apiserver 1.36 answers, checked against the real one in
+# tests/controlplane/test_fake_contract.py::test_version.
+
+
+def version_info(git_version: str) -> Obj:
+    """``GET /version`` of a kube-apiserver at ``git_version`` (``v1.36.5``), built as the release is."""
+    major, minor = git_version.lstrip("v").split(".")[:2]
+    return {"major": major, "minor": minor, "emulationMajor": major, "emulationMinor": minor,
+            "minCompatibilityMajor": major, "minCompatibilityMinor": str(int(minor) - 1), "gitVersion": git_version,
+            "gitCommit": "0" * 40, "gitTreeState": "clean", "buildDate": "2026-09-23T17:07:00Z",
+            "goVersion": "go1.26.8", "compiler": "gc", "platform": "linux/amd64"}  # fmt: skip
+
+
 # --- LIST pagination ----------------------------------------------------------------------------------------
 # staging/src/k8s.io/apiserver/pkg/storage/continue.go: the token is base64.RawURLEncoding of
 # {"v":"meta.k8s.io/v1","rv":<resourceVersion of the first page>,"start":"<next key, relative to the prefix>"};

@@ -163,7 +163,7 @@ def test_an_os_error_nothing_else_caught_names_its_file(
 
 def test_a_server_that_is_not_an_api_server_is_one_message(user: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A kubeconfig whose server answers, but not as an API server (a proxy, a web server): the
-    client's ApiException was a traceback."""
+    client's ApiException was a traceback, then "the Kubernetes API answered HTTP 404" (exit 1)."""
     import http.server
     import threading
 
@@ -183,5 +183,6 @@ def test_a_server_that_is_not_an_api_server_is_one_message(user: Path, capsys: p
         code, _, err = run(capsys, "health", "--kubeconfig", str(kc))
     finally:
         server.shutdown()
-    assert code == 1 and "the Kubernetes API answered HTTP 404 Not Found" in err, err
-    assert "kubeconfig's server" in " ".join(err.split())
+    said = " ".join(err.split())  # issue 26: named for what it is, exit 3 (tests/unit/cli/test_not_kubernetes.py)
+    assert code == 3 and f"not a Kubernetes API server at http://127.0.0.1:{server.server_port}" in said, err
+    assert "GET /version answered 404 Not Found" in said and "kubeconfig's server" in said

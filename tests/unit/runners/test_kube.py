@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 
+from gpustack.diagnose.collect_kube import CountingKube
 from gpustack.errors import ClusterUnreachableError
 from gpustack.runners.kube import (
     FIELD_MANAGER,
@@ -16,7 +18,9 @@ from gpustack.runners.kube import (
     single_try_client,
     wait_until,
 )
+from gpustack.runners.kube_proof import NotKubernetesAPI
 from gpustack.runners.kubeconfig import kube_from_file
+from tests.fakes import not_kube
 from tests.fakes.kube_api import FakeKubeAPI
 
 NS = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "monitoring"}}
@@ -174,3 +178,65 @@ def test_single_try_client_keeps_the_credentials_and_drops_read_retries(kube: Ku
     api = single_try_client(kube.api)
     assert api is not kube.api and api.configuration.host == kube.api.configuration.host
     assert api.configuration.retries.read == 0 and kube.api.configuration.retries != api.configuration.retries
+
+
+# --- issue 26: a server that is not Kubernetes is named as such ----------------------------------------------
+
+
+@pytest.mark.parametrize("kind", not_kube.KINDS)
+def test_a_server_that_is_not_kubernetes_is_named_before_any_read(kind: str, tmp_path: Path) -> None:
+    """A 404 on discovery or a LIST was "kind not served, empty list": against a web server every check passed."""
+    with not_kube.serving(kind) as server:
+        kube = kube_from_file(server.write_kubeconfig(tmp_path / "kc"), request_timeout=5)
+        for read in (lambda: kube.list_objects("v1", "Node"), lambda: kube.get("v1", "Namespace", "default"),
+                     lambda: kube.resource("v1", "Pod"), lambda: kube.list_all("/api/v1/pods"),
+                     lambda: kube.raw("GET", "/api/v1/nodes", limit=100), kube.server_version):  # fmt: skip
+            with pytest.raises(NotKubernetesAPI) as exc:
+                read()
+            assert exc.value.message == f"not a Kubernetes API server at {server.url}: {not_kube.REASONS[kind]}"
+            assert exc.value.exit_code == 3 and isinstance(exc.value, ClusterUnreachableError)
+    # asked once for the whole client: /version, and /api only when /version looked like Kubernetes
+    assert server.paths == (["/version", "/api"] if kind == "api-404" else ["/version"])
+
+
+@pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")  # the kubeconfig skips verification
+def test_https_404_server_too(tmp_path: Path) -> None:
+    with not_kube.serving("404", tls=True) as server:
+        kube = kube_from_file(server.write_kubeconfig(tmp_path / "kc"), request_timeout=5)
+        with pytest.raises(NotKubernetesAPI, match=rf"^not a Kubernetes API server at {server.url}: GET /version "):
+            kube.list_objects("v1", "Node")
+    assert server.url.startswith("https://")
+
+
+def test_kubernetes_is_proven_once_per_connection(fake_api: FakeKubeAPI, kube: Kube) -> None:
+    assert kube.prove_kubernetes() == fake_api.version
+    kube.list_objects("v1", "Node")
+    assert kube.server_version() == fake_api.version  # the probe's answer: not asked again
+    counting = CountingKube(kube, request_timeout=2)  # shares the verdict of the client it wraps
+    counting.list_all("/api/v1/pods")
+    asked = [p for _, p, _ in fake_api.requests]
+    assert asked.count("/version") == 1 and asked.count("/api") == 1 and asked[:2] == ["/version", "/api"]
+    assert counting.count == 1
+
+
+def test_a_kube_apiserver_refusing_the_token_is_not_called_something_else(tmp_path: Path) -> None:
+    """401/403 come from Kubernetes: the refusal is reported as before (the request's own 401)."""
+    with not_kube.serving("refusing") as server:
+        kube = kube_from_file(server.write_kubeconfig(tmp_path / "kc"), request_timeout=5)
+        assert kube.prove_kubernetes() == ""
+        with pytest.raises(ApiException) as exc:  # discovery's own answer, as before the probe existed
+            kube.list_objects("v1", "Node")
+        assert exc.value.status == 401 and "Unauthorized" in str(exc.value.body)
+        with pytest.raises(KubeError, match="GET /version: Unauthorized"):
+            kube.server_version()
+    assert server.paths == ["/version", "/api/v1", "/version"]  # the probe, discovery, server_version's own GET
+
+
+def test_nothing_answering_the_probe_decides_nothing(fake_api: FakeKubeAPI, kube: Kube) -> None:
+    kube = Kube(single_try_client(kube.api), request_timeout=1)
+    fake_api.delay(r"^/version", 3, times=1)
+    with pytest.raises(ApiUnreachable):
+        kube.list_objects("v1", "Node")
+    assert kube.proof.verdict is None
+    assert kube.list_objects("v1", "Node") == []  # asked again, and proven
+    assert kube.proof.verdict is not None and kube.proof.verdict.version == fake_api.version
