@@ -24,3 +24,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
     with running(tmp_path_factory.mktemp("controlplane")) as cp:
         yield cp
+
+
+@pytest.fixture(scope="module")
+def own_control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """A control plane of the module's own, for tests that read the whole cluster (doctor, verify): no other
+    test's nodes and objects in it."""
+    with running(tmp_path_factory.mktemp("controlplane-own")) as cp:
+        yield cp

@@ -45,7 +45,11 @@ def gpu_node(name: str, *, index: int = 1, product: str = "NVIDIA-H100-80GB-HBM3
         resources.update({f"nvidia.com/mig-{profile}": str(n) for profile, n in mig.items()})
     status["capacity"], status["allocatable"] = dict(resources), dict(resources)
     status["addresses"] = [{"type": "Hostname", "address": name}]
-    # kwok's node-initialize stage writes nodeInfo.machineID back unquoted: an all-digit id would become a number
-    # (and fail its patch), so it gets a hex letter up front, as most real machine ids have somewhere
-    status["nodeInfo"]["machineID"] = "a" + hashlib.md5(name.encode()).hexdigest()[1:]
+    status["nodeInfo"]["machineID"] = machine_id(name)
     return node
+
+
+def machine_id(name: str) -> str:
+    """A machine id for kwok: its node-initialize stage writes ``nodeInfo.machineID`` back unquoted, so an all-digit
+    id would become a number and fail its patch: this one starts with a hex letter, as most real ids hold one."""
+    return "a" + hashlib.md5(name.encode()).hexdigest()[1:]

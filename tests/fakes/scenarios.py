@@ -351,8 +351,8 @@ def healthy(nodes: int = 1, *, exporter: str = "standalone") -> Scenario:
         "spec": {"serviceMonitorSelector": {"matchLabels": {"release": "kube-prometheus-stack"}},
                  "serviceMonitorNamespaceSelector": {}, "ruleSelector": {"matchLabels": {"release": "kube-prometheus-stack"}},
                  "ruleNamespaceSelector": {}, "replicas": 1},
-        "status": {"availableReplicas": 1, "replicas": 1,
-                   "conditions": [{"type": "Available", "status": "True"}, {"type": "Reconciled", "status": "True"}]},
+        "status": {"availableReplicas": 1, "replicas": 1,  # the real CRD requires each lastTransitionTime
+                   "conditions": [{"type": t, "status": "True", "lastTransitionTime": STAMP} for t in ("Available", "Reconciled")]},
     })  # fmt: skip
     objs.append({
         "apiVersion": "nvidia.com/v1",

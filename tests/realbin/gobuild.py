@@ -167,6 +167,17 @@ def go_download(module: Module, path: str) -> Path:
     return Path(info["Dir"])
 
 
+def download(path: str, version: str) -> Path:
+    """A module's source directory in the module cache (downloaded from the proxy when missing), outside any tools
+    module: for data a module carries (kwok's stages, prometheus-operator's CRDs)."""
+    env = dict(os.environ, GOFLAGS="-mod=mod", GOTOOLCHAIN="local")
+    proc = subprocess.run(["go", "mod", "download", "-json", f"{path}@{version}"], cwd=HERE, env=env,
+                          capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
+    if proc.returncode != 0:
+        raise RuntimeError(f"go mod download {path}@{version} failed: {proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+    return Path(json.loads(proc.stdout)["Dir"])
+
+
 def ldflags(module: Module) -> tuple[str, ...]:
     date = _module_time(module)
     if module.name == "k8s":

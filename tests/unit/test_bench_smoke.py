@@ -2,9 +2,10 @@
 
 Each script runs as a user runs it (a subprocess) on a tiny input; its result line must parse. Figures are
 printed, not asserted (they are the benchmark's output), except what the line states as a property
-(the converged cluster layer makes no mutating Helm call; the series budget's verdict is OK). Two scripts
-are smoke-tested elsewhere: bench_up.py needs test hosts (tests/testbed/test_up_single.py) and
-bench_doctor.py's fake-API path has its own test (tests/unit/diagnose/test_bench_doctor.py).
+(the converged cluster layer makes no mutating Helm call; the series budget's verdict is OK). Three scripts
+are smoke-tested elsewhere: bench_up.py needs test hosts (tests/testbed/test_up_single.py),
+bench_doctor.py's fake-API path has its own test (tests/unit/diagnose/test_bench_doctor.py) and
+bench_controlplane.py needs the real control plane (tests/controlplane/test_bench_smoke.py).
 Time on the 2-core CI machine: ~25 s in all (bench_doctor --monitoring ~17 s, bench_cluster ~6 s).
 """
 
@@ -43,6 +44,7 @@ SMOKE = [
 ELSEWHERE = {
     "bench_up.py": ROOT / "tests" / "testbed" / "test_up_single.py",
     "bench_doctor.py": ROOT / "tests" / "unit" / "diagnose" / "test_bench_doctor.py",
+    "bench_controlplane.py": ROOT / "tests" / "controlplane" / "test_bench_smoke.py",
 }
 
 

@@ -1,0 +1,24 @@
+"""scripts/bench_controlplane.py's ``--smoke`` path (tests/unit/test_bench_smoke.py lists it here): one node on the
+fake and on a real control plane of its own; the result lines parse and the verdicts agree. Figures are printed,
+not asserted (they are the benchmark's output). ~45 s on the 2-core machine."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+NUM = r"\d+(?:\.\d+)?"
+
+
+def test_bench_controlplane_smoke() -> None:
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_controlplane.py"), "--smoke"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
+    out = proc.stdout + proc.stderr[-3000:]
+    assert proc.returncode == 0, out
+    for command in ("doctor", "verify", "health"):
+        assert re.search(rf"^{command}: 1 nodes: real/fake wall time {NUM}/{NUM} s = {NUM}x; requests real \d+, "
+                         rf"fake \d+; 1/1 nodes: real {NUM}x, fake {NUM}x$", proc.stdout, re.M), out  # fmt: skip
+    assert "verdicts: the same on both servers at every size" in proc.stdout, out
