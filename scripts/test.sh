@@ -50,30 +50,52 @@ for arg in "$@"; do
     tests*|*::*|-k|-k?*|-m|-m?*) wait_gobuild; exec python3 -m pytest "$@" ;;  # tests chosen: one run
   esac
 done
-# The whole suite in two processes side by side. The test bed is the longest part (one machine-wide lock
-# keeps it in one process) and keeps about one core busy (Ansible on this machine; its hosts mostly wait),
-# so the rest runs niced beside it: it takes the other core and whatever the test bed leaves, and never
-# slows the test bed down (docs/benchmarks.md#ci-and-the-test-bed). Each keeps its own pytest cache; the
-# test bed's output follows when both have ended.
+# The whole suite in three processes side by side (docs/benchmarks.md#ci-and-the-test-bed):
+# - the test bed, the longest part (one machine-wide lock keeps it in one process; about one core busy: Ansible on
+#   this machine, its hosts mostly wait);
+# - the real binaries' tests: the Prometheus tests as soon as Prometheus is built, the control-plane tests as soon
+#   as the control plane and kwok are (`gobuild` waits on the background build's lock, then finds them built);
+# - the rest (unit, contract), niced, which needs no built binary.
+# Each keeps its own pytest cache; the test bed's and the real binaries' output follow when all have ended.
 bed_log=$(mktemp -t gpustack-testbed-XXXXXX.log)
 python3 -m pytest tests/testbed -o cache_dir=.pytest_cache/testbed "$@" >"$bed_log" 2>&1 &
 bed=$!
-trap 'kill "$bed" "$gobuild" 2>/dev/null || true' EXIT
-echo "(tests/testbed runs alongside, output in $bed_log)"
+real_lane() {
+  local rc=0
+  if python3 -m tests.realbin.gobuild prometheus; then
+    nice -n 10 python3 -m pytest tests/prometheus -o cache_dir=.pytest_cache/prometheus "$@" || rc=$?
+  else
+    rc=1
+  fi
+  if python3 -m tests.realbin.gobuild k8s kwok; then
+    nice -n 10 python3 -m pytest tests/controlplane -o cache_dir=.pytest_cache/controlplane "$@" || rc=$((rc ? rc : $?))
+  else
+    rc=1
+  fi
+  return "$rc"
+}
+real_log=$(mktemp -t gpustack-realbin-tests-XXXXXX.log)
+real_lane "$@" >"$real_log" 2>&1 &
+real=$!
+trap 'kill "$bed" "$real" "$gobuild" 2>/dev/null || true' EXIT
+echo "(tests/testbed runs alongside, output in $bed_log; tests/prometheus and tests/controlplane once their binaries are built, output in $real_log)"
 rest_rc=0
-# first what needs no Go-built binary, then (once they are built) the real Prometheus and control-plane tests
 nice -n 10 python3 -m pytest tests --ignore=tests/testbed --ignore=tests/prometheus --ignore=tests/controlplane \
   -o cache_dir=.pytest_cache/rest "$@" || rest_rc=$?
-echo "== the real binaries (built alongside)"
-if wait_gobuild; then
-  nice -n 10 python3 -m pytest tests/prometheus tests/controlplane -o cache_dir=.pytest_cache/real "$@" || rest_rc=$((rest_rc ? rest_rc : $?))
-else
-  rest_rc=1
-fi
+real_rc=0
+wait "$real" || real_rc=$?
 bed_rc=0
 wait "$bed" || bed_rc=$?
+go_rc=0
+wait "$gobuild" || go_rc=$?
 trap - EXIT
+echo "== the real binaries, built alongside (exit $go_rc)"
+cat "$go_log"
+echo "== pytest tests/prometheus tests/controlplane (ran alongside)"
+cat "$real_log"
 echo "== pytest tests/testbed (ran alongside)"
 cat "$bed_log"
-echo "== pytest: tests/testbed exit $bed_rc, the rest exit $rest_rc"
-exit $((rest_rc > bed_rc ? rest_rc : bed_rc))
+echo "== pytest: tests/testbed exit $bed_rc, the real-binary tests exit $real_rc, the rest exit $rest_rc"
+if ((bed_rc)); then exit "$bed_rc"; fi
+if ((real_rc)); then exit "$real_rc"; fi
+exit "$rest_rc"

@@ -176,3 +176,30 @@ def test_the_not_kubernetes_doubles_imitate_what_the_real_server_answers(control
     assert {k: v for k, v in json.loads(body).items() if k not in ("gitCommit", "buildDate", "goVersion")} == {
         k: v for k, v in version.items() if k not in ("gitCommit", "buildDate", "goVersion")
     }
+
+
+def test_a_mig_node_advertises_its_instances_and_the_scheduler_places_by_them(control_plane: ControlPlane) -> None:
+    """A MIG node as the GPU Operator leaves it (mixed strategy: ``nvidia.com/mig-<profile>`` devices, no whole
+    GPUs, GPU feature discovery's MIG labels): a pod asking for an instance runs there, one asking for a whole GPU
+    stays Pending with the scheduler's own message."""
+    node = gpu_node("cp-test-mig-1", index=40, mig={"1g.10gb": 7})
+    kubectl(control_plane, "create", "-f", "-", stdin=json.dumps(node))
+    ns = "cp-test-mig"
+    try:
+        kubectl(control_plane, "create", "namespace", ns)
+        stored = json.loads(kubectl(control_plane, "get", "node", "cp-test-mig-1", "-o", "json"))
+        assert stored["status"]["allocatable"]["nvidia.com/mig-1g.10gb"] == "7"
+        assert stored["status"]["allocatable"]["nvidia.com/gpu"] == "0"
+        assert stored["metadata"]["labels"]["nvidia.com/mig.strategy"] == "mixed"
+        for name, resource in (("instance", "nvidia.com/mig-1g.10gb"), ("whole", "nvidia.com/gpu")):
+            pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns},
+                   "spec": {"nodeSelector": {"kubernetes.io/hostname": "cp-test-mig-1"},
+                            "containers": [{"name": "main", "image": "nvcr.io/nvidia/cuda:12.9.1-base-ubuntu24.04",
+                                            "resources": {"limits": {resource: "1"}}}]}}  # fmt: skip
+            kubectl(control_plane, "create", "-f", "-", stdin=json.dumps(pod))
+        assert wait_pod(control_plane, ns, "instance", lambda p: p["status"].get("phase") == "Running")
+        whole = wait_pod(control_plane, ns, "whole", lambda p: bool(p["status"].get("conditions")))
+        assert "Insufficient nvidia.com/gpu" in whole["status"]["conditions"][0]["message"]
+    finally:
+        kubectl(control_plane, "delete", "namespace", ns, "--wait=false", "--ignore-not-found")
+        kubectl(control_plane, "delete", "node", "cp-test-mig-1", "--ignore-not-found")

@@ -15,14 +15,18 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from gpustack.diagnose.collect_workload import VERIFY_NAMESPACE, cuda_pod
+from gpustack.runners.kube import Kube
 from gpustack.runners.kubeconfig import kube_from_file
 from tests.fakes import scenarios as sc
+from tests.fakes.gpu_kubelet import GpuKubelet
 from tests.fakes.kube_api import FakeKubeAPI
 
 from .cluster import ControlPlane, running
@@ -96,3 +100,40 @@ def test_healthy_cluster_passes_and_agrees_with_the_fake(real: tuple[int, Contro
     if busy:
         pods = kube_from_file(cp.admin_kubeconfig).list_objects("v1", "Pod", "ml-team")
         assert len(pods) == max(1, nodes - 1) and all(p["status"]["phase"] == "Running" for p in pods)
+
+
+@pytest.mark.parametrize(("resource", "on"), [("nvidia.com/mig-1g.10gb", ""), ("nvidia.com/gpu", "absent-node")])
+def test_the_gpu_kubelet_doubles_pending_pod_is_the_real_schedulers(real: tuple[int, ControlPlane], resource: str,
+                                                                     on: str) -> None:  # fmt: skip
+    """verify's CUDA pod (gpustack's own manifest) asking for what no node offers: the GPU kubelet double
+    (tests/fakes/gpu_kubelet.py) leaves it Pending with the condition the real scheduler writes."""
+    nodes, cp = real
+    kube = kube_from_file(cp.admin_kubeconfig)
+    manifest = cuda_pod(resource, node=on)
+    kube.apply_one({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": VERIFY_NAMESPACE}})
+    created = kube.request("POST", f"/api/v1/namespaces/{VERIFY_NAMESPACE}/pods", body=manifest)
+    name = created["metadata"]["name"]
+    real_cond = until_condition(kube, name)
+    kube.delete("v1", "Pod", name, VERIFY_NAMESPACE)
+    with FakeKubeAPI.running() as api:
+        sc.healthy(nodes).load(api)
+        api.on_create.append(GpuKubelet(api))
+        fake_kube = kube_from_file(api.write_kubeconfig(Path(cp.workdir) / "fake-kubelet.conf"))
+        fake_kube.apply_one({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": VERIFY_NAMESPACE}})
+        made = fake_kube.request("POST", f"/api/v1/namespaces/{VERIFY_NAMESPACE}/pods", body=manifest)
+        fake_cond = (fake_kube.get("v1", "Pod", made["metadata"]["name"], VERIFY_NAMESPACE) or {})["status"][
+            "conditions"
+        ][0]
+    keys = ("type", "status", "reason", "message")
+    assert {k: fake_cond.get(k) for k in keys} == {k: real_cond.get(k) for k in keys}
+
+
+def until_condition(kube: Kube, name: str, timeout: float = 60) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        pod = kube.get("v1", "Pod", name, VERIFY_NAMESPACE) or {}
+        conditions = (pod.get("status") or {}).get("conditions") or []
+        if conditions:
+            return dict(conditions[0])
+        assert time.monotonic() < deadline, pod
+        time.sleep(0.3)
