@@ -27,7 +27,7 @@ import time
 from gpustack.diagnose import sharing as sh
 from gpustack.diagnose.collect import CollectContext, source
 from gpustack.diagnose.collect_prometheus import kube_client
-from gpustack.diagnose.collect_workload import CUDA_IMAGE, gpu_pod, run_pod, shares_gpus
+from gpustack.diagnose.collect_workload import CUDA_IMAGE, gpu_pod, run_pod, shares_gpus, takes_gpu_pods
 from gpustack.diagnose.objects import items, labels_of, name_of
 from gpustack.diagnose.snapshot import Obj, Snapshot
 
@@ -76,8 +76,9 @@ def target(node: Obj) -> Obj | None:
 
 
 def targets(snap: Snapshot) -> list[Obj]:
-    """One record per sharing node, at most :data:`MAX_NODES`."""
-    found = (target(node) for node in items(snap, "Node"))
+    """One record per sharing node verify's pods can go to (:func:`takes_gpu_pods`: not cordoned, no untolerated
+    taint, e.g. a control plane that keeps its NoSchedule taint), at most :data:`MAX_NODES`."""
+    found = (target(node) for node in items(snap, "Node") if takes_gpu_pods(node))
     return [t for t in found if t is not None][:MAX_NODES]
 
 

@@ -55,6 +55,31 @@ STUCK_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName
 LOG_LIMIT = 4096
 
 
+#: what verify's GPU test pods tolerate: the GPU taint some clusters put on their GPU nodes, nothing else (they go
+#: where GPU workloads go, never onto a control plane that keeps its NoSchedule taint)
+GPU_POD_TOLERATIONS: tuple[dict[str, str], ...] = (
+    {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+)
+#: the taint effects the scheduler filters nodes on (``node.kubernetes.io/unschedulable`` stands for a cordon)
+HARD_EFFECTS = ("NoSchedule", "NoExecute")
+
+
+def takes_gpu_pods(node: Obj) -> bool:
+    """The scheduler may place verify's GPU test pods on ``node``: not cordoned, and every NoSchedule/NoExecute taint
+    tolerated by :data:`GPU_POD_TOLERATIONS` (kube-scheduler's NodeUnschedulable and TaintToleration filters; a pod
+    pinned to a node that fails them would stay Pending until verify's deadline)."""
+    spec = node.get("spec") if isinstance(node, dict) else None
+    spec = spec if isinstance(spec, dict) else {}
+    if spec.get("unschedulable"):
+        return False
+    for taint in spec.get("taints") or []:
+        if not isinstance(taint, dict) or taint.get("effect") not in HARD_EFFECTS:
+            continue
+        if not any(t["key"] == taint.get("key") and t["effect"] == taint.get("effect") for t in GPU_POD_TOLERATIONS):
+            return False
+    return True
+
+
 def gpu_pod(name_prefix: str, image: str, command: list[str], *, privileged: bool = False,
             resource: str = "nvidia.com/gpu", node: str = "") -> Obj:  # fmt: skip
     """A one-shot pod requesting one GPU (or one MIG device: ``resource``) through the NVIDIA runtime class,
@@ -75,7 +100,7 @@ def gpu_pod(name_prefix: str, image: str, command: list[str], *, privileged: boo
         "spec": {
             "restartPolicy": "Never",
             "runtimeClassName": "nvidia",
-            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            "tolerations": [dict(t) for t in GPU_POD_TOLERATIONS],
             "containers": [container],
             **({"nodeSelector": {"kubernetes.io/hostname": node}} if node else {}),
         },
@@ -320,12 +345,13 @@ def shares_gpus(labels: dict[str, Any]) -> bool:
 
 
 def whole_gpu_node(nodes: list[Obj]) -> str:
-    """Where the whole-GPU CUDA pod goes in a cluster that shares some GPUs: the first node that shares nothing and
-    advertises ``nvidia.com/gpu`` (the sharing nodes get their own pods: collect_sharing). "" (anywhere) when no node
-    shares, or every GPU node does."""
+    """Where the whole-GPU CUDA pod goes in a cluster that shares some GPUs: the first node that shares nothing,
+    advertises ``nvidia.com/gpu`` and :func:`takes_gpu_pods` (the sharing nodes get their own pods: collect_sharing).
+    "" (anywhere: the scheduler chooses) when no node shares, or no such node exists."""
     if not any(isinstance(n, dict) and shares_gpus(labels_of(n)) for n in nodes):
         return ""
-    plain = [n for n in nodes if isinstance(n, dict) and not shares_gpus(labels_of(n)) and allocatable_gpus([n])]
+    plain = [n for n in nodes if isinstance(n, dict) and not shares_gpus(labels_of(n)) and allocatable_gpus([n])
+             and takes_gpu_pods(n)]  # fmt: skip
     return name_of(plain[0]) if plain else ""
 
 

@@ -154,9 +154,12 @@ def inputs(scenario: Scenario) -> list[Obj]:
         if kind == "StatefulSet":
             out.append(_statefulset(name, ns, pods))
     out += [_mirror(p) for p in bare]
-    # the RuntimeClasses pods name (the GPU Operator's "nvidia"): the RuntimeClass admission refuses a pod without one
+    # the RuntimeClasses pods name, and the one the ClusterPolicy makes the GPU Operator create ("nvidia"): the
+    # RuntimeClass admission refuses a pod naming one that does not exist
     handlers = sorted({str(p["spec"]["runtimeClassName"]) for p in objs if p["kind"] == "Pod"
-                       and (p.get("spec") or {}).get("runtimeClassName")})  # fmt: skip
+                       and (p.get("spec") or {}).get("runtimeClassName")}
+                      | {str(o["spec"]["operator"]["runtimeClass"]) for o in objs if o["kind"] == "ClusterPolicy"
+                         and ((o.get("spec") or {}).get("operator") or {}).get("runtimeClass")})  # fmt: skip
     out[len(namespaces):len(namespaces)] = [{"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
                                              "metadata": {"name": h}, "handler": h} for h in handlers]  # fmt: skip
     return out

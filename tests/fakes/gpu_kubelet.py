@@ -5,9 +5,12 @@
 - **scheduling** (kube-scheduler 1.36): the pod goes to the node its ``nodeSelector``
   ``kubernetes.io/hostname`` (or ``nodeName``) names, else to the first node that advertises the resource; a
   node whose allocatable lacks it leaves the pod ``Pending`` with condition ``PodScheduled=False``, reason
-  ``Unschedulable`` and the scheduler's message (``0/N nodes are available: 1 Insufficient <resource>, ...``;
-  kubernetes/kubernetes pkg/scheduler/framework/plugins/noderesources/fit.go, ``Insufficient %v``;
-  nodeaffinity's ``node(s) didn't match Pod's node affinity/selector``);
+  ``Unschedulable`` and the scheduler's message: each node's first refusing filter, in the default order
+  (``node(s) were unschedulable``, ``node(s) had untolerated taint(s)``, ``node(s) didn't match Pod's node
+  affinity/selector``, ``Insufficient <resource>``: pkg/scheduler/framework/plugins nodeunschedulable,
+  tainttoleration, nodeaffinity, noderesources/fit.go), counted and sorted, then the PostFilter verdicts
+  (:func:`tests.fakes.kube_semantics.unschedulable`); checked against the real kube-scheduler 1.36.5 in
+  tests/controlplane/test_golden_paths.py;
 - **the container** on a node in :attr:`GpuKubelet.broken` ran ``nvidia-smi`` and failed: phase ``Failed``,
   ``terminated`` reason ``Error``, nvidia-smi's exit code 6 ("a query to find an object was unsuccessful",
   nvidia-smi(1) RETURN VALUE) and its message ``No devices were found``;
@@ -31,6 +34,7 @@ import re
 from typing import Any
 
 from gpustack.constants import VERIFY_NAMESPACE
+from tests.fakes import kube_semantics as ks
 from tests.fakes.kube_api import FakeKubeAPI
 
 Obj = dict[str, Any]
@@ -64,6 +68,24 @@ def nvidia_smi_l(node: Obj, resource: str, pod: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: the taint effects the scheduler filters on, and the one a cordoned node counts as
+HARD_EFFECTS = ("NoSchedule", "NoExecute")
+UNSCHEDULABLE_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
+
+
+def _tolerates(spec: Obj, taint: Obj) -> bool:
+    """A pod toleration that matches the taint (k8s.io/api core/v1 Toleration.ToleratesTaint)."""
+    for tol in spec.get("tolerations") or []:
+        if tol.get("effect") and tol.get("effect") != taint.get("effect"):
+            continue
+        if tol.get("operator") == "Exists":
+            if not tol.get("key") or tol.get("key") == taint.get("key"):
+                return True
+        elif tol.get("key") == taint.get("key") and tol.get("value", "") == taint.get("value", ""):
+            return True
+    return False
+
+
 class GpuKubelet:
     """``api.on_create.append(GpuKubelet(api))``; ``broken``: nodes whose GPU containers fail."""
 
@@ -83,6 +105,20 @@ class GpuKubelet:
         except ValueError:
             return False
 
+    def _filter(self, node: Obj, spec: Obj, wanted: str | None, resource: str) -> str:
+        """The first default filter plugin that refuses ``node`` for the pod (its reason; "" when it fits), in the
+        scheduler's order: NodeUnschedulable, TaintToleration, NodeAffinity, NodeResourcesFit."""
+        if (node.get("spec") or {}).get("unschedulable") and not _tolerates(spec, UNSCHEDULABLE_TAINT):
+            return "node(s) were unschedulable"
+        taints = [t for t in (node.get("spec") or {}).get("taints") or [] if t.get("effect") in HARD_EFFECTS]
+        if any(not _tolerates(spec, t) for t in taints):
+            return "node(s) had untolerated taint(s)"
+        if wanted not in (None, node["metadata"]["name"]):
+            return "node(s) didn't match Pod's node affinity/selector"
+        if not self._has(node, resource):
+            return f"Insufficient {resource}"
+        return ""
+
     def __call__(self, obj: Obj) -> None:
         meta = obj.get("metadata") or {}
         if obj.get("kind") != "Pod" or meta.get("namespace") != VERIFY_NAMESPACE:
@@ -94,19 +130,16 @@ class GpuKubelet:
             return  # not a GPU pod (the pod-network probe): another hook runs it
         nodes = self._nodes()
         wanted = spec.get("nodeName") or (spec.get("nodeSelector") or {}).get(HOSTNAME)
-        fits = [n for n in nodes if self._has(n, resource) and wanted in (None, n["metadata"]["name"])]
+        verdicts = [self._filter(n, spec, wanted, resource) for n in nodes]
+        fits = [n for n, why in zip(nodes, verdicts, strict=True) if not why]
         if not fits:
-            insufficient = sum(
-                1 for n in nodes if not self._has(n, resource) and wanted in (None, n["metadata"]["name"])
-            )
-            parts = [f"{insufficient} Insufficient {resource}"] if insufficient else []
-            if wanted and len(nodes) - insufficient:
-                parts.append(f"{len(nodes) - insufficient} node(s) didn't match Pod's node affinity/selector")
+            counts: dict[str, int] = {}
+            for why in verdicts:
+                counts[why] = counts.get(why, 0) + 1
+            parts = sorted(f"{n} {why}" for why, n in counts.items())  # FitError: the reasons' histogram, sorted
             obj["status"] = {"phase": "Pending", "conditions": [{
                 "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-                "message": f"0/{len(nodes)} nodes are available: {', '.join(parts)}. preemption: 0/{len(nodes)} "
-                           "nodes are available: "
-                           f"{len(nodes)} Preemption is not helpful for scheduling."}]}  # fmt: skip
+                "message": ks.unschedulable(len(nodes), parts)}]}  # fmt: skip
             self.ran[meta["name"]] = (str(wanted or ""), resource, "Pending")
             return
         node = fits[0]

@@ -1304,10 +1304,7 @@ class JobSimulator:
                 reasons.append(f"1 Insufficient {GPU_RESOURCE}")
                 continue
             return name, ""
-        return (
-            None,
-            f"0/{len(nodes)} nodes are available: {', '.join(reasons)}. preemption: 0/{len(nodes)} nodes are available",
-        )
+        return None, ks.unschedulable(len(nodes), reasons)
 
     def _set_job_condition(self, job: Obj, kind: str, reason: str, message: str) -> None:
         status = job.setdefault("status", {})

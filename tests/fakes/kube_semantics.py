@@ -175,6 +175,18 @@ def version_info(git_version: str) -> Obj:
             "goVersion": "go1.26.8", "compiler": "gc", "platform": "linux/amd64"}  # fmt: skip
 
 
+# --- the scheduler's Unschedulable message ---------------------------------------------------------------------
+# kube-scheduler 1.36 (pkg/scheduler/schedule_one.go FitError, the PostFilter plugins' messages joined): the filter
+# reasons, then the DynamicResources plugin's "no new claims to deallocate" and preemption's verdict. Read from the
+# real scheduler in tests/controlplane/test_golden_paths.py (the GPU kubelet double's Pending pod).
+
+
+def unschedulable(nodes: int, reasons: list[str]) -> str:
+    """The PodScheduled=False message (and FailedScheduling event) for ``reasons`` over ``nodes`` nodes."""
+    return (f"0/{nodes} nodes are available: {', '.join(reasons)}. no new claims to deallocate, preemption: "
+            f"0/{nodes} nodes are available: {nodes} Preemption is not helpful for scheduling.")  # fmt: skip
+
+
 # --- LIST pagination ----------------------------------------------------------------------------------------
 # staging/src/k8s.io/apiserver/pkg/storage/continue.go: the token is base64.RawURLEncoding of
 # {"v":"meta.k8s.io/v1","rv":<resourceVersion of the first page>,"start":"<next key, relative to the prefix>"};

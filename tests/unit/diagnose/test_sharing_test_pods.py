@@ -65,18 +65,22 @@ def test_a_time_sliced_node_gets_a_pod_on_one_replica(fake_api: FakeKubeAPI, kub
     node = ss.make_time_sliced(s)
     kubelet, found = verify_pods(fake_api, kube, s)
     name = node["metadata"]["name"]
-    # the whole-GPU pod goes to a node that shares nothing; the shared node gets its own
-    assert pods(kubelet) == [("cp-1", "nvidia.com/gpu", "Succeeded"), (name, "nvidia.com/gpu", "Succeeded")]
+    # the whole-GPU pod goes to a node that shares nothing and takes it (not the tainted control plane); the shared
+    # node gets its own
+    assert pods(kubelet) == [("gpu-node-1", "nvidia.com/gpu", "Succeeded"), (name, "nvidia.com/gpu", "Succeeded")]
     [g18] = found["G18-shared-gpu-test-pod"]
     assert g18.status == "pass" and g18.summary.startswith(f"{name}: a CUDA pod ran on time-slicing (nvidia.com/gpu)")
     assert "NVIDIA H100 80GB HBM3 (UUID: GPU-" in g18.summary
 
 
 def test_a_mixed_cluster_pins_the_whole_gpu_pod_and_the_mig_pod(fake_api: FakeKubeAPI, kube: Kube) -> None:
-    s = sc.healthy(3)  # cp-1 and gpu-node-1 share nothing, gpu-node-2 at all-1g.10gb
+    # cp-1 and gpu-node-1 share nothing, gpu-node-2 at all-1g.10gb; cp-1 keeps the control plane's NoSchedule taint,
+    # which the test pods do not tolerate: the whole-GPU pod goes to gpu-node-1 (before the real scheduler's
+    # contract it went to cp-1, where it would have stayed Pending on a real cluster)
+    s = sc.healthy(3)
     mig_node = ss.make_mig(s)
     kubelet, found = verify_pods(fake_api, kube, s)
-    assert pods(kubelet) == [("cp-1", "nvidia.com/gpu", "Succeeded"),
+    assert pods(kubelet) == [("gpu-node-1", "nvidia.com/gpu", "Succeeded"),
                              ("gpu-node-2", "nvidia.com/mig-1g.10gb", "Succeeded")]  # fmt: skip
     statuses = [f.status for c in ("G10-cuda-test-pod", "G18-shared-gpu-test-pod") for f in found[c]]
     assert statuses == ["pass", "pass"]
@@ -85,7 +89,8 @@ def test_a_mixed_cluster_pins_the_whole_gpu_pod_and_the_mig_pod(fake_api: FakeKu
     s = sc.healthy(3)
     ss.make_mig(s, strategy="single")
     kubelet, found = verify_pods(fake_api, kube, s)
-    assert pods(kubelet) == [("cp-1", "nvidia.com/gpu", "Succeeded"), ("gpu-node-2", "nvidia.com/gpu", "Succeeded")]
+    assert pods(kubelet) == [("gpu-node-1", "nvidia.com/gpu", "Succeeded"),
+                             ("gpu-node-2", "nvidia.com/gpu", "Succeeded")]  # fmt: skip
     [g18] = found["G18-shared-gpu-test-pod"]
     assert g18.status == "pass" and g18.summary.endswith("MIG 1g.10gb"), g18
     assert mig_node["metadata"]["name"] == "gpu-node-2"

@@ -164,3 +164,20 @@ def test_no_allocatable_gpu_means_no_pod_is_started() -> None:
         == 0
     )
     assert allocatable_gpus([]) == 0
+
+
+def test_gpu_test_pods_go_only_where_the_scheduler_would_take_them() -> None:
+    """kube-scheduler's NodeUnschedulable and TaintToleration filters, for verify's GPU test pods: a control plane
+    keeping its NoSchedule taint and a cordoned node never take them; the GPU taint they tolerate does not stop
+    them, nor does a PreferNoSchedule taint (found against the real scheduler: tests/controlplane)."""
+    from gpustack.diagnose.collect_workload import takes_gpu_pods
+
+    def node(**spec: object) -> dict:
+        return {"metadata": {"name": "n"}, "spec": spec}
+
+    assert takes_gpu_pods(node())
+    assert takes_gpu_pods(node(taints=[{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]))
+    assert takes_gpu_pods(node(taints=[{"key": "x", "effect": "PreferNoSchedule"}]))
+    assert not takes_gpu_pods(node(taints=[{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]))
+    assert not takes_gpu_pods(node(taints=[{"key": "gpustack.io/quarantine", "value": "true", "effect": "NoExecute"}]))
+    assert not takes_gpu_pods(node(unschedulable=True))
