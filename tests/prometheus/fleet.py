@@ -18,6 +18,7 @@ import argparse
 import contextlib
 import subprocess
 import sys
+import urllib.error
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -166,10 +167,16 @@ class Fleet:
             # While a thousand targets' first series are being created, Prometheus 3.5 once answered this query
             # "execution: vector cannot contain metrics with the same labelset" (CI, 2026-11-27; the same fleet
             # counts 8,000 distinct GPUs a moment later): a not-yet-ready answer, asked again until the timeout
+            # Under CI's full load (the cold Go build beside it), the query itself once took longer than the client's
+            # 10 s (2026-11-29): also not-ready, asked again until the timeout
             try:
                 rows = self.prometheus.query("count(count_over_time(DCGM_FI_DEV_GPU_UTIL[1m]) >= 2)")
             except PrometheusError as exc:
                 if "same labelset" not in str(exc):
+                    raise
+                return False
+            except (TimeoutError, urllib.error.URLError) as exc:
+                if not isinstance(exc, TimeoutError) and not isinstance(exc.reason, TimeoutError):
                     raise
                 return False
             return bool(rows) and int(float(rows[0]["value"][1])) == gpus
