@@ -56,8 +56,12 @@ def test_kubernetes_ldflags_set_both_version_packages() -> None:
         assert f"-X {pkg}.gitMajor=1" in flags and f"-X {pkg}.gitMinor=36" in flags
 
 
-def test_a_toolchain_line_selects_gotoolchain() -> None:
-    assert gobuild.MODULES["kwok"].toolchain is None or gobuild.MODULES["kwok"].toolchain.startswith("go")
-    env = gobuild._env(K8S)
-    assert env["GOTOOLCHAIN"] == (K8S.toolchain or "local")
-    assert env["CGO_ENABLED"] == "0"
+def test_a_toolchain_line_selects_gotoolchain(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Kubernetes minor that needs a newer Go names it in go.mod's ``toolchain`` line; the build then runs with
+    ``GOTOOLCHAIN=<it>``, which the go command takes from the module proxy. Without one: the installed Go."""
+    assert gobuild._env(K8S)["GOTOOLCHAIN"] == (K8S.toolchain or "local")
+    assert gobuild._env(K8S)["CGO_ENABLED"] == "0"
+    newer = "module x\n\ngo 1.27.0\n\ntoolchain go1.27.3\n\nrequire k8s.io/kubernetes v1.37.2\n"
+    monkeypatch.setattr(gobuild.Module, "go_mod", lambda self: newer)
+    assert K8S.toolchain == "go1.27.3" and K8S.version == "v1.37.2"
+    assert gobuild._env(K8S)["GOTOOLCHAIN"] == "go1.27.3"
