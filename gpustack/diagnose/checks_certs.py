@@ -148,7 +148,7 @@ def kubelet_serving_certificate(snap: Snapshot) -> list[Finding]:
 
 
 @register("K11-admin-kubeconfig-certificate", "kubernetes", title="this machine's kubeconfig certificate not near expiry",
-          reads="the kubeconfig's client certificate (client-certificate-data)", commands=("doctor", "verify"))  # fmt: skip
+          reads="the kubeconfig's client certificate (client-certificate-data)")  # fmt: skip
 def admin_kubeconfig_certificate(snap: Snapshot) -> list[Finding]:
     target = snap.target if isinstance(snap.target, Mapping) else {}
     if not target:

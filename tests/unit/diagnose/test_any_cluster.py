@@ -55,7 +55,6 @@ def test_kubeconfig_env_only_no_gpustack_state(tmp_path: Path) -> None:
         "K09-pod-network-probe",
         "G10-cuda-test-pod",
         "G18-shared-gpu-test-pod",  # --no-workload: no test pods (skipped)
-        "K11-admin-kubeconfig-certificate",  # the fake API server's kubeconfig logs in with a token (skipped)
     }
     assert report["summary"]["fail"] == 0 and report["summary"]["pass"] >= 8
     first = table.stdout.splitlines()[0]
