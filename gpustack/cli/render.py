@@ -7,8 +7,14 @@ from typing import Annotated
 
 import typer
 
-from gpustack.cli.options import ConfigOpt, console_for, load_config
+from gpustack.cli.options import ConfigOpt, console_for, examples, load_config
 from gpustack.errors import UsageError
+
+#: the examples at the end of its help page
+EXAMPLES = examples(
+    "gpustack render --out rendered",
+    "gpustack render --out rendered --facts RUN/facts",
+)
 
 
 def render(
