@@ -39,6 +39,7 @@ import argparse
 import io
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -101,15 +102,18 @@ Verdict = tuple[tuple[str, str], ...]  # sorted (check id, status) pairs
 
 def run_cli(
     server: Server, command: str, kubeconfig: Path, home: Path, layers: tuple[str, ...] = LAYERS
-) -> tuple[int, float, int, Verdict]:
-    """(requests, seconds, findings, verdict) for one CLI run in a fresh process."""
+) -> tuple[int, float, int, Verdict, float]:
+    """(requests, seconds, findings, verdict, CPU seconds of the CLI process) for one CLI run in a fresh process."""
     env = {**os.environ, "GPUSTACK_STATE_DIR": str(home / "state"), "HOME": str(home), "NO_COLOR": "1"}
     argv = [sys.executable, "-m", "gpustack", *COMMANDS[command], "--kubeconfig", str(kubeconfig),
             "--layer", ",".join(layers), "--output", "json"]  # fmt: skip
     server.reset()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)  # the server is a child too, but it has not ended
     started = time.perf_counter()
     proc = subprocess.run(argv, cwd=home, env=env, capture_output=True, text=True, timeout=600)
     elapsed = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     if proc.returncode not in (0, 1):
         raise SystemExit(f"{' '.join(argv)}: exit {proc.returncode}\n{proc.stderr}")
     try:
@@ -122,7 +126,7 @@ def run_cli(
     if fails:
         print(f"  warning: healthy cluster reported failures: {fails}", file=sys.stderr)
     verdict = tuple(sorted({(c["id"], c["status"]) for c in report["checks"]}))
-    return server.requests(), elapsed, len(report["checks"]), verdict
+    return server.requests(), elapsed, len(report["checks"]), verdict, cpu
 
 
 def bench_monitoring(sizes: list[int], repeat: int) -> int:
@@ -202,7 +206,9 @@ def main() -> int:
     cli: dict[tuple[str, int], tuple[int, float]] = {}
     eng: dict[tuple[str, int], tuple[int, float]] = {}
     objects: dict[int, int] = {}
-    print(f"{'command':<8} {'nodes':>6} {'objects':>8} {'requests':>9} {'cli s':>8} {'engine s':>9} {'checks':>7}")
+    cpu: dict[tuple[str, int], float] = {}
+    print(f"{'command':<8} {'nodes':>6} {'objects':>8} {'requests':>9} {'cli s':>8} {'cli cpu s':>9} {'engine s':>9} "
+          f"{'checks':>7}")  # fmt: skip
     for n in sizes:
         with tempfile.TemporaryDirectory() as tmp:
             home = Path(tmp)
@@ -217,12 +223,18 @@ def main() -> int:
                     c_runs = [run_cli(server, command, kc, home) for _ in range(args.repeat)]
                     e_runs = [run_engine(server, command, kube) for _ in range(args.repeat)]
                     cli[(command, n)] = (c_runs[-1][0], statistics.median(r[1] for r in c_runs))
+                    cpu[(command, n)] = statistics.median(r[4] for r in c_runs)
                     eng[(command, n)] = (e_runs[-1][0], statistics.median(r[1] for r in e_runs))
                     print(f"{command:<8} {n:>6} {server.objects:>8} {c_runs[-1][0]:>9} "
-                          f"{cli[(command, n)][1]:>8.3f} {eng[(command, n)][1]:>9.3f} {c_runs[-1][2]:>7}")  # fmt: skip
+                          f"{cli[(command, n)][1]:>8.3f} {cpu[(command, n)]:>9.3f} {eng[(command, n)][1]:>9.3f} "
+                          f"{c_runs[-1][2]:>7}")  # fmt: skip
             finally:
                 server.close()
-    return summary(cli, eng, objects, min(sizes), max(sizes))
+    lo, hi = min(sizes), max(sizes)
+    print("CPU time of the command's process (what a loaded machine does not inflate): " + ", ".join(
+        f"{c} {cpu[(c, lo)]:.2f} -> {cpu[(c, hi)]:.2f} s = {cpu[(c, hi)] / cpu[(c, lo)] if cpu[(c, lo)] else 0:.2f}x"
+        for c in COMMANDS))  # fmt: skip
+    return summary(cli, eng, objects, lo, hi)
 
 
 def pages(objects: int) -> int:

@@ -19,7 +19,9 @@ def test_bench_runs_and_requests_stay_flat() -> None:
     # --smoke: sizes 1 and 20, one run each (tests/unit/test_bench_smoke.py counts on this test for it)
     proc = subprocess.run([sys.executable, str(SCRIPT), "--smoke"],
                           capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
-    rows = re.findall(r"^(doctor|verify)\s+(\d+)\s+(\d+)\s+(\d+)\s+[\d.]+\s+[\d.]+\s+(\d+)$", proc.stdout, re.M)
+    rows = re.findall(
+        r"^(doctor|verify)\s+(\d+)\s+(\d+)\s+(\d+)\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+(\d+)$", proc.stdout, re.M
+    )
     assert len(rows) == 4, proc.stdout + proc.stderr
     requests = {(cmd, int(nodes)): int(req) for cmd, nodes, _, req, _ in rows}
     for cmd in ("doctor", "verify"):
