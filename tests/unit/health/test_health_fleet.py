@@ -78,12 +78,13 @@ def test_a_short_window_run_neither_prunes_the_ledger_nor_spends_the_hourly_budg
     fatal_on(hc, 1, 2, 3, 4)
     hc.at(NOW)
     run(hc)
-    hc.at(NOW + 120)
-    short = run(hc, window=60)  # --window 60: the hourly run's entries are outside its window
+    hc.at(NOW + 400)
+    # --window 60: the hourly run's entries are outside its window (and the margin of 240 s for clock skew)
+    short = run(hc, window=60, local=NOW + 400)
     assert "2 per 60 min (evaluator@" in by_host(short, "Q01-gpu-health")["gpu-node-3"].summary
     assert ledger_nodes(hc) == ["gpu-node-1", "gpu-node-2"]  # not pruned
-    hc.at(NOW + 180)
-    run(hc)  # the next default run does not spend the budget again
+    hc.at(NOW + 460)
+    run(hc, local=NOW + 460)  # the next default run does not spend the budget again
     assert sorted(quarantined(hc)) == ["gpu-node-1", "gpu-node-2"]
 
 
@@ -182,3 +183,51 @@ def test_one_signal_per_node_quarantines_what_the_catalogue_says(
     assert sources == {"gpu-node-6": "warn", "gpu-node-8": "fail"}  # missing sources are findings, per node
     assert q01["gpu-node-8"].summary.startswith("XIDs and row remapping not evaluated")
     assert len(quarantined(hc)) <= max_nodes
+
+
+def test_a_deleted_or_emptied_ledger_is_restored_from_the_nodes(hc: HealthCluster) -> None:
+    # issue 29: a ledger edited to no entries, or deleted, started from zero without a trace
+    fatal_on(hc, 1, 2, 3, 4)
+    hc.at(NOW)
+    run(hc)
+    assert sorted(quarantined(hc)) == ["gpu-node-1", "gpu-node-2"]
+    path = f"/api/v1/namespaces/{SYSTEM_NAMESPACE}/configmaps/{BREAKER_CONFIGMAP}"
+    for step, t in ((0, NOW + 600), (1, NOW + 900)):
+        if step == 0:
+            hc.kube.request("DELETE", path)
+        else:
+            hc.kube.request("PATCH", path, body={"data": {"ledger.json": '{"version": 2, "entries": []}'}},
+                            content_type="application/merge-patch+json")  # fmt: skip
+        hc.at(t)
+        findings = run(hc, local=t)
+        assert sorted(quarantined(hc)) == ["gpu-node-1", "gpu-node-2"], step  # nothing freed
+        q02 = by_host(findings, "Q02-circuit-breaker")[None]
+        assert q02.status == "warn" and "the ledger lacked 2 quarantine(s) the nodes record" in q02.evidence
+        data = json.loads(
+            (hc.api.get("v1", "ConfigMap", BREAKER_CONFIGMAP, SYSTEM_NAMESPACE) or {})["data"]["ledger.json"]
+        )
+        assert [e["node"] for e in data["entries"]] == ["gpu-node-1", "gpu-node-2"]  # written back, marked
+        assert all("restored from the node" in e["by"] for e in data["entries"])
+        if step == 0:  # a new ledger says when and why it was started
+            assert "deleted" in data["created"]["reason"] and data["created"]["at"] == t
+    hc.at(NOW + 3600 + 300)
+    run(hc, local=NOW + 3600 + 300)  # an hour on, the budget is back
+    assert len(quarantined(hc)) == 4
+
+
+def test_an_api_server_replica_with_its_clock_ahead_is_not_obeyed(hc: HealthCluster) -> None:
+    # issue 29: a replica 40 min ahead freed the budget early (4 approvals in 25 min)
+    fatal_on(hc, 1, 2, 3, 4)
+    hc.at(NOW)
+    run(hc)
+    hc.at(NOW + 25 * 60 + 40 * 60)
+    findings = run(hc, local=NOW + 25 * 60)
+    assert sorted(quarantined(hc)) == ["gpu-node-1", "gpu-node-2"]
+    q02 = by_host(findings, "Q02-circuit-breaker")[None]
+    assert q02.status == "fail" and "differ by 2400 s" in q02.summary and "chronyc tracking" in q02.fix
+    node = by_host(findings, "Q01-gpu-health")["gpu-node-3"]
+    assert node.status == "fail" and "does not trust the API server's clock" in node.summary
+    # the correct replica again: the ledger holds no time from the future, the window still counts
+    hc.at(NOW + 25 * 60)
+    run(hc, local=NOW + 25 * 60)
+    assert len(quarantined(hc)) == 2
