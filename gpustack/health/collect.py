@@ -1,7 +1,7 @@
 """Read what the policy needs: the GPU Nodes from the Kubernetes API and the signals from Prometheus
 (through the API server's service proxy, as verify/doctor reach it). The only I/O of an evaluation.
 
-A fixed set of queries whatever the cluster size (8), plus two per node released within the windows (their
+A fixed set of queries whatever the cluster size (9), plus two per node released within the windows (their
 XID and row-growth windows start at the release, see :mod:`gpustack.health.policy`).
 
 One clock: Prometheus evaluates every query at its own time, and a release is dated by the API server's
@@ -49,6 +49,8 @@ QUERIES: dict[str, str] = {
     "xid_last": "max by (node, gpu, UUID) (DCGM_FI_DEV_XID_ERRORS)",
     "remap_failure": "max by (node, gpu, UUID) (DCGM_FI_DEV_ROW_REMAP_FAILURE) > 0",
     "remap_pending": "max by (node, gpu, UUID) (DCGM_FI_DEV_ROW_REMAP_PENDING) > 0",
+    # the driver's recovery verdict (DCGM field 1523), NONE (0) included: which GPUs report it
+    "recovery": "max by (node, gpu, UUID) (DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION)",
     "growth": "max by (node, gpu, UUID) (increase(DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS{{{sel}}}[{w}s])) > 0",
     "allocatable": 'max by (node) (max_over_time(kube_node_status_allocatable{{resource="nvidia_com_gpu"}}[{w}s]))',
 }
@@ -187,6 +189,7 @@ def _collect_prometheus(ep: Endpoint, snap: Snapshot, s: Settings, timeout: floa
             snap.growth += _samples(instant(ep, QUERIES["growth"].format(sel=sel, w=window), timeout))
     snap.remap_failures = _samples(instant(ep, QUERIES["remap_failure"], timeout))
     snap.remap_pending = _samples(instant(ep, QUERIES["remap_pending"], timeout))
+    snap.recovery = _samples(instant(ep, QUERIES["recovery"], timeout))
     snap.xid_last = _samples(instant(ep, QUERIES["xid_last"], timeout))
     snap.xid_count_nodes = count_nodes  # last: set only once every query answered
     for row in instant(ep, QUERIES["allocatable"].format(w=s.hold), timeout):

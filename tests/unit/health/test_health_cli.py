@@ -77,10 +77,17 @@ def test_in_cluster_outside_a_pod_is_a_clear_error(
 def test_policy_prints_the_table_and_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert _main(["health", "policy"]) == 0
     out = capsys.readouterr().out
-    assert "gpustack XID policy, version 2" in out and "144-150" in out and "CONTACT_SUPPORT" in out
+    assert "gpustack XID policy, version 3" in out and "144-146, 149" in out and "CONTACT_SUPPORT" in out
+    assert "recovery action" in " ".join(out.split())
     assert _main(["health", "policy", "-o", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["version"] == "2" and len(data["xids"]) == 172
+    assert data["version"] == "3" and len(data["xids"]) == 172
     assert {x["xid"]: x["action"] for x in data["xids"]}[95] == "reset"
+    # 144-150 (issue 29): the stated choice where the subcode cannot be read, and the recovery actions
+    rows = {x["xid"]: x for x in data["xids"]}
+    assert (rows[145]["action"], rows[145]["with_recovery_action"]) == ("reset", "alert")
+    assert rows[147]["action"] == rows[148]["action"] == "alert" and "cannot read the subcode" in rows[145]["reason"]
+    assert data["recovery_actions"]["2"] == {"name": "NODE_REBOOT", "action": "reboot",
+                                             "reason": data["recovery_actions"]["2"]["reason"]}  # fmt: skip
     assert _main(["health", "policy", "-o", "csv"]) == 2
     assert "--output csv" in capsys.readouterr().err

@@ -141,7 +141,8 @@ def test_an_unreadable_ledger_holds_every_quarantine(hc: HealthCluster) -> None:
 
 
 @pytest.mark.parametrize(("max_nodes", "expected"), [
-    (10, {"gpu-node-1": "reset", "gpu-node-2": "reboot", "gpu-node-3": "rma", "gpu-node-6": "reset"}),
+    (10, {"gpu-node-1": "reset", "gpu-node-2": "reboot", "gpu-node-3": "rma", "gpu-node-6": "reset",
+          "gpu-node-7": "reset"}),
     (2, {"gpu-node-1": "reset", "gpu-node-2": "reboot"}),
 ])  # fmt: skip
 def test_one_signal_per_node_quarantines_what_the_catalogue_says(
@@ -159,7 +160,7 @@ def test_one_signal_per_node_quarantines_what_the_catalogue_says(
     hc.exporter("gpu-node-5")  # nothing wrong
     hc.exporter("gpu-node-6", counts=False)  # an exporter without XID counts: the last-XID gauge shows 48
     hc.last_xid("gpu-node-6", 1, 48)
-    hc.exporter("gpu-node-7")  # a pending remap: reset when drained, no quarantine
+    hc.exporter("gpu-node-7")  # a pending remap: reset (DCGM rates it DCGM_ERROR_RESET, issue 29)
     hc.prom.add("DCGM_FI_DEV_ROW_REMAP_PENDING", {"node": "gpu-node-7", "gpu": "0", "UUID": "GPU-gpu-node-7-0"}, 1)
     hc.prom.add(
         "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", {"node": "gpu-node-7", "gpu": "0", "UUID": "GPU-gpu-node-7-0"}, 1
@@ -170,15 +171,15 @@ def test_one_signal_per_node_quarantines_what_the_catalogue_says(
     assert quarantined(hc) == expected
     q01 = by_host(findings, "Q01-gpu-health")
     statuses = {h: f.status for h, f in q01.items()}
-    held = {n for n in ("gpu-node-1", "gpu-node-2", "gpu-node-3", "gpu-node-6") if n not in expected}
+    held = {n for n in ("gpu-node-1", "gpu-node-2", "gpu-node-3", "gpu-node-6", "gpu-node-7") if n not in expected}
     assert statuses == {**{n: "warn" for n in expected}, **{n: "fail" for n in held}, "gpu-node-4": "warn",
-                        "gpu-node-5": "pass", "gpu-node-7": "warn", "gpu-node-8": "skip"}  # fmt: skip
+                        "gpu-node-5": "pass", "gpu-node-8": "skip"}  # fmt: skip
     assert "needs a GPU reset" in q01["gpu-node-1"].summary or "gpu-node-1" in held
     assert (
         "restart the device plugin" in q01["gpu-node-4"].fix
         and "after XID 94 (alert only)" in q01["gpu-node-4"].summary
     )
-    assert "row-remap-pending" in q01["gpu-node-7"].summary and "reset the GPU" in q01["gpu-node-7"].fix
+    assert "row-remap-pending" in q01["gpu-node-7"].summary and "needs a GPU reset" in q01["gpu-node-7"].summary
     sources = {f.host: f.status for f in findings if f.id == "Q00-signal-sources" and f.host}
     assert sources == {"gpu-node-6": "warn", "gpu-node-8": "fail"}  # missing sources are findings, per node
     assert q01["gpu-node-8"].summary.startswith("XIDs and row remapping not evaluated")
