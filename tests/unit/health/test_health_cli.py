@@ -91,3 +91,12 @@ def test_policy_prints_the_table_and_json(capsys: pytest.CaptureFixture[str]) ->
                                              "reason": data["recovery_actions"]["2"]["reason"]}  # fmt: skip
     assert _main(["health", "policy", "-o", "csv"]) == 2
     assert "--output csv" in capsys.readouterr().err
+
+
+def test_health_help_shows_exit_codes_signals_and_the_breaker(capsys: pytest.CaptureFixture[str]) -> None:
+    assert _main(["health", "--help"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "Exit codes: 0 nothing left to do; 1 a node needs a quarantine" in out and "2 usage; 3 the cluster" in out
+    assert "Circuit breaker: at most --max-nodes" in out and "Signals (Prometheus, from dcgm-exporter)" in out
+    assert _main(["--help"]) == 0  # the command list keeps the one-line summary
+    assert "GPU fault quarantine" in " ".join(capsys.readouterr().out.split())
