@@ -322,10 +322,10 @@ def _unknown_config(profile: str) -> str:
     caught at load time, not on the hosts (issue 29; host facts narrow it to the node's GPU in preflight P26)."""
     if profile in mig.known_configs():
         return ""
-    g = mig.PROFILE_CONFIG_RE.match(profile)
-    same = sorted({c for c in mig.known_configs() if g and c.startswith(f"all-{g.group('g')}g.")},
-                  key=lambda c: (len(c), c))  # fmt: skip
-    hint = f" (all-{g.group('g')}g names it knows: {', '.join(same)})" if same else ""
+    m = mig.PROFILE_CONFIG_RE.match(profile)
+    g = m.group("g") if m else ""
+    same = sorted({c for c in mig.known_configs() if g and c.startswith(f"all-{g}g.")}, key=lambda c: (len(c), c))
+    hint = f" (all-{g}g names it knows: {', '.join(same)})" if same else ""
     return (f"{profile!r} is no MIG configuration of any GPU family gpustack knows (A100, A30, H100, H100 NVL, "
             f"H200, B200, GB200){hint}; for another MIG-capable GPU define the layout in gpu_sharing.mig_layouts")  # fmt: skip
 
