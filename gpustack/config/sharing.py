@@ -13,7 +13,8 @@ ClusterPolicy ``devicePlugin.config.name``, one key per setting, chosen per node
 ``nvidia.com/device-plugin.config``). The rules here are what the pinned components accept:
 
 - ``replicas`` >= 2 for time-slicing and MPS (k8s-device-plugin v0.20.0 api/config/v1/replicas.go: "number of
-  replicas must be >= 2"); MPS at most 48 clients per GPU (cmd/mps-control-daemon/mps/device.go, Volta and later);
+  replicas must be >= 2"); MPS at most 48 clients per GPU (cmd/mps-control-daemon/mps/device.go; 16 below
+  compute capability 7.5, which doctor G15 reports from the node labels: the GPU model is unknown here);
 - ``mig.strategy`` is one value for the whole cluster: the operator passes ClusterPolicy ``spec.mig.strategy`` to
   every node's device plugin and GPU feature discovery as ``MIG_STRATEGY`` (gpu-operator
   controllers/object_controls.go), which overrides a per-node ``flags.migStrategy``;
