@@ -85,6 +85,9 @@ ANN_RELEASED_AT = f"{LABEL_PREFIX}/released-at"
 ANN_RELEASED_BY = f"{LABEL_PREFIX}/released-by"
 #: the last-XID gauge per GPU at the release (JSON {UUID: code}): those codes no longer count on the node
 ANN_RELEASED_LAST_XIDS = f"{LABEL_PREFIX}/released-last-xids"
+#: every gpustack quarantine of the node (JSON list of {at, window, limit}, the API server's clock; kept through
+#: a release, pruned after a week): the circuit breaker's second record, should its ledger be lost
+ANN_QUARANTINE_HISTORY = f"{LABEL_PREFIX}/quarantine-history"
 #: the last `gpustack diag` result on a node (JSON: level, result, at, job); release reads it
 ANN_DIAG_RESULT = f"{LABEL_PREFIX}/diag-result"
 #: the circuit breaker's ledger (a ConfigMap in SYSTEM_NAMESPACE, updated with resourceVersion checks)

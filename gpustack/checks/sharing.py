@@ -15,7 +15,7 @@ from gpustack.checks.context import Context, check, host_finding
 from gpustack.checks.model import Finding
 from gpustack.config import mig
 from gpustack.config import mig_layout as ml
-from gpustack.config.sharing import MigSharing, Mps, TimeSlicing, effective, mode_of
+from gpustack.config.sharing import MigSharing, Mps, TimeSlicing, effective, mode_of, uses_custom_layouts
 
 ID = "P26-gpu-sharing"
 
@@ -65,6 +65,17 @@ def gpu_sharing(ctx: Context) -> Finding:
         return host_finding(
             ctx, ID, "fail", f"{_model(refused[0])} cannot take MIG configuration {profile}", evidence,
             fix=f"pick one of its configurations for node {ctx.node.name}: {valid}",
+        )  # fmt: skip
+    if unknown and uses_custom_layouts(ctx.cfg):
+        # gpustack's own MIG ConfigMap (written for the custom layouts) carries all-* entries for the families it
+        # lists only, each with a device-filter; mig-parted skips a GPU no entry's filter matches and reports
+        # success with nothing applied (v0.15.0 cmd/nvidia-mig-parted/assert/assert.go WalkSelectedMigConfigForEachGPU)
+        return host_finding(
+            ctx, ID, "fail", f"{profile} would not be applied to {_model(unknown[0])}: gpustack's MIG ConfigMap "
+            "(written because gpu_sharing.mig_layouts is used) has all-* configurations only for the GPUs it lists, "
+            "and mig-parted skips any other GPU while reporting success", evidence,
+            fix=f"define the layout for this GPU in gpu_sharing.mig_layouts and use its name on node {ctx.node.name}, "
+            "or drop gpu_sharing.mig_layouts (the GPU Operator's own ConfigMap then applies, with every family)",
         )  # fmt: skip
     if unknown:
         return host_finding(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -56,6 +56,10 @@ def diag(
         ),
     ] = False,
     force: Annotated[bool, typer.Option("--force", help="level 3/4 even while GPU workloads run on the node")] = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", help="say which nodes and GPUs a run would take and for how long; create nothing"),
+    ] = False,
     timeout: Annotated[
         int | None,
         typer.Option(
@@ -95,6 +99,9 @@ def diag(
     console = console_for(verbose)
     cfg = load_config(config).config
     kube = cluster_client(cfg.cluster.name, kubeconfig, context=context)
+    if dry_run:
+        _dry_run(kube, DiagOptions(spec=spec, nodes=tuple(split_csv(node)), force=force), console, output)
+        raise typer.Exit(0)
     findings = run_diag(
         kube, DiagOptions(spec=spec, nodes=tuple(split_csv(node)), force=force), fix_console(console, output)
     )
@@ -103,3 +110,23 @@ def diag(
     if save is not None:
         report.save(save, command, findings, target=kube.target)
     raise typer.Exit(report.exit_code(findings))
+
+
+def _dry_run(kube: Any, opts: Any, console: Any, output: str) -> None:
+    """``--dry-run``: the run's own node selection, shown (the same refusals as a run: exit 2)."""
+    import json
+
+    from gpustack.diag.plan import plan_rows, summary
+    from gpustack.diag.runner import select_nodes
+
+    nodes = kube.list_all("/api/v1/nodes")
+    pods = kube.list_all("/api/v1/pods", {"fieldSelector": "status.phase!=Succeeded,status.phase!=Failed"})
+    rows = plan_rows(select_nodes(nodes, pods, opts), opts.spec)
+    if output == "json":
+        typer.echo(json.dumps({"command": "diag --dry-run", "summary": summary(rows, opts.spec),
+                               "nodes": [vars(r) for r in rows]}, indent=2))  # fmt: skip
+        return
+    console.table(f"gpustack diag --dry-run: {opts.spec.describe()}",
+                  ["node", "GPUs taken", "runs", "usually", "at most", "note"],
+                  [[r.node, r.gpus, r.runs, r.typical, r.at_most, r.note] for r in rows])  # fmt: skip
+    console.print(summary(rows, opts.spec))

@@ -27,8 +27,8 @@ FLAG_OF = {"max_nodes_per_window": "--max-nodes", "max_percent_per_window": "--m
            "xid_lookback": "--xid-lookback", "rows_growth_window": "--rows-growth-window",
            "allocatable_hold": "--allocatable-hold"}  # fmt: skip
 
+# its help is the callback's docstring (exit codes, signals, breaker), as `health --help` shows
 health_app = typer.Typer(
-    help="GPU fault quarantine: evaluate the XID policy (dry run), --apply to quarantine, release NODE, show the policy.",
     invoke_without_command=True,
     no_args_is_help=False,
     epilog=examples(
@@ -145,13 +145,24 @@ def health(
     context: ContextOpt = None,
     verbose: DetailOpt = 0,
 ) -> None:
-    """Evaluate the GPU fault policy on every GPU node; --apply quarantines (cordon + taint gpustack.io/gpu-health=fatal:NoSchedule).
+    """GPU fault quarantine: evaluate the XID policy (dry run), --apply to quarantine, release NODE, show the policy.
 
-    Dry run by default: prints what each node needs (nothing, an alert, or a quarantine until GPU reset,
-    until reboot, or for RMA) and what it would do. Signals: XIDs by NVIDIA's catalogue (`gpustack health
-    policy`), row-remap failure, allocatable GPUs below capacity (docs/operations.md). A circuit breaker
-    limits quarantines per window. Exit 0: nothing left to do; 1: a node needs quarantine (dry run), was held
-    by the breaker, or could not be patched, or a signal source is missing; 2 usage; 3 unreachable."""
+    Evaluates every GPU node; --apply quarantines (cordon + taint gpustack.io/gpu-health=fatal:NoSchedule,
+    labels gpustack.io/quarantined and quarantine-action). Dry run by default: what each node needs (nothing,
+    an alert, or a quarantine until GPU reset, until reboot, or for RMA) and what it would do.
+
+    Signals (Prometheus, from dcgm-exporter): XIDs by NVIDIA's catalogue (`gpustack health policy`: each
+    XID's action and why), the driver's recovery action, row-remap failure or pending, allocatable GPUs below
+    capacity (docs/operations.md).
+
+    Circuit breaker: at most --max-nodes (and --max-percent of the GPU nodes) new quarantines per --window,
+    counted in the ledger ConfigMap gpustack-system/gpustack-health-breaker on the API server's clock; an
+    unreadable ledger or a clock that disagrees holds every new quarantine.
+
+    Exit codes: 0 nothing left to do; 1 a node needs a quarantine (dry run), was held by the breaker or could
+    not be patched, or a signal source is missing; 2 usage; 3 the cluster or Prometheus unreachable.
+
+    Subcommands: `policy` prints the policy; `release NODE` lifts a quarantine once its action is done."""
     if ctx.invoked_subcommand is not None:
         return
     from gpustack.diagnose import report

@@ -13,7 +13,8 @@ ClusterPolicy ``devicePlugin.config.name``, one key per setting, chosen per node
 ``nvidia.com/device-plugin.config``). The rules here are what the pinned components accept:
 
 - ``replicas`` >= 2 for time-slicing and MPS (k8s-device-plugin v0.20.0 api/config/v1/replicas.go: "number of
-  replicas must be >= 2"); MPS at most 48 clients per GPU (cmd/mps-control-daemon/mps/device.go, Volta and later);
+  replicas must be >= 2"); MPS at most 48 clients per GPU (cmd/mps-control-daemon/mps/device.go; 16 below
+  compute capability 7.5, which doctor G15 reports from the node labels: the GPU model is unknown here);
 - ``mig.strategy`` is one value for the whole cluster: the operator passes ClusterPolicy ``spec.mig.strategy`` to
   every node's device plugin and GPU feature discovery as ``MIG_STRATEGY`` (gpu-operator
   controllers/object_controls.go), which overrides a per-node ``flags.migStrategy``;
@@ -295,6 +296,10 @@ def config_problems(cfg: Config) -> list[tuple[Path_, str]]:
             out.append((where, f"{s.profile!r} is neither all-<profile> nor a layout of gpu_sharing.mig_layouts "
                         f"({known})"))  # fmt: skip
             continue
+        unknown = _unknown_config(s.profile) if layout is None else ""
+        if unknown:
+            out.append((where, unknown))
+            continue
         uniform = mig.uniform(s.profile) if layout is None else _uniform_layout(layout)
         if strategy == "single" and not uniform and names:
             why = f"gpu.mig_strategy: {cfg.gpu.mig_strategy}" + ("" if explicit else " (single: a node uses mps)")
@@ -311,6 +316,28 @@ def config_problems(cfg: Config) -> list[tuple[Path_, str]]:
                         "differ per GPU under mig.strategy mixed: define the layout in gpu_sharing.mig_layouts and "
                         "use its name"))  # fmt: skip
     return out
+
+
+def _unknown_config(profile: str) -> str:
+    """Why an ``all-<profile>`` name is no MIG configuration of any GPU family gpustack knows ("" when it is one):
+    caught at load time, not on the hosts (issue 29; host facts narrow it to the node's GPU in preflight P26)."""
+    if profile in mig.known_configs():
+        return ""
+    m = mig.PROFILE_CONFIG_RE.match(profile)
+    g = m.group("g") if m else ""
+    same = sorted({c for c in mig.known_configs() if g and c.startswith(f"all-{g}g.")}, key=lambda c: (len(c), c))
+    hint = f" (all-{g}g names it knows: {', '.join(same)})" if same else ""
+    return (f"{profile!r} is no MIG configuration of any GPU family gpustack knows (A100, A30, H100, H100 NVL, "
+            f"H200, B200, GB200){hint}; for another MIG-capable GPU define the layout in gpu_sharing.mig_layouts")  # fmt: skip
+
+
+def _explaining_families(layouts: list[dict[str, int]]) -> list[mig.MigFamily]:
+    """The families whose refusal explains a layout best: those offering every profile it names, else those
+    offering one of them, else the first three (the layout's profiles name the GPU it was meant for)."""
+    names = {p for lay in layouts for p in lay}
+    every = [f for f in mig.FAMILIES if names <= set(f.profiles)]
+    some = [f for f in mig.FAMILIES if names & set(f.profiles)]
+    return every or some or list(mig.FAMILIES[:3])
 
 
 def _uniform_layout(entries: list[ml.MigLayoutEntry]) -> bool:
@@ -334,9 +361,10 @@ def _layout_problems(cfg: Config) -> list[tuple[Path_, str]]:
                 out.append(((*path, i, "mig-devices"), "an entry with mig-enabled: true needs mig-devices"))
         if out or ml.families_for(entries):
             continue
+        layouts = ml.entry_layouts(entries)
         why = "; ".join(dict.fromkeys(
-            f"{fam.name}: {'; '.join(ml.fit_problems(fam, lay))}" for fam in mig.FAMILIES[:3]
-            for lay in ml.entry_layouts(entries) if ml.fit_problems(fam, lay)))  # fmt: skip
+            f"{fam.name}: {'; '.join(ml.fit_problems(fam, lay))}" for fam in _explaining_families(layouts)
+            for lay in layouts if ml.fit_problems(fam, lay)))  # fmt: skip
         out.append((path, f"no MIG-capable GPU gpustack knows can take this layout ({why})"))
     return out
 

@@ -16,7 +16,8 @@ The shape (NVIDIA/DCGM ``dcgmi/Diag.cpp`` @v3.3.9, commit b0ec3c62: ``HelperJson
      "GPU Device IDs": ["2330", ...], "GPU Device Serials": {"0": "1654...", ...}}
 
 - the deployment (software) checks are ten named tests with one result each and no per-GPU results: the
-  result's ``gpu_id`` is a number, set only when the check recorded an error (the GPU of its last error),
+  result's ``gpu_id`` is a number, set only when the check recorded an error (the GPU of its last error;
+  ``-1`` for an error of no GPU, ``DcgmError::GpuIdTag::Unknown``: read as the node's, not a GPU's),
   and each warning's text is under the key ``"warnings"``;
 - per-GPU tests carry ``gpu_id`` as a **string**; their display names ("GPU Memory", "PCIe") map to the 4.x
   plugin names gpustack's check ids follow;
@@ -94,8 +95,10 @@ def _deployment(tests: list[Any], iteration: int) -> list[DiagTest]:
             if name:
                 clean.append(name)
             continue
+        # gpu_id -1: an error of no GPU (a global one, e.g. the driver denylist): the node's, left in the
+        # test's warnings (reported for the node), never "GPU -1"
         entities = tuple(EntityResult("GPU", gpu, status, warnings_of(r.get("warnings"), _DEPLOYMENT_TEXT))
-                         for r in results for gpu in (as_int(r.get("gpu_id")),) if gpu is not None)  # fmt: skip
+                         for r in results for gpu in (as_int(r.get("gpu_id")),) if gpu is not None and gpu >= 0)  # fmt: skip
         out.append(DiagTest(DEPLOYMENT, "software", status or "Fail", entities, warnings, check=name or "unnamed check",
                             iteration=iteration))  # fmt: skip
     if clean:
@@ -119,7 +122,7 @@ def _per_gpu(category: str, t: dict[str, Any], iteration: int) -> DiagTest | Non
         statuses.append(status)
         warnings = warnings_of(r.get("warnings"))
         gpu = as_int(r.get("gpu_id"))
-        if gpu is None:
+        if gpu is None or gpu < 0:  # no GPU, or -1 (a global error): the node's
             loose.extend(warnings)
             continue
         results.append(EntityResult("GPU", gpu, status, warnings, info_of(r.get("info"))))

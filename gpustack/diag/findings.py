@@ -169,9 +169,22 @@ def _test_findings(node: str, test: DiagTest, run: DiagRun, level: int) -> list[
                            evidence="\n".join([w.describe() for w in r.warnings] + list(r.info)), fix=fix))  # fmt: skip
     # the GPUs whose own errors made the test not pass
     erring = [r.entity_id for r in gpu_results if r.warnings and r.status not in ("Pass", "Skip")]
-    if bare and not unattached:
+    # a failing error elsewhere explains the marking (and fails the run); warnings alone do not: DCGM 4.x's JSON
+    # writes a GPU marked WARN by another GPU's warning exactly as one FAILed with no error (the software test's
+    # denylist check fails every GPU without one when a readlink fails: Software.cpp checkDriverPathDenylist)
+    explained = any(blocks_release(w.error_id) for r in gpu_results if r.entity_id in erring for w in r.warnings)
+    if bare and not unattached and erring and not explained:
+        where = _ranges(erring)
+        for r in bare:
+            out.append(Finding(fid, LAYER, "fail", f"{name}: fail on {_gpu_label(run, r)}: dcgmi wrote "
+                               f"'{r.status}' with no error of its own, and the test's only errors (GPU {where}) are "
+                               "warnings, which DCGM 4.x's JSON cannot tell from a failure that names no error: "
+                               "failed closed", host=f"{node} GPU {r.entity_id}",
+                               fix=f"fix the warning on GPU {where} and run again (a clean run shows whether GPU "
+                                   f"{r.entity_id} passes); on {node}: dcgmi diag -r {max(level, 2)} -v shows Warn or Fail"))  # fmt: skip
+    elif bare and not unattached:
         marked = _ranges([r.entity_id for r in bare])
-        if erring:  # the error(s) sit on other GPUs: these passed every check of the test
+        if erring:  # a failing error sits on other GPUs: these passed every check of the test
             where = _ranges(erring)
             out.append(Finding(fid, LAYER, "pass",
                                f"{name}: pass on {len(bare)} GPU(s) ({marked}): no error of their own (dcgmi writes "

@@ -255,6 +255,14 @@ def sharing_allocatable(snap: Snapshot) -> list[Finding]:
             if setting is not None and want is not None and got != (str(setting.replicas), setting.strategy):
                 problems.append(f"GPU feature discovery reports another sharing setting: {sh.REPLICAS}={got[0]}, "
                                 f"{sh.SHARING_STRATEGY}={got[1]}")  # fmt: skip
+            limit = sh.mps_max_clients(labels)
+            if setting is not None and setting.strategy == "mps" and setting.replicas > limit:
+                problems.append(f"MPS with {setting.replicas} replicas, but the GPUs have compute capability "
+                                f"{labels.get(sh.COMPUTE_MAJOR)}.{labels.get(sh.COMPUTE_MINOR)}: the device plugin's MPS "
+                                f"daemon allows at most {limit} clients below 7.5 (mps/device.go), so it offers none")  # fmt: skip
+                fix = f"set gpu_sharing replicas to {limit} or fewer for {name} in gpustack.yaml, then gpustack up"
+                if want is None:
+                    want = sh.Expected({}, "the MPS client limit")
         else:
             continue
         if want is None:

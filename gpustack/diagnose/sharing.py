@@ -35,7 +35,22 @@ GPU = "nvidia.com/gpu"
 MIG_PREFIX = "nvidia.com/mig-"
 PAUSED = "paused-for-mig-change"
 STATIC_MIG_CONFIGMAP = "default-mig-parted-config"
-MPS_MAX = 48  # Volta and later (cmd/mps-control-daemon/mps/device.go)
+MPS_MAX = 48  # compute capability 7.5 and later (cmd/mps-control-daemon/mps/device.go maxClients)
+#: the MPS control daemon's client limit below compute capability 7.5 (k8s-device-plugin v0.20.0
+#: cmd/mps-control-daemon/mps/device.go: maxClients is 48 when isAtLeastVolta, which compares with v7.5, else 16)
+MPS_MAX_OLD = 16
+#: GPU feature discovery's compute capability labels (k8s-device-plugin v0.20.0 internal/lm/resource.go)
+COMPUTE_MAJOR, COMPUTE_MINOR = "nvidia.com/gpu.compute.major", "nvidia.com/gpu.compute.minor"
+
+
+def mps_max_clients(labels: dict[str, Any]) -> int:
+    """How many MPS clients the device plugin allows on a node's GPUs, by the compute capability GPU feature
+    discovery labels (unknown: the larger limit, the config's own bound)."""
+    try:
+        cc = (int(labels[COMPUTE_MAJOR]), int(labels[COMPUTE_MINOR]))
+    except (KeyError, TypeError, ValueError):
+        return MPS_MAX
+    return MPS_MAX if cc >= (7, 5) else MPS_MAX_OLD
 
 
 def mig_on(labels: dict[str, Any]) -> bool:

@@ -17,7 +17,8 @@ decides again):
 Release requires what the action demands (:func:`release_problems`): a passing diag of level 2 or more
 after the quarantine for every action; for ``reboot`` and ``rma`` also a new boot ID (the node was
 restarted, or powered off for the GPU swap); and no state signal left (a row-remap failure or a pending
-remap, allocatable below capacity). It removes the taint, the labels and the quarantine annotations,
+remap, allocatable below capacity). It removes the taint, the labels and the quarantine annotations (not
+``gpustack.io/quarantine-history``, the circuit breaker's second record of every quarantine),
 records ``gpustack.io/released-at``, ``-by`` and the last-XID gauge values it saw (those codes no longer
 count against the node), and uncordons only a cordon gpustack made.
 """
@@ -33,6 +34,7 @@ from gpustack.constants import (
     ANN_CORDONED_BY_GPUSTACK,
     ANN_DIAG_RESULT,
     ANN_QUARANTINE_BOOT_ID,
+    ANN_QUARANTINE_HISTORY,
     ANN_QUARANTINE_POLICY,
     ANN_QUARANTINE_REASON,
     ANN_QUARANTINED_AT,
@@ -46,6 +48,7 @@ from gpustack.constants import (
     QUARANTINE_TAINT_KEY,
     QUARANTINE_TAINT_VALUE,
 )
+from gpustack.health.breaker import RETENTION, Entry
 from gpustack.health.policy import POLICY_VERSION, Signal
 from gpustack.health.xids import xid_policy
 
@@ -54,6 +57,8 @@ QUARANTINE_ANNOTATIONS = (ANN_QUARANTINED_BY, ANN_QUARANTINED_AT, ANN_QUARANTINE
                           ANN_CORDONED_BY_GPUSTACK, ANN_QUARANTINE_BOOT_ID)  # fmt: skip
 #: the action of a quarantine that predates the label (policy 1): release as for ``reset``
 LEGACY_ACTION = "reset"
+#: a node's quarantine history keeps at most this many quarantines (and none older than RETENTION)
+HISTORY_MAX = 64
 #: release needs a passing diag of at least this level after the quarantine
 RELEASE_DIAG_LEVEL = 2
 
@@ -89,10 +94,42 @@ def quarantine_action(node: Obj) -> str:
     return value if value in xid_policy().actions else LEGACY_ACTION
 
 
-def quarantine_patch(node: Obj, signals: list[Signal], *, by: str, at: str, action: str = LEGACY_ACTION) -> Obj:
-    """The merge patch that quarantines ``node`` for ``action`` (see the module docstring)."""
+def _history(node: Obj) -> list[dict[str, Any]]:
+    try:
+        data = json.loads((_meta(node).get("annotations") or {}).get(ANN_QUARANTINE_HISTORY) or "[]")
+    except ValueError:
+        return []
+    out = []
+    for item in data if isinstance(data, list) else []:
+        try:
+            out.append(
+                {"at": float(item["at"]), "window": int(item.get("window", 0)), "limit": int(item.get("limit", -1))}
+            )
+        except (KeyError, TypeError, ValueError, AttributeError):
+            continue
+    return out
+
+
+def history(node: Obj) -> list[Entry]:
+    """The quarantines ``node`` records (its history annotation, and its current ``quarantined-at`` when the
+    history lacks it: a quarantine by an older gpustack), as breaker entries."""
+    name = str(_meta(node).get("name"))
+    out = [Entry(name, h["at"], "", (), h["window"], h["limit"]) for h in _history(node)]
+    current = parse_time(str((_meta(node).get("annotations") or {}).get(ANN_QUARANTINED_AT) or ""))
+    if current is not None and not any(abs(e.at - current) <= 1.5 for e in out):
+        out.append(Entry(name, current, ""))
+    return out
+
+
+def quarantine_patch(node: Obj, signals: list[Signal], *, by: str, at: str, action: str = LEGACY_ACTION,
+                     window: int = 0, limit: int = -1) -> Obj:  # fmt: skip
+    """The merge patch that quarantines ``node`` for ``action`` (see the module docstring); ``window`` and
+    ``limit``: the breaker's, recorded in the node's quarantine history."""
     taints = [t for t in _spec(node).get("taints") or [] if t.get("key") != QUARANTINE_TAINT_KEY] + [taint()]
     already_cordoned = bool(_spec(node).get("unschedulable"))
+    when = parse_time(at) or 0.0
+    kept = [h for h in _history(node) if h["at"] > when - RETENTION][-(HISTORY_MAX - 1) :]
+    record = json.dumps([*kept, {"at": when, "window": window, "limit": limit}], sort_keys=True)
     spec: Obj = {"taints": taints}
     if not already_cordoned:
         spec["unschedulable"] = True
@@ -107,6 +144,7 @@ def quarantine_patch(node: Obj, signals: list[Signal], *, by: str, at: str, acti
                 ANN_QUARANTINE_REASON: json.dumps([s.to_json() for s in signals], sort_keys=True),
                 ANN_QUARANTINE_POLICY: POLICY_VERSION,
                 ANN_CORDONED_BY_GPUSTACK: "false" if already_cordoned else "true",
+                ANN_QUARANTINE_HISTORY: record,
             },
         },
         "spec": spec,

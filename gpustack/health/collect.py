@@ -1,15 +1,23 @@
 """Read what the policy needs: the GPU Nodes from the Kubernetes API and the signals from Prometheus
 (through the API server's service proxy, as verify/doctor reach it). The only I/O of an evaluation.
 
-A fixed set of queries whatever the cluster size (7), plus two per node released within the windows (their
+A fixed set of queries whatever the cluster size (9), plus two per node released within the windows (their
 XID and row-growth windows start at the release, see :mod:`gpustack.health.policy`).
+
+One clock: Prometheus evaluates every query at its own time, and a release is dated by the API server's
+clock (``gpustack.io/released-at``). So the snapshot's ``now`` is Prometheus' (``time()``), and a release
+time is moved onto that clock by the difference between the two (Prometheus' ``time()`` minus the API
+server's ``Date``, read back to back). Where one of them is unknown the evaluator's clock stands in for it.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import time
 from typing import Any
+
+from kubernetes.client.exceptions import ApiException
 
 from gpustack.constants import (
     ANN_QUARANTINED_AT,
@@ -21,8 +29,9 @@ from gpustack.constants import (
     QUARANTINE_LABEL,
 )
 from gpustack.diag.job import gpu_capacity
-from gpustack.diagnose.collect_prometheus import instant
+from gpustack.diagnose.collect_prometheus import api_data, instant
 from gpustack.health.actions import parse_time
+from gpustack.health.ledger import server_time
 from gpustack.health.policy import GpuSample, NodeState, Settings, Snapshot
 from gpustack.runners.http import DirectEndpoint, Endpoint, HttpError, KubeProxyEndpoint
 from gpustack.runners.kube import Kube
@@ -40,6 +49,8 @@ QUERIES: dict[str, str] = {
     "xid_last": "max by (node, gpu, UUID) (DCGM_FI_DEV_XID_ERRORS)",
     "remap_failure": "max by (node, gpu, UUID) (DCGM_FI_DEV_ROW_REMAP_FAILURE) > 0",
     "remap_pending": "max by (node, gpu, UUID) (DCGM_FI_DEV_ROW_REMAP_PENDING) > 0",
+    # the driver's recovery verdict (DCGM field 1523), NONE (0) included: which GPUs report it
+    "recovery": "max by (node, gpu, UUID) (DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION)",
     "growth": "max by (node, gpu, UUID) (increase(DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS{{{sel}}}[{w}s])) > 0",
     "allocatable": 'max by (node) (max_over_time(kube_node_status_allocatable{{resource="nvidia_com_gpu"}}[{w}s]))',
 }
@@ -112,24 +123,52 @@ def _xid_sources(ep: Endpoint, timeout: float) -> tuple[set[str], int]:
     return nodes, (max(windows) if windows else DEFAULT_XID_WINDOW_MS) // 1000
 
 
+def prometheus_time(ep: Endpoint, timeout: float) -> float | None:
+    """Prometheus' clock: ``time()`` evaluated now (a scalar ``[t, "t"]``); None when it says nothing usable."""
+    data = api_data(ep, "query", {"query": "time()"}, timeout)
+    try:
+        t = float(data["result"][0]) if data.get("resultType") == "scalar" else None
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+        return None
+    return t if t is not None and math.isfinite(t) else None
+
+
+def api_server_time(kube: Kube) -> float | None:
+    """The API server's clock: the ``Date`` of a one-item Node list (None: no usable header)."""
+    try:
+        return server_time(kube.request_with_headers("GET", "/api/v1/nodes", query={"limit": "1"})[1])
+    except ApiException as exc:
+        return server_time(exc.headers)
+
+
 def collect(kube: Kube, settings: Settings, *, prometheus_url: str | None = None, now: float | None = None,
-            timeout: float = 10.0, nodes: list[Obj] | None = None) -> tuple[Snapshot, dict[str, Obj]]:  # fmt: skip
-    """(the snapshot, the GPU Node objects by name). Kubernetes errors raise; Prometheus errors are recorded."""
+            timeout: float = 10.0, nodes: list[Obj] | None = None,
+            server_now: float | None = None) -> tuple[Snapshot, dict[str, Obj]]:  # fmt: skip
+    """(the snapshot, the GPU Node objects by name). Kubernetes errors raise; Prometheus errors are recorded.
+    ``now``: the evaluator's clock; ``server_now``: the API server's, when the caller has just read it."""
     objs = nodes if nodes is not None else kube.list_all("/api/v1/nodes")
     gpu_objs = {str((n.get("metadata") or {}).get("name")): n for n in objs if gpu_capacity(n)[0] > 0}
-    snap = Snapshot(now=time.time() if now is None else now, nodes={n: node_state(o) for n, o in gpu_objs.items()})
+    local = time.time() if now is None else now
+    snap = Snapshot(now=local, nodes={n: node_state(o) for n, o in gpu_objs.items()})
     ep = prometheus_endpoint(kube, prometheus_url)
     try:
-        _collect_prometheus(ep, snap, settings, timeout)
+        prom_now = prometheus_time(ep, timeout)
+        if server_now is None:
+            server_now = api_server_time(kube)
+        snap.now = prom_now if prom_now is not None else local
+        # a release time (API server's clock) + offset = the same instant on Prometheus' clock
+        offset = snap.now - (server_now if server_now is not None else local)
+        _collect_prometheus(ep, snap, settings, timeout, offset)
     except HttpError as exc:
         snap.errors["prometheus"] = f"Prometheus unreachable via {ep.describe()}: {exc}"
     return snap, gpu_objs
 
 
-def _collect_prometheus(ep: Endpoint, snap: Snapshot, s: Settings, timeout: float) -> None:
+def _collect_prometheus(ep: Endpoint, snap: Snapshot, s: Settings, timeout: float, offset: float = 0.0) -> None:
     count_nodes, xid_window = _xid_sources(ep, timeout)
-    recent = {n: st.released_at for n, st in snap.nodes.items()
-              if st.released_at is not None and snap.now - st.released_at < max(s.lookback + xid_window, s.growth_window)}  # fmt: skip
+    recent = {n: st.released_at + offset for n, st in snap.nodes.items()
+              if st.released_at is not None
+              and snap.now - (st.released_at + offset) < max(s.lookback + xid_window, s.growth_window)}  # fmt: skip
     xids = _samples(instant(ep, QUERIES["xid"].format(sel="", w=s.lookback), timeout), xid=True)
     growth = _samples(instant(ep, QUERIES["growth"].format(sel="", w=s.growth_window), timeout))
     snap.xids = [x for x in xids if x.node not in recent]
@@ -142,14 +181,15 @@ def _collect_prometheus(ep: Endpoint, snap: Snapshot, s: Settings, timeout: floa
             rows = instant(ep, QUERIES["xid"].format(sel="," + sel, w=int(snap.now - start)), timeout)
             snap.xids += _samples(rows, xid=True)
         else:
-            resume = time.strftime("%H:%M:%S", time.gmtime(released + xid_window))
-            snap.xid_paused[node] = (f"XIDs not evaluated until {resume} UTC: released at "
-                                     f"{time.strftime('%H:%M:%S', time.gmtime(released))}, and the exporter counts XIDs over {xid_window}s")  # fmt: skip
+            resume = time.strftime("%H:%M:%S", time.gmtime(released - offset + xid_window))
+            snap.xid_paused[node] = (f"XIDs not evaluated until {resume} UTC (the API server's clock): released at "
+                                     f"{time.strftime('%H:%M:%S', time.gmtime(released - offset))}, and the exporter counts XIDs over {xid_window}s")  # fmt: skip
         window = int(snap.now - max(snap.now - s.growth_window, released))
         if window >= 1:
             snap.growth += _samples(instant(ep, QUERIES["growth"].format(sel=sel, w=window), timeout))
     snap.remap_failures = _samples(instant(ep, QUERIES["remap_failure"], timeout))
     snap.remap_pending = _samples(instant(ep, QUERIES["remap_pending"], timeout))
+    snap.recovery = _samples(instant(ep, QUERIES["recovery"], timeout))
     snap.xid_last = _samples(instant(ep, QUERIES["xid_last"], timeout))
     snap.xid_count_nodes = count_nodes  # last: set only once every query answered
     for row in instant(ep, QUERIES["allocatable"].format(w=s.hold), timeout):

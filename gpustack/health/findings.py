@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from gpustack.checks.model import Finding, Status
 from gpustack.constants import GPU_NAMESPACE
 from gpustack.health import actions
-from gpustack.health.breaker import Decision
+from gpustack.health.breaker import MARGIN, MAX_SKEW, Decision
 from gpustack.health.ledger import REPAIR
 from gpustack.health.policy import SOURCE_LAST, SOURCE_NONE, SOURCE_UNKNOWN, Settings, Snapshot, Verdict
 from gpustack.health.xids import xid_policy
@@ -22,6 +22,11 @@ CHECK_IDS = {
     NODE_ID: "what a GPU node needs (nothing, an alert, or a quarantine: reset, reboot, rma) and what was done",
     BREAKER_ID: "quarantines in the breaker's window stay within its limits, and its ledger is readable",
 }
+CLOCK_FIX = (
+    "compare the clocks (date -u on this machine and on each control-plane host; chronyc tracking or "
+    "timedatectl timesync-status) and fix the one that is off; a ledger time in the future ages out by itself, "
+    "or repair the ledger: " + REPAIR
+)
 COUNTS_FIX = (
     "enable DCGM_EXP_XID_ERRORS_COUNT in dcgm-exporter's counters list (gpustack's values/dcgm-counters.csv "
     "does: gpustack up renders it; both lists dcgm-exporter ships leave it off; exporters before 3.4 lack it)"
@@ -116,7 +121,7 @@ def node_finding(r: NodeResult) -> Finding:
                        f"label {act.id}): {signals}", host=name, evidence=notes, fix="gpustack health --apply")  # fmt: skip
     if r.action in ("held", "would-hold"):
         verb = "not quarantined" if r.action == "held" else "would not be quarantined"
-        fix = (REPAIR if "unreadable" in r.detail else
+        fix = (REPAIR if "unreadable" in r.detail else CLOCK_FIX if "clock" in r.detail else
                f"kubectl cordon {name} by hand if you are sure, or raise remediation.max_nodes_per_window")  # fmt: skip
         return Finding(NODE_ID, LAYER, "fail", f"{needs}, {verb}: the circuit breaker is holding ({r.detail}): {signals}",
                        host=name, evidence=notes, fix=fix)  # fmt: skip
@@ -135,13 +140,28 @@ def breaker_finding(snap: Snapshot, decision: Decision, settings: Settings, appl
         )
         return Finding(BREAKER_ID, LAYER, "fail", f"every new quarantine is held: {decision.why_held}", evidence=held,
                        fix=REPAIR)  # fmt: skip
-    status: Status = "warn" if decision.held else "pass"
+    if decision.clock:
+        held = (
+            f"held: {', '.join(decision.held)}"
+            if decision.held
+            else "nothing to quarantine now; the next would be held"
+        )
+        return Finding(BREAKER_ID, LAYER, "fail", f"every new quarantine is held: {decision.why_held}", evidence=held,
+                       fix=CLOCK_FIX)  # fmt: skip
+    trace = []
+    if decision.created:
+        trace.append(f"a new ledger was started ({decision.created}); recorded in it as `created`")
+    if decision.restored:
+        trace.append(f"the ledger lacked {len(decision.restored)} quarantine(s) the nodes record (emptied, edited "
+                     f"or deleted?): {', '.join(decision.restored)}; restored into it, and they count")  # fmt: skip
+    status: Status = "warn" if decision.held or decision.restored else "pass"
     what = "used" if apply else "would be used"
     held = f"; held: {', '.join(decision.held)} ({decision.why_held})" if decision.held else ""
     return Finding(BREAKER_ID, LAYER, status,
                    f"{decision.used} of {decision.limit} quarantine(s) per {settings.window // 60} min {what}{held}",
-                   evidence=f"limit = min({settings.max_nodes} nodes, {settings.max_percent:g}% of {len(snap.nodes)} GPU "
-                   "nodes, rounded up); times are the API server's clock")  # fmt: skip
+                   evidence="\n".join([*trace, f"limit = min({settings.max_nodes} nodes, {settings.max_percent:g}% of "
+                   f"{len(snap.nodes)} GPU nodes, rounded up); times are the API server's clock (checked against this "
+                   f"evaluator's within {MAX_SKEW} s; each window counted {MARGIN} s longer for it)"]))  # fmt: skip
 
 
 def findings(

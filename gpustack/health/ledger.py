@@ -3,9 +3,10 @@ conditioned on the ``resourceVersion`` it was read at (the decisions are :mod:`g
 
 The clock: the ``Date`` header of the ledger read. The API server (Go's net/http, ``server.go``
 ``chunkWriter.writeHeader``) stamps every response with it, error answers included, so a 404 for a missing
-ledger carries it too. It is read at the moment of the decision, from the one server every evaluator
-talks to (HA API servers run NTP-synced hosts), at 1 s resolution. The ConfigMap's ``managedFields[].time``
-was the alternative: it only says when the ledger was last *written*, not what time it is now.
+ledger carries it too. It is read at the moment of the decision, at 1 s resolution. The ConfigMap's
+``managedFields[].time`` was the alternative: it only says when the ledger was last *written*, not what time
+it is now. HA API servers are separate hosts whose clocks may drift apart, so the decision checks that
+Date against the evaluator's clock and the ledger's own times (:func:`gpustack.health.breaker.clock_problem`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from gpustack.health.breaker import (
     LEDGER_KEY,
     Candidate,
     Decision,
+    Entry,
     Ledger,
     LedgerUnreadable,
     decide,
@@ -42,6 +44,8 @@ REPAIR = (
     "quarantines (kubectl get nodes -l gpustack.io/quarantined=true), delete the ConfigMap: the next run "
     "starts an empty ledger"
 )
+#: why a run that finds no ledger ConfigMap starts one (recorded in it as ``created.reason``)
+NEW_LEDGER = "no ledger ConfigMap: the first --apply run, or it was deleted"
 NO_DATE = (
     "the API server's answer carried no usable Date header, and the breaker keeps time by the API server's clock only"
 )
@@ -117,28 +121,42 @@ def write_ledger(kube: Kube, ledger: Ledger, resource_version: str | None) -> bo
     return True
 
 
-def _decide(read: LedgerRead, candidates: list[Candidate], gpu_nodes: int, settings: Settings, by: str) -> Decision:
+@dataclass(frozen=True)
+class Context:
+    """What a decision needs besides the ledger: the evaluator's clock (checked against the API server's)
+    and the quarantines the nodes record (``gpustack.io/quarantine-history``)."""
+
+    local: float | None = None
+    stamps: tuple[Entry, ...] = ()
+
+
+def _decide(read: LedgerRead, candidates: list[Candidate], gpu_nodes: int, settings: Settings, by: str,
+            ctx: Context = Context()) -> Decision:  # fmt: skip
     if read.ledger is None:
         return held_unreadable(candidates, gpu_nodes, settings, read.problem)
     if read.now is None:
         return held_unreadable(candidates, gpu_nodes, settings, NO_DATE)
-    return decide(read.ledger, candidates, gpu_nodes, settings, read.now, by)
+    created = NEW_LEDGER if read.resource_version is None else ""
+    return decide(read.ledger, candidates, gpu_nodes, settings, read.now, by, local=ctx.local, stamps=ctx.stamps,
+                  created=created)  # fmt: skip
 
 
-def preview(kube: Kube, candidates: list[Candidate], gpu_nodes: int, settings: Settings, by: str) -> Decision:
+def preview(kube: Kube, candidates: list[Candidate], gpu_nodes: int, settings: Settings, by: str,
+            ctx: Context = Context()) -> Decision:  # fmt: skip
     """What :func:`reserve` would decide now, writing nothing (the dry run)."""
     try:
         read = read_ledger(kube)
     except GpustackError as exc:
         read = LedgerRead(None, None, None, str(exc))
-    return _decide(read, candidates, gpu_nodes, settings, by)
+    return _decide(read, candidates, gpu_nodes, settings, by, ctx)
 
 
-def reserve(kube: Kube, candidates: list[Candidate], gpu_nodes: int, settings: Settings, by: str) -> Decision:
+def reserve(kube: Kube, candidates: list[Candidate], gpu_nodes: int, settings: Settings, by: str,
+            ctx: Context = Context()) -> Decision:  # fmt: skip
     """Decide and record the decision atomically (read, decide, conditional write; again on a conflict)."""
     for _ in range(ATTEMPTS):
         read = read_ledger(kube)
-        decision = _decide(read, candidates, gpu_nodes, settings, by)
+        decision = _decide(read, candidates, gpu_nodes, settings, by, ctx)
         if decision.ledger is None or not decision.changed:
             return decision
         if write_ledger(kube, decision.ledger, read.resource_version):

@@ -16,7 +16,13 @@ the Node objects):
   pass (:attr:`Verdict.source`).
 - ``DCGM_FI_DEV_ROW_REMAP_FAILURE`` (now), ``DCGM_FI_DEV_ROW_REMAP_PENDING`` (now) and the increase of
   ``DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS`` over the growth window. The count includes pending remaps
-  (InfoROM entries), so growth is a recorded remap, not a fault; only a failed remap quarantines.
+  (InfoROM entries), so growth is a recorded remap, not a fault. A failed remap quarantines (``rma``), and so
+  does a pending one (``reset``: DCGM rates DCGM_FR_PENDING_ROW_REMAP "drain and reset the GPU").
+- the driver's recovery verdict per GPU, ``DCGM_FI_DEV_GPU_RECOVERY_ACTION`` (now; exported under the name
+  dcgm-exporter 4.5.x resolves, ``DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION``): each value's action is policy data
+  (GPU_RESET and DRAIN_AND_RESET reset, NODE_REBOOT reboot, DRAIN_P2P alert, as DCGM 4.6's health watch
+  fails or warns). Where a GPU reports it, an XID graded by a subcode gpustack cannot read (144-146, 149)
+  takes its decision's ``recovery_action`` (alert): the driver's verdict on that subcode decides.
 - allocatable below capacity: the Node's ``status.allocatable`` vs ``status.capacity`` of ``nvidia.com/gpu``
   now, and kube-state-metrics' ``kube_node_status_allocatable`` below that capacity during the whole hold
   window. The device plugin withdraws a GPU on most XIDs (alert-only 63, 92, 94 too) and never restores it
@@ -38,7 +44,8 @@ from gpustack.health.xids import Action, XidPolicy, xid_policy
 
 POLICY_VERSION = xid_policy().version
 #: signals that describe the GPU now: release is refused while one holds
-STATE_RULES = frozenset({"row-remap-failure", "row-remap-pending", "gpu-allocatable-below-capacity"})
+STATE_RULES = frozenset({"row-remap-failure", "row-remap-pending", "gpu-allocatable-below-capacity",
+                         "gpu-recovery-action"})  # fmt: skip
 #: Verdict.source values
 SOURCE_COUNT, SOURCE_LAST, SOURCE_NONE, SOURCE_UNKNOWN = "count", "last-xid", "none", "unknown"
 
@@ -100,6 +107,8 @@ class Snapshot:
     xid_count_nodes: set[str] | None = None
     remap_failures: list[GpuSample] = field(default_factory=list)
     remap_pending: list[GpuSample] = field(default_factory=list)
+    #: the driver's recovery action per GPU, 0 (NONE) included: a GPU listed here reports it
+    recovery: list[GpuSample] = field(default_factory=list)
     growth: list[GpuSample] = field(default_factory=list)
     #: node -> the most GPUs kube-state-metrics saw allocatable during the hold window (absent: no data)
     allocatable_max: dict[str, float] = field(default_factory=dict)
@@ -162,14 +171,24 @@ def _xid_text(pol: XidPolicy, code: int) -> str:
     return f"XID {code} ({row.description or row.mnemonic})"
 
 
+def _xid_action(snap: Snapshot, node: str, gpu: str, code: int, pol: XidPolicy) -> tuple[str, str]:
+    """(action, a note) of XID ``code`` on a GPU: its row's, or its ``recovery_action`` where the GPU reports the
+    driver's recovery action (that verdict then decides, through the gpu-recovery-action rule)."""
+    row = pol.row(code)
+    if row.recovery and any(s.gpu == gpu for s in _on(snap.recovery, node)):
+        return row.recovery, "; its subcode is not in the metric: the driver's recovery action for this GPU decides"
+    return row.action, ""
+
+
 def _xid_signals(snap: Snapshot, node: NodeState, pol: XidPolicy) -> tuple[list[Signal], str, list[int]]:
     """(XID signals, the XID source, every code seen on the node, for the allocatable rule)."""
     signals, seen = [], []
     for s in _on(snap.xids, node.name):
         if s.value > 0 and s.xid is not None:
             seen.append(s.xid)
-            signals.append(Signal(f"xid-{s.xid}", s.gpu, s.uuid, f"{_xid_text(pol, s.xid)} x{s.value:.0f}",
-                                  pol.row(s.xid).action))  # fmt: skip
+            action, note = _xid_action(snap, node.name, s.gpu, s.xid, pol)
+            signals.append(Signal(f"xid-{s.xid}", s.gpu, s.uuid, f"{_xid_text(pol, s.xid)} x{s.value:.0f}{note}",
+                                  action))  # fmt: skip
     last = [s for s in _on(snap.xid_last, node.name) if s.value > 0]
     seen += [int(s.value) for s in last]
     if snap.xid_count_nodes is None:
@@ -182,9 +201,10 @@ def _xid_signals(snap: Snapshot, node: NodeState, pol: XidPolicy) -> tuple[list[
         code = int(s.value)
         if node.released_last_xids.get(s.uuid) == code:
             continue  # shown since before the release it was released from
+        action, note = _xid_action(snap, node.name, s.gpu, code, pol)
         signals.append(Signal(f"xid-last-{code}", s.gpu, s.uuid,
-                              f"last {_xid_text(pol, code)} (DCGM_FI_DEV_XID_ERRORS; no XID counts on this node)",
-                              pol.row(code).action))  # fmt: skip
+                              f"last {_xid_text(pol, code)} (DCGM_FI_DEV_XID_ERRORS; no XID counts on this node){note}",
+                              action))  # fmt: skip
     return signals, SOURCE_LAST, seen
 
 
@@ -227,6 +247,11 @@ def evaluate_node(snap: Snapshot, node: NodeState) -> Verdict:
         if s.value > 0:
             signals.append(Signal("row-remap-pending", s.gpu, s.uuid, "a row remap waits for a GPU reset "
                                   "(DCGM_FI_DEV_ROW_REMAP_PENDING = 1)", pol.signal("row-remap-pending").action))  # fmt: skip
+    for s in _on(snap.recovery, node.name):
+        if s.value != 0:
+            name, action, why = pol.recovery_action(int(s.value))
+            signals.append(Signal("gpu-recovery-action", s.gpu, s.uuid, f"the driver's recovery action is {name} "
+                                  f"(DCGM_FI_DEV_GPU_RECOVERY_ACTION = {s.value:.0f}): {why}", action))  # fmt: skip
     growth = pol.signal("uncorrectable-remapped-rows-growth").action
     for s in _on(snap.growth, node.name):
         if s.value > 0:

@@ -32,7 +32,16 @@ from gpustack.health import actions
 from gpustack.health.breaker import Candidate, Decision, held_unreadable
 from gpustack.health.collect import collect
 from gpustack.health.findings import CHECK_IDS, NodeResult, findings
-from gpustack.health.ledger import ATTEMPTS, MERGE, api_message, preview, read_ledger, reserve, server_time
+from gpustack.health.ledger import (
+    ATTEMPTS,
+    MERGE,
+    Context,
+    api_message,
+    preview,
+    read_ledger,
+    reserve,
+    server_time,
+)
 from gpustack.health.policy import Settings, Verdict, evaluate, state_signals
 from gpustack.runners.kube import Kube
 
@@ -53,14 +62,16 @@ def _node_path(name: str) -> str:
     return f"/api/v1/nodes/{name}"
 
 
-def quarantine_node(kube: Kube, name: str, first: Obj, verdict: Verdict, *, by: str, at: str) -> tuple[str, str]:
+def quarantine_node(kube: Kube, name: str, first: Obj, verdict: Verdict, *, by: str, at: str,
+                    window: int = 0, limit: int = -1) -> tuple[str, str]:  # fmt: skip
     """Cordon + taint + label + annotate one node in one conditional patch. (action, detail)."""
     node = first
     what = verdict.action.id if verdict.action else actions.LEGACY_ACTION
     for _ in range(ATTEMPTS):
         if actions.is_quarantined(node):
             return "already", "quarantined meanwhile by another evaluator"
-        patch = actions.quarantine_patch(node, list(verdict.quarantine_signals), by=by, at=at, action=what)
+        patch = actions.quarantine_patch(node, list(verdict.quarantine_signals), by=by, at=at, action=what,
+                                         window=window, limit=limit)  # fmt: skip
         try:
             kube.request("PATCH", _node_path(name), body=patch, query={"fieldManager": HEALTH_FIELD_MANAGER},
                          content_type=MERGE)  # fmt: skip
@@ -119,17 +130,19 @@ def run_health(kube: Kube, opts: HealthOptions, console: Console, *, now: float 
         if v.state.quarantined:
             _already(r, objs[v.node])
         results.append(r)
-    candidates = [Candidate(r.verdict.node, tuple(dict.fromkeys(s.rule for s in r.verdict.quarantine_signals)))
-                  for r in results if r.verdict.quarantine and not r.action]  # fmt: skip
+    candidates = [Candidate(r.verdict.node, tuple(dict.fromkeys(s.rule for s in r.verdict.quarantine_signals)),
+                            r.verdict.state.released_at) for r in results if r.verdict.quarantine and not r.action]  # fmt: skip
+    ctx = Context(local=now, stamps=tuple(e for o in objs.values() for e in actions.history(o)))
     decision: Decision | None = None
-    if not candidates:
-        decision = _ledger_check(kube, len(snap.nodes), opts.settings)
+    gpu_nodes = len(snap.nodes)
+    if opts.apply:  # every --apply run records its limit, with or without a candidate
+        decision = reserve(kube, candidates, gpu_nodes, opts.settings, opts.by, ctx)
+    elif not candidates:
+        decision = _ledger_check(kube, gpu_nodes, opts.settings)
     else:
-        gpu_nodes = len(snap.nodes)
-        if opts.apply:
-            decision = reserve(kube, candidates, gpu_nodes, opts.settings, opts.by)
-        else:
-            decision = preview(kube, candidates, gpu_nodes, opts.settings, opts.by)
+        decision = preview(kube, candidates, gpu_nodes, opts.settings, opts.by, ctx)
+    if candidates:
+        assert decision is not None
         by_node = {r.verdict.node: r for r in results}
         for name in decision.held:
             by_node[name].action = "held" if opts.apply else "would-hold"
@@ -140,7 +153,8 @@ def run_health(kube: Kube, opts: HealthOptions, console: Console, *, now: float 
             if not opts.apply:
                 r.action = "would"
                 continue
-            r.action, r.detail = quarantine_node(kube, name, objs[name], r.verdict, by=opts.by, at=at)
+            r.action, r.detail = quarantine_node(kube, name, objs[name], r.verdict, by=opts.by, at=at,
+                                                 window=opts.settings.window, limit=decision.limit)  # fmt: skip
             console.info(f"health: {name}: {r.action}: {r.detail}")
     return findings(snap, results, decision, opts.settings, opts.apply)
 
@@ -156,8 +170,10 @@ def release_node(kube: Kube, name: str, opts: HealthOptions, console: Console, *
         if exc.status == 404:
             raise UsageError(f"no node {name!r}") from None
         raise
-    at = server_time(headers) or now
-    snap, _ = collect(kube, opts.settings, prometheus_url=opts.prometheus_url, now=now, nodes=[node])
+    server_now = server_time(headers)
+    at = server_now or now
+    snap, _ = collect(kube, opts.settings, prometheus_url=opts.prometheus_url, now=now, nodes=[node],
+                      server_now=server_now)  # fmt: skip
     verdict = evaluate(snap)[0] if snap.nodes else None
     still = state_signals(verdict) if verdict else []
     problems = actions.release_problems(node, still)

@@ -2,6 +2,8 @@
 four actions, with the sources and the reason for every decision). Pure: load, look up, render.
 
 An XID's action: its ``decisions`` entry, else its catalogue bucket's action (``buckets``), else ``unknown``.
+A decision may name a ``recovery_action``: the XID's action on a GPU that reports the driver's recovery action
+(DCGM_FI_DEV_GPU_RECOVERY_ACTION), whose verdict then decides (XIDs graded by a subcode gpustack cannot read).
 Actions, mildest first: ``alert`` (no quarantine), ``reset`` (quarantine until GPU reset + passing diag),
 ``reboot`` (quarantine until reboot), ``rma`` (drain and RMA / contact support). A node with several signals
 takes the most severe.
@@ -10,7 +12,7 @@ takes the most severe.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
@@ -47,10 +49,12 @@ class XidRow:
     action: str
     reason: str
     decided: bool  # an explicit decision (else the bucket's mapping)
+    recovery: str = ""  # the action where the GPU reports the driver's recovery action ("" the same)
 
     def to_json(self) -> dict[str, Any]:
         return {"xid": self.xid, "mnemonic": self.mnemonic, "description": self.description,
-                "catalogue": self.bucket, "legacy": self.legacy, "action": self.action, "reason": self.reason}  # fmt: skip
+                "catalogue": self.bucket, "legacy": self.legacy, "action": self.action, "reason": self.reason,
+                "with_recovery_action": self.recovery or self.action}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,14 @@ class XidPolicy:
     unknown: tuple[str, str]  # (action, reason) of a code the catalogue does not list
     device_plugin_ignores: frozenset[int]
     signals: tuple[SignalRule, ...]
+    #: DCGM_FI_DEV_GPU_RECOVERY_ACTION value -> (NVML name, action, reason)
+    recovery_actions: dict[int, tuple[str, str, str]] = field(default_factory=dict)
+    recovery_decides: dict[tuple[int, ...], str] = field(default_factory=dict)  # decision xids -> action
+
+    def recovery_action(self, value: int) -> tuple[str, str, str]:
+        """(NVML name, gpustack action, why) of a recovery-action value; a value the policy does not know alerts."""
+        return self.recovery_actions.get(value, (f"unknown value {value}", "alert", "not an NVML recovery action "
+                                                 "this policy knows (DCGM ignores it too)"))  # fmt: skip
 
     def row(self, xid: int) -> XidRow:
         found = self.rows.get(xid)
@@ -97,6 +109,9 @@ class XidPolicy:
             "unknown_xid": {"action": self.unknown[0], "reason": self.unknown[1]},
             "device_plugin_ignores": sorted(self.device_plugin_ignores),
             "signals": [vars(s) for s in self.signals],
+            "recovery_actions": {
+                str(k): {"name": v[0], "action": v[1], "reason": v[2]} for k, v in sorted(self.recovery_actions.items())
+            },
             "xids": [r.to_json() for _, r in sorted(self.rows.items())],
         }
 
@@ -126,6 +141,8 @@ def parse(data: Any) -> XidPolicy:
 
     buckets = {str(b): (known(v[0], f"bucket {b}"), _text(v[1], f"bucket {b}")) for b, v in data["buckets"].items()}
     decided: dict[int, tuple[str, str]] = {}
+    recovery: dict[int, str] = {}
+    decides: dict[tuple[int, ...], str] = {}
     decisions = []
     for d in data.get("decisions") or []:
         codes = tuple(int(x) for x in d["xids"])
@@ -134,6 +151,8 @@ def parse(data: Any) -> XidPolicy:
             if code in decided:
                 raise GpustackError(f"{POLICY_FILE.name}: XID {code} is decided twice")
             decided[code] = entry
+            if d.get("recovery_action") is not None:
+                recovery[code] = decides[codes] = known(d["recovery_action"], f"decision {codes} recovery_action")
         decisions.append((codes, *entry))
     rows = {}
     for code, facts in data["xids"].items():
@@ -141,14 +160,21 @@ def parse(data: Any) -> XidPolicy:
         if bucket not in buckets:
             raise GpustackError(f"{POLICY_FILE.name}: XID {code}: bucket {bucket!r} has no action under buckets")
         action, reason = decided.get(int(code), buckets[bucket])
-        rows[int(code)] = XidRow(int(code), mnemonic, description, bucket, legacy, action, reason, int(code) in decided)
+        rows[int(code)] = XidRow(int(code), mnemonic, description, bucket, legacy, action, reason, int(code) in decided,
+                                 recovery.get(int(code), ""))  # fmt: skip
     missing = sorted(set(decided) - set(rows))
     if missing:
         raise GpustackError(f"{POLICY_FILE.name}: decisions for XIDs not listed under xids: {missing}")
     signals = tuple(SignalRule(**{k: _text(v, f"signal {s.get('id')}") for k, v in s.items()}) for s in data["signals"])
     unknown = (known(data["unknown"][0], "unknown"), _text(data["unknown"][1], "unknown"))
+    recovery_actions = {}
+    for value, row in (data.get("recovery_actions") or {}).items():
+        name, action, why = row
+        recovery_actions[int(value)] = (_text(name, f"recovery_actions {value}"),
+                                        known(action, f"recovery_actions {value}"), _text(why, f"recovery_actions {value}"))  # fmt: skip
     return XidPolicy(str(data["version"]), data["sources"], actions, rows, tuple(decisions), unknown,
-                     frozenset(int(x) for x in data.get("device_plugin_ignores") or []), signals)  # fmt: skip
+                     frozenset(int(x) for x in data.get("device_plugin_ignores") or []), signals, recovery_actions,
+                     decides)  # fmt: skip
 
 
 @cache
@@ -177,7 +203,10 @@ def grouped(policy: XidPolicy) -> list[tuple[str, str, str, str]]:
     rows: list[tuple[int, int, str, str, str, str]] = []
     for codes, action, reason in policy.decisions:
         buckets = ", ".join(dict.fromkeys(policy.rows[c].bucket or "(none)" for c in codes))
-        rows.append((-policy.actions[action].rank, min(codes), ranges(codes), action, buckets, reason))
+        shown = action
+        if codes in policy.recovery_decides:
+            shown = f"{action} ({policy.recovery_decides[codes]} where the GPU reports the driver's recovery action)"
+        rows.append((-policy.actions[action].rank, min(codes), ranges(codes), shown, buckets, reason))
     by_bucket: dict[str, list[int]] = {}
     for code, row in sorted(policy.rows.items()):
         if not row.decided:
@@ -204,7 +233,11 @@ def markdown(policy: XidPolicy) -> str:
         lines.append(f"| `{a.id}`: {a.title} | {_cell(a.needs)} | {_cell(a.how)} | {_cell(a.release) or '-'} |")
     lines += ["", "| XID | action | catalogue bucket | why |", "|---|---|---|---|"]
     for xids, action, buckets, reason in grouped(policy):
-        lines.append(f"| {xids} | `{action}` | {_cell(buckets)} | {_cell(reason)} |")
+        head, _, rest = action.partition(" ")
+        lines.append(f"| {xids} | `{head}`{' ' + rest if rest else ''} | {_cell(buckets)} | {_cell(reason)} |")
+    lines += ["", "| recovery action | name | action | why |", "|---|---|---|---|"]
+    for value, (name, action, why) in sorted(policy.recovery_actions.items()):
+        lines.append(f"| {value} | {name} | `{action}` | {_cell(why)} |")
     lines += ["", "| rule | signal | source | condition | action | why |", "|---|---|---|---|---|---|"]
     for s in policy.signals:
         lines.append(

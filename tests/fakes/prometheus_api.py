@@ -7,7 +7,7 @@ answers it reproduces: tests/unit/diagnose/test_collect_prometheus.py fails when
 Tests that are about what gpustack *does* with signals (the breaker, the node patches, release) use it behind
 the fake API server's service proxy; what the queries *mean* is tested against the real Prometheus
 (tests/prometheus/test_health_policy.py). Each recorded series is ``(metric selector text, labels, value)``;
-a query is answered with the series whose metric name it reads, filtered by a ``node="..."`` matcher when the
+``time()`` answers the scalar :attr:`FakePrometheus.now` (Prometheus' clock); any other query is answered with the series whose metric name it reads, filtered by a ``node="..."`` matcher when the
 query has one, in Prometheus' JSON (``{"status": "success", "data": {"resultType": "vector", ...}}``).
 Unknown metrics give an empty vector, as a Prometheus without such series would.
 
@@ -48,6 +48,8 @@ class FakePrometheus:
     version: str = KUBE_PROMETHEUS_STACK_PROMETHEUS[1]
     rule_filters: bool = True  # False: answer /api/v1/rules like Prometheus 2.42 (no filters)
     requests: list[str] = field(default_factory=list)  # every GET path and query string
+    #: Prometheus' clock: the evaluation time of every answer, and what ``time()`` returns
+    now: float = 1_800_000_000.0
     _server: ThreadingHTTPServer | None = None
 
     def add(self, metric: str, labels: dict[str, str], value: float) -> None:
@@ -61,7 +63,7 @@ class FakePrometheus:
         rows = [(lbl, v) for lbl, v in self.series[metric] if node is None or lbl.get("node") == node.group(1)]
         if "> 0" in query:
             rows = [(lbl, v) for lbl, v in rows if v > 0]
-        return [{"metric": lbl, "value": [1_800_000_000, str(v)]} for lbl, v in rows]
+        return [{"metric": lbl, "value": [self.now, str(v)]} for lbl, v in rows]
 
     def rules(self, params: dict[str, list[str]]) -> tuple[int, dict[str, Any]]:
         """``/api/v1/rules``: (HTTP status, body), filtered as described in the module docstring."""
@@ -98,7 +100,11 @@ class FakePrometheus:
                 if url.path == "/api/v1/query":
                     query = params.get("query", [""])[0]
                     fake.queries.append(query)
-                    body = {"status": "success", "data": {"resultType": "vector", "result": fake.answer(query)}}
+                    if query.strip() == "time()":  # a scalar, as Prometheus answers it: [t, "t"]
+                        body = {"status": "success", "data": {"resultType": "scalar",
+                                                              "result": [fake.now, repr(fake.now)]}}  # fmt: skip
+                    else:
+                        body = {"status": "success", "data": {"resultType": "vector", "result": fake.answer(query)}}
                 elif url.path == "/api/v1/status/buildinfo":
                     body = {"status": "success", "data": {"version": fake.version, "revision": "", "branch": "",
                                                           "buildUser": "", "buildDate": "", "goVersion": ""}}  # fmt: skip

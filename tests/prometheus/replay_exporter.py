@@ -254,6 +254,7 @@ class GpuState:
             "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": Sample(2 if self.gpu == 4 else 0),
             "DCGM_FI_DEV_ROW_REMAP_FAILURE": Sample(1 if failed else 0),
             "DCGM_FI_DEV_ROW_REMAP_PENDING": Sample(1 if pending else 0),
+            "DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION": Sample(0),  # NONE: no scenario has the driver ask for recovery
             "DCGM_FI_PROF_GR_ENGINE_ACTIVE": Sample(gr),
             "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": Sample(TENSOR_UNDER_LOAD if self.loaded else gr * 0.62),
             "DCGM_FI_PROF_DRAM_ACTIVE": Sample(gr * 0.41),

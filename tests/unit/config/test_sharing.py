@@ -274,3 +274,19 @@ def test_plan_up_shows_each_sharing_node() -> None:
     assert "mig.config=all-1g.10gb" in rows["n0"][3] and "mig.strategy single" in rows["n0"][2]
     assert "device-plugin.config=time-slicing-4" in rows["n1"][3]
     assert not [t for t in details(Config.model_validate({"nodes": nodes(None)}), None) if t[0].startswith("GPU")]
+
+
+def test_an_all_profile_on_an_unlisted_family_fails_when_gpustack_writes_the_mig_configmap() -> None:
+    # issue 29: custom layouts make gpustack write the MIG ConfigMap, whose all-* entries carry device-filters of
+    # the families it lists; mig-parted skips a GH200 (assert.go) and reports success with nothing applied
+    data = {"nodes": nodes({"mode": "mig", "profile": "all-balanced"}, {"mode": "mig", "profile": "mine"}),
+            "gpu_sharing": {"mig_layouts": {"mine": [{"mig-devices": {"1g.10gb": 7}}]}}}  # fmt: skip
+    cfg = Config.model_validate(data)
+    devs = [{"slot": f"0000:{i:02x}:00.0", "device_id": GH200} for i in range(2)]
+    [found] = [f for f in pf.run_checks(cfg, {"n0": {**FACTS, "nvidia_pci_devices": devs, "nvidia_driver_version": ""}})
+               if f.id == "P26-gpu-sharing"]  # fmt: skip
+    assert found.status == "fail" and "mig-parted skips any other GPU" in found.summary, found
+    assert "drop gpu_sharing.mig_layouts" in found.fix
+    assert (
+        p26({"mode": "mig", "profile": "all-balanced"}, GH200).status == "warn"
+    )  # the operator's ConfigMap: a warning

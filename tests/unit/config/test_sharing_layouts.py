@@ -278,3 +278,20 @@ def test_the_mig_configmap_goes_when_no_node_uses_a_layout(fake_api: FakeKubeAPI
     result = cs.converge_sharing(cfg(None, {"mode": "none"}), kube, interval=0.0, mig_timeout=5.0)
     assert result.mig_configmap_deleted and "gpustack-mig-config deleted" in result.detail()
     assert json.dumps(fake_api.get("v1", "ConfigMap", "gpustack-mig-config", "gpu-operator")) == "null"
+
+
+def test_an_all_profile_no_family_offers_is_refused_at_load(tmp_path: Path) -> None:
+    # issue 29: all-2g.99gb passed plan and render; only the hosts' preflight caught it
+    msg = config_error(tmp_path, {"nodes": nodes(None, {"mode": "mig", "profile": "all-2g.99gb"})})
+    assert "nodes[1].gpu_sharing.profile" in msg and "no MIG configuration of any GPU family" in msg, msg
+    assert "all-2g.20gb" in msg and "gpu_sharing.mig_layouts" in msg
+    for known in ("all-1g.18gb", "all-3g.71gb", "all-1g.10gb.me", "all-balanced"):  # H200, and the others
+        assert not [p for p in cfs.config_problems(cfg(None, {"mode": "mig", "profile": known})) if "profile" in p[0]]
+
+
+def test_a_bad_h200_layout_is_explained_by_the_h200(tmp_path: Path) -> None:
+    # issue 29: the message named the first three families ("A100 has no 1g.18gb") instead of the real cause
+    section = {"mig_layouts": {"h200": [{"mig-devices": {"1g.18gb": 5, "3g.71gb": 1}}]}}
+    msg = config_error(tmp_path, {"nodes": nodes(None, None), "gpu_sharing": section})
+    assert "H200 141GB / H200 NVL: 8 compute slices, H200 141GB / H200 NVL has 7" in msg, msg
+    assert "A100" not in msg and "has no profile" not in msg

@@ -66,7 +66,10 @@ def test_no_dcgm_4_document_says_warn() -> None:
         assert '"Warn"' not in doc(path), path.name
 
 
-def test_a_persistence_mode_warning_marks_every_gpu_fail_yet_does_not_block_the_release() -> None:
+def test_a_persistence_mode_warning_alone_cannot_clear_the_gpus_dcgm_marked_without_an_error() -> None:
+    """Issue 29: DCGM 4.x writes every GPU of the software test "Fail" when one check warns (here persistence mode
+    on GPU 3) -- and writes the same document when a check FAILs every GPU without an error (the denylist check on
+    a readlink error, Software.cpp checkDriverPathDenylist @v4.6.0). The GPUs without an error fail closed."""
     run = parse_diag(doc(V4 / "diag-r2-warn-persistence-gpu3.json"))
     software = run.tests[0]
     assert software.name == "software" and {r.status for r in software.results} == {"Fail"}  # all 8 read "Fail"
@@ -75,10 +78,19 @@ def test_a_persistence_mode_warning_marks_every_gpu_fail_yet_does_not_block_the_
     [warn] = by_status(found, "warn")
     assert warn.id == "D01-software" and warn.host == f"{NODE} GPU 3" and "Persistence mode for GPU 3" in warn.summary
     assert "DCGM_FR_PERSISTENCE_MODE (29)" in warn.evidence and "severity config" in warn.evidence
-    assert not by_status(found, "fail")
-    others = next(f for f in found if f.id == "D01-software" and f.status == "pass")
-    assert "7 GPU(s) (0-2, 4-7)" in others.summary and "no error of their own" in others.summary
-    assert fd.passed(found, NODE) and fd.warnings(found, NODE) == 1
+    failed = by_status(found, "fail")
+    assert [f.host for f in failed] == [f"{NODE} GPU {g}" for g in (0, 1, 2, 4, 5, 6, 7)]
+    assert all("failed closed" in f.summary and "fix the warning on GPU 3" in f.fix for f in failed)
+    assert not fd.passed(found, NODE) and fd.warnings(found, NODE) == 1
+
+
+def test_a_failing_error_on_one_gpu_explains_the_others_marking() -> None:
+    data = json.loads(doc(V4 / "diag-r2-fail-pending-row-remap-gpu2.json"))
+    for r in data["DCGM Diagnostic"]["test_categories"][0]["tests"][0]["results"]:
+        r["status"] = "Fail"  # every GPU marked, the failing error (pending row remap) on GPU 2
+    found = findings(json.dumps(data, indent=3) + "\n", exit_code=226)
+    others = [f for f in found if f.id == "D01-software" and f.status == "pass"]
+    assert others and "no error of their own" in others[0].summary and "GPU 2" in others[0].summary
 
 
 def test_a_pending_row_remap_fails_the_gpu_and_blocks_the_release() -> None:
@@ -144,6 +156,20 @@ def test_dcgm_3_3_output_is_read() -> None:
     [warn] = by_status(warned, "warn")
     assert warn.host == f"{NODE} GPU 3" and warn.summary.startswith("software (Persistence Mode): warn on GPU 3")
     assert fd.passed(warned, NODE)
+
+
+def test_a_dcgm_3_global_error_is_the_nodes_not_gpu_minus_1() -> None:
+    """DCGM 3.3 writes gpu_id -1 for an error of no GPU (DcgmError::GpuIdTag::Unknown, e.g. the denylist's
+    DCGM_FR_DENYLISTED_DRIVER): a node-level finding, never "GPU -1" (issue 29)."""
+    data = json.loads(doc(V3 / "diag-r2-pass-8gpu.json"))
+    deployment = data["DCGM GPU Diagnostic"]["test_categories"][0]["tests"]
+    deployment[0] = {"name": "Denylist", "results": [{"gpu_id": -1, "status": "Fail", "warnings": [
+        {"error_category": 3, "error_id": 23, "error_severity": 2,
+         "warnings": "Found driver nouveau on the denylist. Remove it."}]}]}  # fmt: skip
+    found = findings(json.dumps(data, indent=3) + "\n", exit_code=226)
+    failed = by_status(found, "fail")
+    assert [f.host for f in failed] == [NODE] and "nouveau" in failed[0].summary
+    assert not any("GPU -1" in (f.host or "") + f.summary for f in found) and not fd.passed(found, NODE)
 
 
 def test_output_that_is_no_dcgmi_diag_json_says_what_it_found() -> None:
@@ -213,8 +239,12 @@ def test_health_documents(name: str, status: str, system: str | None) -> None:
 
 
 def test_a_run_with_only_warnings_is_recorded_as_a_pass_for_the_release(cluster: Cluster) -> None:
-    """dcgmi exits 226 and the pod fails (any error, warnings too), yet the verdict the release reads is a pass."""
-    payload = log(doc(V4 / "diag-r2-warn-persistence-gpu3.json"), 226)
+    """dcgmi exits 226 and the pod fails (any error, warnings too), yet the verdict the release reads is a pass.
+    (The warning marks no other GPU here: one that does fails them closed, see the persistence-mode test.)"""
+    data = json.loads(doc(V4 / "diag-r2-warn-persistence-gpu3.json"))
+    for r in data["DCGM Diagnostic"]["test_categories"][0]["tests"][0]["results"]:
+        r["status"] = "Fail" if r.get("warnings") else "Pass"
+    payload = log(json.dumps(data, indent=3) + "\n", 226)
     cluster.jobs.plans = {NODE: PodPlan(log=payload, phase="Failed", exit_code=226, run_seconds=100)}
     opts = DiagOptions(spec=DiagSpec(level=2), nodes=(NODE,))
     found = run_diag(cluster.kube, opts, Console(color=False, stream=io.StringIO()), by="t@h", clock=cluster.clock,

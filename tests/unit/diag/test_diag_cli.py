@@ -85,3 +85,24 @@ def test_no_cluster_is_exit_3(
     monkeypatch.setenv("GPUSTACK_STATE_DIR", str(tmp_path / "state"))
     assert _main(["diag"]) == 3
     assert "run `gpustack up` first" in capsys.readouterr().err
+
+
+def test_dry_run_says_which_nodes_gpus_and_how_long_and_creates_nothing(
+    api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kc = api.write_kubeconfig(tmp_path / "kc")
+    api.reset_requests()
+    assert _main(["diag", "--kubeconfig", str(kc), "--level", "3", "--dry-run", "-o", "json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert api.mutating_requests() == []  # no Job, no namespace, no verdict
+    rows = {r["node"]: r for r in plan["nodes"]}
+    assert sorted(rows) == ["gpu-node-1", "gpu-node-2"]  # the CPU node is not a candidate
+    assert rows["gpu-node-1"]["gpus"].endswith("(all allocatable)") and rows["gpu-node-1"]["typical"] == "15-30 min"
+    assert "dcgmi --timeout 2700 s" in rows["gpu-node-1"]["at_most"] and rows["gpu-node-1"]["at_most"].startswith(
+        "57 min"
+    )
+    assert "on 2 node(s) at once" in plan["summary"] and "Nothing was created" in plan["summary"]
+    assert _main(["diag", "--kubeconfig", str(kc), "--node", "gpu-node-2", "--dry-run"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "gpu-node-2" in out and "gpu-node-1" not in out and "usually for seconds" in out
+    assert _main(["diag", "--kubeconfig", str(kc), "--node", "cpu-1", "--dry-run"]) == 2  # the run's own refusal

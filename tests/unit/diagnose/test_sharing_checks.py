@@ -197,3 +197,30 @@ def test_mig_panels_may_be_empty_only_where_no_node_has_mig() -> None:
     ss.make_mig(one)  # every GPU node under MIG: DCGM_FI_DEV_GPU_UTIL is reported by none
     allowed = allowed_empty(nodes(one))
     assert "GPU Utilization" in allowed and "MIG Instances" not in allowed
+
+
+@pytest.mark.parametrize(("major", "minor", "replicas", "fails"),
+                         [("7", "0", 24, True), ("6", "0", 17, True), ("7", "0", 16, False), ("7", "5", 48, False),
+                          (None, None, 24, False)])  # fmt: skip
+def test_mps_replicas_over_the_daemons_limit_below_compute_capability_7_5(
+    major: str | None, minor: str | None, replicas: int, fails: bool
+) -> None:
+    # issue 29: k8s-device-plugin v0.20.0 mps/device.go allows 48 clients from compute capability 7.5, else 16
+    from gpustack.diagnose.checks_sharing import sharing_allocatable
+
+    s = sc.healthy(1)
+    node = ss.make_time_sliced(s, replicas=4)
+    cm = next(o for o in s.objects if o["kind"] == "ConfigMap" and "time-slicing-4" in (o.get("data") or {}))
+    cm["data"]["time-slicing-4"] = ("version: v1\nsharing:\n  mps:\n    resources:\n    - name: nvidia.com/gpu\n"
+                                    f"      replicas: {replicas}\n")  # fmt: skip
+    labels = node["metadata"]["labels"]
+    labels.update({"nvidia.com/gpu.replicas": str(replicas), "nvidia.com/gpu.sharing-strategy": "mps"})
+    if major is not None:
+        labels.update({sh.COMPUTE_MAJOR: major, sh.COMPUTE_MINOR: minor})
+    node["status"]["allocatable"]["nvidia.com/gpu"] = str(sc.GPUS * replicas)
+    snap = Snapshot(kube={"Node": [node], "ConfigMap": [o for o in s.objects if o["kind"] == "ConfigMap"],
+                          "ClusterPolicy": [s.find("ClusterPolicy", "cluster-policy")]}, hosts=s.hosts)  # fmt: skip
+    found = sharing_allocatable(snap)
+    assert bool(found) is fails, found
+    if fails:
+        assert "allows at most 16 clients below 7.5" in found[0].evidence and "replicas to 16 or fewer" in found[0].fix

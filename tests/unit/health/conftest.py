@@ -39,8 +39,9 @@ class HealthCluster:
         return obj
 
     def at(self, t: float) -> None:
-        """Set the API server's clock (the Date header the breaker keeps time by)."""
+        """Set the API server's clock (the Date header the breaker keeps time by) and Prometheus' alike."""
         self.api.clock = lambda: t
+        self.prom.now = t
 
     def xid(self, node: str, gpu: int, code: int, count: float = 1.0) -> None:
         self.prom.add("DCGM_EXP_XID_ERRORS_COUNT", {"node": node, "gpu": str(gpu), "UUID": f"GPU-{node}-{gpu}",

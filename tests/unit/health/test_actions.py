@@ -47,12 +47,39 @@ def test_quarantine_patch_cordons_taints_and_says_who_why_when() -> None:
     assert (ann[ANN_QUARANTINED_BY], ann[ANN_QUARANTINED_AT], ann[ANN_QUARANTINE_POLICY]) == (
         "ops@host",
         "2026-11-18T09:14:02Z",
-        "2",
+        "3",
     )
     assert json.loads(ann[ANN_QUARANTINE_REASON]) == [{"rule": "xid-79", "gpu": "3", "uuid": "GPU-8c4f", "action": "reboot",
                                                        "detail": "XID 79 (GPU has fallen off the bus) x1"}]  # fmt: skip
     assert ann[ANN_CORDONED_BY_GPUSTACK] == "true" and ann[ANN_QUARANTINE_BOOT_ID] == "boot-1"
     assert p["metadata"]["labels"] == {QUARANTINE_LABEL: "true", QUARANTINE_ACTION_LABEL: "reboot"}
+
+
+def test_every_quarantine_is_kept_in_the_nodes_history_through_a_release() -> None:
+    from gpustack.constants import ANN_QUARANTINE_HISTORY, ANN_QUARANTINED_AT
+    from gpustack.health.actions import HISTORY_MAX, history, release_patch
+    from gpustack.health.breaker import RETENTION
+
+    t = "2026-11-18T09:14:02Z"
+    at = 1_794_993_242.0  # t in epoch seconds
+    old = [{"at": at - RETENTION - 1, "window": 3600, "limit": 2}, {"at": at - 600, "window": 60, "limit": 1}]
+    n = node()
+    n["metadata"]["annotations"] = {ANN_QUARANTINE_HISTORY: json.dumps(old)}
+    p = quarantine_patch(n, [SIG], by="ops", at=t, window=3600, limit=2)
+    kept = json.loads(p["metadata"]["annotations"][ANN_QUARANTINE_HISTORY])
+    assert kept == [old[1], {"at": at, "window": 3600, "limit": 2}]  # the one past RETENTION is pruned
+    n["metadata"]["annotations"].update(p["metadata"]["annotations"])
+    assert [(e.at, e.window, e.limit) for e in history(n)] == [(at - 600, 60, 1), (at, 3600, 2)]
+    released = release_patch(n, by="ops", at=t)["metadata"]["annotations"]
+    assert ANN_QUARANTINE_HISTORY not in released and released[ANN_QUARANTINED_AT] is None  # the history stays
+    # a node quarantined by an older gpustack: its quarantined-at counts; at most HISTORY_MAX are kept
+    legacy = node()
+    legacy["metadata"]["annotations"] = {ANN_QUARANTINED_AT: t}
+    assert [e.at for e in history(legacy)] == [at]
+    many = node()
+    many["metadata"]["annotations"] = {ANN_QUARANTINE_HISTORY: json.dumps([{"at": at - i} for i in range(100, 0, -1)])}
+    p = quarantine_patch(many, [SIG], by="ops", at=t)
+    assert len(json.loads(p["metadata"]["annotations"][ANN_QUARANTINE_HISTORY])) == HISTORY_MAX
 
 
 def test_a_foreign_cordon_is_recorded_as_foreign() -> None:

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from gpustack.health.breaker import (
+    MARGIN,
     RETENTION,
     Candidate,
     Entry,
@@ -45,26 +46,30 @@ def test_percent_of_gpu_nodes() -> None:
 
 
 def test_the_window_expires_but_entries_are_kept_for_the_retention() -> None:
-    old = Ledger((Entry("x", NOW - RETENTION - 5, "t"), Entry("a", NOW - 3700, "t"), Entry("b", NOW - 100, "t")))
+    gone = NOW - 3600 - MARGIN - 1  # outside the window and its margin for clock skew
+    old = Ledger((Entry("x", NOW - RETENTION - 5, "t"), Entry("a", gone, "t"), Entry("b", NOW - 100, "t")))
     d = decide(old, cands("c", "d"), 10, S, NOW, "t")
     assert d.approved == ("c",) and d.held == ("d",)
     assert d.ledger is not None and [e.node for e in d.ledger.entries] == ["a", "b", "c"]  # only x is past retention
+    # inside the margin an entry still counts (a clock up to MAX_SKEW off cannot free it early)
+    margin = Ledger((Entry("a", NOW - 3600 - MARGIN + 1, "t"), Entry("b", NOW - 100, "t")))
+    assert decide(margin, cands("c"), 10, S, NOW, "t").held == ("c",)
 
 
 def test_a_short_window_run_neither_prunes_nor_spends_a_longer_policys_budget() -> None:
-    # the default policy (1 h, 2) quarantined two nodes 2 minutes ago
-    hourly = decide(Ledger(), cands("a", "b"), 10, S, NOW - 120, "cron").ledger
+    # the default policy (1 h, 2) quarantined two nodes 400 s ago (outside 60 s and the margin)
+    hourly = decide(Ledger(), cands("a", "b"), 10, S, NOW - 400, "cron").ledger
     assert hourly is not None
     short = Settings(max_nodes=2, max_percent=50, window=60)
     d = decide(hourly, cands("c", "d"), 10, short, NOW, "ops --window 60")
     assert d.approved == () and d.held == ("c", "d") and "2 per 60 min (cron)" in d.why_held
     assert d.ledger is not None and {e.node for e in d.ledger.entries} == {"a", "b"}
     # an hour later the hourly limit is out of force, and the short run may spend its own budget
-    later = decide(d.ledger, cands("c", "d", "e"), 10, short, NOW + 3600, "ops --window 60")
+    later = decide(d.ledger, cands("c", "d", "e"), 10, short, NOW + 3600 + MARGIN, "ops --window 60")
     assert later.approved == ("c", "d") and later.held == ("e",)
     # a longer window than any before raises the ledger's retention for good
     weekly = Settings(max_nodes=2, max_percent=50, window=30 * 86400)
-    assert decide(Ledger(), cands("z"), 10, weekly, NOW, "t").ledger.retention == 30 * 86400  # type: ignore[union-attr]
+    assert decide(Ledger(), cands("z"), 10, weekly, NOW, "t").ledger.retention == 30 * 86400 + MARGIN  # type: ignore[union-attr]
 
 
 def test_entries_dated_in_the_future_count() -> None:
@@ -86,12 +91,13 @@ def test_a_held_run_puts_its_limit_in_force_for_its_window() -> None:
     hourly = decide(d.ledger, cands("c"), 10, S, NOW + 10, "cron")  # type: ignore[arg-type]
     assert hourly.held == ("c",) and hourly.changed and hourly.ledger is not None
     assert [(x.window, x.limit, x.by) for x in hourly.ledger.limits] == [(60, 2, "short"), (3600, 2, "cron")]
-    # 90 s later the short runs' own window is empty, but the hourly limit is in force for its hour
-    later = decide(hourly.ledger, cands("c", "d"), 10, short, NOW + 100, "short")
+    # 400 s later the short runs' own window (and its margin) is empty, but the hourly limit is in force
+    later = decide(hourly.ledger, cands("c", "d"), 10, short, NOW + 400, "short")
     assert later.held == ("c", "d") and later.why_held == "2 per 60 min (cron), all used"
-    assert decide(hourly.ledger, cands("c"), 10, short, NOW + 10 + 3600, "short").approved == ("c",)
-    # a run records its limit at most once a minute while nothing changes (no write per evaluation)
+    assert decide(hourly.ledger, cands("c"), 10, short, NOW + 10 + 3600 + MARGIN, "short").approved == ("c",)
+    # a run renews its limit once half its window has passed, not on every evaluation
     assert not decide(hourly.ledger, cands("c"), 10, S, NOW + 40, "cron").changed
+    assert decide(hourly.ledger, cands("c"), 10, S, NOW + 10 + 1800, "cron").recorded_limit
 
 
 def test_ledger_round_trip_and_version_1() -> None:

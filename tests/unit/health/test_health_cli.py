@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,7 @@ def _env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_dry_run_then_apply(hc: HealthCluster, capsys: pytest.CaptureFixture[str]) -> None:
+    hc.at(time.time())  # the CLI's evaluator keeps the real clock: the API server's must agree with it
     hc.xid("gpu-node-4", 2, 119)
     kc = str(hc.kubeconfig)
     assert _main(["health", "--kubeconfig", kc, "-o", "json"]) == 1
@@ -75,10 +77,26 @@ def test_in_cluster_outside_a_pod_is_a_clear_error(
 def test_policy_prints_the_table_and_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert _main(["health", "policy"]) == 0
     out = capsys.readouterr().out
-    assert "gpustack XID policy, version 2" in out and "144-150" in out and "CONTACT_SUPPORT" in out
+    assert "gpustack XID policy, version 3" in out and "144-146, 149" in out and "CONTACT_SUPPORT" in out
+    assert "recovery action" in " ".join(out.split())
     assert _main(["health", "policy", "-o", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["version"] == "2" and len(data["xids"]) == 172
+    assert data["version"] == "3" and len(data["xids"]) == 172
     assert {x["xid"]: x["action"] for x in data["xids"]}[95] == "reset"
+    # 144-150 (issue 29): the stated choice where the subcode cannot be read, and the recovery actions
+    rows = {x["xid"]: x for x in data["xids"]}
+    assert (rows[145]["action"], rows[145]["with_recovery_action"]) == ("reset", "alert")
+    assert rows[147]["action"] == rows[148]["action"] == "alert" and "cannot read the subcode" in rows[145]["reason"]
+    assert data["recovery_actions"]["2"] == {"name": "NODE_REBOOT", "action": "reboot",
+                                             "reason": data["recovery_actions"]["2"]["reason"]}  # fmt: skip
     assert _main(["health", "policy", "-o", "csv"]) == 2
     assert "--output csv" in capsys.readouterr().err
+
+
+def test_health_help_shows_exit_codes_signals_and_the_breaker(capsys: pytest.CaptureFixture[str]) -> None:
+    assert _main(["health", "--help"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "Exit codes: 0 nothing left to do; 1 a node needs a quarantine" in out and "2 usage; 3 the cluster" in out
+    assert "Circuit breaker: at most --max-nodes" in out and "Signals (Prometheus, from dcgm-exporter)" in out
+    assert _main(["--help"]) == 0  # the command list keeps the one-line summary
+    assert "GPU fault quarantine" in " ".join(capsys.readouterr().out.split())

@@ -78,12 +78,13 @@ def test_a_short_window_run_neither_prunes_the_ledger_nor_spends_the_hourly_budg
     fatal_on(hc, 1, 2, 3, 4)
     hc.at(NOW)
     run(hc)
-    hc.at(NOW + 120)
-    short = run(hc, window=60)  # --window 60: the hourly run's entries are outside its window
+    hc.at(NOW + 400)
+    # --window 60: the hourly run's entries are outside its window (and the margin of 240 s for clock skew)
+    short = run(hc, window=60, local=NOW + 400)
     assert "2 per 60 min (evaluator@" in by_host(short, "Q01-gpu-health")["gpu-node-3"].summary
     assert ledger_nodes(hc) == ["gpu-node-1", "gpu-node-2"]  # not pruned
-    hc.at(NOW + 180)
-    run(hc)  # the next default run does not spend the budget again
+    hc.at(NOW + 460)
+    run(hc, local=NOW + 460)  # the next default run does not spend the budget again
     assert sorted(quarantined(hc)) == ["gpu-node-1", "gpu-node-2"]
 
 
@@ -140,7 +141,8 @@ def test_an_unreadable_ledger_holds_every_quarantine(hc: HealthCluster) -> None:
 
 
 @pytest.mark.parametrize(("max_nodes", "expected"), [
-    (10, {"gpu-node-1": "reset", "gpu-node-2": "reboot", "gpu-node-3": "rma", "gpu-node-6": "reset"}),
+    (10, {"gpu-node-1": "reset", "gpu-node-2": "reboot", "gpu-node-3": "rma", "gpu-node-6": "reset",
+          "gpu-node-7": "reset"}),
     (2, {"gpu-node-1": "reset", "gpu-node-2": "reboot"}),
 ])  # fmt: skip
 def test_one_signal_per_node_quarantines_what_the_catalogue_says(
@@ -158,7 +160,7 @@ def test_one_signal_per_node_quarantines_what_the_catalogue_says(
     hc.exporter("gpu-node-5")  # nothing wrong
     hc.exporter("gpu-node-6", counts=False)  # an exporter without XID counts: the last-XID gauge shows 48
     hc.last_xid("gpu-node-6", 1, 48)
-    hc.exporter("gpu-node-7")  # a pending remap: reset when drained, no quarantine
+    hc.exporter("gpu-node-7")  # a pending remap: reset (DCGM rates it DCGM_ERROR_RESET, issue 29)
     hc.prom.add("DCGM_FI_DEV_ROW_REMAP_PENDING", {"node": "gpu-node-7", "gpu": "0", "UUID": "GPU-gpu-node-7-0"}, 1)
     hc.prom.add(
         "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", {"node": "gpu-node-7", "gpu": "0", "UUID": "GPU-gpu-node-7-0"}, 1
@@ -169,16 +171,64 @@ def test_one_signal_per_node_quarantines_what_the_catalogue_says(
     assert quarantined(hc) == expected
     q01 = by_host(findings, "Q01-gpu-health")
     statuses = {h: f.status for h, f in q01.items()}
-    held = {n for n in ("gpu-node-1", "gpu-node-2", "gpu-node-3", "gpu-node-6") if n not in expected}
+    held = {n for n in ("gpu-node-1", "gpu-node-2", "gpu-node-3", "gpu-node-6", "gpu-node-7") if n not in expected}
     assert statuses == {**{n: "warn" for n in expected}, **{n: "fail" for n in held}, "gpu-node-4": "warn",
-                        "gpu-node-5": "pass", "gpu-node-7": "warn", "gpu-node-8": "skip"}  # fmt: skip
+                        "gpu-node-5": "pass", "gpu-node-8": "skip"}  # fmt: skip
     assert "needs a GPU reset" in q01["gpu-node-1"].summary or "gpu-node-1" in held
     assert (
         "restart the device plugin" in q01["gpu-node-4"].fix
         and "after XID 94 (alert only)" in q01["gpu-node-4"].summary
     )
-    assert "row-remap-pending" in q01["gpu-node-7"].summary and "reset the GPU" in q01["gpu-node-7"].fix
+    assert "row-remap-pending" in q01["gpu-node-7"].summary and "needs a GPU reset" in q01["gpu-node-7"].summary
     sources = {f.host: f.status for f in findings if f.id == "Q00-signal-sources" and f.host}
     assert sources == {"gpu-node-6": "warn", "gpu-node-8": "fail"}  # missing sources are findings, per node
     assert q01["gpu-node-8"].summary.startswith("XIDs and row remapping not evaluated")
     assert len(quarantined(hc)) <= max_nodes
+
+
+def test_a_deleted_or_emptied_ledger_is_restored_from_the_nodes(hc: HealthCluster) -> None:
+    # issue 29: a ledger edited to no entries, or deleted, started from zero without a trace
+    fatal_on(hc, 1, 2, 3, 4)
+    hc.at(NOW)
+    run(hc)
+    assert sorted(quarantined(hc)) == ["gpu-node-1", "gpu-node-2"]
+    path = f"/api/v1/namespaces/{SYSTEM_NAMESPACE}/configmaps/{BREAKER_CONFIGMAP}"
+    for step, t in ((0, NOW + 600), (1, NOW + 900)):
+        if step == 0:
+            hc.kube.request("DELETE", path)
+        else:
+            hc.kube.request("PATCH", path, body={"data": {"ledger.json": '{"version": 2, "entries": []}'}},
+                            content_type="application/merge-patch+json")  # fmt: skip
+        hc.at(t)
+        findings = run(hc, local=t)
+        assert sorted(quarantined(hc)) == ["gpu-node-1", "gpu-node-2"], step  # nothing freed
+        q02 = by_host(findings, "Q02-circuit-breaker")[None]
+        assert q02.status == "warn" and "the ledger lacked 2 quarantine(s) the nodes record" in q02.evidence
+        data = json.loads(
+            (hc.api.get("v1", "ConfigMap", BREAKER_CONFIGMAP, SYSTEM_NAMESPACE) or {})["data"]["ledger.json"]
+        )
+        assert [e["node"] for e in data["entries"]] == ["gpu-node-1", "gpu-node-2"]  # written back, marked
+        assert all("restored from the node" in e["by"] for e in data["entries"])
+        if step == 0:  # a new ledger says when and why it was started
+            assert "deleted" in data["created"]["reason"] and data["created"]["at"] == t
+    hc.at(NOW + 3600 + 300)
+    run(hc, local=NOW + 3600 + 300)  # an hour on, the budget is back
+    assert len(quarantined(hc)) == 4
+
+
+def test_an_api_server_replica_with_its_clock_ahead_is_not_obeyed(hc: HealthCluster) -> None:
+    # issue 29: a replica 40 min ahead freed the budget early (4 approvals in 25 min)
+    fatal_on(hc, 1, 2, 3, 4)
+    hc.at(NOW)
+    run(hc)
+    hc.at(NOW + 25 * 60 + 40 * 60)
+    findings = run(hc, local=NOW + 25 * 60)
+    assert sorted(quarantined(hc)) == ["gpu-node-1", "gpu-node-2"]
+    q02 = by_host(findings, "Q02-circuit-breaker")[None]
+    assert q02.status == "fail" and "differ by 2400 s" in q02.summary and "chronyc tracking" in q02.fix
+    node = by_host(findings, "Q01-gpu-health")["gpu-node-3"]
+    assert node.status == "fail" and "does not trust the API server's clock" in node.summary
+    # the correct replica again: the ledger holds no time from the future, the window still counts
+    hc.at(NOW + 25 * 60)
+    run(hc, local=NOW + 25 * 60)
+    assert len(quarantined(hc)) == 2

@@ -25,6 +25,7 @@ from gpustack.constants import (
 from gpustack.diag.job import DiagSpec
 from gpustack.diag.runner import DiagOptions, run_diag
 from gpustack.errors import GpustackError
+from gpustack.health.breaker import MARGIN
 from gpustack.health.manifests import health_manifests, rbac_rules
 from gpustack.health.policy import Settings
 from gpustack.health.runner import HealthOptions, release_node, run_health
@@ -63,6 +64,13 @@ def ledger(hc: HealthCluster) -> list[dict]:
 def test_healthy_cluster_changes_nothing(hc: HealthCluster) -> None:
     findings = health(hc, apply=True)
     assert {f.status for f in findings} == {"pass"}
+    # no node is touched; the run records its limit in the breaker's ledger (every --apply run does)
+    writes = hc.api.mutating_requests()
+    assert writes and all("/configmaps" in path or "/nodes" not in path for _, path, _ in writes)
+    assert [(x["window"], x["limit"]) for x in json.loads(hc.api.get("v1", "ConfigMap", BREAKER_CONFIGMAP,
+            SYSTEM_NAMESPACE)["data"]["ledger.json"])["limits"]] == [(3600, 2)]  # fmt: skip
+    hc.api.reset_requests()
+    health(hc, apply=True, now=NOW + 20)  # renewed only once half its window has passed
     assert hc.api.mutating_requests() == []
 
 
@@ -116,9 +124,9 @@ def test_the_breaker_stops_the_n_plus_first_quarantine(hc: HealthCluster) -> Non
     assert next(f for f in findings if f.id == "Q02-circuit-breaker").summary == (
         "2 of 2 quarantine(s) per 60 min used; held: gpu-node-3 (2 per 60 min (this run), all used)"
     )
-    # still held on the next run within the window, let through once the window has passed
+    # still held on the next run within the window, let through once the window (and its margin) has passed
     assert node_finding(health(hc, apply=True, now=NOW + 600), "gpu-node-3").status == "fail"
-    assert node_finding(health(hc, apply=True, now=NOW + 3700), "gpu-node-3").status == "warn"
+    assert node_finding(health(hc, apply=True, now=NOW + 3600 + MARGIN + 1), "gpu-node-3").status == "warn"
 
 
 def test_two_evaluators_racing_spend_the_budget_once(hc: HealthCluster) -> None:

@@ -37,7 +37,7 @@ def rules(s: Snapshot, node: str = "gpu-1") -> list[tuple[str, str]]:
 
 
 def test_version_comes_from_the_data() -> None:
-    assert POLICY_VERSION == "2"
+    assert POLICY_VERSION == "3"
 
 
 def test_healthy() -> None:
@@ -102,11 +102,11 @@ def test_row_remapping_failure_pending_and_growth() -> None:
     s = snap(remap_failures=[GpuSample("gpu-1", "1", "u1", 1)], remap_pending=[GpuSample("gpu-2", "6", "u6", 1)],
              growth=[GpuSample("gpu-2", "6", "u6", 3.0)])  # fmt: skip
     assert rules(s) == [("row-remap-failure", "rma")]
-    assert rules(s, "gpu-2") == [("row-remap-pending", "alert"), ("uncorrectable-remapped-rows-growth", "alert")]
+    # a pending remap quarantines for a reset, as DCGM rates DCGM_FR_PENDING_ROW_REMAP (DCGM_ERROR_RESET)
+    assert rules(s, "gpu-2") == [("row-remap-pending", "reset"), ("uncorrectable-remapped-rows-growth", "alert")]
     v2 = verdict(s, "gpu-2")
-    assert (
-        not v2.quarantine and "3 more row(s)" in v2.signals[1].detail and "pending a GPU reset" in v2.signals[1].detail
-    )
+    assert v2.quarantine and v2.action is not None and v2.action.id == "reset"
+    assert "3 more row(s)" in v2.signals[1].detail and "pending a GPU reset" in v2.signals[1].detail
     assert [x.rule for x in state_signals(v2)] == ["row-remap-pending"]  # release waits for the reset
 
 
@@ -151,3 +151,41 @@ def test_breaker_limit() -> None:
     assert Settings(max_nodes=20, max_percent=10).limit(100) == 10
     assert Settings(max_nodes=2, max_percent=10).limit(3) == 1  # rounded up: a small cluster can quarantine one
     assert Settings(max_nodes=0, max_percent=10).limit(100) == 0
+
+
+@pytest.mark.parametrize(
+    ("value", "action", "name"),
+    [(0, None, ""), (1, "reset", "GPU_RESET"), (2, "reboot", "NODE_REBOOT"), (3, "alert", "DRAIN_P2P"),
+     (4, "reset", "DRAIN_AND_RESET"), (9, "alert", "unknown value 9")],
+)  # fmt: skip
+def test_the_drivers_recovery_action_is_acted_on_as_dcgm_rates_it(value: int, action: str | None, name: str) -> None:
+    # DCGM 4.6 MonitorGpuRecoveryAction: GPU_RESET, NODE_REBOOT, DRAIN_AND_RESET fail the GPU, DRAIN_P2P warns
+    s = snap(recovery=[GpuSample("gpu-1", "2", "u2", float(value)), GpuSample("gpu-2", "0", "u0", 0.0)])
+    got = rules(s)
+    assert got == ([] if action is None else [("gpu-recovery-action", action)])
+    if action is not None:
+        sig = verdict(s).signals[0]
+        assert name in sig.detail and sig.gpu == "2"
+        assert [x.rule for x in state_signals(verdict(s))] == ["gpu-recovery-action"]  # release waits for NONE
+    assert not verdict(s, "gpu-2").signals
+
+
+@pytest.mark.parametrize(
+    ("code", "without", "with_recovery"),
+    [(144, "reset", "alert"), (145, "reset", "alert"), (146, "reset", "alert"), (149, "reset", "alert"),
+     (147, "alert", "alert"), (148, "alert", "alert"), (150, "reset", "reset")],
+)  # fmt: skip
+def test_nvlink5_xids_by_the_decode_sheet_and_the_drivers_verdict(code: int, without: str, with_recovery: str) -> None:
+    # the catalogue's "Xid 144-150 Decode": 147/148 IGNORE on every row, 150 RESET_GPU on every row, 144-146/149
+    # by subcode, which the metric does not carry: the driver's recovery action decides where the GPU reports it
+    xid = [GpuSample("gpu-1", "1", "u1", 1.0, code)]
+    assert rules(snap(xids=xid)) == [(f"xid-{code}", without)]
+    reported = snap(xids=xid, recovery=[GpuSample("gpu-1", "1", "u1", 0.0)])
+    assert rules(reported) == [(f"xid-{code}", with_recovery)]
+    # a fatal subcode: the driver asks for a reset, and the node is quarantined for it
+    fatal = snap(xids=xid, recovery=[GpuSample("gpu-1", "1", "u1", 1.0)])
+    v = verdict(fatal)
+    assert v.quarantine and v.action is not None and v.action.id == "reset"
+    # another GPU's recovery series does not decide for this one
+    other = snap(xids=xid, recovery=[GpuSample("gpu-1", "5", "u5", 0.0)])
+    assert rules(other) == [(f"xid-{code}", without)]

@@ -17,9 +17,9 @@ from gpustack.render.values import render_values
 from tests.unit.render.test_values import VARIANTS
 
 RULES = Path(__file__).resolve().parents[3] / "gpustack" / "templates" / "monitoring" / "gpu-alerts.rules.yaml"
-#: every XID issue 17 names, and the action gpustack chose
+#: every XID issue 17 names, and the action gpustack chose (144-150 as issue 29 corrected them)
 NAMED = {95: "reset", 140: "reset", 46: "reset", 62: "reset", 109: "reset", 110: "reset", 136: "reset", 143: "reset",
-         **dict.fromkeys(range(144, 151), "reset"), 155: "reset", 156: "reset", 158: "reset", 160: "alert",
+         **dict.fromkeys((144, 145, 146, 149, 150), "reset"), 147: "alert", 148: "alert", 155: "reset", 156: "reset", 158: "reset", 160: "alert",
          162: "alert", 63: "alert", 92: "alert", 94: "alert", 48: "reset", 64: "rma", 74: "reset", 79: "reboot",
          119: "reset", 120: "reset"}  # fmt: skip
 
@@ -107,4 +107,5 @@ def test_the_rendered_exporter_config_emits_what_the_policy_reads(variant: str) 
            else values["gpu-operator"]["dcgmExporter"]["config"]["data"])  # fmt: skip
     names = {c.name for c in parse_counters(csv).counters}
     assert {"DCGM_EXP_XID_ERRORS_COUNT", "DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_ROW_REMAP_FAILURE",
-            "DCGM_FI_DEV_ROW_REMAP_PENDING", "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"} <= names  # fmt: skip
+            "DCGM_FI_DEV_ROW_REMAP_PENDING", "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+            "DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION"} <= names  # fmt: skip

@@ -68,9 +68,9 @@ def test_shipped_csv() -> None:
 
 def test_series_budget() -> None:
     estimate = estimate_series(load_counters())
-    assert estimate.per_gpu == 25
+    assert estimate.per_gpu == 26  # 25 + the driver's recovery action (issue 29)
     assert estimate.within_budget()
-    assert estimate_series(load_counters(), pods_per_gpu=2).per_gpu == 50 > SERIES_BUDGET_PER_GPU
+    assert estimate_series(load_counters(), pods_per_gpu=2).per_gpu == 52 > SERIES_BUDGET_PER_GPU
 
 
 @pytest.mark.parametrize(
