@@ -111,8 +111,12 @@ def renew_and_restart(cp: ControlPlane, cfg: Config) -> datetime | None:
     assert done.returncode == 0, done.stderr
     args = list(cp.processes["kube-apiserver"].args)  # type: ignore[arg-type]
     proc = cp.processes["kube-apiserver"]
-    proc.terminate()
-    proc.wait(timeout=60)
+    proc.terminate()  # the kubelet stops a static pod's container the same way, SIGKILL after its grace period
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=30)
     cp.spawn("kube-apiserver", args)
     cp.wait_healthy("kube-apiserver", f"{cp.url}/readyz", cp.admin_tls())
     return served_certificate_expiry(kp.LOOPBACK, cp.ports.apiserver)

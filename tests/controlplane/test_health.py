@@ -22,6 +22,7 @@ import pytest
 from gpustack.config.model import Config
 from gpustack.console import Console
 from gpustack.constants import (
+    ANN_QUARANTINE_HISTORY,
     BREAKER_CONFIGMAP,
     HEALTH_CRONJOB,
     HEALTH_FIELD_MANAGER,
@@ -120,13 +121,16 @@ def options(prom: FakePrometheus, *, max_nodes: int = 2, nodes: tuple[str, ...] 
 
 
 def reset(cp: ControlPlane, kube: Kube) -> None:
-    """No ledger, no quarantine left by an earlier test."""
+    """No ledger, no quarantine left by an earlier test, and no node's quarantine history (the breaker's second
+    record, which outlives a release and a deleted ledger): a cluster that never quarantined."""
     kubectl(cp, "delete", "configmap", BREAKER_CONFIGMAP, f"--namespace={SYSTEM_NAMESPACE}", "--ignore-not-found")
     for name in NODES:
         node = kube.get("v1", "Node", name) or {}
         if actions.is_quarantined(node):
             kube.request("PATCH", f"/api/v1/nodes/{name}", body=actions.release_patch(node, by="test", at="now"),
                          content_type=ledger.MERGE)  # fmt: skip
+        kube.request("PATCH", f"/api/v1/nodes/{name}", body={"metadata": {"annotations": {ANN_QUARANTINE_HISTORY: None}}},
+                     content_type=ledger.MERGE)  # fmt: skip
 
 
 def quarantined(kube: Kube) -> list[str]:
