@@ -125,8 +125,10 @@ class Console:
 
         self.out.print(Text(wrap_words(text, self.width)), soft_wrap=True)
 
-    def warn(self, msg: str) -> None:
-        self._say(self.out, "warning", "warn", msg)
+    def warn(self, msg: str, *, stderr: bool = False) -> None:
+        """``warning: msg``, literal, on stdout (beside the output it is about) or on ``stderr`` (a notice that
+        must not mix with JSON or a password on stdout)."""
+        self._say(self.err if stderr else self.out, "warning", "warn", msg)
 
     def error(self, msg: str, hint: str | None = None) -> None:
         """Print an error (and its fix) on stderr."""
