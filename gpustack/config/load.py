@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import codecs
 import os
+import re
 import socket
 import stat
 from collections.abc import Iterable, Mapping
@@ -93,6 +94,10 @@ _OPEN = (yaml.FlowSequenceStartToken, yaml.FlowMappingStartToken, yaml.BlockSequ
 _CLOSE = (yaml.FlowSequenceEndToken, yaml.FlowMappingEndToken, yaml.BlockEndToken)
 
 
+#: a YAML library's own nesting-limit error (libyaml since 0.2.6: "exceeded max depth of 1000")
+DEPTH_PROBLEM = re.compile(r"(?i)max(imum)? (nesting )?depth|nesting (level|depth)")
+
+
 def _check_depth(text: str, filename: str) -> None:
     depth = 0
     for tok in yaml.scan(text, Loader=_LOADER):
@@ -119,6 +124,9 @@ def _compose(text: str, filename: str) -> tuple[Any, dict[Key, int]]:
         mark = getattr(exc, "problem_mark", None)
         where = f"{filename}:{mark.line + 1}:{mark.column + 1}" if mark else filename
         problem = getattr(exc, "problem", None) or str(exc)
+        if DEPTH_PROBLEM.search(problem):  # a libyaml with a depth limit of its own: the same bound, said one way
+            where = f"{filename}:{mark.line + 1}" if mark else filename
+            problem = f"nested more than {MAX_DEPTH} levels deep"
         raise ConfigError(f"{where}: invalid YAML: {problem}") from None
     lines: dict[Key, int] = {}
     if node is None:
