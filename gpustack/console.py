@@ -46,6 +46,14 @@ MESSAGE_VALUE_LIMIT = 120
 DEFAULT_WIDTH = 80
 
 
+def literal(value: object) -> str:
+    """``value`` as console markup that prints as written: user text (a config key, a value, a path, a host or
+    node name, a remote system's output) inside a styled line or a table cell is never read as markup."""
+    from rich.markup import escape
+
+    return escape(str(value))
+
+
 def shorten(value: object, limit: int = MESSAGE_VALUE_LIMIT) -> str:
     """``value`` as text for a message: at most ``limit`` characters, the rest said in numbers."""
     text = str(value)
@@ -99,14 +107,22 @@ class Console:
         return self.out.width or DEFAULT_WIDTH
 
     def print(self, *args: Any, **kw: Any) -> None:
+        """Console markup, for lines gpustack styles itself: anything from the user or a remote system in it
+        (a key, value, path, host name, node, remote output) goes in through :func:`literal`."""
         self.out.print(*args, **kw)
 
     def info(self, msg: str) -> None:
-        self.out.print(msg)
+        """A line of literal text (never markup)."""
+        from rich.text import Text
+
+        self.out.print(Text(msg), soft_wrap=True)
 
     def debug(self, msg: str) -> None:
+        """A line of literal text, dimmed, shown with ``-v``."""
         if self.verbosity > 0:
-            self.out.print(f"[dim]{msg}[/dim]")
+            from rich.text import Text
+
+            self.out.print(Text(msg, style="dim"), soft_wrap=True)
 
     def _say(self, to: RichConsole, label: str, style: str, msg: str) -> None:
         """``label: msg``, wrapped at word boundaries to the width; the text is literal (a path or
@@ -137,7 +153,8 @@ class Console:
             self._say(self.err, "hint", "hint", hint)
 
     def table(self, title: str, columns: list[str], rows: list[list[str]]) -> None:
-        """A table whose cells are console markup; see :func:`grid` for the layout."""
+        """A table whose cells are console markup (user text in them through :func:`literal`); its title is
+        literal text. See :func:`grid` for the layout."""
         # soft_wrap: what grid laid out is printed as it is (a token longer than the terminal is
         # left whole for the terminal to fold, never cut or broken by rich)
         self.out.print(grid(title, columns, rows, width=self.width), soft_wrap=True)
@@ -222,18 +239,19 @@ def grid(
     right: Sequence[int] = (),
     footer: Sequence[str] | None = None,
 ) -> RenderableType:
-    """A table (cells are console markup) laid out for ``width`` columns: boxed, with column widths
+    """A table (cells are console markup, the title literal text) laid out for ``width`` columns: boxed, with column widths
     from :func:`column_widths`, or one block per record when no boxed table fits (each field on its
     own line, ``key  value``, the value wrapped at word boundaries). ``right``: right-aligned columns
     (numbers); ``footer``: a last row (a total) set apart."""
     from rich.table import Table
+    from rich.text import Text
 
     everything = [*rows, *([footer] if footer is not None else [])]
     plain = [[_text(c).plain for c in r] for r in everything]
     widths = column_widths(columns, plain, width, [c in WHOLE_COLUMNS or c in COMMAND_COLUMNS for c in columns])
     if widths is None:
         return _blocks(title, columns, everything, width)
-    t = Table(title=title or None, title_justify="left", show_lines=False)
+    t = Table(title=Text(title) if title else None, title_justify="left", show_lines=False)
     for i, (c, w) in enumerate(zip(columns, widths, strict=True)):
         t.add_column(c, width=w, no_wrap=w >= longest_line(c, plain, i), justify="right" if i in right else "left")
     for r in rows:

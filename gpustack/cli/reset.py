@@ -17,6 +17,7 @@ from gpustack.cli.options import (
     run_flags,
     split_csv,
 )
+from gpustack.console import literal
 
 
 def reset(
@@ -54,7 +55,7 @@ def reset(
         forget=forget,
     )
     nodes = select_nodes(cfg, opts.nodes)
-    console.print(f"[stage]reset[/stage] cluster {cfg.cluster.name}{' (dry run)' if dry_run else ''}:")
+    console.print(f"[stage]reset[/stage] cluster {literal(cfg.cluster.name)}{' (dry run)' if dry_run else ''}:")
     for line in describe(cfg, nodes, opts):
         console.print(f"  - {line}", markup=False)
     if not dry_run:
