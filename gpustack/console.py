@@ -9,11 +9,13 @@ hanging indent, and a value too long to be useful in a message is shortened (:fu
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
 import textwrap
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -44,6 +46,35 @@ COMMAND_COLUMNS = frozenset({"fix", "runs"})
 MESSAGE_VALUE_LIMIT = 120
 #: the width used when the output is not a terminal and $COLUMNS is not set
 DEFAULT_WIDTH = 80
+#: seconds a wait goes on silently before a terminal is told what it waits for
+WAIT_NOTICE_AFTER = 1.5
+
+
+@contextlib.contextmanager
+def waiting(what: str, *, stream: Any = None, after: float | None = None) -> Iterator[None]:
+    """Around a wait that is usually short (a connection): when the block still runs after ``after`` seconds
+    and stderr (``stream``) is a terminal, one line there says what is waited for and for how long at most
+    (``waiting for WHAT ...``). Nothing is said on a pipe or a file, or when the wait ends in time."""
+    stream = stream or sys.stderr
+    if not (hasattr(stream, "isatty") and stream.isatty()):
+        yield
+        return
+
+    def notice() -> None:
+        from rich.console import Console as RichConsole
+        from rich.text import Text
+
+        no_color = bool(os.environ.get("NO_COLOR") or os.environ.get("GPUSTACK_NO_COLOR"))
+        out = RichConsole(file=stream, highlight=False, soft_wrap=True, no_color=no_color)
+        out.print(Text(f"waiting for {what} ...", style="dim"))
+
+    timer = threading.Timer(WAIT_NOTICE_AFTER if after is None else after, notice)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
 
 
 def literal(value: object) -> str:
