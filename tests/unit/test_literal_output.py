@@ -6,7 +6,6 @@ the file does not have, or raise rich's MarkupError on ``[/x]``)."""
 from __future__ import annotations
 
 import io
-import json
 import os
 import subprocess
 import sys
