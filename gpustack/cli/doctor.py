@@ -8,11 +8,18 @@ from typing import Annotated
 import typer
 
 from gpustack.cli.diagnose import list_checks, run_diagnose
-from gpustack.cli.options import CheckArgs, check_options, output_file_callback
+from gpustack.cli.options import CheckArgs, check_options, examples, output_file_callback
 from gpustack.errors import UsageError
 
+#: the examples at the end of its help page
+EXAMPLES = examples(
+    "gpustack doctor",
+    "gpustack doctor --fix",
+    "gpustack doctor --bundle support.tar.gz   # for a bug report",
+)
 
-@check_options
+
+@check_options(runs_ansible=True)
 def doctor(
     args: CheckArgs,
     fix: Annotated[

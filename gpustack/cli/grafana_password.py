@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from gpustack.cli.options import ConfigOpt, ContextOpt, KubeconfigOpt, console_for, load_config
+from gpustack.cli.options import ConfigOpt, ContextOpt, KubeconfigOpt, console_for, examples, load_config
+
+#: the examples at the end of its help page
+EXAMPLES = examples(
+    "gpustack grafana-password | xclip -selection clipboard",
+)
 
 HINT = (
     "for gpustack's own cluster run `gpustack up` first; for another cluster pass --kubeconfig FILE "

@@ -11,12 +11,13 @@ import typer
 from gpustack.cli.options import (
     ConfigOpt,
     ContextOpt,
+    DetailOpt,
     KubeconfigOpt,
     OutputOpt,
     SaveOpt,
-    VerboseOpt,
     YesOpt,
     console_for,
+    examples,
     split_csv,
 )
 from gpustack.console import literal
@@ -31,6 +32,12 @@ health_app = typer.Typer(
     help="GPU fault quarantine: evaluate the XID policy (dry run), --apply to quarantine, release NODE, show the policy.",
     invoke_without_command=True,
     no_args_is_help=False,
+    epilog=examples(
+        "gpustack health                # what the policy would do now (dry run)",
+        "gpustack health --apply",
+        "gpustack health policy",
+        "gpustack health release gpu-worker-1",
+    ),
 )
 
 InClusterOpt = Annotated[bool, typer.Option("--in-cluster", help="use the pod's ServiceAccount (gpustack's CronJob)")]
@@ -137,7 +144,7 @@ def health(
     config: ConfigOpt = None,
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
-    verbose: VerboseOpt = 0,
+    verbose: DetailOpt = 0,
 ) -> None:
     """Evaluate the GPU fault policy on every GPU node; --apply quarantines (cordon + taint gpustack.io/gpu-health=fatal:NoSchedule).
 
@@ -174,7 +181,11 @@ def health(
     raise typer.Exit(report.exit_code(findings))
 
 
-@health_app.command("policy")
+@health_app.command(
+    "policy",
+    short_help="Each XID's action (alert, reset, reboot, RMA) and why",
+    epilog=examples("gpustack health policy", "gpustack health policy -o json"),
+)
 def policy(
     output: Annotated[str, typer.Option("--output", "-o", metavar="FORMAT", help="table or json")] = "table",
 ) -> None:
@@ -204,14 +215,20 @@ def policy(
     console.info(f"sources: {sources}")
 
 
-@health_app.command("release")
+@health_app.command(
+    "release",
+    short_help="Lift gpustack's quarantine of a node",
+    epilog=examples(
+        "gpustack diag -r 2 -n gpu-worker-1   # first, for a reset", "gpustack health release gpu-worker-1"
+    ),
+)
 def release(
     node: Annotated[str, typer.Argument(metavar="NODE", help="the quarantined node")],
     yes: YesOpt = False,
     config: ConfigOpt = None,
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
-    verbose: VerboseOpt = 0,
+    verbose: DetailOpt = 0,
 ) -> None:
     """Release a node gpustack quarantined, once what its action demands is done: a passing `gpustack diag
     --node NODE --level 2` since the quarantine, and for `reboot`/`rma` a reboot since (a new boot ID).

@@ -7,7 +7,13 @@ from typing import Annotated
 
 import typer
 
-from gpustack.cli.options import console_for
+from gpustack.cli.options import console_for, examples
+
+#: the examples at the end of its help page
+EXAMPLES = examples(
+    "gpustack init                  # ./gpustack.yaml: list your nodes in it",
+    "gpustack init site.yaml --force",
+)
 
 
 def init(

@@ -15,6 +15,7 @@ from gpustack.cli.options import (
     YesOpt,
     confirm_or_refuse,
     console_for,
+    examples,
     load_config,
     run_flags,
     split_csv,
@@ -30,7 +31,11 @@ NamesArg = Annotated[
 ]
 
 
-@node_app.command("add")
+@node_app.command(
+    "add",
+    short_help="Join nodes added to gpustack.yaml to the cluster",
+    epilog=examples("gpustack plan node-add w3        # what would change, first", "gpustack node add w3 w4"),
+)
 def add(
     names: NamesArg,
     config: ConfigOpt = None,
@@ -81,7 +86,13 @@ def add(
         verify_after(cfg, console, "the nodes joined")
 
 
-@node_app.command("remove")
+@node_app.command(
+    "remove",
+    short_help="Drain, reset and delete nodes (PDBs checked first)",
+    epilog=examples(
+        "gpustack node remove w3 --dry-run   # the drain preview", "gpustack node remove w3 --offline   # a dead host"
+    ),
+)
 def remove(
     names: NamesArg,
     config: ConfigOpt = None,
@@ -92,7 +103,10 @@ def remove(
     timeout: Annotated[
         float,
         typer.Option(
-            "--timeout", metavar="SECONDS", help="seconds the drain may take before it gives up (and uncordons)"
+            "--timeout",
+            metavar="SECONDS",
+            show_default=False,
+            help="how long the drain may take before it gives up and uncordons (default: 300 s)",
         ),
     ] = 300.0,
     dry_run: Annotated[

@@ -47,16 +47,20 @@ def output_file_callback(ctx: typer.Context, param: typer.CallbackParam, value: 
     return value
 
 
+#: where the config comes from, in the order gpustack looks (gpustack/config/load.py find_config_file)
+CONFIG_LOOKUP = "default: $GPUSTACK_CONFIG, else ./gpustack.yaml, else this machine as a single node"
 ConfigOpt = Annotated[
     Path | None,
-    typer.Option(
-        "--config",
-        "-c",
-        metavar="FILE",
-        help="gpustack.yaml (default: ./gpustack.yaml, $GPUSTACK_CONFIG, else this machine as a single node)",
-    ),
+    typer.Option("--config", "-c", metavar="FILE", help=f"gpustack.yaml ({CONFIG_LOOKUP})"),
 ]
-VerboseOpt = Annotated[int, typer.Option("--verbose", "-v", count=True, help="more output (-vv: Ansible -v)")]
+#: -v where Ansible runs (up, upgrade, reset, node add/remove, doctor --fix): -vv and more reach it
+VerboseOpt = Annotated[
+    int, typer.Option("--verbose", "-v", count=True, show_default=False, help="more output (-vv: Ansible -v)")
+]
+#: -v where no Ansible runs
+DetailOpt = Annotated[
+    int, typer.Option("--verbose", "-v", count=True, show_default=False, help="more output (every step and request)")
+]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="do not ask for confirmation")]
 AcceptKeysOpt = Annotated[
     bool, typer.Option("--accept-new-host-keys", help="trust and record SSH host keys seen for the first time")
@@ -93,6 +97,11 @@ FromOpt = Annotated[
         "--from", metavar="STAGE", help="start at this stage (one of --only's)", autocompletion=complete_stages
     ),
 ]
+
+
+def examples(*lines: str) -> str:
+    """A help page's examples, as its epilog (click keeps a paragraph that starts with \\b as written)."""
+    return "\b\nExamples:\n" + "\n".join(f"  {line}" for line in lines)
 
 
 def split_csv(values: list[str] | None, flag: str = "") -> list[str]:
@@ -237,7 +246,7 @@ class CheckArgs:
     save_snapshot: SnapOutOpt = None
     kubeconfig: KubeconfigOpt = None
     context: ContextOpt = None
-    verbose: VerboseOpt = 0
+    verbose: DetailOpt = 0  # doctor's: VerboseOpt (check_options(runs_ansible=True))
 
     def selection(self) -> dict[str, Any]:
         """The DiagnoseOptions fields these options set."""
@@ -254,33 +263,40 @@ class CheckArgs:
         }
 
 
-def check_options(fn: Callable[..., None]) -> Callable[..., None]:
+def check_options(*, runs_ansible: bool = False) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """Give a command the :class:`CheckArgs` options: ``fn(args: CheckArgs, **its_own_options)``.
 
     Typer reads a command's options from its signature, so the wrapper's signature is the command's
-    shared options, its own, then --verbose (declared once, on :class:`CheckArgs`)."""
-    hints = typing.get_type_hints(CheckArgs, include_extras=True)
-    shared = [
-        inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=hints[f.name])
-        for f in fields(CheckArgs)
-    ]
-    own_hints = typing.get_type_hints(fn, include_extras=True)
-    own = [
-        p.replace(kind=inspect.Parameter.KEYWORD_ONLY, annotation=own_hints[p.name])
-        for p in inspect.signature(fn).parameters.values()
-        if p.name != "args"
-    ]
-    names = {f.name for f in fields(CheckArgs)}
+    shared options, its own, then --verbose (declared once, on :class:`CheckArgs`; where the command can
+    run Ansible, ``runs_ansible``, its help says that -vv reaches it)."""
 
-    def command(**kwargs: Any) -> None:
-        args = CheckArgs(**{k: kwargs.pop(k) for k in list(kwargs) if k in names})
-        fn(args, **kwargs)
+    def decorate(fn: Callable[..., None]) -> Callable[..., None]:
+        hints = typing.get_type_hints(CheckArgs, include_extras=True)
+        if runs_ansible:
+            hints["verbose"] = VerboseOpt
+        shared = [
+            inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=hints[f.name])
+            for f in fields(CheckArgs)
+        ]
+        own_hints = typing.get_type_hints(fn, include_extras=True)
+        own = [
+            p.replace(kind=inspect.Parameter.KEYWORD_ONLY, annotation=own_hints[p.name])
+            for p in inspect.signature(fn).parameters.values()
+            if p.name != "args"
+        ]
+        names = {f.name for f in fields(CheckArgs)}
 
-    params = [p for p in shared if p.name != "verbose"] + own + [p for p in shared if p.name == "verbose"]
-    command.__signature__ = inspect.Signature(params, return_annotation=None)  # type: ignore[attr-defined]
-    command.__annotations__ = {p.name: p.annotation for p in params}
-    command.__name__ = fn.__name__
-    command.__qualname__ = fn.__qualname__
-    command.__doc__ = fn.__doc__
-    command.__module__ = fn.__module__
-    return command
+        def command(**kwargs: Any) -> None:
+            args = CheckArgs(**{k: kwargs.pop(k) for k in list(kwargs) if k in names})
+            fn(args, **kwargs)
+
+        params = [p for p in shared if p.name != "verbose"] + own + [p for p in shared if p.name == "verbose"]
+        command.__signature__ = inspect.Signature(params, return_annotation=None)  # type: ignore[attr-defined]
+        command.__annotations__ = {p.name: p.annotation for p in params}
+        command.__name__ = fn.__name__
+        command.__qualname__ = fn.__qualname__
+        command.__doc__ = fn.__doc__
+        command.__module__ = fn.__module__
+        return command
+
+    return decorate

@@ -7,8 +7,15 @@ from typing import Annotated
 import typer
 
 from gpustack import commands
-from gpustack.cli.options import ConfigOpt, FromOpt, complete_stages, console_for, load_config, split_csv
+from gpustack.cli.options import ConfigOpt, FromOpt, complete_stages, console_for, examples, load_config, split_csv
 from gpustack.console import literal
+
+#: the examples at the end of its help page
+EXAMPLES = examples(
+    "gpustack plan                  # what `up` would do, on which hosts",
+    "gpustack plan node-add w3",
+    "gpustack plan upgrade --to 1.36",
+)
 
 _EVERY = "; ".join(f"{c}: {', '.join(s.stage_ids)}" for c, s in commands.SEQUENCES.items())
 PlanStagesOpt = Annotated[

@@ -7,8 +7,15 @@ from typing import Annotated
 
 import typer
 
-from gpustack.cli.options import ConfigOpt, console_for, load_config
+from gpustack.cli.options import ConfigOpt, console_for, examples, load_config
 from gpustack.errors import UsageError
+
+#: the examples at the end of its help page
+EXAMPLES = examples(
+    "gpustack render --out rendered",
+    "gpustack render --out rendered --facts RUN/facts",
+    "gpustack render --out rendered --force   # over files you edited there",
+)
 
 
 def render(
@@ -20,6 +27,10 @@ def render(
         Path | None,
         typer.Option(metavar="DIR", help="a run's facts/ directory (preflight output): values then follow those hosts"),
     ] = None,
+    force: Annotated[
+        bool,
+        typer.Option("--force", help="overwrite files in DIR that gpustack did not write there (or that were edited)"),
+    ] = False,
 ) -> None:
     """Write every generated file (inventory, extravars, kubeadm config, Helm values, manifests) to DIR."""
     from gpustack.render.files import load_facts, render_to
@@ -28,10 +39,12 @@ def render(
     console = console_for()
     if facts is not None and not facts.is_dir():
         raise UsageError(f"--facts {facts}: not a directory (use <state>/runs/<run>/facts)")
-    result = render_to(cfg, out, facts=load_facts(facts))
+    result = render_to(cfg, out, facts=load_facts(facts), force=force)
     for path, size in result.written:
         console.print(f"{path}  ({size:,} bytes)", markup=False)
     for path in result.removed:
         console.print(f"{path}  (removed: no longer generated)", markup=False)
+    for path, why in result.replaced:
+        console.warn(f"overwrote {path} (--force): {why}")
     for path, why in result.kept:
         console.warn(f"kept {path}: an earlier render listed it, but {why}")

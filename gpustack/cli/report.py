@@ -6,7 +6,14 @@ from typing import Annotated
 
 import typer
 
-from gpustack.cli.options import ConfigOpt, ContextOpt, KubeconfigOpt, VerboseOpt, console_for, load_config
+from gpustack.cli.options import ConfigOpt, ContextOpt, DetailOpt, KubeconfigOpt, console_for, examples, load_config
+
+#: the examples at the end of its help page
+EXAMPLES = examples(
+    "gpustack report                # the last 30 days, per namespace",
+    "gpustack report --since 7d --by team --team-label team",
+    "gpustack report --price 2.5 -o csv > gpu-hours.csv",
+)
 
 
 def report(
@@ -42,7 +49,7 @@ def report(
     ] = None,
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
-    verbose: VerboseOpt = 0,
+    verbose: DetailOpt = 0,
 ) -> None:
     """GPU-hours allocated, used and idle, cost, capacity and its forecast. Exit 0 ok, 1 failure, 2 usage,
     3 Prometheus unreachable."""

@@ -13,11 +13,19 @@ from gpustack.cli.options import (
     YesOpt,
     confirm_or_refuse,
     console_for,
+    examples,
     load_config,
     run_flags,
     split_csv,
 )
 from gpustack.console import literal
+
+#: the examples at the end of its help page
+EXAMPLES = examples(
+    "gpustack reset --dry-run",
+    "gpustack reset --node w3",
+    "gpustack reset --purge --forget",
+)
 
 
 def reset(

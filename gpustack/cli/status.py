@@ -7,8 +7,14 @@ from typing import Annotated
 
 import typer
 
-from gpustack.cli.options import ConfigOpt, ContextOpt, KubeconfigOpt, VerboseOpt, console_for, load_config
+from gpustack.cli.options import ConfigOpt, ContextOpt, DetailOpt, KubeconfigOpt, console_for, examples, load_config
 from gpustack.errors import ClusterUnreachableError, UsageError
+
+#: the examples at the end of its help page
+EXAMPLES = examples(
+    "gpustack status",
+    "gpustack status -o json --kubeconfig ~/.kube/other",
+)
 
 
 def status(
@@ -16,7 +22,7 @@ def status(
     output: Annotated[str, typer.Option("--output", "-o", metavar="FORMAT", help="table or json")] = "table",
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
-    verbose: VerboseOpt = 0,
+    verbose: DetailOpt = 0,
 ) -> None:
     """Show the cluster: nodes (kubelet versions against the control plane), Helm releases against
     gpustack's pins, the last run and its result, an upgrade in progress. Read-only. Exit 0, or 3

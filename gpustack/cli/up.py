@@ -16,12 +16,21 @@ from gpustack.cli.options import (
     YesOpt,
     confirm_or_refuse,
     console_for,
+    examples,
     load_config,
     run_flags,
     split_csv,
     verify_after,
 )
 from gpustack.console import literal
+
+#: the examples at the end of its help page
+EXAMPLES = examples(
+    "gpustack up                    # this machine, or ./gpustack.yaml's nodes",
+    "gpustack up -c site.yaml --dry-run",
+    "gpustack up --only cluster     # the Helm releases and dashboards again",
+    "gpustack up --bundle /media/bundle   # air-gapped",
+)
 
 
 def version_flags(kubernetes_version: str | None) -> dict[str, object]:

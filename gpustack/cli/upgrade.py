@@ -14,6 +14,7 @@ from gpustack.cli.options import (
     YesOpt,
     confirm_or_refuse,
     console_for,
+    examples,
     load_config,
     run_flags,
 )
@@ -24,6 +25,14 @@ if TYPE_CHECKING:  # the config model is heavy: `gpustack --help` must not impor
     from gpustack.config.model import Config
     from gpustack.console import Console
     from gpustack.engine.options import RunFlags
+
+
+#: the examples at the end of its help page
+EXAMPLES = examples(
+    "gpustack plan upgrade --to 1.36   # each node's turn, first",
+    "gpustack upgrade --to 1.36",
+    "gpustack upgrade --components",
+)
 
 
 def upgrade(

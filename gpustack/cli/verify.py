@@ -7,10 +7,16 @@ from typing import Annotated
 import typer
 
 from gpustack.cli.diagnose import list_checks, run_diagnose
-from gpustack.cli.options import CheckArgs, check_options
+from gpustack.cli.options import CheckArgs, check_options, examples
+
+#: the examples at the end of its help page
+EXAMPLES = examples(
+    "gpustack verify",
+    "gpustack verify --layer gpu-operator,monitoring -o junit --save verify.xml",
+)
 
 
-@check_options
+@check_options()
 def verify(
     args: CheckArgs,
     load: Annotated[

@@ -10,9 +10,15 @@ from typing import Annotated
 import typer
 
 from gpustack import __version__
-from gpustack.cli.options import console_for, load_config
+from gpustack.cli.options import console_for, examples, load_config
 from gpustack.console import Console, literal
 from gpustack.errors import UsageError
+
+#: the examples at the end of its help page
+EXAMPLES = examples(
+    "gpustack version",
+    "gpustack version -c site.yaml -o json",
+)
 
 
 def print_versions(console: Console, cfg: object | None) -> None:

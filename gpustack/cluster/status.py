@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from gpustack.cluster import skew
+from gpustack.cluster.status_certs import gather_certificates, print_certificates
 from gpustack.cluster.upgrade_record import progress_path, read_progress
 from gpustack.config.model import Config
 from gpustack.console import Console, literal
@@ -73,6 +74,8 @@ class Status:
     today: str = ""
     last_run: dict[str, Any] | None = None
     upgrade: dict[str, Any] | None = None
+    #: certificates read without SSH (gpustack/cluster/status_certs.py): what, expires, status, text
+    certificates: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {"command": "status", **asdict(self)}
@@ -296,6 +299,7 @@ def gather(cfg: Config, kube: Kube | None, error: str | None = None) -> Status:
     out = Status(
         cfg.cluster.name, reachable=False, error=error, last_run=last_run(cfg.cluster.name), upgrade=upgrade_record(cfg)
     )
+    out.certificates = gather_certificates(cfg, kube.target if kube is not None else None)
     if kube is None:
         out.not_joined = [n.name for n in cfg.nodes]
         return out
@@ -357,6 +361,7 @@ def print_status(s: Status, console: Console) -> None:
     elif s.reachable and s.nodes:
         console.print(f"support: every component read is within upstream support for 90+ days (as of {s.today})",
                       markup=False)  # fmt: skip
+    print_certificates(s.certificates, console)
     run = s.last_run
     if run:
         when = run.get("finished") or run.get("started")

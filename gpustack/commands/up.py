@@ -94,12 +94,15 @@ STAGES: tuple[Stage, ...] = (
 
 
 def details(cfg: Config, to: str | None) -> list[Table]:
-    """`gpustack plan up` shows the versions the config chooses (as `gpustack version`) and, when nodes share
-    their GPUs, what the cluster stage sets for each (docs/gpu-sharing.md)."""
-    from gpustack.config import compat
+    """`gpustack plan up` shows the versions the config chooses with their end of support (the first table of
+    `gpustack version`, which adds the compatibility matrix, host OS support and every artifact's checksum) and,
+    when nodes share their GPUs, what the cluster stage sets for each (docs/gpu-sharing.md)."""
+    from gpustack.config import compat, support
     from gpustack.render.sharing import plan_rows
 
-    tables = compat.version_tables(cfg)
+    day = support.today()
+    title = f"pins on {day.isoformat()} (end of support); matrix, checksums: `gpustack version`"
+    tables = [(title, ["component", "version", "support ends", "status"], compat.pin_rows(cfg, day))]
     rows = plan_rows(cfg)
     if rows:
         tables.append(("GPU sharing (cluster stage)", ["node", "mode", "setting", "labels (nvidia.com/)"], rows))

@@ -130,9 +130,17 @@ def matrix_rows(cfg: Config | None = None) -> list[list[str]]:
             + f" ({rng.kubernetes_min}-{rng.kubernetes_max})"
         )
         allowed = {o.name for o in distribution_allowed(minor)}
-        oses = "; ".join(
-            f"{o.name} (own containerd {o.distribution_containerd}: {'allowed' if o.name in allowed else 'too old'})"
-            for o in pins.OS_RELEASES
+        own = [o.name for o in pins.OS_RELEASES if o.name in allowed]
+        too_old = ", ".join(
+            f"{o.name}'s {o.distribution_containerd}" for o in pins.OS_RELEASES if o.name not in allowed
+        )
+        # every supported OS runs every minor with containerd from the release archives (the default); only the
+        # OS's own containerd (containerd_source: distribution) depends on the release
+        oses = (
+            ", ".join(o.name for o in pins.OS_RELEASES)
+            + ": all, with containerd from the release archives (the default); with the OS's own containerd "
+            + f"(containerd_source: distribution): {', '.join(own) or 'none'}"
+            + (f" ({too_old}: too old)" if too_old else "")
         )
         rows.append(
             [
@@ -255,6 +263,8 @@ def _status_cell(j: lifecycle.Judged) -> str:
     if v.status == "past":
         return "PAST END OF SUPPORT" + (f" ({-v.days} days)" if v.days is not None else "")
     if v.status == "ending":
+        if v.days is not None and v.days < 0 and v.estimated:  # the expected date has passed: say so, not "due"
+            return "ENDING (the expected date has passed: check upstream)"
         when = f"{v.days} days" if v.days is not None and v.days >= 0 else "due"
         return f"ENDING ({when}{', estimate' if v.estimated else ''})"
     if v.status == "unknown":

@@ -53,6 +53,7 @@ NON_CONFIG: dict[str, EnvVar] = {
         EnvVar("GPUSTACK_TESTBED_MIRROR", "tests", "the Debian mirror the test bed's debootstrap uses"),
         EnvVar("GPUSTACK_TESTBED_LOCK_TIMEOUT", "tests", "seconds to wait for another test-bed session"),
         EnvVar("GPUSTACK_REALBIN_CACHE", "tests", "where the real helm/kubectl binaries are extracted"),
+        EnvVar("GPUSTACK_TEST_VENV", "tests", "the virtualenv scripts/test.sh installs into (default: .venv)"),
     )
 }
 

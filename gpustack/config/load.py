@@ -99,16 +99,30 @@ DEPTH_PROBLEM = re.compile(r"(?i)max(imum)? (nesting )?depth|nesting (level|dept
 
 
 def _check_depth(text: str, filename: str) -> None:
+    """Refuse nesting deeper than MAX_DEPTH before the document is composed. A syntax error stops the check:
+    the scanner alone runs past what the parser refuses (a key indented one column less fails to parse on its
+    own line, but scans on to the next), so the parser (compose) says where the error is."""
     depth = 0
-    for tok in yaml.scan(text, Loader=_LOADER):
-        if isinstance(tok, _OPEN):
-            depth += 1
-            if depth > MAX_DEPTH:
-                raise ConfigError(
-                    f"{filename}:{tok.start_mark.line + 1}: invalid YAML: nested more than {MAX_DEPTH} levels deep"
-                )
-        elif isinstance(tok, _CLOSE):
-            depth -= 1
+    try:
+        for tok in yaml.scan(text, Loader=_LOADER):
+            if isinstance(tok, _OPEN):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    raise ConfigError(
+                        f"{filename}:{tok.start_mark.line + 1}: invalid YAML: nested more than {MAX_DEPTH} levels deep"
+                    )
+            elif isinstance(tok, _CLOSE):
+                depth -= 1
+    except yaml.YAMLError:
+        return
+
+
+def _yaml_error_at(exc: yaml.YAMLError) -> Any:
+    """Where a YAML error is: the problem's mark, except for a key without its ':' (libyaml notices on the next
+    line, "while scanning a simple key" names the key's own)."""
+    if "simple key" in (getattr(exc, "context", None) or "") and getattr(exc, "context_mark", None) is not None:
+        return exc.context_mark  # type: ignore[attr-defined]
+    return getattr(exc, "problem_mark", None)
 
 
 def _compose(text: str, filename: str) -> tuple[Any, dict[Key, int]]:
@@ -121,7 +135,7 @@ def _compose(text: str, filename: str) -> tuple[Any, dict[Key, int]]:
         _check_depth(text, filename)
         node = yaml.compose(text, Loader=_LOADER)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
+        mark = _yaml_error_at(exc)
         where = f"{filename}:{mark.line + 1}:{mark.column + 1}" if mark else filename
         problem = getattr(exc, "problem", None) or str(exc)
         if DEPTH_PROBLEM.search(problem):  # a libyaml with a depth limit of its own: the same bound, said one way
@@ -460,6 +474,8 @@ def _format_validation(
             if isinstance(value, str) and len(value) > MESSAGE_VALUE_LIMIT:  # a 1 MB value is not echoed whole
                 text = text.replace(repr(value), repr(value[:60]) + f"… ({len(value):,} characters)")
                 text = text.replace(value, shorten(value))
+            if text.startswith("Input should be") and (value is None or isinstance(value, (str, int, float))):
+                text += f" (got {shorten(repr(value))})"  # what was given, as the type error does not say it
         msgs.append(_format_problem(loc, text, source, lines, prov))
     return _problems_message(msgs)
 

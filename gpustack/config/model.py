@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, field_validator
 
 from gpustack.config import pins
+from gpustack.config.certificates import Certificates
 from gpustack.config.fields import (
     CLUSTER_NAME_RE,
     HOSTNAME_RE,
@@ -440,6 +441,7 @@ class Preflight(StrictModel):
 class Config(StrictModel):
     nodes: list[Node] = Field(default_factory=list)
     cluster: Cluster = Cluster()
+    certificates: Certificates = Certificates()
     versions: Versions = Versions()
     sources: Sources = Sources()
     proxy: Proxy = Proxy()

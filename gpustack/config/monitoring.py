@@ -140,6 +140,10 @@ class Alerting(StrictModel):
     routes: AlertRoutes = AlertRoutes()
 
 
+#: the scrape intervals gpustack accepts (seconds; see Monitoring._scrape_bounds)
+SCRAPE_MIN_S, SCRAPE_MAX_S = 1, 60
+
+
 class Monitoring(StrictModel):
     prometheus_nodeport: Annotated[int, Field(ge=30000, le=32767)] | None = 30090
     grafana_nodeport: Annotated[int, Field(ge=30000, le=32767)] | None = 30300
@@ -161,6 +165,19 @@ class Monitoring(StrictModel):
     def _duration(cls, v: str) -> str:
         if not re.match(DURATION_RE, v):
             raise ValueError(f"{v!r} is not a duration: use {DURATION_FORM}")
+        return v
+
+    @field_validator("scrape_interval")
+    @classmethod
+    def _scrape_bounds(cls, v: str) -> str:
+        """1 s to 1 m: the usage recording rules average each GPU's activity over ``[1m]`` windows
+        (gpu-usage.rules.yaml), which a longer interval leaves empty between scrapes (Prometheus 3's windows exclude
+        their start); dashboards follow the interval through Grafana's ``$__rate_interval`` (docs/decisions.md)."""
+        seconds = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
+        unit = v.lstrip("0123456789")
+        value = int(v[: len(v) - len(unit)]) * seconds[unit]
+        if not SCRAPE_MIN_S <= value <= SCRAPE_MAX_S:
+            raise ValueError(f"{v!r} is outside 1s-1m: the usage rules' [1m] windows need a sample every minute")
         return v
 
     @field_validator("team_label")

@@ -54,8 +54,11 @@ def _nodes(cfg: Config) -> list[Problem]:
     for i, n in enumerate(cfg.nodes):
         if n.ssh_key is not None and n.connection == "ssh":
             key = n.ssh_key.expanduser()
-            if not key.is_file() or not os.access(key, os.R_OK):
-                out.append(Problem(("nodes", i, "ssh_key"), f"SSH key {str(key)!r} does not exist or is not readable"))
+            if not key.exists():
+                make = f"ssh-keygen -t ed25519 -f {key}, then ssh-copy-id -i {key} {n.user or 'USER'}@{n.address}"
+                out.append(Problem(("nodes", i, "ssh_key"), f"SSH key {str(key)!r} does not exist (make one: {make})"))
+            elif not key.is_file() or not os.access(key, os.R_OK):
+                out.append(Problem(("nodes", i, "ssh_key"), f"SSH key {str(key)!r} is not a readable file"))
     return out
 
 

@@ -477,10 +477,11 @@ def driver_upgrade_failed(snap: Snapshot) -> list[Finding]:
 def cuda_test_pod(snap: Snapshot) -> list[Finding]:
     if "workload" in snap.errors:
         return [Finding("", "", "fail", "the CUDA test pod could not be run", evidence=snap.errors["workload"])]
-    rec = snap.workload.get("cuda")
+    rec, busy = snap.workload.get("cuda"), snap.workload.get("cuda_skipped")  # busy: every GPU allocated
     if not isinstance(rec, Mapping):
-        why = snap.workload.get("skipped", "not run")
-        return [Finding("", "", "skip", f"CUDA test pod not run ({why})")]
+        why = "every GPU it may use is allocated" if busy else snap.workload.get("skipped", "not run")
+        return [Finding("", "", "skip", f"CUDA test pod not run ({why})", evidence=str(busy or ""),
+                        fix="gpustack verify --check G10 once a GPU is free" if busy else "")]  # fmt: skip
     out = []
     if rec.get("phase") != "Succeeded":
         how = "timed out" if rec.get("timed_out") else "stuck" if rec.get("stuck") else "did not complete"

@@ -41,6 +41,7 @@ from gpustack.diagnose.objects import (
     ref,
     restarts,
 )
+from gpustack.diagnose.pod_queue import largest_allocatable, never_fits, queue_state
 from gpustack.diagnose.registry import register
 from gpustack.diagnose.snapshot import Snapshot
 from gpustack.runners.kube_proof import NOT_KUBERNETES
@@ -339,18 +340,34 @@ def pod_fix(pod: dict[str, Any], problem: str, last: str) -> str:
     return f"kubectl -n {ns} describe pod {name}   # read Events at the bottom"
 
 
-@register("K07-pod-failures", LAYER, title="no pod CrashLoopBackOff, ImagePullBackOff, ErrImagePull or Pending",
-          reads="pods, events, logs", commands=("doctor",), needs=("Pod",))  # fmt: skip
+@register("K07-pod-failures", LAYER, title="no pod CrashLoopBackOff, ImagePullBackOff, ErrImagePull, Pending or Failed "
+          "(a GPU queue and finished workload pods are no failure)", reads="pods, events, logs, nodes (allocatable)",
+          commands=("doctor",), needs=("Pod",))  # fmt: skip
 def pod_failures(snap: Snapshot) -> list[Finding]:
-    """Every failing pod with its reason, last event and last log line."""
+    """Every failing pod with its reason, last event and last log line. A busy GPU cluster's queue (workload pods
+    waiting for GPUs) and its finished Failed workload pods are not failures (gpustack/diagnose/pod_queue.py)."""
     evidx = event_index(snap)
     log_by_pod: dict[str, str] = {}
     for key, text in logs(snap):
         lines = [line for line in text.splitlines() if line.strip()]
         if lines:
             log_by_pod.setdefault(key.rsplit("/", 1)[0], lines[-1].strip()[:300])
-    failing = [(p, prob) for p in items(snap, "Pod") if (prob := pod_problem(p))]
+    largest = largest_allocatable(items(snap, "Node"))
+    failing: list[tuple[dict[str, Any], str]] = []
+    normal: dict[str, list[str]] = {"queued": [], "finished": []}
+    for p in items(snap, "Pod"):
+        if (prob := pod_problem(p)) is None:
+            continue
+        state = queue_state(p, prob, last_event=last_event(evidx, "Pod", ns_of(p), name_of(p)), largest=largest)
+        if state is None:
+            failing.append((p, prob))
+        else:
+            normal[state].append(ref(p))
     failing.sort(key=lambda x: (ns_of(x[0]), name_of(x[0])))
+    if not failing and (normal["queued"] or normal["finished"]):
+        return [finding("K07-pod-failures", "pass", f"no failing pod; {len(normal['queued'])} pod(s) queued for GPUs, "
+                        f"{len(normal['finished'])} workload pod(s) ended Failed",
+                        evidence="\n".join(f"{k}: {listed(sorted(v))}" for k, v in normal.items() if v))]  # fmt: skip
     out = []
     for p, prob in failing[:MAX_POD_FINDINGS]:
         last = last_event(evidx, "Pod", ns_of(p), name_of(p))
@@ -359,8 +376,11 @@ def pod_failures(snap: Snapshot) -> list[Finding]:
             ev.append(f"last event: {last}")
         if ref(p) in log_by_pod:
             ev.append(f"log: {log_by_pod[ref(p)]}")
-        out.append(finding("K07-pod-failures", "fail", f"{ref(p)}: {prob}", evidence="\n".join(ev),
-                           fix=pod_fix(p, prob, last), host=node_of(p) or None))  # fmt: skip
+        too_big = never_fits(p, largest) if not node_of(p) else ""
+        fix = (f"{too_big}: no node can ever run it; lower its request or add a node with that many"
+               if too_big else pod_fix(p, prob, last))  # fmt: skip
+        out.append(finding("K07-pod-failures", "fail", f"{ref(p)}: {prob}", evidence="\n".join(ev), fix=fix,
+                           host=node_of(p) or None))  # fmt: skip
     if len(failing) > MAX_POD_FINDINGS:
         rest = failing[MAX_POD_FINDINGS:]
         out.append(finding("K07-pod-failures", "fail", f"{len(rest)} more failing pods",

@@ -12,7 +12,6 @@ from gpustack.checks.model import Finding
 from gpustack.config.pins import version_tuple
 from gpustack.diagnose.collect_prometheus import EXPORTER_UP, QUERIES, SCRAPE_POOL_FILTER
 from gpustack.diagnose.registry import register
-from gpustack.diagnose.sharing import shared_nodes
 from gpustack.diagnose.snapshot import Obj, Snapshot
 from gpustack.monitoring.rules import EXPORTER_JOB, rule_group_names
 from gpustack.render.manifests import EXPORTER_TARGETS
@@ -107,27 +106,6 @@ def exporter_endpoints(snap: Snapshot) -> list[Finding]:
     return out
 
 
-@register("M02-exporter-metrics", "monitoring", title="dcgm-exporter /metrics serves DCGM_FI_DEV_GPU_UTIL",
-          reads="exporter /metrics via the API server proxy", commands=BOTH)  # fmt: skip
-def exporter_metrics(snap: Snapshot) -> list[Finding]:
-    rec = snap.prometheus.exporter_scrape
-    if rec is None:
-        return [Finding("", "", "skip", "the exporter's /metrics was not fetched",
-                        evidence=snap.errors.get("prometheus", ""))]  # fmt: skip
-    if rec.get("error"):
-        return [Finding("", "", "fail", "the exporter's /metrics could not be read", evidence=str(rec["error"]),
-                        fix="kubectl -n gpu-operator get endpoints; kubectl -n gpu-operator logs -l "
-                            "app.kubernetes.io/name=dcgm-exporter --tail=50")]  # fmt: skip
-    if not rec.get("gpu_util_series"):
-        names = rec.get("dcgm_metrics") or []
-        return [Finding("", "", "fail", "the exporter serves no DCGM_FI_DEV_GPU_UTIL",
-                        evidence=f"{rec.get('endpoint')}: {rec.get('bytes')} bytes, DCGM metrics: "
-                                 f"{', '.join(names[:8]) or 'none'}",
-                        fix="check the counters CSV enables DCGM_FI_DEV_GPU_UTIL (values/dcgm-counters.csv) and the "
-                            "exporter logs; under MIG GPU_UTIL is not reported: use DCGM_FI_PROF_GR_ENGINE_ACTIVE")]  # fmt: skip
-    return []
-
-
 def _exporter_targets(snap: Snapshot) -> list[Obj]:
     """Exporter targets from a snapshot saved before the target queries existed (every active target)."""
     return [t for t in snap.prometheus.targets
@@ -211,49 +189,6 @@ def _by_node(rows: list[Obj], label: str = "node") -> dict[str, float]:
             out[str((r.get("metric") or {}).get(label, ""))] = float(r["value"][1])
         except (KeyError, IndexError, TypeError, ValueError):
             continue
-    return out
-
-
-@register("M04-gpus-reporting", "monitoring", title="DCGM_FI_DEV_GPU_UTIL queryable for every allocatable GPU",
-          reads="Prometheus queries", commands=BOTH, needs=("prometheus",))  # fmt: skip
-def gpus_reporting(snap: Snapshot) -> list[Finding]:
-    errors = {k: v for k, v in snap.prometheus.query_errors.items() if k in ("gpu_util_by_node", "gpu_allocatable")}
-    if errors:
-        capped = any("cap of" in v for v in errors.values())
-        return [Finding("", "", "fail", "GPU queries failed in Prometheus", evidence="; ".join(errors.values()),
-                        fix=DIRECT_QUERY.format(q=QUERIES["gpu_util_by_node"]) if capped else
-                        "kubectl -n monitoring logs prometheus-kube-prometheus-stack-prometheus-0 --tail=50")]  # fmt: skip
-    reporting = _by_node(snap.prometheus.queries.get("gpu_util_by_node", []))
-    allocatable = {n: v for n, v in _by_node(snap.prometheus.queries.get("gpu_allocatable", [])).items() if v > 0}
-    if not reporting:
-        return [Finding("", "", "fail", "DCGM_FI_DEV_GPU_UTIL returns no series",
-                        evidence=f"query {QUERIES['gpu_util_by_node']!r} is empty; allocatable GPUs: "
-                                 f"{int(sum(allocatable.values()))}",
-                        fix="gpustack doctor --check M01,M02,M03,M06,M07  # follow the path exporter -> target")]  # fmt: skip
-    down = {str((t.get("labels") or {}).get("node") or "") for t in down_exporters(snap)}
-    out = []
-    for node in sorted((set(reporting) | set(allocatable)) - shared_nodes(snap)):  # shared: G15 counts them
-        got, want = int(reporting.get(node, 0)), int(allocatable.get(node, 0))
-        if want and got != want:
-            evidence = (
-                f"count by (node) (DCGM_FI_DEV_GPU_UTIL)={got}, kube_node_status_allocatable nvidia_com_gpu={want}"
-            )
-            if node in down:  # nothing is scraped from that node: the target, not the GPUs
-                out.append(Finding("", "", "fail", f"{node}: {got} of {want} allocatable GPUs report metrics",
-                                   evidence=evidence + f"; the dcgm-exporter target on {node} is down",
-                                   fix="see M03-exporter-target-up: Prometheus cannot scrape the exporter on "
-                                       f"{node}", host=node))  # fmt: skip
-                continue
-            out.append(Finding("", "", "fail", f"{node}: {got} of {want} allocatable GPUs report metrics",
-                               evidence=evidence,
-                               fix=f"kubectl debug node/{node} -it --image=busybox -- chroot /host nvidia-smi -L; "
-                                   "check the exporter log on that node (a GPU fell off the bus, XID 79, or "
-                                   "the exporter pod is restarting)", host=node))  # fmt: skip
-    if allocatable and not any(allocatable.get(n) for n in reporting):
-        out.append(Finding("", "", "warn", "GPU series carry no node label matching kube-state-metrics",
-                           evidence=f"nodes in DCGM series: {sorted(reporting)[:5]}",
-                           fix="the ServiceMonitor must relabel __meta_kubernetes_pod_node_name to node: "
-                               "gpustack up --only cluster"))  # fmt: skip
     return out
 
 
@@ -402,7 +337,7 @@ def profiling_metrics(snap: Snapshot) -> list[Finding]:
     dev = _by_node(snap.prometheus.queries.get("gpu_util_by_node", []))
     prof = _by_node(snap.prometheus.queries.get("gr_engine_by_node", []))
     tensor = _by_node(snap.prometheus.queries.get("tensor_by_node", []))
-    if not dev:
+    if not dev and not prof:  # all-MIG: no GPU_UTIL, but the instances' profiling series (M04)
         return [Finding("", "", "skip", "no DCGM device metrics at all (see M04)")]
     missing = sorted(n for n in dev if not prof.get(n) and not tensor.get(n))
     if not missing:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -101,7 +102,9 @@ def collect(ctx: CollectContext, *, sources: Iterable[str] | None = None) -> Sna
     wanted = [s for s in SOURCES.values() if (sources is None or s.name in set(sources))]
     if ctx.layers:
         wanted = [s for s in wanted if set(s.layers) & set(ctx.layers)]
-    snap = Snapshot(cluster=ctx.cfg.cluster.name)
+    certs = ctx.cfg.certificates
+    snap = Snapshot(cluster=ctx.cfg.cluster.name, collected_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                    settings={"certificates": {"warn_days": certs.warn_days, "fail_days": certs.fail_days}})  # fmt: skip
     done: set[str] = set()
     pending = list(wanted)
     while pending:

@@ -47,7 +47,7 @@ from gpustack.constants import GRAFANA_PORT, GRAFANA_SERVICE, MONITORING_NAMESPA
 from gpustack.diagnose.collect import CollectContext, source
 from gpustack.diagnose.collect_prometheus import kube_client, service_port
 from gpustack.diagnose.snapshot import Obj, Snapshot, datasource_key
-from gpustack.monitoring.dashboard import concretize, load_dashboard, panel_queries, variable_values
+from gpustack.monitoring import dashboard as dash
 from gpustack.runners.http import DirectEndpoint, Endpoint, HttpError, KubeProxyEndpoint, Response
 
 DASHBOARD_UID = "gpustack-dcgm"
@@ -64,7 +64,7 @@ PANEL_WORKERS = 4  # panel queries in flight at once
 def dashboard_uid() -> str:
     """The uid of the dashboard gpustack ships (``dashboards/12239.json``)."""
     try:
-        return str(load_dashboard().get("uid") or DASHBOARD_UID)
+        return str(dash.load_dashboard().get("uid") or DASHBOARD_UID)
     except (OSError, ValueError):
         return DASHBOARD_UID
 
@@ -353,7 +353,7 @@ def ds_query(client: GrafanaClient, ds: Obj, exprs: list[str], *, count: bool = 
     ref = {"uid": ds.get("uid"), "type": ds.get("type", "prometheus")}
     queries = [
         {"refId": chr(ord("A") + i), "datasource": ref, "expr": f"count(({e}))" if count else e, "instant": True,
-         "range": False, "intervalMs": 30000, "maxDataPoints": 100}
+         "range": False, "intervalMs": dash.QUERY_STEP_S * 1000, "maxDataPoints": 100}
         for i, e in enumerate(exprs[:26])
     ]  # fmt: skip
     try:
@@ -372,12 +372,12 @@ def ds_query(client: GrafanaClient, ds: Obj, exprs: list[str], *, count: bool = 
     return total, errors[0] if errors else ""
 
 
-def _panels(model: Mapping[str, Any]) -> dict[str, list[str]]:
+def _panels(model: Mapping[str, Any], ds: Obj) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
-    fixed = variable_values(model)  # constants and text boxes keep their value, as Grafana would use it
-    for title, expr in panel_queries(model):
+    fixed = dash.variable_values(model)  # constants and text boxes keep their value, as Grafana would use it
+    for title, expr in dash.panel_queries(model):  # $__rate_interval from the datasource's scrape interval, as Grafana
         try:
-            out.setdefault(title, []).append(concretize(expr, fixed))
+            out.setdefault(title, []).append(dash.concretize(expr, fixed, dash.datasource_builtins(ds)))
         except ValueError:
             out.setdefault(title, []).append(expr)
     return out
@@ -433,7 +433,7 @@ def collect_grafana(ctx: CollectContext, snap: Snapshot) -> None:
         else:
             snap.errors["grafana"] = detail
         return
-    keep_ds = ("uid", "name", "type", "url", "isDefault", "access")
+    keep_ds = ("uid", "name", "type", "url", "isDefault", "access", "jsonData")  # jsonData: timeInterval
     snap.grafana.datasources = [{k: d.get(k) for k in keep_ds if k in d} for d in datasources or []
                                 if isinstance(d, dict)]  # fmt: skip
     keep_dash = ("uid", "title", "folderTitle", "url", "tags")
@@ -489,7 +489,7 @@ def _query_dashboard(
         return (-1, err) if err and count <= 0 else (count, "")
 
     # a few panels at a time, as Grafana itself runs a dashboard's queries: the wall time stays a few round trips
-    panels = list(_panels(model).items())
+    panels = list(_panels(model, ds).items())
     with cf.ThreadPoolExecutor(max_workers=PANEL_WORKERS) as pool:
         results = list(pool.map(panel, panels))
     errors: dict[str, str] = {}

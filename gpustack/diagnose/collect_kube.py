@@ -36,6 +36,7 @@ from gpustack.diagnose.objects import (
     meta,
     pod_problem,
 )
+from gpustack.diagnose.pod_queue import queue_state
 from gpustack.diagnose.snapshot import KUBE_KINDS, NAMESPACED_KINDS, Obj, Snapshot
 from gpustack.errors import ClusterUnreachableError
 from gpustack.runners.kube import Kube, single_try_client
@@ -93,8 +94,9 @@ def _log_targets(pods: list[Obj], mig_nodes: Collection[str] = ()) -> list[tuple
                 and str(as_dict(pod.get("spec")).get("nodeName") or "") in mig_nodes):  # fmt: skip
             chosen.append((-1, str(md["namespace"]), str(md["name"]), [(MIG_MANAGER_APP, False)]))
             continue
-        if pod_problem(pod) is None:
-            continue
+        problem = pod_problem(pod)
+        if problem is None or queue_state(pod, problem, last_event="", largest={}) == "finished":
+            continue  # a finished workload pod is no failure (K07): its log is not read
         md = meta(pod)
         ns, name = str(md.get("namespace") or ""), str(md.get("name") or "")
         if not ns or not name:

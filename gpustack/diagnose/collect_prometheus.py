@@ -71,6 +71,9 @@ SCRAPE_POOL_FILTER = (2, 42)
 RULE_GROUP_FILTER = (2, 44)
 _TARGET_KEYS = ("scrapePool", "scrapeUrl", "health", "lastError", "lastScrape", "labels")
 _GPU_UTIL_LINE = re.compile(rb"^DCGM_FI_DEV_GPU_UTIL[{ ]", re.M)
+#: a series of one MIG GPU instance (dcgm-exporter render_metrics.go: GPU_I_PROFILE, GPU_I_ID after modelName); under
+#: MIG GPU_UTIL is not reported (NVIDIA/dcgm-exporter#430): these are what the exporter serves there
+_MIG_INSTANCE_LINE = re.compile(rb'^DCGM_\w+\{[^}\n]*\bGPU_I_ID="', re.M)
 
 
 def kube_client(ctx: CollectContext) -> Any:
@@ -176,7 +179,7 @@ def _trim_group(g: Obj) -> Obj:
 def scrape_exporter(ep: Endpoint, timeout: float = REQUEST_TIMEOUT) -> Obj:
     """One GET of the exporter's ``/metrics`` (first 64 KiB): what it serves, or why not."""
     record: Obj = {"endpoint": ep.describe(), "status": None, "bytes": 0, "truncated": False,
-                   "gpu_util_series": 0, "dcgm_metrics": [], "error": ""}  # fmt: skip
+                   "gpu_util_series": 0, "mig_instance_series": 0, "dcgm_metrics": [], "error": ""}  # fmt: skip
     try:
         resp = ep.request("GET", "/metrics", limit=METRICS_LIMIT, timeout=timeout)
     except HttpError as exc:
@@ -186,6 +189,7 @@ def scrape_exporter(ep: Endpoint, timeout: float = REQUEST_TIMEOUT) -> Obj:
     record.update(
         status=resp.status, bytes=len(resp.body), truncated=resp.truncated,
         gpu_util_series=len(_GPU_UTIL_LINE.findall(resp.body)), dcgm_metrics=names,
+        mig_instance_series=len(_MIG_INSTANCE_LINE.findall(resp.body)),
     )  # fmt: skip
     return record
 

@@ -33,10 +33,11 @@ from typing import Any
 
 from gpustack.config import pins
 from gpustack.constants import VERIFY_NAMESPACE
+from gpustack.diagnose import pod_queue
 from gpustack.diagnose import sharing as sh
 from gpustack.diagnose.collect import CollectContext, source
 from gpustack.diagnose.collect_prometheus import kube_client, prometheus_endpoint, scalar_max
-from gpustack.diagnose.objects import labels_of, name_of
+from gpustack.diagnose.objects import labels_of, listed, name_of
 from gpustack.diagnose.snapshot import Obj, Snapshot
 from gpustack.runners.http import HttpError, KubeApiEndpoint
 
@@ -355,6 +356,23 @@ def whole_gpu_node(nodes: list[Obj]) -> str:
     return name_of(plain[0]) if plain else ""
 
 
+def all_allocated(snap: Snapshot, resource: str, node: str = "") -> str:
+    """Why the CUDA test pod cannot be placed now, when every ``resource`` the nodes it may go to (``node``, else every
+    node that :func:`takes_gpu_pods`) advertise is held by running pods; "" when one is free or the pods were not read
+    (a busy GPU cluster: issue 32 item 3)."""
+    if "Node" not in snap.kube or "Pod" not in snap.kube:
+        return ""
+    nodes = [n for n in snap.kube["Node"] if isinstance(n, dict) and takes_gpu_pods(n)
+             and (not node or name_of(n) == node)]  # fmt: skip
+    free, total, holders = pod_queue.free_gpus(nodes, snap.kube["Pod"], resource)
+    if free or not total:
+        return ""
+    return (
+        f"every {resource} is allocated ({total} of {total} on {len(nodes)} node(s) the test pod may go to): "
+        f"held by {listed(holders)}"
+    )
+
+
 @source("workload", layers=("gpu-operator", "monitoring"), after=("kubernetes",), timeout=SOURCE_TIMEOUT)
 def collect_workload(ctx: CollectContext, snap: Snapshot) -> None:
     """``verify``: the CUDA test pod, then (``--load``) the load test. Skipped otherwise."""
@@ -371,6 +389,10 @@ def collect_workload(ctx: CollectContext, snap: Snapshot) -> None:
                                    "cannot be scheduled")  # fmt: skip
         return
     node = whole_gpu_node(snap.kube["Node"]) if resource == "nvidia.com/gpu" and "Node" in snap.kube else ""
+    busy = all_allocated(snap, resource, node)
+    if busy:  # the pod would wait in the queue until verify's deadline: say so instead (G10 skips)
+        snap.workload["cuda_skipped"] = busy
+        return
     snap.workload["cuda"] = _run_test_pod(ctx, kube, cuda_pod(resource, node), "workload_deadline", 240.0)
     if ctx.load:
         snap.workload["load"] = run_load(ctx, snap, kube)

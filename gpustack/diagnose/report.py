@@ -177,30 +177,42 @@ def print_table(
     cluster_unreachable: bool = False,
 ) -> None:
     """The cluster checked, one table per layer, then the verdict. Skipped checks that share their
-    reason share one row (their ids, one per line): a cause is said once, not restated in every row."""
+    reason share one row (their ids, one per line): a cause is said once, not restated in every row; the checks
+    the unreadable API left unchecked are named once, after the tables, whatever their layer. Every layer's
+    table has the same layout (boxed, or one block per check when one of them does not fit)."""
     style = {"pass": "ok", "warn": "warn", "fail": "fail", "skip": "skip"}
     if target is not None:  # verify/doctor pass {} when they found no cluster: that is said too
         console.say(f"cluster: {cluster_line(target)}")
+    columns = ["check", "status", "finding", "fix"]
+    shown = [f for f in findings if not (f.status == "pass" and console.verbosity == 0 and command == "doctor")]
+    unchecked = [f for f in shown if f.status == "skip" and f.summary == NOT_CHECKED]
+    tables: list[tuple[str, list[list[str]]]] = []
     for layer in layers_of(findings):
         rows = []
-        shown = [
-            f
-            for f in findings
-            if f.layer == layer and not (f.status == "pass" and console.verbosity == 0 and command == "doctor")
-        ]
-        for (status, reason), group in groupby(shown, key=lambda f: (f.status, _skip_reason(f))):
+        mine = [f for f in shown if f.layer == layer and f not in unchecked]
+        for (status, reason), group in groupby(mine, key=lambda f: (f.status, _skip_reason(f))):
             same = list(group)
             if status == "skip" and reason is not None and len(same) > 1:
                 rows.append(["\n".join(f.id for f in same), "[skip]skip[/]", escape(reason), ""])
                 continue
             for f in same:
-                what = escape(f.summary) + (f" [dim]({escape(f.host)})[/dim]" if f.host else "")
+                said = (
+                    f.summary
+                    if f.status != "skip" or f.summary.startswith("not checked")
+                    else f"not checked: {f.summary}"
+                )
+                what = escape(said) + (f" [dim]({escape(f.host)})[/dim]" if f.host else "")
                 if f.evidence and f.status != "pass" and f.summary != NOT_CHECKED:
                     what += f"\n[dim]{escape(f.evidence)}[/dim]"
                 fix = escape(f.fix) if f.status in {"fail", "warn"} else ""
                 rows.append([f.id, f"[{style[f.status]}]{f.status}[/]", what, fix])
         if rows:
-            console.table(f"{layer}", ["check", "status", "finding", "fix"], rows)
+            tables.append((layer, rows))
+    blocks = not all(console.fits(columns, rows) for _, rows in tables)
+    for layer, rows in tables:
+        console.table(layer, columns, rows, blocks=blocks)
+    if unchecked:
+        console.say(f"{NOT_CHECKED}: {', '.join(f.id for f in unchecked)}")
     failed = cluster_unreachable or any(f.status == "fail" for f in findings)
     line = verdict(findings, cluster_unreachable=cluster_unreachable)
     console.print(("[fail]" if failed else "[ok]") + escape(line) + "[/]")

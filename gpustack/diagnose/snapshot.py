@@ -99,6 +99,10 @@ class Snapshot:
     workload: Obj = field(default_factory=dict)  # verify's CUDA pod / load test results
     errors: dict[str, str] = field(default_factory=dict)  # source -> why it could not be read
     requests: int = 0  # API requests made while collecting (benchmarks)
+    #: when collection started (ISO 8601 UTC): what time-bound checks (certificate expiry) judge against
+    collected_at: str = ""
+    #: the settings checks judge with (``certificates``: ``warn_days``, ``fail_days``), from gpustack.yaml
+    settings: Obj = field(default_factory=dict)
 
     def items(self, kind: str) -> list[Obj]:
         return self.kube.get(kind, [])

@@ -25,14 +25,42 @@ DASHBOARD_FILE = "12239.json"
 CAPACITY_DASHBOARD_FILE = "gpu-capacity.json"
 CAPACITY_TEAM_VAR = "team_label"
 DATASOURCE_VAR = "${datasource}"
-BUILTIN_DEFAULTS: dict[str, str] = {
-    "__rate_interval": "1m",
-    "__interval": "30s",
-    "__interval_ms": "30000",
-    "__range": "5m",
-    "__range_s": "300",
-    "__range_ms": "300000",
-}
+#: the step (``intervalMs``) doctor's panel queries ask Grafana for (diagnose/collect_grafana.py ds_query)
+QUERY_STEP_S = 30
+#: the scrape interval Grafana assumes when its Prometheus datasource sets none (``jsonData.timeInterval``)
+GRAFANA_DEFAULT_SCRAPE = "15s"
+_GRAFANA_DURATION = re.compile(r"^(?P<n>[0-9]+)(?P<unit>ms|s|m|h|d)$")
+_UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _grafana_duration(seconds: float) -> str:
+    return f"{seconds // 60:.0f}m" if seconds >= 60 and seconds % 60 == 0 else f"{seconds:g}s"
+
+
+def grafana_builtins(scrape_interval: str = GRAFANA_DEFAULT_SCRAPE, step_s: int = QUERY_STEP_S) -> dict[str, str]:
+    """The built-in variables as Grafana fills them for an instant query at ``step_s`` on a Prometheus datasource
+    whose scrape interval is ``scrape_interval`` (grafana/grafana pkg/promlib/models/query.go: calculateRateInterval
+    ``$__rate_interval = max(interval + scrape, 4 x scrape)``; the interval is never below the scrape interval, the
+    datasource's min step). A fixed ``1m`` left a 60 s scrape's ``rate(x[1m])`` one sample: nothing on Prometheus 3,
+    whose range windows exclude their start (issue 32 item 5). An unreadable interval is Grafana's default (15s)."""
+    found = _GRAFANA_DURATION.match(scrape_interval.strip()) or _GRAFANA_DURATION.match(GRAFANA_DEFAULT_SCRAPE)
+    assert found is not None
+    scrape = int(found["n"]) * _UNIT_S[found["unit"]]
+    interval = max(step_s, scrape)
+    rate = max(step_s + scrape, 4 * scrape)
+    return {"__rate_interval": _grafana_duration(rate), "__interval": _grafana_duration(interval),
+            "__interval_ms": f"{interval * 1000:.0f}", "__range": "5m", "__range_s": "300", "__range_ms": "300000"}  # fmt: skip
+
+
+def datasource_builtins(datasource: Mapping[str, Any] | None) -> dict[str, str]:
+    """:func:`grafana_builtins` for a datasource as ``/api/datasources`` lists it (its ``jsonData.timeInterval``, which
+    kube-prometheus-stack sets to ``monitoring.scrape_interval``)."""
+    json_data = (datasource or {}).get("jsonData")
+    scrape = json_data.get("timeInterval") if isinstance(json_data, Mapping) else None
+    return grafana_builtins(str(scrape or GRAFANA_DEFAULT_SCRAPE))
+
+
+BUILTIN_DEFAULTS: dict[str, str] = grafana_builtins()
 ALL_VALUE = ".*"
 _VARIABLE = re.compile(r"\$\{(?P<braced>\w+)(?::[^}]*)?\}|\[\[(?P<old>\w+)(?::[^\]]*)?\]\]|\$(?P<plain>\w+)")
 _LABEL_VALUES = re.compile(r"^\s*label_values\(\s*(?:(?P<selector>.+?)\s*,\s*)?(?P<label>[A-Za-z_]\w*)\s*\)\s*$", re.S)
@@ -109,23 +137,25 @@ def parse_label_values(query: str) -> LabelValuesQuery:
     return LabelValuesQuery(label=match.group("label"), selector=match.group("selector"))
 
 
-def concretize(expr: str, values: Mapping[str, str] | None = None) -> str:
+def concretize(expr: str, values: Mapping[str, str] | None = None, builtins: Mapping[str, str] | None = None) -> str:
     """Replace Grafana variables in ``expr`` so Prometheus can evaluate it.
 
     User variables (``$node``, ``${gpu}``, ``[[instance]]``, ``${node:regex}``) become
-    ``values[name]`` or ``.*`` (every panel matches them with ``=~``); built-ins get fixed values
-    (``$__rate_interval`` -> ``1m``, ``$__interval`` -> ``30s``, ``$__range`` -> ``5m``).
+    ``values[name]`` or ``.*`` (every panel matches them with ``=~``); built-ins get ``builtins`` (default
+    :data:`BUILTIN_DEFAULTS`: a 15 s scrape, ``$__rate_interval`` -> ``1m``, ``$__range`` -> ``5m``;
+    :func:`grafana_builtins` for another scrape interval).
     """
     chosen = dict(values or {})
+    fixed = BUILTIN_DEFAULTS if builtins is None else builtins
 
     def replace(match: re.Match[str]) -> str:
         name = match.group("braced") or match.group("old") or match.group("plain")
         if name in chosen:
             return chosen[name]
         if name.startswith("__"):
-            if name not in BUILTIN_DEFAULTS:
+            if name not in fixed:
                 raise ValueError(f"unsupported Grafana built-in variable ${name} in {expr!r}")
-            return BUILTIN_DEFAULTS[name]
+            return fixed[name]
         return ALL_VALUE
 
     return _VARIABLE.sub(replace, expr)

@@ -75,6 +75,7 @@ class RenderResult:
     written: list[tuple[Path, int]]  # path, size in bytes
     removed: list[Path]
     kept: list[tuple[Path, str]] = field(default_factory=list)  # listed by an earlier render, not removed: why
+    replaced: list[tuple[Path, str]] = field(default_factory=list)  # not gpustack's, overwritten (--force): why
 
 
 def _check_out_dir(out: Path) -> None:
@@ -168,6 +169,27 @@ def _remove_stale(out: Path, stale: dict[str, str | None]) -> tuple[list[Path], 
     return removed, kept
 
 
+def _not_ours(out: Path, files: dict[str, bytes], listed: dict[str, str | None]) -> list[tuple[Path, str]]:
+    """The files this render would overwrite that are not what gpustack's last render there wrote (a file you put
+    there or changed since); a file that already holds what this render writes is not one of them."""
+    found: list[tuple[Path, str]] = []
+    for rel, data in files.items():
+        path = out / rel
+        try:
+            if not path.is_file() or path.is_symlink():
+                continue
+            now = _sha256(_read_nofollow(path))
+        except OSError:
+            continue
+        if now == _sha256(data):
+            continue
+        if rel not in listed:
+            found.append((path, "not written by gpustack's last render here"))
+        elif listed[rel] is not None and listed[rel] != now:
+            found.append((path, "changed since gpustack wrote it"))
+    return found
+
+
 def _write_inside(out: Path, rel: str, data: bytes) -> Path:
     """Write ``out / rel`` (mode as the umask says): its directories are created inside ``out``; a
     symbolic link on the way is refused, never written through."""
@@ -182,20 +204,36 @@ def _write_inside(out: Path, rel: str, data: bytes) -> Path:
 
 
 def render_to(
-    cfg: Config, out: Path, *, state_root: Path | None = None, facts: FactsSummary | None = None
+    cfg: Config,
+    out: Path,
+    *,
+    state_root: Path | None = None,
+    facts: FactsSummary | None = None,
+    force: bool = False,
 ) -> RenderResult:
     """Write every generated file under ``out``; remove the files an earlier render wrote that are no
-    longer generated and are unchanged (the others are kept and reported). A path problem is a
-    UsageError (exit 2) raised before anything is written."""
-    files = generated_files(cfg, state_root=state_root, facts=facts)
+    longer generated and are unchanged (the others are kept and reported). A file it would overwrite that
+    gpustack's last render there did not write as it is now (yours, or edited since) is refused before anything
+    is written (UsageError, exit 2), unless ``force``: then it is overwritten and reported. A path problem is a
+    UsageError raised before anything is written."""
+    files = {
+        rel: content.encode("utf-8")
+        for rel, content in generated_files(cfg, state_root=state_root, facts=facts).items()
+    }
     _check_out_dir(out)
+    listed = _listed(out) if out.is_dir() else {}
+    replaced = _not_ours(out, files, listed)
+    if replaced and not force:
+        names = ", ".join(str(p.relative_to(out)) for p, _ in replaced)
+        raise UsageError(
+            f"--out {out}: would overwrite {len(replaced)} file(s) gpustack did not write there as they are now: {names}",
+            hint="move them out of --out (or render into another directory); --force overwrites them",
+        )
     try:
         out.mkdir(parents=True, exist_ok=True)
-        listed = _listed(out)
         written: list[tuple[Path, int]] = []
         digests: dict[str, str] = {}
-        for rel, content in files.items():
-            data = content.encode("utf-8")
+        for rel, data in files.items():
             path = _write_inside(out, rel, data)
             written.append((path, len(data)))
             digests[rel] = _sha256(data)
@@ -204,4 +242,4 @@ def render_to(
         write_file(out / MANIFEST, json.dumps(manifest, indent=1) + "\n", mode=None)
     except OSError as exc:
         raise UsageError(f"--out {out}: cannot write {exc.filename or out}: {exc.strerror}") from None
-    return RenderResult(written, removed, kept)
+    return RenderResult(written, removed, kept, replaced)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gpustack.config.certificates import go_duration
 from gpustack.config.model import Config
 from gpustack.render.templating import render_template
 
@@ -30,4 +31,6 @@ def render_init_config(cfg: Config) -> str:
         single_node=len(cfg.nodes) == 1,
         endpoint=api_endpoint(cfg),
         sans=cert_sans(cfg),
+        certificate_validity=go_duration(cfg.certificates.validity),
+        ca_certificate_validity=go_duration(cfg.certificates.ca_validity),
     )

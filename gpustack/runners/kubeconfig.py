@@ -86,8 +86,14 @@ class KubeTarget:
         return f"{self.server} (context {self.context}, from {where})"
 
     def to_json(self) -> Obj:
+        """What is safe to show and save; ``client_certificate_expires``: the user's client certificate's notAfter
+        (ISO 8601 UTC; "" with token or exec credentials)."""
+        from gpustack.runners.tls import client_certificate_expiry
+
+        expires = client_certificate_expiry(self.config, self.user)
         return {"server": self.server, "context": self.context, "cluster": self.cluster, "source": self.source,
-                "kubeconfig": [str(f) for f in self.files], "gpustack_cluster": self.own}  # fmt: skip
+                "kubeconfig": [str(f) for f in self.files], "gpustack_cluster": self.own,
+                "client_certificate_expires": expires.isoformat() if expires else ""}  # fmt: skip
 
 
 def _load(path: Path) -> Obj:

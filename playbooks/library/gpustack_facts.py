@@ -20,8 +20,9 @@ import shutil
 import socket
 import stat
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
+from ansible.module_utils.gpustack_certs import collect_certificates
 from ansible.module_utils.gpustack_host_parsers import (
     SEARCH_PATH,
     SECURE_BOOT_VAR,
@@ -160,19 +161,18 @@ def _read_text(path: str) -> str | None:
 
 
 def _run(argv: list[str], timeout: float = 10) -> tuple[int | None, str]:
+    return _run_full(argv, timeout)[:2]
+
+
+def _run_full(argv: Sequence[str], timeout: float = 30) -> tuple[int | None, str, str]:
     env = dict(os.environ, LC_ALL="C", LANG="C", PATH=SEARCH_PATH + ":" + os.environ.get("PATH", ""))
     try:
         proc = subprocess.run(
-            argv,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            timeout=timeout,
-            env=env,
-            check=False,
+            list(argv), stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout, env=env, check=False
         )
     except (OSError, subprocess.SubprocessError):
-        return None, ""
-    return proc.returncode, proc.stdout.decode("utf-8", "replace")
+        return None, "", ""
+    return proc.returncode, proc.stdout.decode("utf-8", "replace"), proc.stderr.decode("utf-8", "replace")
 
 
 def _which(name: str) -> str | None:
@@ -444,6 +444,7 @@ def collect(probe_sudo: bool, peers: list[str], peer_port: int, peer_timeout: fl
         "cri_socket": _is_socket("/run/containerd/containerd.sock"),
         "containerd_active": containerd_active,
         "firewall": collect_firewall(),
+        "certificates": collect_certificates(_run_full, _which, os.path.exists),
         "nvidia_dev_char_symlinks": derive_dev_char_symlinks(
             driver_loaded, collect_dev_char_links() if driver_loaded else {}
         ),

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -41,7 +42,9 @@ def root(tmp_path: Path) -> Path:
 
 def run(root: Path, tool: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "GPUSTACK_DOUBLES_ROOT": str(root), "GPUSTACK_DOUBLES_CLUSTER": str(root / "no-cluster")}
-    return subprocess.run(["python3", str(DOUBLES / tool), *args], capture_output=True, text=True, env=env, timeout=30)
+    return subprocess.run(
+        [sys.executable, str(DOUBLES / tool), *args], capture_output=True, text=True, env=env, timeout=30
+    )
 
 
 def test_the_worker_join_command_reads_as_kubeadms(root: Path) -> None:

@@ -14,6 +14,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -111,7 +112,7 @@ class Pair:
 
     def double(self, args: list[str]) -> subprocess.CompletedProcess[str]:
         env = {**os.environ, "GPUSTACK_DOUBLES_ROOT": str(self.root), "GPUSTACK_DOUBLES_HOST": "n1"}
-        return subprocess.run(["python3", str(DOUBLE), *self.argv(args)], capture_output=True, text=True, env=env,
+        return subprocess.run([sys.executable, str(DOUBLE), *self.argv(args)], capture_output=True, text=True, env=env,
                               timeout=60)  # fmt: skip
 
 
@@ -214,7 +215,7 @@ def test_etcdctl_member_remove_line_is_upstreams(tmp_path: Path) -> None:
     state.mkdir(parents=True)
     (state / "etcd.json").write_text(json.dumps({"members": [{"ID": 0x8E9E05C52164694D, "name": "cp2"}]}))
     env = {**os.environ, "GPUSTACK_DOUBLES_ROOT": str(tmp_path)}
-    out = subprocess.run(["python3", str(DOUBLE), "--kubeconfig", str(tmp_path / "kc"), "-n", "kube-system", "exec",
+    out = subprocess.run([sys.executable, str(DOUBLE), "--kubeconfig", str(tmp_path / "kc"), "-n", "kube-system", "exec",
                           "etcd-cp1", "--", "etcdctl", "member", "remove", "8e9e05c52164694d"],
                          capture_output=True, text=True, env=env, timeout=30).stdout.strip()  # fmt: skip
     assert out == F["etcdctl_member_remove"]["format"].format(id=0x8E9E05C52164694D, cluster=1)

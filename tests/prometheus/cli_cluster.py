@@ -78,7 +78,15 @@ def report_of(proc: subprocess.CompletedProcess[str], command: str = "verify") -
         raise AssertionError(f"stdout is not JSON (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}") from None
     assert isinstance(report, dict) and set(report) == {"command", "cluster", "checks", "summary"}, report
     assert report["command"] == command
-    assert set(report["cluster"]) == {"server", "context", "cluster", "source", "kubeconfig", "gpustack_cluster"}
+    assert set(report["cluster"]) == {
+        "server",
+        "context",
+        "cluster",
+        "source",
+        "kubeconfig",
+        "gpustack_cluster",
+        "client_certificate_expires",
+    }
     for check in report["checks"]:
         assert set(FIELDS) <= set(check) <= {*FIELDS, "host"}, check
         assert all(isinstance(check[k], str) for k in FIELDS), check

@@ -43,6 +43,7 @@ from types import TracebackType
 
 from . import network
 from ._proc import TestbedError, file_lock, run, run_parallel, wait_for
+from .boot import restart_failed_units
 from .network import BRIDGE, BRIDGE_ADDRESS, SUBNET, TestbedNetwork, netns_name, netns_path
 from .rootfs import ensure_rootfs
 
@@ -515,10 +516,7 @@ class Testbed:
         """Wait until systemd reports running/degraded (asked through nsenter, so a slow sshd does not
         count as a slow boot), then until SSH logs in; fail with the console log.
 
-        On a loaded machine systemd's own boot oneshots have been seen to fail (systemd-user-sessions: sshd
-        refuses every login but root's; systemd-sysusers, CI 2026-11-27; systemd-remount-fs, CI 2026-11-29,
-        with no journal entry): no product code has run yet, so every unit failed at boot is started once
-        more; one that fails again leaves the host "degraded" for the smoke test to report."""
+        A unit failed at boot is started once more (:func:`tests.testbed.boot.restart_failed_units`)."""
         started = time.monotonic()
 
         def _state() -> str | None:
@@ -541,22 +539,13 @@ class Testbed:
         try:
             state = wait_for(_state, timeout=self.boot_timeout, interval=0.5, what=f"{host.name} to boot")
             if state == "degraded":
-                state = self._restart_failed(host)
+                state = restart_failed_units(host, self.log)
             wait_for(_ssh, timeout=self.boot_timeout, interval=0.5, what=f"{host.name} to accept SSH")
         except TestbedError as exc:
             raise TestbedError(f"{exc}\n--- console of {host.name} ---\n{self._tail(host)}") from exc
         self.log(f"{host.name}: {state} after {time.monotonic() - started:.1f}s")
         if state == "degraded":
             self.log(f"{host.name}: failed units:\n{host.console_run('systemctl --failed --plain', timeout=30).stdout}")
-
-    def _restart_failed(self, host: Host) -> str:
-        """Start each unit that failed during boot once more; return the system state after."""
-        failed = host.console_run("systemctl --failed --no-legend --plain", timeout=30).stdout
-        for unit in [line.split()[0] for line in failed.splitlines() if line.strip()]:
-            self.log(f"{host.name}: {unit} failed at boot; starting it again")
-            host.console_run(f"systemctl reset-failed {shlex.quote(unit)}", timeout=30)
-            host.console_run(f"systemctl restart {shlex.quote(unit)}", timeout=60)
-        return host.console_run("systemctl is-system-running", timeout=30).stdout.strip() or "unknown"
 
     def _tail(self, host: Host, lines: int = 60) -> str:
         with contextlib.suppress(OSError):

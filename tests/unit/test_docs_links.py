@@ -110,6 +110,17 @@ def test_readme_keeps_the_two_set_up_commands() -> None:
     assert (ROOT / "scripts" / "test.sh").is_file()
 
 
+def test_readme_first_screen_shows_install_only_and_the_prerequisites() -> None:
+    """Before the command table: both forms (install and build here; install only) and what each needs."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    first = text[: text.index("## Commands")]
+    assert "./scripts/gpustack version   # install only" in first
+    for needed in ("Python >= 3.10", "python3-venv", "passwordless `sudo`", "known_hosts", "--accept-new-host-keys",
+                   "ssh-keygen"):  # fmt: skip
+        assert needed in first, needed
+    assert len(first.splitlines()) < 60
+
+
 def test_readme_has_a_line_per_command() -> None:
     """Every registered top-level command has a row in the README's command table."""
     import typer.main

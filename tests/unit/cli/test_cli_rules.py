@@ -23,6 +23,8 @@ from gpustack.cli.options import input_file_callback, output_file_callback
 WIDTH = 80
 #: a value's name as a user reads it: FILE, DIR, NODE, STAGE,..., ADDRESS[:PORT], NODE...
 METAVAR = re.compile(r"^[A-Z][A-Z0-9_]*(\[:[A-Z]+\])?(,\.\.\.|\.\.\.)?$")
+#: the commands that run Ansible, where -vv reaches it (the only ones whose -v help names Ansible)
+RUN_ANSIBLE = {("up",), ("upgrade",), ("reset",), ("node", "add"), ("node", "remove"), ("doctor",)}
 #: Typer's internal type names, which must never reach a user
 INTERNAL = re.compile(r"<(str|path|int|float|bool|list\[[^>]*\]|int range|float range|datetime|uuid)>")
 
@@ -106,6 +108,17 @@ def check_help(path: tuple[str, ...], cmd: Any) -> None:
     assert not broken, f"{where}: a word broken at its hyphen: {broken}\n{out}"
     words = set(re.findall(r"-[-\w]+", out))
     assert cmd.help, f"{where}: the command says nothing"
+    # issue 31: every command listed with its whole line (click cuts a long one with "..."), no `{NODE}` in the usage
+    listed = out.partition("\nCommands:\n")[2].partition("\n\n")[0].splitlines()
+    assert not [line for line in listed if line.rstrip().endswith("...")], f"{where}: a description is cut:\n{out}"
+    assert "{" not in lines[0], f"{where}: {lines[0]}"
+    assert not re.search(r"\[default: (0|\d+\.\d+)\]", out), f"{where}: a count's or a float's default shown:\n{out}"
+    assert "usual lookup" not in out and "./gpustack.yaml, $GPUSTACK_CONFIG" not in " ".join(out.split()), where
+    if cmd.callback is not None and (not getattr(cmd, "commands", None) or path == ("health",)):
+        assert "\n  Examples:\n    gpustack " in out, f"{where}: no example:\n{out}"
+    verbose = [p for p in cmd.params if "--verbose" in p.opts]
+    if verbose:
+        assert ("Ansible" in (verbose[0].help or "")) == (path in RUN_ANSIBLE), f"{where}: -v says {verbose[0].help}"
     for p in cmd.params:
         if p.param_type_name == "option" and not p.hidden:
             for opt in (*p.opts, *p.secondary_opts):

@@ -113,3 +113,57 @@ def test_the_cli_module_imports_no_heavy_module() -> None:
         subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     )
     assert not {m for m in loaded if m.split(".")[0] in HEAVY or m in HEAVY}, "heavy imports at `gpustack --help`"
+
+
+# --- issue 31: the order of the commands, completion for a shell named, examples that are real -------------
+
+
+def test_commands_are_listed_in_the_order_a_user_needs_them() -> None:
+    out = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "80"}, terminal_width=80).output
+    listed = [line.split()[0] for line in out.partition("Commands:\n")[2].splitlines() if line.strip()]
+    assert listed[:5] == ["init", "plan", "up", "verify", "doctor"], listed
+    assert listed[-1] == "grafana-password" and len(listed) == len(set(listed)) == 16, listed
+
+
+@pytest.mark.parametrize(("shell", "marker"), [("zsh", "#compdef gpustack"), ("fish", "complete --command gpustack"),
+                                               ("bash", "complete -o default -F _gpustack_completion gpustack")])  # fmt: skip
+def test_show_completion_for_the_shell_named(shell: str, marker: str) -> None:
+    r = subprocess.run([sys.executable, "-m", "gpustack", "--show-completion", shell], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    assert marker in r.stdout and f"complete_{shell}" in r.stdout
+    assert (shell == "bash") == ("complete_bash" in r.stdout)
+
+
+def test_show_completion_for_an_unknown_shell_is_refused() -> None:
+    r = subprocess.run([sys.executable, "-m", "gpustack", "--show-completion", "tcsh"], capture_output=True, text=True)
+    assert r.returncode == 2 and r.stdout == ""
+    assert "--show-completion tcsh" in r.stderr and "bash, zsh, fish" in r.stderr
+
+
+def _example_lines(cmd: typer.core.TyperCommand) -> list[str]:
+    epilog = cmd.epilog or ""
+    return [line.strip().split("#")[0].split("|")[0].split(">")[0] for line in epilog.splitlines()[2:]]
+
+
+def test_every_example_uses_options_its_command_has() -> None:
+    import shlex
+
+    root = typer.main.get_command(app)
+    seen = 0
+
+    def walk(cmd: typer.core.TyperCommand, path: tuple[str, ...]) -> None:
+        nonlocal seen
+        for line in _example_lines(cmd):
+            words = shlex.split(line)
+            assert words[0] == "gpustack", line
+            target, rest = root, words[1:]
+            while rest and getattr(target, "commands", None) and rest[0] in target.commands:  # type: ignore[attr-defined]
+                target, rest = target.commands[rest[0]], rest[1:]  # type: ignore[attr-defined]
+            known = {o for p in target.params for o in p.opts}
+            assert [w for w in rest if w.startswith("-") and w not in known] == [], line
+            seen += 1
+        for name, sub in (getattr(cmd, "commands", None) or {}).items():
+            walk(sub, (*path, name))
+
+    walk(root, ())
+    assert seen >= 30

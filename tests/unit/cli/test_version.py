@@ -40,13 +40,21 @@ def test_version_bad_output(tmp_path: Path) -> None:
     assert r.returncode == 2 and "use table or json" in r.stderr and "Traceback" not in r.stderr
 
 
-def test_plan_prints_the_chosen_line_and_artifacts(tmp_path: Path) -> None:
+def test_plan_prints_the_pins_and_leaves_the_matrix_and_checksums_to_version(tmp_path: Path) -> None:
+    """issue 31: plan is the stages and the versions they install; the matrix, the host OS support and every
+    artifact's checksum are `gpustack version`'s (plan printed 174 lines)."""
     (tmp_path / "gpustack.yaml").write_text(GOOD)
     r = run("plan", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
+    assert "(end of support); matrix, checksums: `gpustack version`" in r.stdout
+    assert "containerd" in r.stdout and pins.CONTAINERD_VERSION in r.stdout
+    assert "compatibility matrix" not in r.stdout and "host OS support" not in r.stdout
+    assert pins.CONTAINERD_SHA256[pins.CONTAINERD_VERSION]["amd64"] not in r.stdout
+    assert len(r.stdout.splitlines()) < 110, len(r.stdout.splitlines())
+    r = run("version", "-c", "gpustack.yaml", cwd=tmp_path)
     assert "compatibility matrix (the chosen Kubernetes minor)" in r.stdout
     assert "registry.k8s.io/pause:3.10.2" in r.stdout and ">= 2.0.0 (containerd" in r.stdout
-    assert "recommends 2.3.0+, 2.2.0+)" in r.stdout  # the cell wraps between words, never inside a token
+    assert "2.3.0+," in r.stdout.split() and "2.2.0+)" in r.stdout.split()  # wrapped between words, if at all
     assert pins.CONTAINERD_SHA256[pins.CONTAINERD_VERSION]["amd64"] in r.stdout
 
 

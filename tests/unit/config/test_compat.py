@@ -141,7 +141,15 @@ def test_matrix_rows_for_the_chosen_version() -> None:
     assert (minor, patch, cgroup) == ("1.35", pins.KUBERNETES["1.35"], "required")
     assert containerd == ">= 1.7.0 (containerd recommends 2.2.0+, 2.1.5+, 1.7.28+)"
     assert sandbox == "registry.k8s.io/pause:3.10.1" and operator.startswith("v26.7.0: yes")
-    assert "Debian 12 (own containerd 1.6: too old)" in oses and "Debian 13 (own containerd 1.7: allowed)" in oses
+    # every supported OS, with containerd from the release archives; the OS's own containerd only where new enough
+    assert oses.startswith("Ubuntu 22.04 LTS, Ubuntu 24.04 LTS, Debian 12, Debian 13: all, with containerd from")
+    assert (
+        "(containerd_source: distribution): Ubuntu 22.04 LTS, Ubuntu 24.04 LTS, Debian 13 (Debian 12's 1.6: too old)"
+        in oses
+    )
+    default = compat.matrix_rows(cfg())[0][-1]  # Kubernetes 1.36: no OS ships a containerd 2, and none is unsupported
+    assert ": all, with containerd from the release archives (the default)" in default
+    assert "(containerd_source: distribution): none (" in default and "(own containerd" not in default
     assert [r[0] for r in compat.matrix_rows()] == list(pins.KUBERNETES_LINES)
 
 
@@ -168,3 +176,13 @@ def test_image_digests() -> None:
         assert pins.IMAGE_DIGESTS[pins.PAUSE_IMAGE.format(tag=line.pause)].startswith("sha256:")
     for digest in pins.IMAGE_DIGESTS.values():
         assert len(digest) == len("sha256:") + 64
+
+
+def test_an_estimate_already_past_is_not_read_as_due() -> None:
+    """issue 31: kube-prometheus-stack 'until Prometheus 3.15 (expected ~2026-09)' judged in November said
+    'ENDING (due, estimate)'; it says that the expected date has passed, and to check upstream."""
+    from datetime import date
+
+    rows = {row[0]: row for row in compat.pin_rows(None, date(2026, 11, 26))}
+    assert rows["kube-prometheus-stack"][3] == "ENDING (the expected date has passed: check upstream)"
+    assert rows["helm"][3].startswith("ENDING (") and "days, estimate)" in rows["helm"][3]  # still ahead: days

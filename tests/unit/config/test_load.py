@@ -132,9 +132,18 @@ def test_invalid_cidr(tmp_path: Path) -> None:
     assert "gpustack.yaml:8: cluster.pod_cidr:" in msg
 
 
-def test_unreadable_ssh_key(tmp_path: Path) -> None:
+def test_a_missing_ssh_key_says_how_to_make_one(tmp_path: Path) -> None:
     msg = err(tmp_path, GOOD + f"    ssh_key: {tmp_path}/missing_key\n")
-    assert "gpustack.yaml:7: nodes[1].ssh_key: SSH key" in msg and "not readable" in msg
+    assert "gpustack.yaml:7: nodes[1].ssh_key: SSH key" in msg and "does not exist" in msg
+    # issue 31: the untouched template failed here without naming the fix
+    assert f"ssh-keygen -t ed25519 -f {tmp_path}/missing_key" in msg
+    assert f"ssh-copy-id -i {tmp_path}/missing_key USER@192.0.2.11" in msg
+
+
+def test_unreadable_ssh_key(tmp_path: Path) -> None:
+    (tmp_path / "a_dir").mkdir()
+    msg = err(tmp_path, GOOD + f"    ssh_key: {tmp_path}/a_dir\n")
+    assert "gpustack.yaml:7: nodes[1].ssh_key: SSH key" in msg and "is not a readable file" in msg
 
 
 def test_readable_ssh_key_is_fine(tmp_path: Path) -> None:
@@ -247,3 +256,48 @@ def test_the_example_s_ha_recipe_gives_a_valid_three_control_plane_config(tmp_pa
     cfg = load(write(tmp_path, text), environ={}, cwd=tmp_path).config
     assert [n.name for n in cfg.control_planes] == ["gpu-cp-1", "gpu-cp-2", "gpu-cp-3"]
     assert getattr(cfg.cluster, endpoint) is not None
+
+
+# --- issue 31: the template, and where a YAML or type error is -------------------------------------------------
+
+
+def test_the_template_leaves_the_versions_to_the_pins() -> None:
+    """`versions.kubernetes: "1.36"` was set right under "leave unset to use the pins"."""
+    import yaml
+
+    from gpustack.config.example import example_yaml
+
+    text = example_yaml()
+    assert "versions" not in yaml.safe_load(text)
+    assert "# versions:" in text and "#   kubernetes:" in text
+
+
+def test_the_template_s_local_node_has_no_ssh_fields_and_says_why_it_has_an_address() -> None:
+    from gpustack.config.example import example_yaml
+
+    text = example_yaml()
+    block = text[text.index("# - name: this-machine") :].split("\n\n")[0]
+    assert "connection: local" in block and "address:" in block and "the other nodes reach it at" in block
+    assert "user:" not in block and "ssh_key:" not in block
+
+
+@pytest.mark.parametrize(
+    ("text", "where", "said"),
+    [
+        # a key indented one column less: the parser fails on its line; the scanner alone ran on to the next
+        ("cluster:\n  name: x\n pod_cidr: 10.244.0.0/16\n  service_cidr: 10.96.0.0/12\n", ":9:2:", "expected key"),
+        # a key without its ':': libyaml notices on the next line, while scanning the key on its own
+        ("cluster:\n  name: x\n  pod_cidr 10.244.0.0/16\n  service_cidr: 10.96.0.0/12\n", ":9:3:", "expected ':'"),
+    ],
+)
+def test_a_yaml_error_is_reported_on_its_own_line(tmp_path: Path, text: str, where: str, said: str) -> None:
+    msg = err(tmp_path, GOOD + text)
+    assert f"gpustack.yaml{where} invalid YAML" in msg and said in msg, msg
+
+
+def test_a_type_error_names_the_value_given(tmp_path: Path) -> None:
+    msg = err(tmp_path, GOOD + "preflight:\n  min_cpus: many\nmonitoring:\n  grafana_nodeport: 3.5\n")
+    assert "preflight.min_cpus: Input should be a valid integer" in msg and "(got 'many')" in msg
+    assert "monitoring.grafana_nodeport:" in msg and "(got 3.5)" in msg
+    env = err(tmp_path, GOOD, environ={"GPUSTACK_PREFLIGHT__MIN_CPUS": "lots"})
+    assert "(got 'lots')" in env

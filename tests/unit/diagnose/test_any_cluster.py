@@ -49,7 +49,8 @@ def test_kubeconfig_env_only_no_gpustack_state(tmp_path: Path) -> None:
     assert not (tmp_path / "state").exists(), "nothing written: a cluster not built from this machine"
     report = json.loads(r.stdout)
     assert report["cluster"] == {"server": url, "context": "fake", "cluster": "fake", "source": "$KUBECONFIG",
-                                 "kubeconfig": [str(kc)], "gpustack_cluster": False}  # fmt: skip
+                                 "kubeconfig": [str(kc)], "gpustack_cluster": False,
+                                 "client_certificate_expires": ""}  # fmt: skip
     assert r.returncode == 0, r.stdout + r.stderr
     assert {c["id"] for c in report["checks"] if c["status"] != "pass"} == {
         "K09-pod-network-probe",

@@ -366,3 +366,15 @@ def test_c04_warns_below_containerds_recommendation() -> None:
     (f,) = [f for f in run(Snapshot(hosts={"h": host})) if f.id == "C04-containerd-version"]
     assert f.status == "warn" and "containerd recommends 1.7.28 or newer on the 1.7 branch" in f.summary
     assert "gpustack up --only containerd" in f.fix
+
+
+def test_without_host_facts_a_check_says_it_did_not_run() -> None:
+    """issue 31: 'swap is off: no host facts collected' read like a result; every host check without facts
+    says the same 'not checked: ...' (so the report gives them one row)."""
+    from gpustack.diagnose import checks_host
+    from gpustack.diagnose.snapshot import Snapshot
+
+    found = checks_host._each(Snapshot(), "H01-swap", "host", lambda name, facts: None, what="swap is off")
+    assert [(f.status, f.summary) for f in found] == [
+        ("skip", "not checked: no host facts collected (see H00-host-facts)")
+    ]

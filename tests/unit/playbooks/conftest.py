@@ -66,7 +66,14 @@ def sources_utils() -> ModuleType:
 
 
 @pytest.fixture(scope="session")
+def certs_utils() -> ModuleType:
+    """playbooks/module_utils/gpustack_certs.py (certificate expiry: kubeadm check-expiration, the kubelet's)."""
+    return load_path("ansible.module_utils.gpustack_certs", PLAYBOOKS / "module_utils" / "gpustack_certs.py")
+
+
+@pytest.fixture(scope="session")
 def facts_module(
+    certs_utils: ModuleType,
     toml_utils: ModuleType,
     stage_utils: ModuleType,
     host_parsers: ModuleType,

@@ -51,6 +51,7 @@ SCHEMA_KEYS = {
     "swap_active",
     "fstab_swap_lines",
     "listening",
+    "certificates",
     "nvidia_pci_devices",
     "nvidia_driver_version",
     "nvidia_smi",
@@ -360,6 +361,7 @@ def test_collect_on_this_machine(facts_module: ModuleType) -> None:
     assert set(facts) == SCHEMA_KEYS
     json.dumps(facts)  # serialisable
     assert set(facts["disk_free_bytes"]) == {"/", "/var/lib"}
+    assert set(facts["certificates"]) == {"kubeadm", "kubelet_serving"}
     assert set(facts["kubernetes"]) == {
         "admin_conf",
         "kubelet_conf",

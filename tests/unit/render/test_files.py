@@ -51,7 +51,10 @@ def test_without_a_manifest_nothing_is_removed(tmp_path: Path) -> None:
     out = tmp_path / "out"
     render_to(cfg(exporter="standalone"), out)
     (out / MANIFEST).unlink()
-    result = render_to(cfg(exporter="operator"), out)
+    # without the list, the files are not known to be gpustack's: refused (issue 31), --force overwrites them
+    with pytest.raises(UsageError, match="would overwrite"):
+        render_to(cfg(exporter="operator"), out)
+    result = render_to(cfg(exporter="operator"), out, force=True)
     assert result.removed == [] and (out / "values/dcgm-exporter.yaml").is_file()
 
 
@@ -117,7 +120,8 @@ def test_a_file_the_user_changed_is_kept_and_reported(tmp_path: Path) -> None:
 def test_an_older_list_without_checksums_removes_nothing(tmp_path: Path) -> None:
     out = tmp_path / "out"
     render_to(cfg(exporter="standalone"), out)
-    (out / MANIFEST).write_text(json.dumps({"files": ["values/dcgm-exporter.yaml"]}))  # gpustack <= 0.1's form
+    listed = sorted(json.loads((out / MANIFEST).read_text())["files"])
+    (out / MANIFEST).write_text(json.dumps({"files": listed}))  # gpustack <= 0.1's form: its files, no checksums
     result = render_to(cfg(exporter="operator"), out)
     assert (out / "values/dcgm-exporter.yaml").is_file() and result.removed == []
     assert "no checksum recorded" in result.kept[0][1]
@@ -159,3 +163,80 @@ def test_out_is_a_file(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="exists and is not a directory"):
         render_to(cfg(), tmp_path / "f")
     assert (tmp_path / "f").read_text() == "x"
+
+
+# --- issue 31: a file in --out that gpustack's last render there did not write is not silently replaced -------
+
+
+def test_a_hand_edited_file_is_not_replaced(tmp_path: Path) -> None:
+    out = tmp_path / "mixed"
+    render_to(cfg(), out)
+    edited = out / "values" / "gpu-operator.yaml"
+    edited.write_text(edited.read_text() + "# my change\n")
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    with pytest.raises(UsageError, match=r"would overwrite 1 file\(s\).*values/gpu-operator.yaml") as exc:
+        render_to(cfg(exporter="operator"), out)
+    assert "--force" in (exc.value.hint or "")
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before  # nothing written, nothing removed
+
+
+def test_a_file_there_before_any_render_is_not_replaced(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    (out / "values").mkdir(parents=True)
+    (out / "values" / "gpu-operator.yaml").write_text("mine: true\n")
+    (out / "notes.txt").write_text("unrelated")
+    with pytest.raises(UsageError, match=r"would overwrite 1 file\(s\).*values/gpu-operator\.yaml"):
+        render_to(cfg(), out)
+    assert (out / "values" / "gpu-operator.yaml").read_text() == "mine: true\n"
+    assert not (out / MANIFEST).exists()
+
+
+def test_force_overwrites_and_says_which(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    render_to(cfg(), out)
+    edited = out / "values" / "gpu-operator.yaml"
+    edited.write_text("edited\n")
+    result = render_to(cfg(), out, force=True)
+    assert result.replaced == [(edited, "changed since gpustack wrote it")]
+    assert edited.read_text() != "edited\n"
+    assert render_to(cfg(), out).replaced == []  # gpustack's again: the next render needs no --force
+
+
+def test_a_file_already_holding_what_render_writes_is_not_in_the_way(tmp_path: Path) -> None:
+    first = tmp_path / "first"
+    render_to(cfg(), first)
+    out = tmp_path / "out"
+    (out / "values").mkdir(parents=True)
+    same = (first / "values" / "gpu-operator.yaml").read_bytes()
+    (out / "values" / "gpu-operator.yaml").write_bytes(same)  # a copy, no manifest: nothing would change
+    assert render_to(cfg(), out).replaced == []
+
+
+def test_the_cli_refuses_then_force_names_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import contextlib
+    import io
+
+    from gpustack.cli.app import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.delenv("GPUSTACK_CONFIG", raising=False)
+    (tmp_path / "gpustack.yaml").write_text(yaml.safe_dump(BASE))
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), pytest.raises(SystemExit) as ei:
+            main(["render", "--out", "mixed", *argv])
+        return int(ei.value.code or 0), out.getvalue(), err.getvalue()
+
+    assert run()[0] == 0
+    edited = tmp_path / "mixed" / "values" / "gpu-operator.yaml"
+    edited.write_text("edited\n")
+    code, out, err = run()
+    assert code == 2 and out == "" and edited.read_text() == "edited\n"
+    assert "values/gpu-operator.yaml" in err and "--force" in err
+    code, out, err = run("--force")
+    assert code == 0, err
+    assert "overwrote mixed/values/gpu-operator.yaml (--force): changed since gpustack wrote it" in " ".join(
+        out.split()
+    )

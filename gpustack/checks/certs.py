@@ -1,0 +1,65 @@
+"""Certificate expiry judged against the ``certificates`` settings, and the renewal doctor names as the fix.
+
+What kubeadm signs lives ``certificates.validity`` (kubeadm's default: one year) and is renewed only by
+``kubeadm certs renew`` (or ``kubeadm upgrade apply``, which renews unless told not to): the control-plane leaf
+certificates, admin.conf and the other kubeconfigs kubeadm writes, and therefore the copy of admin.conf gpustack
+keeps on this machine. doctor reads every one on the hosts (``H15-certificates``, from
+``kubeadm certs check-expiration``); what needs no SSH is read by :mod:`gpustack.runners.tls` (this machine's
+kubeconfig, the certificate each API server serves), for ``status`` and ``K11-admin-kubeconfig-certificate``.
+
+The judgement (:func:`judge`) is pure: ``fail`` when expired or within ``fail_days``, ``warn`` within
+``warn_days``, else ``pass``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Literal
+
+Verdict = Literal["pass", "warn", "fail"]
+#: kubeadm's documented renewal (kubernetes/website content/en/docs/tasks/administer-cluster/kubeadm/
+#: kubeadm-certs.md, "Manual certificate renewal"), on each control plane one at a time; the kubelet restarts a
+#: static pod's stopped containers, which then read the new files
+RENEW_FIX = (
+    "on each control plane, one at a time:\n"
+    "  sudo kubeadm certs renew all --config /etc/gpustack/kubeadm-config.yaml\n"
+    "  sudo crictl stop $(sudo crictl ps -q --name 'kube-apiserver|kube-controller-manager|kube-scheduler|etcd')\n"
+    "then copy the first control plane's /etc/kubernetes/admin.conf over gpustack's copy "
+    "(<state>/clusters/<cluster>/admin.conf, mode 0600)"
+)
+
+
+@dataclass(frozen=True)
+class Judged:
+    status: Verdict
+    days: float  # days left (negative: expired that long ago)
+    text: str  # "expires 2027-11-28 (364 days)" / "EXPIRED 2026-11-28 (3 days ago)"
+
+
+def judge(expires: datetime, now: datetime, *, warn_days: int, fail_days: int) -> Judged:
+    days = (expires - now).total_seconds() / 86400
+    day = expires.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    if days <= 0:
+        ago = -days
+        return Judged("fail", days, f"EXPIRED {day} ({_span(ago)} ago)")
+    status: Verdict = "fail" if days <= fail_days else "warn" if days <= warn_days else "pass"
+    return Judged(status, days, f"expires {day} (in {_span(days)})")
+
+
+def _span(days: float) -> str:
+    if days >= 2:
+        return f"{int(days)} days"
+    hours = days * 24
+    return f"{hours:.0f} hours" if hours >= 2 else f"{hours * 60:.0f} minutes"
+
+
+def parse_iso(text: object) -> datetime | None:
+    """``2027-11-28T01:36:57Z`` (what the facts module records) -> an aware datetime, or None."""
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
