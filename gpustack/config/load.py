@@ -92,8 +92,6 @@ _LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _OPEN = (yaml.FlowSequenceStartToken, yaml.FlowMappingStartToken, yaml.BlockSequenceStartToken,
          yaml.BlockMappingStartToken)  # fmt: skip
 _CLOSE = (yaml.FlowSequenceEndToken, yaml.FlowMappingEndToken, yaml.BlockEndToken)
-
-
 #: a YAML library's own nesting-limit error (libyaml since 0.2.6: "exceeded max depth of 1000")
 DEPTH_PROBLEM = re.compile(r"(?i)max(imum)? (nesting )?depth|nesting (level|depth)")
 
@@ -139,8 +137,7 @@ def _compose(text: str, filename: str) -> tuple[Any, dict[Key, int]]:
         where = f"{filename}:{mark.line + 1}:{mark.column + 1}" if mark else filename
         problem = getattr(exc, "problem", None) or str(exc)
         if DEPTH_PROBLEM.search(problem):  # a libyaml with a depth limit of its own: the same bound, said one way
-            where = f"{filename}:{mark.line + 1}" if mark else filename
-            problem = f"nested more than {MAX_DEPTH} levels deep"
+            where, problem = where.rsplit(":", 1)[0] if mark else where, f"nested more than {MAX_DEPTH} levels deep"
         raise ConfigError(f"{where}: invalid YAML: {problem}") from None
     lines: dict[Key, int] = {}
     if node is None:
