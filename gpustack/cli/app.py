@@ -336,9 +336,9 @@ UNVERIFIED_REQUEST = r"Unverified HTTPS request"
 def _one_line_warnings() -> None:
     """Python warnings while a command runs: urllib3's per-request TLS warning dropped (gpustack's own says it
     once), every other warning once, as one ``warning:`` line on stderr, never a library's source line."""
-    warnings.simplefilter("once")
-    warnings.filterwarnings("ignore", category=DeprecationWarning)
-    warnings.filterwarnings("ignore", category=PendingDeprecationWarning)
+    warnings.simplefilter("default")
+    for quiet in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):  # Python's own
+        warnings.filterwarnings("ignore", category=quiet)  # defaults, whatever filters the caller (a test) had
     warnings.filterwarnings("ignore", message=UNVERIFIED_REQUEST)
 
     def show(message: Warning | str, category: type[Warning], *_: Any, **__: Any) -> None:
