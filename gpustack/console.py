@@ -9,11 +9,13 @@ hanging indent, and a value too long to be useful in a message is shortened (:fu
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
 import textwrap
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -44,6 +46,43 @@ COMMAND_COLUMNS = frozenset({"fix", "runs"})
 MESSAGE_VALUE_LIMIT = 120
 #: the width used when the output is not a terminal and $COLUMNS is not set
 DEFAULT_WIDTH = 80
+#: seconds a wait goes on silently before a terminal is told what it waits for
+WAIT_NOTICE_AFTER = 1.5
+
+
+@contextlib.contextmanager
+def waiting(what: str, *, stream: Any = None, after: float | None = None) -> Iterator[None]:
+    """Around a wait that is usually short (a connection): when the block still runs after ``after`` seconds
+    and stderr (``stream``) is a terminal, one line there says what is waited for and for how long at most
+    (``waiting for WHAT ...``). Nothing is said on a pipe or a file, or when the wait ends in time."""
+    stream = stream or sys.stderr
+    if not (hasattr(stream, "isatty") and stream.isatty()):
+        yield
+        return
+
+    def notice() -> None:
+        from rich.console import Console as RichConsole
+        from rich.text import Text
+
+        no_color = bool(os.environ.get("NO_COLOR") or os.environ.get("GPUSTACK_NO_COLOR"))
+        out = RichConsole(file=stream, highlight=False, soft_wrap=True, no_color=no_color)
+        out.print(Text(f"waiting for {what} ...", style="dim"))
+
+    timer = threading.Timer(WAIT_NOTICE_AFTER if after is None else after, notice)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
+def literal(value: object) -> str:
+    """``value`` as console markup that prints as written: user text (a config key, a value, a path, a host or
+    node name, a remote system's output) inside a styled line or a table cell is never read as markup."""
+    from rich.markup import escape
+
+    return escape(str(value))
 
 
 def shorten(value: object, limit: int = MESSAGE_VALUE_LIMIT) -> str:
@@ -99,14 +138,22 @@ class Console:
         return self.out.width or DEFAULT_WIDTH
 
     def print(self, *args: Any, **kw: Any) -> None:
+        """Console markup, for lines gpustack styles itself: anything from the user or a remote system in it
+        (a key, value, path, host name, node, remote output) goes in through :func:`literal`."""
         self.out.print(*args, **kw)
 
     def info(self, msg: str) -> None:
-        self.out.print(msg)
+        """A line of literal text (never markup)."""
+        from rich.text import Text
+
+        self.out.print(Text(msg), soft_wrap=True)
 
     def debug(self, msg: str) -> None:
+        """A line of literal text, dimmed, shown with ``-v``."""
         if self.verbosity > 0:
-            self.out.print(f"[dim]{msg}[/dim]")
+            from rich.text import Text
+
+            self.out.print(Text(msg, style="dim"), soft_wrap=True)
 
     def _say(self, to: RichConsole, label: str, style: str, msg: str) -> None:
         """``label: msg``, wrapped at word boundaries to the width; the text is literal (a path or
@@ -125,8 +172,10 @@ class Console:
 
         self.out.print(Text(wrap_words(text, self.width)), soft_wrap=True)
 
-    def warn(self, msg: str) -> None:
-        self._say(self.out, "warning", "warn", msg)
+    def warn(self, msg: str, *, stderr: bool = False) -> None:
+        """``warning: msg``, literal, on stdout (beside the output it is about) or on ``stderr`` (a notice that
+        must not mix with JSON or a password on stdout)."""
+        self._say(self.err if stderr else self.out, "warning", "warn", msg)
 
     def error(self, msg: str, hint: str | None = None) -> None:
         """Print an error (and its fix) on stderr."""
@@ -135,8 +184,9 @@ class Console:
             self._say(self.err, "hint", "hint", hint)
 
     def table(self, title: str, columns: list[str], rows: list[list[str]], *, blocks: bool = False) -> None:
-        """A table whose cells are console markup; see :func:`grid` for the layout (``blocks``: one block per
-        record even where a boxed table fits, for a report whose other tables do not)."""
+        """A table whose cells are console markup (user text in them through :func:`literal`); its title is
+        literal text. See :func:`grid` for the layout (``blocks``: one block per record even where a boxed table
+        fits, for a report whose other tables do not)."""
         # soft_wrap: what grid laid out is printed as it is (a token longer than the terminal is
         # left whole for the terminal to fold, never cut or broken by rich)
         self.out.print(grid(title, columns, rows, width=self.width, blocks=blocks), soft_wrap=True)
@@ -228,18 +278,19 @@ def grid(
     footer: Sequence[str] | None = None,
     blocks: bool = False,
 ) -> RenderableType:
-    """A table (cells are console markup) laid out for ``width`` columns: boxed, with column widths
+    """A table (cells are console markup, the title literal text) laid out for ``width`` columns: boxed, with column widths
     from :func:`column_widths`, or one block per record when no boxed table fits (each field on its
     own line, ``key  value``, the value wrapped at word boundaries). ``right``: right-aligned columns
     (numbers); ``footer``: a last row (a total) set apart."""
     from rich.table import Table
+    from rich.text import Text
 
     everything = [*rows, *([footer] if footer is not None else [])]
     plain = [[_text(c).plain for c in r] for r in everything]
     widths = column_widths(columns, plain, width, [c in WHOLE_COLUMNS or c in COMMAND_COLUMNS for c in columns])
     if widths is None or blocks:
         return _blocks(title, columns, everything, width)
-    t = Table(title=title or None, title_justify="left", show_lines=False)
+    t = Table(title=Text(title) if title else None, title_justify="left", show_lines=False)
     for i, (c, w) in enumerate(zip(columns, widths, strict=True)):
         t.add_column(c, width=w, no_wrap=w >= longest_line(c, plain, i), justify="right" if i in right else "left")
     for r in rows:

@@ -74,3 +74,9 @@ class Interrupted(BaseException):
         super().__init__(message)
         self.message = message
         self.hint = hint
+
+
+class GpustackWarning(UserWarning):
+    """Something the user should know that stops nothing (TLS verification off for a cluster). Library code
+    raises it with :func:`warnings.warn`; ``cli.app.run`` prints each distinct one once, as one ``warning:`` line
+    on stderr through the console."""

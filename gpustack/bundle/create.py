@@ -36,7 +36,7 @@ from gpustack.bundle.manifest import Artifact, Manifest, intact, load, save, sha
 from gpustack.bundle.registry import Registry
 from gpustack.config import pins
 from gpustack.config.model import Config
-from gpustack.console import Console
+from gpustack.console import Console, literal
 from gpustack.constants import BUNDLE_MANIFEST, NAMESPACES
 from gpustack.errors import GpustackError, UsageError
 
@@ -95,7 +95,7 @@ class _Bundle:
             self.manifest.put(found)
             save(self.out, self.manifest)
             self.result.fetched.append(label)
-            self.console.print(f"  fetched {label} [dim]{_size(found.size)}[/dim]")
+            self.console.print(f"  fetched {literal(label)} [dim]{_size(found.size)}[/dim]")
         self.touched.add(found.path)
         return found
 
@@ -290,7 +290,7 @@ def _apt(cfg: Config, opts: CreateOptions, bundle: _Bundle, http: requests.Sessi
         for arch in opts.arches:
             root = apt.AptRoot(bundle.out / ".work" / "apt" / f"{os_want.repo}-{arch}", arch)
             what = f"apt packages for {release.name} ({arch})"
-            bundle.console.print(f"  resolving {what}")
+            bundle.console.info(f"  resolving {what}")
             debs = root.resolve(sources, [*os_want.packages, *k8s.packages], what=what)
             for deb in debs:
                 repo = k8s.repo if deb.url.startswith(k8s_url.rstrip("/")) else os_want.repo
@@ -362,7 +362,7 @@ def _index(bundle: _Bundle, repo: str, arches: Sequence[str]) -> None:
         )
     )  # fmt: skip
     bundle.result.fetched.append(f"repository {repo} (index signed by {fingerprint})")
-    bundle.console.print(f"  indexed repository {repo}: {len(debs)} packages, signed by {fingerprint}")
+    bundle.console.info(f"  indexed repository {repo}: {len(debs)} packages, signed by {fingerprint}")
 
 
 def _machine_kubeadm(bundle: _Bundle, explicit: str | None) -> tuple[str, Callable[[], None]]:

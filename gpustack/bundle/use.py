@@ -36,7 +36,7 @@ from gpustack.bundle.manifest import (
 )
 from gpustack.bundle.serve import BundleServer, listen_address
 from gpustack.config.model import Config
-from gpustack.console import Console
+from gpustack.console import Console, literal
 from gpustack.errors import ConfigError
 
 SHOWN = 20
@@ -184,12 +184,14 @@ def session(
 ) -> Iterator[Session]:
     """Verify the bundle, then serve it for the duration of the block."""
     directory = directory.expanduser().resolve()
-    console.print(f"bundle: checking {directory} against the config (every file's sha256)")
+    console.print(f"bundle: checking {literal(directory)} against the config (every file's sha256)")
     manifest = verify(cfg, directory, playbooks=playbooks)
     address, port = listen_address(cfg, listen)
     with BundleServer(directory, served_paths(manifest), address, port) as server:
         url = server.url
-        console.print(f"bundle: {len(manifest.artifacts)} artifacts verified; serving them on {url} for this run")
+        console.print(
+            f"bundle: {len(manifest.artifacts)} artifacts verified; serving them on {literal(url)} for this run"
+        )
         run_cfg = bundle_config(cfg, url, manifest, address)
         s = Session(
             directory,
@@ -202,4 +204,4 @@ def session(
         try:
             yield s
         finally:
-            console.print(s.summary())
+            console.info(s.summary())

@@ -11,6 +11,7 @@ import errno
 import os
 import signal
 import sys
+import warnings
 from types import FrameType
 from typing import Annotated, Any
 
@@ -37,7 +38,7 @@ from gpustack.cli import diag as diag_cmd
 from gpustack.cli import health as health_cmd
 from gpustack.cli import report as report_cmd
 from gpustack.console import Console
-from gpustack.errors import GpustackError, Interrupted, UsageError
+from gpustack.errors import GpustackError, GpustackWarning, Interrupted, UsageError
 
 
 def _help_as_users_read_it() -> None:
@@ -288,7 +289,9 @@ def run(argv: list[str] | None = None) -> int:
         args = sys.argv[1:] if argv is None else argv
         if args[:1] in (["--show-completion"], ["--install-completion"]) and len(args) == 2:
             return _completion(args[0], args[1])
-        code = app(args=argv, prog_name="gpustack", standalone_mode=False)
+        with warnings.catch_warnings():
+            _one_line_warnings()
+            code = app(args=argv, prog_name="gpustack", standalone_mode=False)
         sys.stdout.flush()
         return code if isinstance(code, int) and not isinstance(code, bool) else 0
     except x.NoArgsIsHelpError as exc:
@@ -323,6 +326,26 @@ def run(argv: list[str] | None = None) -> int:
             ),
         )
         return 1
+
+
+#: urllib3's InsecureRequestWarning, which urllib3 shows on every request ("always"); gpustack says once that TLS
+#: verification is off for the cluster instead (runners/kubeconfig.py, a GpustackWarning)
+UNVERIFIED_REQUEST = r"Unverified HTTPS request"
+
+
+def _one_line_warnings() -> None:
+    """Python warnings while a command runs: urllib3's per-request TLS warning dropped (gpustack's own says it
+    once), every other warning once, as one ``warning:`` line on stderr, never a library's source line."""
+    warnings.simplefilter("default")
+    for quiet in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):  # Python's own
+        warnings.filterwarnings("ignore", category=quiet)  # defaults, whatever filters the caller (a test) had
+    warnings.filterwarnings("ignore", message=UNVERIFIED_REQUEST)
+
+    def show(message: Warning | str, category: type[Warning], *_: Any, **__: Any) -> None:
+        text = " ".join(str(message).split())
+        Console().warn(text if issubclass(category, GpustackWarning) else f"{category.__name__}: {text}", stderr=True)
+
+    warnings.showwarning = show
 
 
 #: what an API server's refusal nobody expected means

@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from gpustack.cli.options import ConfigOpt, DetailOpt, console_for, examples, load_config, split_csv
+from gpustack.console import literal
 from gpustack.errors import UsageError
 
 bundle_app = typer.Typer(help="Artifacts for air-gapped sites.", no_args_is_help=True)
@@ -49,7 +50,7 @@ def list_(
     console_for().table(
         f"artifacts for {release.name}, Kubernetes {cfg.versions.kubernetes}",
         ["kind", "name", "version", "source", "checksum", "note"],
-        [[i.kind, i.name, i.version, i.source, i.checksum, i.note] for i in found],
+        [[literal(c) for c in (i.kind, i.name, i.version, i.source, i.checksum, i.note)] for i in found],
     )
 
 
@@ -120,11 +121,14 @@ def create(
         kubeadm=str(kubeadm) if kubeadm else None,
     )
     result = run_create(cfg, opts, console, playbooks=resource_dir("playbooks"))
-    console.table(f"bundle {out}", ["kind", "artifacts", "size"], summary_rows(result.manifest))
+    console.table(
+        f"bundle {out}", ["kind", "artifacts", "size"], [[literal(c) for c in r] for r in summary_rows(result.manifest)]
+    )
     for warning in result.warnings:
         console.warn(warning)
     console.print(
         f"[ok]done[/ok] in {result.seconds:.1f}s: {len(result.fetched)} fetched, {len(result.kept)} already there"
         + (f", {len(result.removed)} no longer needed removed" if result.removed else "")
-        + f"; manifest {out / BUNDLE_MANIFEST}. Copy the directory to the site and run: gpustack up --bundle {out}"
+        + f"; manifest {literal(out / BUNDLE_MANIFEST)}. Copy the directory to the site and run: gpustack up --bundle "
+        + literal(out)
     )

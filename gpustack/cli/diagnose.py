@@ -8,6 +8,7 @@ from typing import Any
 import typer
 
 from gpustack.cli.options import CheckArgs, console_for, load_config
+from gpustack.console import literal
 
 
 def run_diagnose(command: str, args: CheckArgs, **own: Any) -> None:
@@ -44,5 +45,5 @@ def list_checks(command: str, args: CheckArgs) -> None:
         ]
         typer.echo(json.dumps({"command": command, "checks": checks}, indent=2))
         return
-    rows = [[s.id, s.layer, s.title, s.reads] for s in specs]
+    rows = [[literal(c) for c in (s.id, s.layer, s.title, s.reads)] for s in specs]
     console_for().table(f"gpustack {command} checks", ["id", "layer", "checks", "reads"], rows)

@@ -20,6 +20,7 @@ from gpustack.cli.options import (
     examples,
     split_csv,
 )
+from gpustack.console import literal
 
 OUTPUTS = ("table", "json", "junit")
 #: remediation field -> the flag that overrides it
@@ -216,13 +217,13 @@ def policy(
         return
     console = console_for()
     console.table(f"gpustack XID policy, version {pol.version}: actions", ["action", "the node needs", "how", "release needs"],
-                  [[f"{a.id}: {a.title}", a.needs, a.how, a.release or "-"] for a in sorted(pol.actions.values(), key=lambda a: a.rank)])  # fmt: skip
+                  [[literal(f"{a.id}: {a.title}"), literal(a.needs), literal(a.how), literal(a.release or "-")] for a in sorted(pol.actions.values(), key=lambda a: a.rank)])  # fmt: skip
     console.table("XIDs (NVIDIA's catalogue; -o json for every XID)", ["XID", "action", "catalogue", "why"],
-                  [list(row) for row in grouped(pol)])  # fmt: skip
+                  [[literal(c) for c in row] for row in grouped(pol)])  # fmt: skip
     console.table("other signals", ["rule", "source", "action", "why"],
-                  [[s.id, s.source, s.action, s.reason] for s in pol.signals])  # fmt: skip
+                  [[literal(c) for c in (s.id, s.source, s.action, s.reason)] for s in pol.signals])  # fmt: skip
     sources = "; ".join(f"{k}: {v.get('repo')} {v.get('path')} @ {v.get('commit')}" for k, v in pol.sources.items())
-    console.print(f"sources: {sources}")
+    console.info(f"sources: {sources}")
 
 
 @health_app.command(

@@ -21,6 +21,7 @@ from gpustack.cli.options import (
     split_csv,
     verify_after,
 )
+from gpustack.console import literal
 from gpustack.errors import UsageError
 
 node_app = typer.Typer(help="Add nodes to, or remove them from, a running cluster.", no_args_is_help=True)
@@ -72,7 +73,7 @@ def add(
     )
     opts = AddOptions.from_flags(flags, nodes=tuple(split_csv(names)), bundle=bundle, bundle_listen=bundle_listen)
     new = select_new(cfg, opts.nodes)
-    console.print(f"[stage]node add[/stage] cluster {cfg.cluster.name}{' (dry run)' if dry_run else ''}:")
+    console.print(f"[stage]node add[/stage] cluster {literal(cfg.cluster.name)}{' (dry run)' if dry_run else ''}:")
     for line in describe(cfg, new):
         console.print(f"  - {line}", markup=False)
     if not dry_run:
@@ -80,7 +81,7 @@ def add(
     add(cfg, opts, console)
     if dry_run:
         return
-    console.print(f"[ok]added[/ok] {', '.join(n.name for n in new)}")
+    console.print(f"[ok]added[/ok] {literal(', '.join(n.name for n in new))}")
     if not no_verify:
         verify_after(cfg, console, "the nodes joined")
 
@@ -136,15 +137,17 @@ def remove(
         cfg.cluster.name, own_only=True, request_timeout=QUICK_TIMEOUT
     )  # it changes the cluster in gpustack.yaml
     found = assess(cfg, kube, opts)
-    console.print(f"[stage]node remove[/stage] cluster {cfg.cluster.name}{' (dry run)' if dry_run else ''}:")
+    console.print(f"[stage]node remove[/stage] cluster {literal(cfg.cluster.name)}{' (dry run)' if dry_run else ''}:")
     for line in describe(found, opts):
         console.print(f"  - {line}", markup=False)
     for line in found.warnings:
         console.warn(line)
     if found.blocked:
-        rows = [[p.node, q.ref, q.owner, why] for p in found.previews for q, why in p.blocked]
+        rows = [[literal(c) for c in (p.node, q.ref, q.owner, why)] for p in found.previews for q, why in p.blocked]
         rows += [
-            [p.node, q.ref, "(none)", "not managed by a controller"] for p in found.previews for q in p.pods.unmanaged
+            [literal(p.node), literal(q.ref), "(none)", "not managed by a controller"]
+            for p in found.previews
+            for q in p.pods.unmanaged
         ]
         console.table("Pods that block the drain (server-side dry run)", ["node", "pod", "owner", "why"], rows)
         raise drain.DrainError(
@@ -159,6 +162,6 @@ def remove(
     )
     done = remove(cfg, opts, console, kube)
     console.print(
-        f"[ok]removed[/ok] {', '.join(done.removed)}: delete them from gpustack.yaml (nodes:), or "
+        f"[ok]removed[/ok] {literal(', '.join(done.removed))}: delete them from gpustack.yaml (nodes:), or "
         "`gpustack node add` brings them back"
     )

@@ -8,6 +8,7 @@ import typer
 
 from gpustack import commands
 from gpustack.cli.options import ConfigOpt, FromOpt, complete_stages, console_for, examples, load_config, split_csv
+from gpustack.console import literal
 
 #: the examples at the end of its help page
 EXAMPLES = examples(
@@ -72,10 +73,10 @@ def plan(
     }
     if names:
         where["targets"] = ", ".join(targets(cfg, split_csv(names, "NODE")))
-    rows = [[str(i), s.id, where[s.hosts], s.changes] for i, s in enumerate(stages, 1)]
+    rows = [[str(i), literal(s.id), literal(where[s.hosts]), literal(s.changes)] for i, s in enumerate(stages, 1)]
     # everything is worked out before the first line is printed: a bad --to is an error alone
     details = list(seq.details(cfg, to)) if seq.details else []
     console.print(target.announcement(loaded), markup=False)
     console.table(f"gpustack {seq.command} would run", ["#", "stage", "hosts", "changes"], rows)
     for title, columns, table in details:
-        console.table(title, columns, table)
+        console.table(title, columns, [[literal(c) for c in r] for r in table])

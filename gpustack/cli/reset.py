@@ -18,6 +18,7 @@ from gpustack.cli.options import (
     run_flags,
     split_csv,
 )
+from gpustack.console import literal
 
 #: the examples at the end of its help page
 EXAMPLES = examples(
@@ -62,7 +63,7 @@ def reset(
         forget=forget,
     )
     nodes = select_nodes(cfg, opts.nodes)
-    console.print(f"[stage]reset[/stage] cluster {cfg.cluster.name}{' (dry run)' if dry_run else ''}:")
+    console.print(f"[stage]reset[/stage] cluster {literal(cfg.cluster.name)}{' (dry run)' if dry_run else ''}:")
     for line in describe(cfg, nodes, opts):
         console.print(f"  - {line}", markup=False)
     if not dry_run:

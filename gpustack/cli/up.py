@@ -22,6 +22,7 @@ from gpustack.cli.options import (
     split_csv,
     verify_after,
 )
+from gpustack.console import literal
 
 #: the examples at the end of its help page
 EXAMPLES = examples(
@@ -101,11 +102,13 @@ def up(
     )
     result = run_up(cfg, flags.run_options(stages, full=full), console, bundle=bundle, bundle_listen=bundle_listen)
     if result.kubeconfig:
-        console.print(f"[ok]done.[/ok] kubeconfig: {result.kubeconfig}  (export KUBECONFIG={result.kubeconfig})")
+        console.print(
+            f"[ok]done.[/ok] kubeconfig: {literal(result.kubeconfig)}  (export KUBECONFIG={literal(result.kubeconfig)})"
+        )
     if any(s.id == "cluster" for s in stages) and not dry_run:
         from gpustack.cluster.layer import access_lines  # the Kubernetes client: only when the cluster stage ran
 
         for line in access_lines(cfg):
-            console.print(line)
+            console.info(line)
         if not no_verify:
             verify_after(cfg, console, "the stack is up")

@@ -18,6 +18,7 @@ from gpustack.cli.options import (
     load_config,
     run_flags,
 )
+from gpustack.console import literal
 from gpustack.errors import UsageError
 
 if TYPE_CHECKING:  # the config model is heavy: `gpustack --help` must not import it
@@ -80,7 +81,7 @@ def upgrade(
     assert to is not None
     target = skew.resolve_target(to)
     console.print(
-        f"[stage]upgrade[/stage] cluster {cfg.cluster.name} to Kubernetes {target}{' (dry run)' if dry_run else ''}:"
+        f"[stage]upgrade[/stage] cluster {literal(cfg.cluster.name)} to Kubernetes {literal(target)}{' (dry run)' if dry_run else ''}:"
     )
     for step in skew.upgrade_order(cfg, target):
         console.print(f"  - {step.node}: {step.detail}", markup=False)
@@ -95,7 +96,9 @@ def _components(cfg: Config, console: Console, flags: RunFlags, *, yes: bool) ->
 
     dry_run = flags.dry_run
 
-    console.print(f"[stage]upgrade --components[/stage] cluster {cfg.cluster.name}{' (dry run)' if dry_run else ''}:")
+    console.print(
+        f"[stage]upgrade --components[/stage] cluster {literal(cfg.cluster.name)}{' (dry run)' if dry_run else ''}:"
+    )
     for component, version, *_ in compat.pin_rows(cfg)[5:]:
         console.print(f"  - {component} -> {version} (CRDs from the chart applied first)", markup=False)
     if not dry_run:

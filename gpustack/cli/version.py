@@ -11,7 +11,7 @@ import typer
 
 from gpustack import __version__
 from gpustack.cli.options import console_for, examples, load_config
-from gpustack.console import Console
+from gpustack.console import Console, literal
 from gpustack.errors import UsageError
 
 #: the examples at the end of its help page
@@ -27,7 +27,7 @@ def print_versions(console: Console, cfg: object | None) -> None:
     from gpustack.config.model import Config
 
     for title, columns, rows in compat.version_tables(cfg if isinstance(cfg, Config) else None):
-        console.table(title, columns, rows)
+        console.table(title, columns, [[literal(c) for c in r] for r in rows])
 
 
 def version(

@@ -24,13 +24,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rich.markup import escape
-
 from gpustack.cluster import skew
 from gpustack.cluster.status_certs import gather_certificates, print_certificates
 from gpustack.cluster.upgrade_record import progress_path, read_progress
 from gpustack.config.model import Config
-from gpustack.console import Console
+from gpustack.console import Console, literal
 from gpustack.constants import CONTROL_PLANE_LABEL, NAMESPACES, RELEASE_ORDER
 from gpustack.engine.lock import holder, lock_path
 from gpustack.errors import ClusterUnreachableError, GpustackError
@@ -324,36 +322,38 @@ def gather(cfg: Config, kube: Kube | None, error: str | None = None) -> Status:
 def print_status(s: Status, console: Console) -> None:
     upgrade = s.upgrade or {}
     if s.reachable:
-        console.print(f"[stage]cluster[/stage] {s.cluster}: API server {s.api_server}", markup=True)
+        console.print(f"[stage]cluster[/stage] {literal(s.cluster)}: API server {literal(s.api_server)}", markup=True)
     elif (s.error or "").startswith(NOT_KUBERNETES):  # it answers, as something else: not "unreachable"
-        console.print(f"[fail]cluster {s.cluster}: {escape(s.error or '')}[/fail]", markup=True)
+        console.print(f"[fail]cluster {literal(s.cluster)}: {literal(s.error or '')}[/fail]", markup=True)
     else:
-        console.print(f"[fail]cluster {s.cluster}: unreachable[/fail]: {s.error}", markup=True)
+        console.print(f"[fail]cluster {literal(s.cluster)}: unreachable[/fail]: {literal(s.error)}", markup=True)
     if s.error and s.reachable:
         console.warn(s.error)
     if s.nodes:
         rows = [
             [
-                n.name,
-                ",".join(n.roles),
+                literal(n.name),
+                literal(",".join(n.roles)),
                 ("[ok]Ready[/ok]" if n.ready else "[fail]NotReady[/fail]") + ("" if n.schedulable else " (cordoned)"),
-                n.kubelet,
-                n.note,
+                literal(n.kubelet),
+                literal(n.note),
             ]
             for n in s.nodes
         ]
         rows += [
-            [name, "", "[skip]not in the cluster[/skip]", "", "in gpustack.yaml: `gpustack node add`"]
+            [literal(name), "", "[skip]not in the cluster[/skip]", "", "in gpustack.yaml: `gpustack node add`"]
             for name in s.not_joined
         ]
         console.table("Nodes", ["node", "roles", "status", "kubelet", "note"], rows)
     if s.releases:
-        rows = [[r.name, r.namespace, r.chart_version or "-", r.pinned, r.status, r.note] for r in s.releases]
+        rows = [[literal(c) for c in (r.name, r.namespace, r.chart_version or "-", r.pinned, r.status, r.note)]
+                for r in s.releases]  # fmt: skip
         console.table("Helm releases", ["release", "namespace", "chart", "pinned", "status", "note"], rows)
     if s.support:
         rows = [
-            [f"{w['component']} {w['version']}", ", ".join(w.get("where") or []),
-             ("[fail]past[/fail]" if w["status"] == "past" else "[warn]ending[/warn]") + f": {w['text']}", w["fix"]]
+            [literal(f"{w['component']} {w['version']}"), literal(", ".join(w.get("where") or [])),
+             ("[fail]past[/fail]" if w["status"] == "past" else "[warn]ending[/warn]") + f": {literal(w['text'])}",
+             literal(w["fix"])]
             for w in s.support
         ]  # fmt: skip
         console.table(f"Support (as of {s.today}: past, or within 90 days of, the end of upstream support)",

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpustack.console import literal
 from gpustack.constants import CONTROL_PLANE_LABEL
 from gpustack.engine.options import RunFlags
 from gpustack.engine.plan import CommandPlan, Stage
@@ -416,7 +417,7 @@ def remove(cfg: Config, opts: RemoveOptions, console: Console, kube: Kube) -> Re
         t0 = time.monotonic()
         evicted = 0
         for name in names:
-            console.print(f"[stage]▶ drain[/stage] {name}")
+            console.print(f"[stage]▶ drain[/stage] {literal(name)}")
             result = drain.drain(
                 kube,
                 name,

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpustack.cluster.upgrade_record import finish_progress, new_progress, progress_path, read_progress, write_progress
+from gpustack.console import literal
 from gpustack.constants import GPU_NAMESPACE
 from gpustack.engine.options import LateVars, RunFlags
 from gpustack.engine.plan import PREFLIGHT, CommandPlan, Stage, Table
@@ -188,7 +189,7 @@ def upgrade(cfg: Config, opts: UpgradeOptions, console: Console) -> UpgradeResul
         raise
     if not opts.dry_run:
         console.print(
-            f'[ok]upgraded to {target}[/ok]: set versions.kubernetes: "{skew.minor_str(target)}" in your '
+            f'[ok]upgraded to {literal(target)}[/ok]: set versions.kubernetes: "{literal(skew.minor_str(target))}" in your '
             "gpustack.yaml (up refuses a config that differs from the cluster)"
         )
     return UpgradeResult(result.run_dir, result.summaries, target, state.get("progress", {}))

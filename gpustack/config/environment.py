@@ -37,6 +37,9 @@ NON_CONFIG: dict[str, EnvVar] = {
         EnvVar("GPUSTACK_VENV", "launcher", "the virtualenv scripts/gpustack installs into"),
         EnvVar("GPUSTACK_TODAY", "cli", "the day support horizons are judged against (YYYY-MM-DD; default today)"),
         EnvVar("GPUSTACK_KEEP_RUNS", "cli", "how many run directories `up` keeps (default 20)"),
+        EnvVar(
+            "GPUSTACK_CONNECT_TIMEOUT", "cli", "seconds a first connection to the Kubernetes API may take (default 5)"
+        ),
         EnvVar("GPUSTACK_IPTABLES", "host", "the iptables binary the host firewall script uses"),
         EnvVar("GPUSTACK_IPTABLES_RESTORE", "host", "the iptables-restore binary the host firewall script uses"),
         EnvVar("GPUSTACK_SKIP_SANDBOX", "tests", "skip the playbook sandbox converge tests on purpose"),

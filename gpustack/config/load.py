@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import codecs
 import os
+import re
 import socket
 import stat
 from collections.abc import Iterable, Mapping
@@ -91,6 +92,8 @@ _LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _OPEN = (yaml.FlowSequenceStartToken, yaml.FlowMappingStartToken, yaml.BlockSequenceStartToken,
          yaml.BlockMappingStartToken)  # fmt: skip
 _CLOSE = (yaml.FlowSequenceEndToken, yaml.FlowMappingEndToken, yaml.BlockEndToken)
+#: a YAML library's own nesting-limit error (libyaml since 0.2.6: "exceeded max depth of 1000")
+DEPTH_PROBLEM = re.compile(r"(?i)max(imum)? (nesting )?depth|nesting (level|depth)")
 
 
 def _check_depth(text: str, filename: str) -> None:
@@ -133,6 +136,8 @@ def _compose(text: str, filename: str) -> tuple[Any, dict[Key, int]]:
         mark = _yaml_error_at(exc)
         where = f"{filename}:{mark.line + 1}:{mark.column + 1}" if mark else filename
         problem = getattr(exc, "problem", None) or str(exc)
+        if DEPTH_PROBLEM.search(problem):  # a libyaml with a depth limit of its own: the same bound, said one way
+            where, problem = where.rsplit(":", 1)[0] if mark else where, f"nested more than {MAX_DEPTH} levels deep"
         raise ConfigError(f"{where}: invalid YAML: {problem}") from None
     lines: dict[Key, int] = {}
     if node is None:

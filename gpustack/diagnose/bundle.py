@@ -39,11 +39,15 @@ from gpustack.diagnose.snapshot import Snapshot
 
 REDACTED = "REDACTED"
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
-#: mapping keys whose scalar values are credentials (not plain "key": taints and selectors use it)
+#: mapping keys whose scalar values are credentials (not plain "key": taints and selectors use it;
+#: not "pass" inside a word: "bypass", "passthrough")
 SECRET_KEY_RE = re.compile(
-    r"(?i)(pass(word|wd)?|token|secret|client-key|private[-_]?key|api[-_]?key|access[-_]?key|credential|"
-    r"auth[-_]?key|cookie|webhook[-_]?url|bearer)"
+    r"(?i)(pass(word|wd|phrase)|(?-i:(?<![A-Za-z])(?:pass|Pass|PASS)|(?<=[a-z])Pass)(?-i:(?![a-z]))|token|secret|client-key|private[-_]?key|api[-_]?key|"
+    r"access[-_]?key|credential|auth[-_]?key|cookie|webhook[-_]?url|bearer)"
 )
+#: a key that is only the word "pass" names a credential when its value is text, a tally when it is a
+#: number (findings.json's summary: ``{"pass": 31, "fail": 2, ...}``; summary.json's counts)
+TALLY_KEY_RE = re.compile(r"(?i)pass")  # the whole key
 #: container env var names whose values are redacted (the brief's broad rule)
 ENV_SECRET_RE = re.compile(r"(?i)pass|token|secret|key")
 URL_RE = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)([^\s/?#@'\"]+@)?([^\s/?#'\"]*)([^\s?#'\"]*)(\?[^\s#'\"]*)?")
@@ -125,6 +129,8 @@ def redact(data: Any, *, parent_key: str = "") -> Any:
         k = str(key)
         secret_field = is_secret and k in ("data", "stringData")
         credential = SECRET_KEY_RE.search(k) is not None and not isinstance(value, (Mapping, list))
+        if credential and TALLY_KEY_RE.fullmatch(k) and isinstance(value, (int, float)):
+            credential = False  # a count of passed checks, not a password
         if secret_field or credential or k == "secureJsonData":
             out[k] = _wipe(value)
         elif k == "annotations" and isinstance(value, Mapping):

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from gpustack.checks.model import Finding
 from gpustack.config.model import Config
-from gpustack.console import Console
+from gpustack.console import Console, literal
 from gpustack.diagnose import registry, report
 from gpustack.diagnose.collect import CollectContext, collect
 from gpustack.diagnose.snapshot import Snapshot
@@ -152,7 +152,7 @@ def diagnose(cfg: Config, opts: DiagnoseOptions, console: Console) -> tuple[int,
             opts.bundle, snap, findings, opts.command, config=cfg.model_dump(mode="json"),
             up_run=last_run(state_dir() / "runs", cfg.cluster.name),
         )  # fmt: skip
-        (console.err if opts.output != "table" else console.out).print(f"support bundle (redacted): {written}")
+        (console.err if opts.output != "table" else console.out).print(f"support bundle (redacted): {literal(written)}")
     if opts.fix:
         from gpustack.diagnose import fixes
 

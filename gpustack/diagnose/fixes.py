@@ -28,11 +28,9 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
 
-from rich.markup import escape
-
 from gpustack.checks.model import Finding
 from gpustack.config.model import Config
-from gpustack.console import Console
+from gpustack.console import Console, literal
 from gpustack.constants import DOCTOR_FIELD_MANAGER
 from gpustack.diagnose.snapshot import Obj, Snapshot
 from gpustack.errors import GpustackError, StageError
@@ -381,15 +379,15 @@ def offer_and_apply(
     actions, manual = plan_fixes(ctx, findings)
     outcome = FixOutcome(planned=actions)
     if manual:
-        rows = [[f.id, f.host or "", f.fix or "(no automatic fix)"] for f in manual]
+        rows = [[literal(f.id), literal(f.host or ""), literal(f.fix or "(no automatic fix)")] for f in manual]
         console.table("fix by hand", ["check", "host", "fix"], rows)
     if not actions:
         console.print("[skip]--fix: no safe automatic fix applies to the failures found[/skip]")
         return outcome
     console.table("doctor --fix will run", ["check", "fix", "runs"],
-                  [["\n".join(a.check_ids), a.title, "\n".join(a.shows)] for a in actions])  # fmt: skip
+                  [[literal("\n".join(a.check_ids)), literal(a.title), literal("\n".join(a.shows))] for a in actions])  # fmt: skip
     where = target_text(snap)
-    console.print(f"on cluster {escape(where)}")
+    console.print(f"on cluster {literal(where)}")
     if not assume_yes:
         if not (console.interactive and sys.stdin.isatty()):
             console.print("[warn]not applied: no terminal to confirm on; pass --yes to apply these fixes[/warn]")
@@ -404,10 +402,10 @@ def offer_and_apply(
             result = action.apply()
         except (GpustackError, OSError, ValueError, RuntimeError) as exc:
             outcome.failed.append((action, f"{type(exc).__name__}: {exc}"))
-            console.print(f"[fail]✗ {', '.join(action.check_ids)}: {exc}[/fail]")
+            console.print(f"[fail]✗ {literal(', '.join(action.check_ids))}: {literal(exc)}[/fail]")
             continue
         outcome.applied.append((action, result))
-        console.print(f"[ok]✓ {', '.join(action.check_ids)}: {result}[/ok]")
+        console.print(f"[ok]✓ {literal(', '.join(action.check_ids))}: {literal(result)}[/ok]")
     return outcome
 
 
@@ -417,4 +415,4 @@ def report_after(outcome: FixOutcome, after: Sequence[Finding], console: Console
         for check_id in action.check_ids:
             statuses: list[str] = sorted({f.status for f in after if f.id == check_id}) or ["not re-checked"]
             style = "ok" if statuses == ["pass"] else "fail" if "fail" in statuses else "warn"
-            console.print(f"[{style}]{check_id} after the fix: {', '.join(statuses)}[/{style}]")
+            console.print(f"[{style}]{literal(check_id)} after the fix: {', '.join(statuses)}[/{style}]")

@@ -6,8 +6,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from rich.markup import escape
-
+from gpustack.console import literal
 from gpustack.errors import PreflightError
 
 if TYPE_CHECKING:
@@ -39,7 +38,7 @@ class Progress:
     def end(self, result: ar.StageResult) -> None:
         """A stage's end line: time, changed count, hosts (or why it had none)."""
         if result.failures:
-            verdict = f"[fail]failed[/fail] on {', '.join(sorted({f.host for f in result.failures}))}"
+            verdict = f"[fail]failed[/fail] on {literal(', '.join(sorted({f.host for f in result.failures})))}"
         elif not result.hosts:
             verdict = "[skip]nothing to do (converged or no host in this stage)[/skip]"
         else:
@@ -47,15 +46,16 @@ class Progress:
                 f"[{'changed' if result.changed_total else 'ok'}]{result.changed_total} changed[/] "
                 f"on {len(result.hosts)} host(s)"
             )
-        self.console.print(f"[stage]■ {escape(result.stage)}[/stage] {verdict} [dim]{result.elapsed:.1f}s[/dim]")
+        self.console.print(f"[stage]■ {literal(result.stage)}[/stage] {verdict} [dim]{result.elapsed:.1f}s[/dim]")
 
     def __call__(self, stage: str, host: str | None, task: str | None) -> None:
         if stage != self.stage:
             self.stage = stage
             self.stage_started = time.monotonic()
-            self.console.print(f"[stage]▶ {stage}[/stage]")
+            self.console.print(f"[stage]▶ {literal(stage)}[/stage]")
         elapsed = time.monotonic() - self.stage_started
-        line = f"[stage]{stage}[/stage] {'[host]' + host + '[/host] ' if host else ''}{task or ''} [dim]{elapsed:5.1f}s[/dim]"
+        line = (f"[stage]{literal(stage)}[/stage] {'[host]' + literal(host) + '[/host] ' if host else ''}{literal(task or '')} "
+                f"[dim]{elapsed:5.1f}s[/dim]")  # fmt: skip
         if self.status is not None:
             self.status.update(line)
         elif self.console.verbosity > 0 and task:
@@ -67,11 +67,11 @@ def report_preflight(findings: list[Finding], console: Console) -> None:
     if shown:
         rows = [
             [
-                f.host or "",
-                f.id,
+                literal(f.host or ""),
+                literal(f.id),
                 f"[{f.status}]{f.status}[/{f.status}]",
-                f.summary + (f"\n[dim]{f.evidence}[/dim]" if f.evidence else ""),
-                f.fix,
+                literal(f.summary) + (f"\n[dim]{literal(f.evidence)}[/dim]" if f.evidence else ""),
+                literal(f.fix),
             ]
             for f in shown
         ]
@@ -98,11 +98,11 @@ def print_summary(summaries: list[StageSummary], console: Console, *, dry_run: b
     style = {"ok": "ok", "changed": "changed", "failed": "fail", "not run": "skip", "interrupted": "fail"}
     rows = [
         [
-            s.stage,
-            f"[{style.get(s.status, 'skip')}]{s.status}[/]",
+            literal(s.stage),
+            f"[{style.get(s.status, 'skip')}]{literal(s.status)}[/]",
             str(s.changed),
             f"{s.elapsed:.1f}s",
-            ", ".join(s.hosts) + (f"{' ' if s.hosts else ''}[dim]({escape(s.note)})[/dim]" if s.note else ""),
+            literal(", ".join(s.hosts)) + (f"{' ' if s.hosts else ''}[dim]({literal(s.note)})[/dim]" if s.note else ""),
         ]
         for s in summaries
     ]

@@ -68,7 +68,7 @@ def _run_locked(
     after_preflight: Guard | None,
 ) -> RunResult:
     run_dir = new_run_dir()
-    console.print(f"run directory: {run_dir}")
+    console.info(f"run directory: {run_dir}")
     write_json(run_dir / "config.json", cfg.model_dump(mode="json"))
     summaries: list[StageSummary] = []
     findings: list[Finding] = []

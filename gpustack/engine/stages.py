@@ -17,7 +17,7 @@ from gpustack.checks import preflight as pf
 from gpustack.checks import sources
 from gpustack.checks.model import Finding
 from gpustack.config.model import Config
-from gpustack.console import Console
+from gpustack.console import Console, literal
 from gpustack.engine.options import RunOptions
 from gpustack.engine.plan import CommandPlan, Stage, targets
 from gpustack.engine.progress import Progress
@@ -207,7 +207,7 @@ def ansible_stages(
     patterns, converged = stage_hosts(cfg, opts, ids, facts) if plan.converges else ({}, {})
     done = sorted(s for s, p in patterns.items() if p == converge.NO_HOSTS)
     if done:
-        console.print(f"converged, nothing to do: {', '.join(done)} [dim](--full visits them anyway)[/dim]")
+        console.print(f"converged, nothing to do: {literal(', '.join(done))} [dim](--full visits them anyway)[/dim]")
     if _nothing_to_do(cfg, opts, ids, patterns):
         # every stage converged on every host (and this machine's Helm is the pinned one): no playbook run
         rows = [StageSummary(sid, "ok", 0.0, note=_note(converged.get(sid))) for sid in ids]

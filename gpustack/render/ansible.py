@@ -9,9 +9,11 @@ roles read each under the name it has here -- no role default renames one, and e
 from __future__ import annotations
 
 import getpass
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from gpustack.config import compat, pins
 from gpustack.config.model import Config, Node
@@ -96,6 +98,63 @@ def proxy_env(cfg: Config) -> dict[str, str]:
     return env
 
 
+def proxy_apt(cfg: Config) -> dict[str, Any]:
+    """apt's proxy settings with the credentials apart (docs/decisions.md, "Proxy credentials"): ``http`` and
+    ``https``, the proxy URLs without user and password (apt.conf.d, which every user's apt reads: 0644), and
+    ``auth``, one netrc-style entry per proxy that has them (``machine``, ``login``, ``password``) for
+    /etc/apt/auth.conf.d (0600, read by root)."""
+    if not cfg.proxy.enabled:
+        return {"http": "", "https": "", "auth": []}
+    out: dict[str, Any] = {"auth": []}
+    for scheme in ("http", "https"):
+        url = getattr(cfg.proxy, scheme) or ""
+        public, login, password = split_credentials(url)
+        out[scheme] = public
+        if login or password:
+            parts = urlsplit(public)
+            entry = {"machine": f"{parts.scheme}://{parts.netloc}", "login": login, "password": password}
+            if entry not in out["auth"]:
+                out["auth"].append(entry)
+    return out
+
+
+def split_credentials(url: str) -> tuple[str, str, str]:
+    """``url`` without its user-info, the user and the password (percent-decoded); ``("", "", "")`` for no URL."""
+    if not url:
+        return "", "", ""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url, "", ""
+    userinfo, host = parts.netloc.rsplit("@", 1)
+    login, _, password = userinfo.partition(":")
+    return urlunsplit(parts._replace(netloc=host)), unquote(login), unquote(password)
+
+
+#: a URL's password (``scheme://user:PASSWORD@host``), as it may appear anywhere in a rendered file
+URL_PASSWORD_RE = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^\s/?#@:'\"]*:)[^\s/?#@'\"]*@")
+#: what stands for a secret in a rendered file
+REDACTED = "REDACTED"
+
+
+def without_passwords(text: str) -> str:
+    """``text`` with every URL's password replaced by :data:`REDACTED` (the user is kept: it says which
+    credentials the run uses)."""
+    return URL_PASSWORD_RE.sub(lambda m: f"{m.group(1)}{REDACTED}@", text)
+
+
+def public_extravars(ev: dict[str, Any]) -> dict[str, Any]:
+    """The extra vars as ``render --out`` shows them: the proxy's password redacted wherever it is (the run
+    itself gets the real ones, through its private run directory)."""
+    out = dict(ev)
+    if "gpustack_proxy_env" in out:
+        out["gpustack_proxy_env"] = {k: without_passwords(v) for k, v in out["gpustack_proxy_env"].items()}
+    if "gpustack_proxy_apt" in out:
+        apt = dict(out["gpustack_proxy_apt"])
+        apt["auth"] = [{**e, "password": REDACTED} for e in apt.get("auth", [])]
+        out["gpustack_proxy_apt"] = apt
+    return out
+
+
 def helm_downloads(cfg: Config) -> dict[str, dict[str, str]]:
     v = cfg.versions
     sums = v.helm_sha256 or pins.HELM_SHA256.get(v.helm, {})
@@ -162,6 +221,7 @@ def extravars(cfg: Config, *, kubeconfig_dest: Path, controller_bin_dir: Path | 
         "gpustack_single_node": len(cfg.nodes) == 1,
         "gpustack_kubeadm_config": render_init_config(cfg),
         "gpustack_proxy_env": proxy_env(cfg),
+        "gpustack_proxy_apt": proxy_apt(cfg),
         # apt's lists refreshed by the apt module (false with up --bundle: python-apt fails the refresh
         # when any source is unreachable, so the roles refresh with apt-get update, which only warns)
         "gpustack_apt_update_cache": True,

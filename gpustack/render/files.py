@@ -14,7 +14,7 @@ import yaml
 from gpustack.config.model import Config
 from gpustack.errors import UsageError
 from gpustack.paths import kubeconfig_path, write_file
-from gpustack.render.ansible import extravars, inventory
+from gpustack.render.ansible import extravars, inventory, public_extravars, without_passwords
 from gpustack.render.kubeadm import render_init_config
 from gpustack.render.manifests import render_manifests
 from gpustack.render.values import FactsSummary, render_values, summarize_facts
@@ -39,8 +39,12 @@ def generated_files(
     the Grafana password and receiver credentials are created in the cluster, never written here)."""
     facts = facts or FactsSummary()
     ev = extravars(cfg, kubeconfig_dest=kubeconfig_path(cfg.cluster.name, state_root))
-    ev_shown = {k: v for k, v in ev.items() if k not in ("gpustack_kubeadm_config", "gpustack_flannel_manifest")}
-    return {
+    ev_shown = {
+        k: v
+        for k, v in public_extravars(ev).items()
+        if k not in ("gpustack_kubeadm_config", "gpustack_flannel_manifest")
+    }
+    files = {
         "ansible/inventory.yaml": yaml.safe_dump(inventory(cfg), sort_keys=False),
         "ansible/extravars.yaml": "# gpustack_kubeadm_config is kubeadm/kubeadm-config.yaml\n"
         "# gpustack_flannel_manifest is manifests/kube-flannel.yaml\n" + yaml.safe_dump(ev_shown, sort_keys=True),
@@ -53,6 +57,8 @@ def generated_files(
         **{f"manifests/{name}": _yaml_docs(objs) for name, objs in render_manifests(cfg, facts).items()},
         "manifests/kube-flannel.yaml": ev["gpustack_flannel_manifest"],
     }
+    # a proxy's password (proxy.http: http://user:password@host:port) is never rendered, in any file
+    return {path: without_passwords(text) for path, text in files.items()}
 
 
 # What a render wrote, kept in DIR: each file's path (relative to DIR) and the sha256 of what it

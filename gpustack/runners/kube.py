@@ -21,6 +21,7 @@ Every request has a timeout; every wait has one overall deadline (:func:`wait_un
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -32,10 +33,11 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as Urllib3Error
 from urllib3.util.retry import Retry
 
+from gpustack.console import waiting
 from gpustack.constants import FIELD_MANAGER
 from gpustack.errors import ClusterUnreachableError, StageError
 from gpustack.runners.kube_proof import PROBE_LIMIT, Answer, Proof, probe
-from gpustack.runners.neterr import connection_problem
+from gpustack.runners.neterr import connect_timeout, connecting, connection_problem
 
 REQUEST_TIMEOUT = 30.0
 STAGE = "cluster"
@@ -85,11 +87,11 @@ def _header_dict(raw: Any) -> dict[str, str]:
     return out
 
 
-def single_try_client(api: k8s_client.ApiClient) -> k8s_client.ApiClient:
+def single_try_client(api: k8s_client.ApiClient, *, connect: int = 1) -> k8s_client.ApiClient:
     """A copy of ``api`` whose urllib3 does not retry a timed-out read (it would otherwise retry it 3 times,
-    turning one request timeout into four against a hung API server)."""
+    turning one request timeout into four against a hung API server); ``connect``: connection retries."""
     cfg = copy.deepcopy(api.configuration)
-    cfg.retries = Retry(total=1, connect=1, read=0, redirect=0, status=0)
+    cfg.retries = Retry(total=1, connect=connect, read=0, redirect=0, status=0)
     return k8s_client.ApiClient(configuration=cfg)
 
 
@@ -190,6 +192,7 @@ class Kube:
     ) -> None:
         self.api = api_client
         self.request_timeout = request_timeout
+        self.connect_timeout = connect_timeout()  # the TCP connection's own bound (GPUSTACK_CONNECT_TIMEOUT)
         #: the cluster it talks to, when it came from :func:`gpustack.runners.kubeconfig.connect` (reports name it)
         self.target: dict[str, Any] | None = None
         #: the verdict on the server (:meth:`prove_kubernetes`), shared with clients of the same connection
@@ -203,8 +206,13 @@ class Kube:
         gitVersion ("" when refused, 401/403: the next request says what). Not Kubernetes: NotKubernetesAPI."""
         with self.proof.lock:
             if self.proof.verdict is None:  # nothing answering: ApiUnreachable, nothing decided
-                self.proof.verdict = probe(self._probe)
+                with waiting(connecting(str(self.api.configuration.host), self.connect_timeout)):
+                    self.proof.verdict = probe(self._probe)
         return self.proof.settle(str(self.api.configuration.host))
+
+    @functools.cached_property
+    def _first_contact(self) -> k8s_client.ApiClient:
+        return single_try_client(self.api, connect=0)
 
     def _probe(self, path: str) -> Answer:
         got, data, cut = self._send("GET", path, headers={"Accept": "application/json"}, limit=PROBE_LIMIT, prove=False)
@@ -310,17 +318,12 @@ class Kube:
             self.prove_kubernetes()
         pairs = list(query.items()) if isinstance(query, Mapping) else list(query or [])
         try:
-            serialized = self.api.param_serialize(
-                method,
-                path,
-                query_params=pairs,
-                header_params=dict(headers),
-                body=body,
-                auth_settings=["BearerToken"],
-            )
-            response = self.api.call_api(
-                *serialized, _request_timeout=self.request_timeout if timeout is None else timeout
-            )
+            serialized = self.api.param_serialize(method, path, query_params=pairs, header_params=dict(headers),
+                                                  body=body, auth_settings=["BearerToken"])  # fmt: skip
+            bound = self.request_timeout if timeout is None else timeout
+            # the proof's GETs (a first contact): one connection attempt of at most connect_timeout, then the rest
+            client, bounds = (self.api, bound) if prove else (self._first_contact, (self.connect_timeout, bound))
+            response = client.call_api(*serialized, _request_timeout=bounds)
             if limit is None:
                 response.read()  # type: ignore[no-untyped-call]
                 return response, response.data or b"", False

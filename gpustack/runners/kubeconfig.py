@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import copy
 import os
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from gpustack.errors import ClusterUnreachableError, ConfigError, UsageError
+from gpustack.errors import ClusterUnreachableError, ConfigError, GpustackWarning, UsageError
 from gpustack.paths import check_input_file
 
 if TYPE_CHECKING:
@@ -265,7 +266,23 @@ def connect(target: KubeTarget, *, request_timeout: float | None = None) -> Kube
                          f"{target.context!r} cannot be used: {exc}") from None  # fmt: skip
     kube = Kube(api, request_timeout=REQUEST_TIMEOUT if request_timeout is None else request_timeout)
     kube.target = target.to_json()
+    if skips_tls_verify(target):
+        # said once by the CLI (cli/app.py), instead of urllib3's InsecureRequestWarning on every request
+        warnings.warn(GpustackWarning(tls_off_message(target)), stacklevel=2)
     return kube
+
+
+def skips_tls_verify(target: KubeTarget) -> bool:
+    """Whether the target's cluster entry turns TLS verification off (``insecure-skip-tls-verify: true``) for an
+    ``https://`` server (plain HTTP has nothing to verify)."""
+    cluster = _named(target.config, "clusters", target.cluster) or {}
+    return cluster.get("insecure-skip-tls-verify") is True and target.server.lower().startswith("https://")
+
+
+def tls_off_message(target: KubeTarget) -> str:
+    where = os.pathsep.join(str(f) for f in target.files) or target.source
+    return (f"TLS verification is off for cluster {target.cluster!r} ({target.server}): its kubeconfig ({where}) "
+            "sets insecure-skip-tls-verify, so the API server's identity is not checked")  # fmt: skip
 
 
 def cluster_client(

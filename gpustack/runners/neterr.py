@@ -61,3 +61,33 @@ def connection_problem(exc: BaseException) -> str:
         return "the connection was closed before an answer came"
     first = str(exc).strip() or type(exc).__name__
     return first if len(first) <= 80 else first[:77] + "..."
+
+
+#: seconds to wait for a TCP connection to an API server before saying it does not answer (GPUSTACK_CONNECT_TIMEOUT);
+#: an address where no host answers drops the connection attempt silently, and every request would otherwise wait
+#: its whole request timeout (30 s) to say so
+CONNECT_TIMEOUT = 5.0
+CONNECT_TIMEOUT_VAR = "GPUSTACK_CONNECT_TIMEOUT"
+
+
+def connect_timeout(environ: dict[str, str] | None = None) -> float:
+    """$GPUSTACK_CONNECT_TIMEOUT (seconds, more than 0, at most 600), default :data:`CONNECT_TIMEOUT`; another value
+    is a ConfigError (exit 2) naming the variable."""
+    from gpustack.errors import ConfigError
+
+    raw = (os.environ if environ is None else environ).get(CONNECT_TIMEOUT_VAR, "").strip()
+    if not raw:
+        return CONNECT_TIMEOUT
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 600:
+        raise ConfigError(f"environment variable {CONNECT_TIMEOUT_VAR}={raw!r}: must be seconds, more than 0 and "
+                          "at most 600", hint=f"unset it for the default ({CONNECT_TIMEOUT:g} s)")  # fmt: skip
+    return value
+
+
+def connecting(host: str, seconds: float) -> str:
+    """What a terminal is told while a first connection to ``host`` takes long (:func:`gpustack.console.waiting`)."""
+    return f"the Kubernetes API at {host} (a connection: up to {seconds:g} s, {CONNECT_TIMEOUT_VAR})"

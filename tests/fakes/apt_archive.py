@@ -7,6 +7,7 @@ a real host has installed, so installing them on a test host changes nothing the
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import subprocess
 import tempfile
@@ -41,10 +42,20 @@ def run(argv: Sequence[str], cwd: Path | None = None) -> str:
     return subprocess.run(list(argv), check=True, capture_output=True, text=True, cwd=cwd, timeout=120).stdout
 
 
+def gpg_home(home: Path) -> Path:
+    """The GnuPG home to use for ``home``: ``home`` itself, or a short stand-in under /tmp when its path is too
+    long for gpg-agent's socket (108 bytes): a test must not depend on where the clone or pytest's temp dir is."""
+    if len(str(home)) <= 60:
+        return home
+    short = Path("/tmp") / f"gs-gpg-{hashlib.sha256(str(home).encode()).hexdigest()[:16]}"
+    short.mkdir(mode=0o700, exist_ok=True)
+    return short
+
+
 def gpg_key(home: Path, uid: str) -> str:
     """An ed25519 signing key in ``home`` (made on first use); its fingerprint."""
     home.mkdir(mode=0o700, parents=True, exist_ok=True)
-    base = ["gpg", "--homedir", str(home), "--batch", "--pinentry-mode", "loopback", "--passphrase", ""]
+    base = ["gpg", "--homedir", str(gpg_home(home)), "--batch", "--pinentry-mode", "loopback", "--passphrase", ""]
     listing = run([*base, "--with-colons", "--list-secret-keys"])
     if "fpr:" not in listing:
         run([*base, "--quick-gen-key", uid, "ed25519", "sign", "never"])
@@ -108,7 +119,17 @@ def build_archive(
     )  # fmt: skip
     (root / "dists" / suite / "Release").write_text(release)
     fingerprint = gpg_key(gnupg, "gpustack test archive <tests@invalid>")
-    base = ["gpg", "--homedir", str(gnupg), "--batch", "--yes", "--pinentry-mode", "loopback", "--passphrase", ""]
+    base = [
+        "gpg",
+        "--homedir",
+        str(gpg_home(gnupg)),
+        "--batch",
+        "--yes",
+        "--pinentry-mode",
+        "loopback",
+        "--passphrase",
+        "",
+    ]
     run(
         [*base, "--clearsign", "-o", str(root / "dists" / suite / "InRelease"), str(root / "dists" / suite / "Release")]
     )

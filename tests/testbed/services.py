@@ -36,6 +36,8 @@ from pathlib import Path
 from socketserver import BaseRequestHandler
 from typing import TYPE_CHECKING, Any
 
+from tests.fakes.apt_archive import gpg_home
+
 from ._proc import TestbedError, run
 from .network import BRIDGE_ADDRESS, SUBNET, TestbedNetwork
 
@@ -348,9 +350,9 @@ def _build_deb(
 
 
 def _gpg(home: Path, *args: str) -> str:
-    """Run gpg in the throwaway keyring and return its stdout."""
-    cmd = ["gpg", "--homedir", str(home), "--batch", "--yes", "--pinentry-mode", "loopback", "--passphrase", "", *args]
-    return run(cmd, timeout=120).stdout
+    """Run gpg in the throwaway keyring (a short stand-in for a long path: gpg_home) and return its stdout."""
+    cmd = ["gpg", "--homedir", str(gpg_home(home)), "--batch", "--yes", "--pinentry-mode", "loopback", "--passphrase"]
+    return run([*cmd, "", *args], timeout=120).stdout
 
 
 def _make_signing_key(home: Path) -> str:

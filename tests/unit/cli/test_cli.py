@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.said import said
+
 GOOD = "nodes:\n  - {name: cp1, address: 192.0.2.10, role: control-plane}\n  - {name: w1, address: 192.0.2.11}\n"
 
 #: the CLI under test is this checkout (not whichever gpustack is installed), judging support horizons on the
@@ -208,5 +210,5 @@ def test_verify_passes_a_healthy_cluster_named_by_kubeconfig(tmp_path: Path) -> 
 def test_a_missing_kubeconfig_is_a_usage_error(tmp_path: Path) -> None:
     for cmd in ("verify", "doctor"):
         r = run(cmd, "--kubeconfig", str(tmp_path / "nope.conf"), cwd=tmp_path)
-        assert r.returncode == 2 and "nope.conf: no such file" in r.stderr, r.stderr
+        assert r.returncode == 2 and "nope.conf: no such file" in said(r.stderr), r.stderr
         assert "Traceback" not in r.stderr

@@ -12,6 +12,7 @@ from gpustack.cli.app import main
 from gpustack.constants import GRAFANA_ADMIN_SECRET, MONITORING_NAMESPACE
 from tests.fakes import scenarios as sc
 from tests.fakes.kube_api import FakeKubeAPI
+from tests.said import said
 
 STATE_PASSWORD = "st[bold]ate-pw:x"  # rich markup in it must be printed as is
 
@@ -82,8 +83,9 @@ def test_cluster_without_the_password_is_exit_2(
     capsys.readouterr()
     assert _main(["grafana-password", "--kubeconfig", str(kubeconfig)]) == 2
     out, err = capsys.readouterr()
-    flat = " ".join(err.split())  # wrapped at 80 columns, where depends on the length of pytest's temp path
-    assert out == "" and "no Grafana password (cluster " in flat and message in flat and "Traceback" not in err
+    assert (
+        out == "" and "no Grafana password (cluster " in said(err) and message in said(err) and "Traceback" not in err
+    )
 
 
 def test_secret_without_the_key_names_the_keys(
@@ -96,7 +98,7 @@ def test_secret_without_the_key_names_the_keys(
     capsys.readouterr()
     assert _main(["grafana-password", "--kubeconfig", str(kubeconfig)]) == 2
     out, err = capsys.readouterr()
-    assert out == "" and "has no key 'admin-password' (keys: admin-user)" in " ".join(err.split())  # wrapped at 80
+    assert out == "" and "has no key 'admin-password' (keys: admin-user)" in said(err)
 
 
 def test_nothing_to_read_is_exit_2(state: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -8,11 +8,14 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
+import yaml
 
 from gpustack.config import load as load_mod
 from gpustack.config.load import MAX_ERRORS_SHOWN, load
 from gpustack.errors import ConfigError
 
+#: the YAML parsers gpustack may run on: libyaml's (when PyYAML was built with it) and PyYAML's own
+BACKENDS = [b for b in ("CSafeLoader", "SafeLoader") if hasattr(yaml, b)]
 GOOD = "nodes:\n  - {name: cp1, address: 192.0.2.10, role: control-plane}\n"
 
 # 9 levels of 9 aliases: ~387 million values once expanded (the "billion laughs" shape).
@@ -57,14 +60,36 @@ def test_alias_bomb_fails_fast_in_little_memory(tmp_path: Path) -> None:
         (GOOD + "x: &x {a: *x}\n", ":3: x.a: recursive YAML alias"),
         ("x: " + "[" * 5000 + "]" * 5000 + "\n", ":1: invalid YAML: nested more than 64 levels deep"),
         ("- " * 5000 + "x\n", ":1: invalid YAML: nested more than 64 levels deep"),
-        ("x: " + "{a: " * 3000 + "\n", "nested more than 64 levels deep"),
+        ("x: " + "{a: " * 3000 + "\n", ":1: invalid YAML: nested more than 64 levels deep"),
     ],
     ids=["recursive-list", "recursive-map", "deep-flow", "deep-block", "deep-unclosed"],
 )
-def test_recursion_and_depth_are_bounded(tmp_path: Path, text: str, needle: str) -> None:
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_recursion_and_depth_are_bounded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, needle: str, backend: str
+) -> None:
+    """gpustack's own bound and message, with libyaml and with PyYAML's pure-Python parser alike: the outcome
+    does not depend on which one (or which libyaml version, with its own depth limit) the machine has."""
+    monkeypatch.setattr(load_mod, "_LOADER", getattr(yaml, backend))
     msg, elapsed, _ = _error(tmp_path, text)
     assert needle in msg
-    assert elapsed < 2, elapsed
+    # the pure-Python scanner is quadratic over its 1,024-character simple-key window (and ~10x slower under
+    # tracemalloc): bounded, but not fast
+    assert elapsed < (2 if backend == "CSafeLoader" else 30), elapsed
+
+
+def test_a_yaml_library_depth_error_is_said_as_gpustack_says_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A libyaml with a depth limit of its own (0.2.6: "exceeded max depth of 1000") gives the same message."""
+
+    def limited(*_: object, **__: object) -> object:
+        mark = yaml.Mark("x", 0, 6, 2, None, None)
+        raise yaml.parser.ParserError(None, None, "exceeded max depth of 1000", mark)
+
+    monkeypatch.setattr(load_mod.yaml, "compose", limited)
+    msg, _, _ = _error(tmp_path, GOOD)
+    assert msg.endswith("gpustack.yaml:7: invalid YAML: nested more than 64 levels deep"), msg
 
 
 def test_file_size_is_capped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

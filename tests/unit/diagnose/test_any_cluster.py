@@ -16,6 +16,7 @@ import yaml
 
 from tests.fakes import scenarios as sc
 from tests.fakes.kube_api import FakeKubeAPI
+from tests.said import said
 
 from .test_doctor_cli import CP_TAINT_KEY, cli_env, node_taints, taint_cluster
 
@@ -57,8 +58,9 @@ def test_kubeconfig_env_only_no_gpustack_state(tmp_path: Path) -> None:
         "G18-shared-gpu-test-pod",  # --no-workload: no test pods (skipped)
     }
     assert report["summary"]["fail"] == 0 and report["summary"]["pass"] >= 8
-    first = table.stdout.splitlines()[0]
-    assert first.startswith(f"cluster: {url} (context fake; kubeconfig from $KUBECONFIG: {kc})"), table.stdout
+    assert said(table.stdout).startswith(f"cluster: {url} (context fake; kubeconfig from $KUBECONFIG: {kc})"), (
+        table.stdout
+    )
 
 
 def test_context_chooses_the_cluster(tmp_path: Path) -> None:
@@ -87,7 +89,7 @@ def test_fix_yes_needs_a_named_cluster(tmp_path: Path) -> None:
                          KUBECONFIG=str(kc))  # fmt: skip
         assert node_taints(api) == [], named.stdout + named.stderr
     assert refused.returncode == 2, refused.stdout + refused.stderr
-    assert f"would change {url} (context fake, from $KUBECONFIG {kc}) without asking" in refused.stderr
+    assert f"would change {url} (context fake, from $KUBECONFIG {kc}) without asking" in said(refused.stderr)
     assert "--context fake" in refused.stderr
     assert f"on cluster {url} (context fake; kubeconfig from $KUBECONFIG" in named.stdout
 

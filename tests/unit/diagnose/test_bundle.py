@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from gpustack import __version__
 from gpustack.checks.model import Finding
 from gpustack.diagnose.bundle import REDACTED, redact, redact_text, write_bundle
+from gpustack.diagnose.report import summary
 from gpustack.diagnose.snapshot import GrafanaData, Snapshot
 
 PLANTED = {
@@ -110,7 +111,10 @@ def test_no_planted_secret_in_any_member(tmp_path: Path) -> None:
     env = {e["name"]: e.get("value") for e in snap["kube"]["Pod"][0]["spec"]["containers"][0]["env"]}
     assert env["LOG_LEVEL"] == "debug" and env["DB_PASS"] == REDACTED and env["GF_SECURITY_ADMIN_PASSWORD"] == REDACTED
     assert "https://example.com/REDACTED?REDACTED" in snap["kube"]["ConfigMap"][0]["data"]["alertmanager.yaml"]
-    assert json.loads(members["gpustack-bundle/findings.json"])["checks"][0]["id"] == "H04-firewall"
+    report = json.loads(members["gpustack-bundle/findings.json"])
+    assert report["checks"][0]["id"] == "H04-firewall"
+    # the verdict counts are numbers, not credentials (issue 31: "pass": "REDACTED")
+    assert report["summary"] == summary(findings) and report["summary"]["fail"] == 1
     assert json.loads(members["gpustack-bundle/hosts/solo.json"])["firewall"] == {"jump": True}
 
 
@@ -160,3 +164,15 @@ def test_redact_is_total_on_odd_shapes() -> None:
     out = redact(odd)
     assert out["stringData"] == [REDACTED] and "p1" not in json.dumps(out)
     assert redact(io.__name__) == "io"
+
+
+def test_a_tally_named_pass_is_kept_a_password_named_pass_is_not() -> None:
+    data = {"summary": {"pass": 31, "fail": 2}, "proxy": {"user": "alice", "pass": "s3cret"},
+            "bypass": "no-proxy-list", "passthrough": True, "passphrase": "hunter2", "sshPass": "pw-1", "DB_PASS": "pw-2",
+            "BYPASS": "x", "compass": "north"}  # fmt: skip
+    out = redact(data)
+    assert out["summary"] == {"pass": 31, "fail": 2}
+    assert out["proxy"] == {"user": "alice", "pass": REDACTED}
+    assert out["bypass"] == "no-proxy-list" and out["passthrough"] is True
+    assert out["passphrase"] == REDACTED and out["sshPass"] == REDACTED and out["DB_PASS"] == REDACTED
+    assert out["BYPASS"] == "x" and out["compass"] == "north"
