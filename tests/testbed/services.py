@@ -1,14 +1,12 @@
 """Services that run on the outer machine for the test hosts, in threads of the test process.
 
-* :class:`HttpServer` serves a directory over HTTP on the bridge address (default port 8081):
-  the signed Kubernetes APT repository, the Helm tarball, any file.
-* :func:`build_k8s_repo` builds a signed flat APT repository laid out like pkgs.k8s.io
-  (``deb [signed-by=KEYRING] http://10.213.0.1:8081/k8s/v1.36/deb/ /``) whose packages install
-  executable test doubles as ``/usr/bin/kubeadm`` etc.
+* :class:`HttpServer` serves a directory over HTTP on the bridge address (default port 8081): the signed Kubernetes
+  APT repository, the Helm tarball, any file.
+* :func:`build_k8s_repo` builds a signed flat APT repository laid out like pkgs.k8s.io (``deb [signed-by=KEYRING]
+  http://10.213.0.1:8081/k8s/v1.36/deb/ /``) whose packages install executable test doubles as ``/usr/bin/kubeadm``.
 * :func:`publish_helm` puts ``helm-v<version>-linux-amd64.tar.gz`` on the server.
-* :class:`ForwardProxy` is an HTTP forward proxy (GET & co. and CONNECT) that only forwards to
-  loopback and the test bed subnet, refuses everything else with 403, and records every
-  request so a test can assert that traffic went through it.
+* :class:`ForwardProxy`, an HTTP forward proxy (GET & co. and CONNECT), forwards only to loopback and the test bed
+  subnet, refuses the rest with 403, and records every request so a test can assert that traffic went through it.
 
 Only the Python standard library, ``dpkg-deb``, ``apt-ftparchive`` and ``gpg`` are used.
 """

@@ -131,7 +131,7 @@ TEST_HELPERS_OVER = {
     "tests/fakes/kube_api.py": 1463,
     "tests/fakes/scenarios.py": 776,
     "tests/testbed/hosts.py": 618,
-    "tests/testbed/services.py": 645,
+    "tests/testbed/services.py": 643,
 }
 
 
