@@ -96,7 +96,8 @@ def cli_seconds(command: str, kubeconfig: Path, home: Path) -> tuple[float, tupl
         report = json.loads(proc.stdout)
     except ValueError:
         raise SystemExit(f"{' '.join(argv)}: exit {proc.returncode}, no report\n{proc.stderr[-2000:]}") from None
-    return elapsed, tuple(sorted({(c["id"], c["status"]) for c in report["checks"]}))
+    # K11 reads the kubeconfig, not the server: a client certificate on the real one, a token on the fake's
+    return elapsed, tuple(sorted({(c["id"], c["status"]) for c in report["checks"] if not c["id"].startswith("K11-")}))
 
 
 def engine_requests(command: str, kube: Kube, counter: Counter) -> int:

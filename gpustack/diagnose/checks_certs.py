@@ -69,7 +69,7 @@ def control_plane_certificates(snap: Snapshot) -> list[Finding]:
     for name, facts in hosts.items():
         kubeadm = _certs(facts).get("kubeadm")
         if not isinstance(kubeadm, Mapping):
-            continue  # not a control plane (no /etc/kubernetes/pki/ca.crt), or facts from an older gpustack
+            continue  # not a control plane (no /etc/kubernetes/pki/apiserver.crt), or facts from an older gpustack
         out.append(_one_control_plane(snap, name, kubeadm))
     if not out:
         return [Finding("H15-certificates", "host", "skip", "no control plane with kubeadm's PKI among the nodes read")]

@@ -26,7 +26,8 @@ if TYPE_CHECKING:  # annotations only: the target may run Python 3.8
 
     Run = Callable[[Sequence[str]], tuple[int | None, str, str]]
 
-KUBEADM_PKI_CA = "/etc/kubernetes/pki/ca.crt"
+#: a control plane: workers have the cluster CA too (kubeadm join writes ca.crt), never the API server certificate
+KUBEADM_PKI_APISERVER = "/etc/kubernetes/pki/apiserver.crt"
 KUBELET_SERVING = (
     "/var/lib/kubelet/pki/kubelet-server-current.pem",  # signed by the cluster CA, rotated by the kubelet
     "/var/lib/kubelet/pki/kubelet.crt",  # self-signed at the kubelet's first start, never renewed
@@ -93,11 +94,11 @@ def parse_openssl_enddate(rc: int | None, out: str) -> str | None:
 def collect_certificates(run: Run, which: Callable[[str], str | None], exists: Callable[[str], bool]) -> dict:
     """What expires on this node. ``run(argv) -> (rc, stdout, stderr)``, ``which(name)``, ``exists(path)``.
 
-    ``kubeadm``: the check-expiration result on a control plane (``/etc/kubernetes/pki/ca.crt`` present), None
+    ``kubeadm``: the check-expiration result on a control plane (``/etc/kubernetes/pki/apiserver.crt`` present), None
     elsewhere; ``kubelet_serving``: ``{"path", "expires", "error"}`` of the first serving certificate found, None
     when the node has none."""
     kubeadm = None
-    if exists(KUBEADM_PKI_CA):
+    if exists(KUBEADM_PKI_APISERVER):
         binary = which("kubeadm")
         if binary is None:
             kubeadm = {"certificates": [], "error": "kubeadm is not installed"}

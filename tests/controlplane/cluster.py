@@ -22,6 +22,7 @@ import signal
 import socket
 import ssl
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -40,6 +41,9 @@ from tests.realbin.gobuild import binary
 NODE = "cp-0"
 START_TIMEOUT = 180.0
 STOP_GRACE = 15.0
+#: started again when they exit, as the kubelet restarts a static pod's container: kubeadm gives both
+#: ``--leader-elect=true``, and one that cannot renew its lease in time (a starved CPU) exits by design
+RESTARTED = ("kube-controller-manager", "kube-scheduler")
 
 
 class ControlPlaneError(RuntimeError):
@@ -67,6 +71,8 @@ class ControlPlane:
     ports: kp.Ports
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     started_in: dict[str, float] = field(default_factory=dict)  # component -> seconds until healthy
+    restarts: dict[str, int] = field(default_factory=dict)  # component -> times started again (RESTARTED)
+    stopping: threading.Event = field(default_factory=threading.Event)
 
     @property
     def pki(self) -> Path:
@@ -105,8 +111,24 @@ class ControlPlane:
         if proc.poll() is not None:
             raise ControlPlaneError(f"{name} exited ({proc.returncode}):\n{self.tail(name)}")
 
+    def supervise(self, interval: float = 1.0) -> threading.Thread:
+        """Start :data:`RESTARTED` components again when they exit, until :meth:`stop` (a daemon thread)."""
+
+        def watch() -> None:
+            while not self.stopping.wait(interval):
+                for name in RESTARTED:
+                    proc = self.processes.get(name)
+                    if proc is not None and proc.poll() is not None and not self.stopping.is_set():
+                        self.restarts[name] = self.restarts.get(name, 0) + 1
+                        self.spawn(name, [str(a) for a in proc.args])  # type: ignore[union-attr]
+
+        thread = threading.Thread(target=watch, name="controlplane-supervisor", daemon=True)
+        thread.start()
+        return thread
+
     def stop(self) -> list[str]:
         """End every process, newest first; returns the names of those that needed SIGKILL."""
+        self.stopping.set()
         killed = []
         for name, proc in reversed(list(self.processes.items())):
             if proc.poll() is None:
@@ -251,6 +273,7 @@ def start(workdir: Path, cfg: Config | None = None) -> ControlPlane:
                         ssl._create_unverified_context())  # fmt: skip
         cp.wait_healthy("kube-scheduler", f"https://{kp.LOOPBACK}:{cp.ports.scheduler}/healthz",
                         ssl._create_unverified_context())  # fmt: skip
+        cp.supervise()
         cp.spawn("kwok", kwok_command(cp))
         wait_default_service_account(cp)
         cp.started_in["total"] = round(time.monotonic() - began, 2)

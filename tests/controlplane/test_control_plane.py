@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import ssl
 import subprocess
 import time
@@ -18,6 +19,7 @@ from gpustack.config import pins
 from gpustack.runners.kubeconfig import kube_from_file
 from tests.realbin.gobuild import MODULES, binary, go_download
 
+from . import kubeadm_phases as kp
 from .cluster import ControlPlane, ControlPlaneError, kubectl, running
 from .nodes import gpu_node
 
@@ -122,11 +124,21 @@ def processes_under(workdir: Path) -> list[str]:
 
 
 def test_a_control_plane_starts_and_stops_leaving_nothing(tmp_path: Path) -> None:
-    """A second control plane beside the shared one (its own ports): healthy in bounded time, then every process
-    ends at SIGTERM (none needs SIGKILL) and none is left."""
+    """A second control plane beside the shared one (its own ports): healthy in bounded time; a controller-manager
+    that exits (as one does when it loses its leader lease) is started again, as the kubelet would; then every
+    process ends at SIGTERM (none needs SIGKILL) and none is left."""
     with running(tmp_path / "cp") as cp:
         assert processes_under(tmp_path)
         assert cp.started_in["total"] < 120, cp.started_in
+        first = cp.processes["kube-controller-manager"]
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while cp.processes["kube-controller-manager"] is first and time.monotonic() < deadline:
+            time.sleep(0.2)
+        healthz = f"https://{kp.LOOPBACK}:{cp.ports.controller_manager}/healthz"
+        cp.wait_healthy("kube-controller-manager", healthz, ssl._create_unverified_context(), timeout=120)
+        assert cp.restarts == {"kube-controller-manager": 1} and cp.processes["kube-controller-manager"] is not first
         killed = cp.stop()
     assert killed == []
     assert processes_under(tmp_path) == []

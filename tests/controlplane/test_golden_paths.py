@@ -53,8 +53,13 @@ def cli(command: str, kubeconfig: Path, workdir: Path) -> dict[str, Any]:
     return report
 
 
+#: checks of the kubeconfig, not of the server: kubeadm's admin.conf carries a client certificate, the fake API
+#: server's kubeconfig a token (K11 passes on one and is skipped on the other by design)
+ABOUT_THE_KUBECONFIG = ("K11-admin-kubeconfig-certificate",)
+
+
 def verdicts(report: dict[str, Any]) -> dict[tuple[str, str], str]:
-    return {(c["id"], c.get("host", "")): c["status"] for c in report["checks"]}
+    return {(c["id"], c.get("host", "")): c["status"] for c in report["checks"] if c["id"] not in ABOUT_THE_KUBECONFIG}
 
 
 def failures(report: dict[str, Any]) -> str:

@@ -52,6 +52,7 @@ def collect(context: CollectContext, sources: list[str]) -> Snapshot:
 def run(snap: Snapshot, prefixes: tuple[str, ...]) -> dict[str, list[Finding]]:
     """Run this layer's checks by id prefix (independent of other modules' registrations)."""
     assert checks_monitoring.BOTH and checks_grafana.BOTH
+    registry.load_all()  # M02/M04 live in checks_gpu_metrics.py
     specs = [s for s in registry.REGISTRY.values() if s.id.split("-", 1)[0] in prefixes and "verify" in s.commands]
     findings = registry.run(sorted(specs, key=lambda s: s.id), snap)
     out: dict[str, list[Finding]] = {}

@@ -31,6 +31,8 @@ NODE_LEVEL = {"GPUExporterDown", "GPUNodeExporterMissing", "GPUsMissingFromMetri
 # Checked against go-dcgm's field-name map (current names and legacy aliases) and NVIDIA/DCGM's
 # dcgm_fields.h, 2026: a typo here would make dcgm-exporter refuse to start.
 VERIFIED_DCGM_FIELDS = {
+    # field 1523 under the one name go-dcgm's map has for it at the pinned dcgm-exporter 4.5.3 (issue 29)
+    "DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION",
     "DCGM_FI_DEV_SM_CLOCK",
     "DCGM_FI_DEV_MEM_CLOCK",
     "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",

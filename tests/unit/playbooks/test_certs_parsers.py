@@ -64,13 +64,15 @@ def test_collect_on_a_control_plane_and_on_a_worker(certs_utils: ModuleType) -> 
     def which(name: str) -> str:
         return f"/usr/bin/{name}"
 
-    control_plane = {certs_utils.KUBEADM_PKI_CA, "/var/lib/kubelet/pki/kubelet.crt"}
+    control_plane = {certs_utils.KUBEADM_PKI_APISERVER, "/var/lib/kubelet/pki/kubelet.crt"}
     got = certs_utils.collect_certificates(run, which, control_plane.__contains__)
     assert len(got["kubeadm"]["certificates"]) == 14 and got["kubeadm"]["error"] is None
     assert got["kubelet_serving"] == {"path": "/var/lib/kubelet/pki/kubelet.crt", "expires": "2027-11-29T01:36:57Z",
                                       "error": None}  # fmt: skip
     assert calls[0] == ["/usr/bin/kubeadm", "certs", "check-expiration", "-o", "json"]
-    worker = {"/var/lib/kubelet/pki/kubelet-server-current.pem", "/var/lib/kubelet/pki/kubelet.crt"}
+    # a worker has the cluster CA (kubeadm join writes ca.crt) but no API server certificate
+    worker = {"/etc/kubernetes/pki/ca.crt", "/var/lib/kubelet/pki/kubelet-server-current.pem",
+              "/var/lib/kubelet/pki/kubelet.crt"}  # fmt: skip
     got = certs_utils.collect_certificates(run, which, worker.__contains__)
     assert got["kubeadm"] is None
     assert got["kubelet_serving"]["path"].endswith("kubelet-server-current.pem"), "the rotated one comes first"
