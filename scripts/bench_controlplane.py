@@ -28,6 +28,7 @@ import argparse
 import io
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -150,6 +151,8 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--smoke", action="store_true", help="size 1, one run (CI)")
     args = ap.parse_args()
+    # a killed run stops its control plane too (the `with` blocks' cleanup runs on SystemExit, not on a bare SIGTERM)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.smoke:
         args.sizes, args.repeat = "1", 1
     sizes = [int(s) for s in args.sizes.split(",")]
