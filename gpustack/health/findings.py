@@ -132,22 +132,14 @@ def node_finding(r: NodeResult) -> Finding:
 
 
 def breaker_finding(snap: Snapshot, decision: Decision, settings: Settings, apply: bool) -> Finding:
-    if decision.unreadable:
+    if decision.unreadable or decision.clock:  # an unreadable ledger or untrusted clocks hold every new quarantine
         held = (
             f"held: {', '.join(decision.held)}"
             if decision.held
             else "nothing to quarantine now; the next would be held"
         )
         return Finding(BREAKER_ID, LAYER, "fail", f"every new quarantine is held: {decision.why_held}", evidence=held,
-                       fix=REPAIR)  # fmt: skip
-    if decision.clock:
-        held = (
-            f"held: {', '.join(decision.held)}"
-            if decision.held
-            else "nothing to quarantine now; the next would be held"
-        )
-        return Finding(BREAKER_ID, LAYER, "fail", f"every new quarantine is held: {decision.why_held}", evidence=held,
-                       fix=CLOCK_FIX)  # fmt: skip
+                       fix=REPAIR if decision.unreadable else CLOCK_FIX)  # fmt: skip
     trace = []
     if decision.created:
         trace.append(f"a new ledger was started ({decision.created}); recorded in it as `created`")
