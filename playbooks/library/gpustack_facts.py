@@ -464,7 +464,8 @@ def main() -> None:
             "stage_probes": {"type": "dict", "default": {}},
             "peer_timeout": {"type": "float", "default": 3.0},
             "sources": {"type": "list", "elements": "dict", "default": []},
-            "proxy_env": {"type": "dict", "default": {}},
+            # no_log: Ansible logs a module's arguments to the host's journal (and masks these in its results)
+            "proxy_env": {"type": "dict", "default": {}, "no_log": True},
             "source_timeout": {"type": "float", "default": 5.0},
         },
         supports_check_mode=True,

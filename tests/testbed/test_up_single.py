@@ -21,6 +21,7 @@ on INPUT with SSH allowed, set before the fresh run), unattended-upgrades and a 
 
 from __future__ import annotations
 
+import base64
 import importlib.util
 import json
 import re
@@ -35,7 +36,7 @@ import pytest
 
 from gpustack.config import pins
 
-from .cluster import UpRun, doubles_log, run_gpustack, up
+from .cluster import PROXY_PASSWORD, UpRun, doubles_log, proxy_url, run_gpustack, up
 from .hosts import Host, Testbed
 from .prepare import compose, fake_node_exporter, fstab_swap
 from .services import Sources
@@ -168,11 +169,8 @@ def test_single_node_up_with_doubles_converges(solo: Solo, sources: Sources) -> 
     containerd = host.sudo("cat /etc/containerd/config.toml", check=True).stdout
     assert "SystemdCgroup = true" in containerd
     assert host.run("systemctl is-active containerd", check=True).stdout.strip() == "active"
-    assert "http-proxy.conf" in host.sudo("ls /etc/systemd/system/containerd.service.d/", check=True).stdout
-    assert (
-        sources.proxy.url
-        in host.sudo("cat /etc/systemd/system/containerd.service.d/http-proxy.conf", check=True).stdout
-    )
+    assert "EnvironmentFile=" in host.sudo("cat /etc/systemd/system/containerd.service.d/http-proxy.conf").stdout
+    assert proxy_url(sources) in host.sudo("cat /etc/systemd/system/containerd.service.d/http-proxy.env").stdout
     # apt repository with signed-by keyring, pinned and held packages
     apt_sources = host.sudo(
         "cat /etc/apt/sources.list.d/kubernetes.list /etc/apt/sources.list.d/kubernetes.sources 2>/dev/null",
@@ -247,6 +245,39 @@ def test_single_node_up_with_doubles_converges(solo: Solo, sources: Sources) -> 
     assert not (run_dir / "ansible").exists()
     facts = json.loads((run_dir / "facts" / f"{host.name}.json").read_text())
     assert facts["kubernetes"]["gpustack_marker"]
+
+
+def test_the_proxy_password_is_only_in_private_files(solo: Solo, sources: Sources) -> None:
+    """Issue 31: the config's proxy URL carries a password. On the host it is in root's 0600 files only (apt's
+    auth.conf.d entry, the environment files containerd's and the kubelet's drop-ins name), not in what every
+    local user reads (`systemctl show`, apt.conf.d, the drop-ins themselves); containerd and the kubelet got it
+    all the same. On this machine it is in no file gpustack wrote that is not 0600 (``render --out``'s and the
+    run directory's copies are redacted: tests/unit/render/test_proxy_secret.py)."""
+    host, secret = solo.host, PROXY_PASSWORD
+    decoded = secret.replace("%40", "@")
+    assert solo.first.rc == 0, solo.first.output
+    dirs = "/etc /root /home /tmp /var /usr/local /opt /srv"
+    # the patterns base64-encoded: sudo logs its command line to the journal, which is searched too
+    patterns = " ".join(f'-e "$(echo {base64.b64encode(s.encode()).decode()} | base64 -d)"' for s in (secret, decoded))
+    hits = host.sudo(f"grep -rlsF {patterns} {dirs} | xargs -r stat -c '%a %U %n'", check=False).stdout.splitlines()
+    files = {line.split(" ", 2)[2]: line.split(" ", 2)[:2] for line in hits}
+    assert set(files) == {
+        "/etc/apt/auth.conf.d/95gpustack-proxy.conf",
+        "/etc/systemd/system/containerd.service.d/http-proxy.env",
+        "/etc/systemd/system/kubelet.service.d/http-proxy.env",
+    }, hits
+    assert all(mode_owner == ["600", "root"] for mode_owner in files.values()), hits
+    shown = host.run("systemctl show -p Environment -p EnvironmentFiles containerd kubelet", check=True).stdout
+    assert secret not in shown and decoded not in shown and "http-proxy.env" in shown, shown
+    environ = host.sudo("tr '\\0' '\\n' < /proc/$(pidof containerd)/environ", check=True).stdout
+    assert f"HTTPS_PROXY={proxy_url(sources)}" in environ.splitlines(), "containerd runs with the proxy"
+    for path in solo.state.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            data = path.read_bytes()
+            if secret.encode() in data or decoded.encode() in data:
+                assert path.stat().st_mode & 0o077 == 0, (
+                    f"{path} holds the proxy password, mode {path.stat().st_mode:o}"
+                )
 
 
 def test_dry_run_on_a_converged_host_reports_no_change(solo: Solo) -> None:

@@ -2,12 +2,15 @@
 
 ``render --out`` (under ``umask 000``, so a file that held it would be world-readable) shows it redacted in every
 file; on the hosts it lands only in files of mode 0600: the systemd drop-ins of containerd and the kubelet and
-apt's auth.conf.d entry, while apt.conf.d's proxy file, which every user's apt reads, holds the URLs without it.
+apt's auth.conf.d entry and the environment files of containerd and the kubelet, which their 0644 systemd drop-ins
+name (an ``Environment=`` line would be shown to every local user by ``systemctl show``), while apt.conf.d's proxy
+file, which every user's apt reads, holds the URLs without it.
 The host templates are rendered here with the run's own extra vars, as Ansible renders them."""
 
 from __future__ import annotations
 
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -94,13 +97,21 @@ def _template_tasks() -> list[tuple[Path, dict[str, Any]]]:
     return out
 
 
+def _role_defaults() -> dict[str, Any]:
+    """The roles' defaults that are plain paths (what the proxy templates name), as Ansible passes them."""
+    out: dict[str, Any] = {}
+    for defaults in ROLES.glob("*/defaults/main.yml"):
+        out.update({k: v for k, v in (yaml.safe_load(defaults.read_text()) or {}).items() if "{{" not in str(v)})
+    return out
+
+
 def test_the_host_files_that_hold_the_password_are_0600() -> None:
     cfg = _config(http=HTTP, https=HTTPS)
-    ev = extravars(cfg, kubeconfig_dest=Path("/tmp/admin.conf"))
+    ev = {**_role_defaults(), **extravars(cfg, kubeconfig_dest=Path("/tmp/admin.conf"))}
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     tasks = _template_tasks()
     srcs = {args["src"] for _, args in tasks}
-    assert {"apt-proxy.conf.j2", "apt-proxy-auth.conf.j2", "http-proxy.conf.j2"} <= srcs, srcs
+    assert {"apt-proxy.conf.j2", "apt-proxy-auth.conf.j2", "http-proxy.conf.j2", "http-proxy.env.j2"} <= srcs, srcs
     holding = []
     for role, args in tasks:
         text = env.from_string((role / "templates" / args["src"]).read_text()).render(
@@ -114,8 +125,39 @@ def test_the_host_files_that_hold_the_password_are_0600() -> None:
         elif args["src"] == "apt-proxy.conf.j2":
             assert 'Acquire::http::Proxy "http://proxy.example:3128";' in text, text
             assert str(args.get("mode")) == "0644"  # every user's apt reads apt.conf.d
-    assert sorted(holding) == [("containerd", "http-proxy.conf.j2"), ("kubernetes_packages", "http-proxy.conf.j2"),
+        elif args["src"] == "http-proxy.conf.j2":  # the unit drop-in names the 0600 file, holds no URL
+            directives = [line for line in text.splitlines() if line and not line.startswith("#")]
+            assert directives[0] == "[Service]" and len(directives) == 2, text
+            assert directives[1].startswith("EnvironmentFile=/etc/systemd/system/") and directives[1].endswith(".env")
+    assert sorted(holding) == [("containerd", "http-proxy.env.j2"), ("kubernetes_packages", "http-proxy.env.j2"),
                                ("os_prep", "apt-proxy-auth.conf.j2")], holding  # fmt: skip
+
+
+def test_the_environment_files_parse_as_systemd_reads_them() -> None:
+    """systemd's EnvironmentFile= syntax (systemd.exec(5), "EnvironmentFile="; src/basic/env-file.c): single
+    quotes keep everything literal (``%``, ``$``, a backslash); a quote in a URL is percent-encoded, which is
+    the same URL to a client."""
+    url = "http://a'b:p%40$x\\y@proxy.example:3128"
+    ev = {**_role_defaults(), **extravars(_config(http=url), kubeconfig_dest=Path("/tmp/admin.conf"))}
+    text = jinja2.Template((ROLES / "containerd/templates/http-proxy.env.j2").read_text()).render(
+        **ev, ansible_managed="managed"
+    )
+    lines = [line for line in text.splitlines() if line and not line.startswith("#")]
+    assert lines and all(line.count("'") == 2 and line.endswith("'") for line in lines), lines
+    values = dict(line.split("=", 1) for line in lines)
+    assert values["HTTP_PROXY"] == "'" + url.replace("'", "%27") + "'", values
+
+
+def test_the_environment_file_tasks_hide_their_diff() -> None:
+    """Ansible prints a changed template's diff with --diff: the tasks that write the password hide it."""
+    seen = 0
+    for tasks_file in sorted(ROLES.glob("*/tasks/*.yml")):
+        for task in yaml.safe_load(tasks_file.read_text()) or []:
+            args = task.get("ansible.builtin.template") if isinstance(task, dict) else None
+            if args and args.get("src") == "http-proxy.env.j2":
+                assert task.get("no_log") is True, f"{tasks_file}: {task.get('name')}"
+                seen += 1
+    assert seen == 2  # containerd's and the kubelet's
 
 
 def test_apt_auth_file_is_removed_by_reset_and_probed() -> None:
@@ -137,3 +179,17 @@ def test_apt_auth_entry_format(url: str) -> None:
         assert lines == [f"machine http://proxy.example:3128 login alice password {DECODED}"]
     else:
         assert lines == []
+
+
+def test_module_arguments_that_carry_the_proxy_are_no_log() -> None:
+    """Ansible logs every module invocation's arguments to the host's journal (AnsibleModule._log_invocation),
+    except those its argument_spec marks no_log (ansible.module_utils.basic ``_log_invocation``); the preflight's
+    facts module gets the proxy environment as an argument. The real-host side: tests/testbed/test_up_single.py
+    searches the host's journal files for the password too."""
+    carrying = []
+    for module in sorted((REPO / "playbooks" / "library").glob("*.py")):
+        text = module.read_text()
+        for m in re.finditer(r'^ *"(?P<name>[a-z_]*proxy[a-z_]*)": \{"type"(?P<spec>.*)$', text, re.M):
+            carrying.append(module.name)
+            assert '"no_log": True' in m["spec"], f"{module.name}: argument {m['name']} is logged"
+    assert carrying == ["gpustack_facts.py"], carrying
