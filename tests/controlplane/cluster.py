@@ -26,7 +26,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -251,13 +251,18 @@ def wait_default_service_account(cp: ControlPlane, timeout: float = START_TIMEOU
     cp.started_in["serviceaccount"] = round(time.monotonic() - started, 2)
 
 
-def start(workdir: Path, cfg: Config | None = None) -> ControlPlane:
-    """Start the control plane in ``workdir`` (see the module docstring); stops what it started on failure."""
+def start(
+    workdir: Path, cfg: Config | None = None, extra_args: Mapping[str, Sequence[str]] | None = None
+) -> ControlPlane:
+    """Start the control plane in ``workdir`` (see the module docstring); stops what it started on failure.
+    ``extra_args``: component -> flags appended to kubeadm's (a benchmark's client rate limits; tests use none)."""
     workdir.mkdir(parents=True, exist_ok=True)
     cp = ControlPlane(workdir, free_ports())
     try:
         began = time.monotonic()
         commands = kubeadm_phases(workdir, cfg or gpustack_config(), cp.ports)
+        for component, flags in (extra_args or {}).items():
+            commands[component] = [*commands[component], *flags]
         cp.started_in["kubeadm"] = round(time.monotonic() - began, 2)
         etcd_tls = cp._tls(cp.pki / "etcd/ca.crt", cp.pki / "etcd/healthcheck-client.crt",
                            cp.pki / "etcd/healthcheck-client.key")  # fmt: skip
@@ -321,8 +326,10 @@ def kwok_command(cp: ControlPlane) -> list[str]:
 
 
 @contextlib.contextmanager
-def running(workdir: Path, cfg: Config | None = None) -> Iterator[ControlPlane]:
-    cp = start(workdir, cfg)
+def running(
+    workdir: Path, cfg: Config | None = None, extra_args: Mapping[str, Sequence[str]] | None = None
+) -> Iterator[ControlPlane]:
+    cp = start(workdir, cfg, extra_args)
     try:
         yield cp
     finally:
