@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from gpustack.runners.kube import Kube
+from gpustack.runners.kube import ApiUnreachable, Kube
 from tests.contract.upstream import facts
 from tests.fakes.scenarios import Scenario
 from tests.realbin.gobuild import download
@@ -61,13 +61,22 @@ _CrdLoader.add_constructor("tag:yaml.org,2002:value", lambda loader, node: loade
 
 
 def until(probe: Callable[[], Any], what: Callable[[], str], timeout: float) -> Any:
+    """``probe()`` until it is true; an API server too busy to answer one probe in time (ApiUnreachable: a
+    loaded machine at 1,000 nodes) is asked again, not failed, until the deadline."""
     deadline = time.monotonic() + timeout
     while True:
-        value = probe()
+        try:
+            value = probe()
+        except ApiUnreachable:
+            value = None
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what()}")
+            try:
+                waiting = what()
+            except ApiUnreachable as exc:
+                waiting = f"an API server that does not answer ({exc})"
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {waiting}")
         time.sleep(0.5)
 
 
