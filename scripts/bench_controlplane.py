@@ -146,9 +146,10 @@ def measure(kubeconfig: Path, home: Path, n: int, repeat: int, counter: Counter)
 
 
 #: Flags added to kubeadm's for the benchmark's control plane (the same at every size): the controller-manager's
-#: client rate limit (20 requests/s, burst 30 by default; 100/200 here: 500/1,000 starved the API server itself on 2 cores) alone needs minutes for the ~9,000 DaemonSet pods of
-#: 1,000 nodes, and its leader lease (15 s, renewed within 10 s by default) lapses on a starved 2-core machine,
-#: which makes it exit. The commands measured talk to the API server, whose flags are kubeadm's, unchanged.
+#: client rate limit (20 requests/s, burst 30 by default; 100/200 here: 500/1,000 starved the API server itself on
+#: 2 cores) alone needs minutes for the ~9,000 DaemonSet pods of 1,000 nodes, and its leader lease (15 s, renewed
+#: within 10 s by default) lapses on a starved 2-core machine, which makes it exit. The commands measured talk to
+#: the API server, whose flags are kubeadm's, unchanged.
 HARNESS_ARGS = {
     "kube-controller-manager": ["--kube-api-qps=100", "--kube-api-burst=200", "--concurrent-daemonset-syncs=8",
                                 "--leader-elect-lease-duration=120s", "--leader-elect-renew-deadline=100s"],
