@@ -26,6 +26,7 @@ from gpustack.monitoring.dashboard import CAPACITY_DASHBOARD_FILE, DASHBOARD_FIL
 from gpustack.monitoring.panels import ALWAYS_MAY_BE_EMPTY, Meaning, titles
 from gpustack.monitoring.rules import usage_rules_interval_s
 from gpustack.report.inputs import format_duration
+from gpustack.report.queries import GROUP as USAGE_GROUP
 
 BOTH = ("doctor", "verify")
 GRAFANA_LOGS = "kubectl -n monitoring logs deploy/kube-prometheus-stack-grafana -c grafana --tail=50"
@@ -70,9 +71,13 @@ def _running_s(pod: Obj, now: datetime) -> float:
     return (now - max(known)).total_seconds() if known else float("inf")
 
 
-def settle_s() -> int:
-    """How long a GPU pod runs before R04 expects its per-pod panels: :data:`GRACE_INTERVALS` rule intervals."""
-    return GRACE_INTERVALS * usage_rules_interval_s()
+def settle_s(snap: Snapshot | None = None) -> float:
+    """How long a GPU pod runs before R04 expects its per-pod panels: :data:`GRACE_INTERVALS` evaluation intervals of
+    the usage rules, as Prometheus reports the loaded group's (``/api/v1/rules`` ``interval``, seconds), else as
+    gpustack ships it (1m)."""
+    loaded = [g.get("interval") for g in (snap.prometheus.rule_groups if snap else []) if g.get("name") == USAGE_GROUP]
+    seconds = next((float(i) for i in loaded if isinstance(i, (int, float)) and i > 0), None)
+    return GRACE_INTERVALS * (seconds or usage_rules_interval_s())
 
 
 def _titles(meanings: set[Meaning]) -> set[str]:
@@ -88,7 +93,7 @@ def allowed_empty(snap: Snapshot) -> set[str]:
     the pods could not be read -- K00 says why -- no pod is known to hold one); profiling panels on GPUs DCGM cannot
     profile (M08)."""
     healthy_empty: set[Meaning] = set(ALWAYS_MAY_BE_EMPTY)
-    if not gpu_pods(snap, settle_s()):
+    if not gpu_pods(snap, settle_s(snap)):
         healthy_empty.add("gpu-pods")
     if profiling_unsupported(snap):
         healthy_empty.add("profiling")
@@ -219,7 +224,7 @@ def _panel_findings(snap: Snapshot, uid: str, results: dict[str, int], unqueried
             pods = gpu_pods(snap)
             evidence += f" -- about pods holding GPUs, and {len(pods)} do: {', '.join(pods[:3])}"
             fix += ("; per-pod series need dcgm-exporter's Kubernetes mapping (kubelet pod-resources socket); a pod "
-                    f"is expected there {format_duration(settle_s())} after it starts (a collection, scrape and rule evaluation)")  # fmt: skip
+                    f"is expected there {format_duration(settle_s(snap))} after it starts (a collection, scrape and rule evaluation)")  # fmt: skip
         out.append(Finding("", "", "fail", f"{len(empty)} of {len(results)} panels show \"No data\"",
                            evidence=evidence, fix=fix))  # fmt: skip
     if failed:

@@ -219,3 +219,19 @@ def test_a_gpu_pod_younger_than_three_rule_intervals_may_have_no_per_pod_data_ye
     findings = check(s, "R04")
     assert [f.status for f in findings] == ["fail", "fail"]  # one settled pod is enough to expect the panels
     assert "2 do: ml/new-0, ml/old-0" in findings[0].evidence and "3m after it starts" in findings[0].fix
+
+
+def test_the_grace_follows_the_interval_prometheus_evaluates_the_rules_at() -> None:
+    """A Prometheus evaluating the usage group every second (the test harness) expects the panels 3 s after a pod
+    starts; the interval comes from /api/v1/rules (seconds), the shipped 1m where the group is not reported."""
+    s = idle_cluster()
+    s.collected_at = "2026-11-29T05:00:00Z"
+    s.kube["Pod"].append(started(gpu_pod("train-0"), "2026-11-29T04:59:50Z"))
+    assert checks_grafana.settle_s(s) == 180 and [f.status for f in check(s, "R04")] == ["pass"]
+    s.prometheus.rule_groups = [
+        {"name": "gpustack-alerts", "interval": 30},
+        {"name": "gpustack-usage.rules", "interval": 1},
+    ]
+    assert checks_grafana.settle_s(s) == 3
+    findings = check(s, "R04")
+    assert [f.status for f in findings] == ["fail", "fail"] and "3s after it starts" in findings[0].fix
