@@ -5,6 +5,9 @@ Pure functions of the snapshot."""
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+
+from gpustack.checks.certs import parse_iso
 from gpustack.checks.model import Finding
 from gpustack.constants import GRAFANA_ADMIN_SECRET, GRAFANA_SERVICE, MONITORING_NAMESPACE, VERIFY_NAMESPACE
 from gpustack.diagnose.checks_monitoring import profiling_unsupported
@@ -21,19 +24,32 @@ from gpustack.diagnose.sharing import mig_on
 from gpustack.diagnose.snapshot import Obj, Snapshot
 from gpustack.monitoring.dashboard import CAPACITY_DASHBOARD_FILE, DASHBOARD_FILE
 from gpustack.monitoring.panels import ALWAYS_MAY_BE_EMPTY, Meaning, titles
+from gpustack.monitoring.rules import usage_rules_interval_s
+from gpustack.report.inputs import format_duration
+from gpustack.report.queries import GROUP as USAGE_GROUP
 
 BOTH = ("doctor", "verify")
 GRAFANA_LOGS = "kubectl -n monitoring logs deploy/kube-prometheus-stack-grafana -c grafana --tail=50"
+#: How many usage-rule evaluation intervals a GPU pod may run before its per-pod panels must have data (issue 32
+#: item 4): its first activity sample needs dcgm-exporter's collection (the pod-resources lookup happens per
+#: collection, every scrape interval: values/dcgm-exporter.yaml.j2), Prometheus' scrape (the scrape interval, at
+#: most 1m: config/monitoring.py) and the rule group's evaluation (every 1m: gpu-usage.rules.yaml), each up to one
+#: interval after the one before.
+GRACE_INTERVALS = 3
 
 
-def gpu_pods(snap: Snapshot) -> list[str]:
+def gpu_pods(snap: Snapshot, settled_s: float = 0) -> list[str]:
     """``namespace/name`` of the Running pods holding GPUs (a container's ``nvidia.com/gpu*`` or ``nvidia.com/mig-*``
     limit or request;
-    verify's own test pods left out: they come and go while the panels are read)."""
+    verify's own test pods left out: they come and go while the panels are read). ``settled_s``: only those whose
+    containers have run for at least that long when collection started (a pod without start times counts)."""
     out = []
+    now = parse_iso(snap.collected_at) or datetime.now(timezone.utc)
     for pod in snap.items("Pod"):
         meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
         if meta.get("namespace") == VERIFY_NAMESPACE or (pod.get("status") or {}).get("phase") != "Running":
+            continue
+        if settled_s and _running_s(pod, now) < settled_s:
             continue
         for c in spec.get("containers") or []:
             res = (c or {}).get("resources") or {}
@@ -45,6 +61,25 @@ def gpu_pods(snap: Snapshot) -> list[str]:
     return sorted(out)
 
 
+def _running_s(pod: Obj, now: datetime) -> float:
+    """Seconds since the pod's last container started running (``status.containerStatuses[].state.running
+    .startedAt``, else the pod's ``status.startTime``); infinite when it reports neither."""
+    status = pod.get("status") or {}
+    starts = [parse_iso((((c or {}).get("state") or {}).get("running") or {}).get("startedAt"))
+              for c in status.get("containerStatuses") or []]  # fmt: skip
+    known = [t for t in starts if t is not None] or [t for t in [parse_iso(status.get("startTime"))] if t is not None]
+    return (now - max(known)).total_seconds() if known else float("inf")
+
+
+def settle_s(snap: Snapshot | None = None) -> float:
+    """How long a GPU pod runs before R04 expects its per-pod panels: :data:`GRACE_INTERVALS` evaluation intervals of
+    the usage rules, as Prometheus reports the loaded group's (``/api/v1/rules`` ``interval``, seconds), else as
+    gpustack ships it (1m)."""
+    loaded = [g.get("interval") for g in (snap.prometheus.rule_groups if snap else []) if g.get("name") == USAGE_GROUP]
+    seconds = next((float(i) for i in loaded if isinstance(i, (int, float)) and i > 0), None)
+    return GRACE_INTERVALS * (seconds or usage_rules_interval_s())
+
+
 def _titles(meanings: set[Meaning]) -> set[str]:
     """Both dashboards' panel titles (as in ``panel_results``: the capacity one's with :data:`CAPACITY_PREFIX`)
     whose "No data" means one of ``meanings`` (``dashboards/empty-panels.yaml``)."""
@@ -54,10 +89,11 @@ def _titles(meanings: set[Meaning]) -> set[str]:
 
 def allowed_empty(snap: Snapshot) -> set[str]:
     """Panels whose "No data" is healthy on this cluster, from what each panel means: lists of problems and idle
-    GPUs' activity always; per-pod and allocation panels while no pod holds a GPU (when the pods could not be
-    read -- K00 says why -- no pod is known to hold one); profiling panels on GPUs DCGM cannot profile (M08)."""
+    GPUs' activity always; per-pod and allocation panels while no pod has held a GPU for :func:`settle_s` (when
+    the pods could not be read -- K00 says why -- no pod is known to hold one); profiling panels on GPUs DCGM cannot
+    profile (M08)."""
     healthy_empty: set[Meaning] = set(ALWAYS_MAY_BE_EMPTY)
-    if not gpu_pods(snap):
+    if not gpu_pods(snap, settle_s(snap)):
         healthy_empty.add("gpu-pods")
     if profiling_unsupported(snap):
         healthy_empty.add("profiling")
@@ -188,7 +224,7 @@ def _panel_findings(snap: Snapshot, uid: str, results: dict[str, int], unqueried
             pods = gpu_pods(snap)
             evidence += f" -- about pods holding GPUs, and {len(pods)} do: {', '.join(pods[:3])}"
             fix += ("; per-pod series need dcgm-exporter's Kubernetes mapping (kubelet pod-resources socket); a pod "
-                    "that started within the last minute shows after the next scrape and rule evaluation")  # fmt: skip
+                    f"is expected there {format_duration(settle_s(snap))} after it starts (a collection, scrape and rule evaluation)")  # fmt: skip
         out.append(Finding("", "", "fail", f"{len(empty)} of {len(results)} panels show \"No data\"",
                            evidence=evidence, fix=fix))  # fmt: skip
     if failed:

@@ -119,3 +119,16 @@ def record_rules(rules: dict[str, Any] | None = None) -> list[Rule]:
     """The recording rules only (``record:``), in file order."""
     data = rules if rules is not None else load_usage_rules()
     return [r for _, r in iter_rules(data) if "record" in r]
+
+
+#: Prometheus duration units the rule files use for a group's ``interval``
+_INTERVAL_UNITS = {"s": 1, "m": 60, "h": 3600}
+
+
+def usage_rules_interval_s(rules: dict[str, Any] | None = None) -> int:
+    """How often Prometheus evaluates the usage recording rules, in seconds (the group's ``interval``: 1m)."""
+    data = rules if rules is not None else load_usage_rules()
+    [text] = {str(g.get("interval", "")) for g in data["groups"]}
+    if not text or text[-1] not in _INTERVAL_UNITS or not text[:-1].isdigit():
+        raise ValueError(f"usage rules: group interval {text!r} is not <n>s, <n>m or <n>h")
+    return int(text[:-1]) * _INTERVAL_UNITS[text[-1]]

@@ -49,10 +49,11 @@ class Node:
     exporter: bool = True  # dcgm-exporter runs (else: allocation without DCGM data)
     mig: str = ""  # a GI profile (1g.10gb): every GPU at all-<profile>, mig.strategy mixed (docs/gpu-sharing.md)
     replicas: int = 1  # time-slicing: each GPU advertised ``replicas`` times
+    device: str = "0x2330"  # PCI device id: whose MIG layouts (gpustack/config/mig.py; H100 80GB, H200 0x2335)
 
     def instances(self) -> int:
-        """MIG instances per GPU (1 for a whole GPU): what all-<profile> makes on an H100 80GB."""
-        return (mig_table.layout("0x2330", f"all-{self.mig}") or {}).get(self.mig, 0) if self.mig else 1
+        """MIG instances per GPU (1 for a whole GPU): what all-<profile> makes on this GPU."""
+        return (mig_table.layout(self.device, f"all-{self.mig}") or {}).get(self.mig, 0) if self.mig else 1
 
     @property
     def resource(self) -> str:
@@ -284,9 +285,11 @@ def write_openmetrics(history: History, out: TextIO) -> int:
                 )
         for node in sharing:
             for gpu in range(node.gpus * node.instances()):
-                if node.mig and any(n is node and g == gpu for n, g, _, _ in held):
-                    continue  # a held instance's series carries its pod
-                w.series(dcgm_labels(node, gpu, None), ((t, 40) for t in _grid(history.start, end)))
+                # a held instance's series carries its pod while the pod runs; dcgm-exporter reports it without
+                # one before and after (every instance, all the time)
+                spans = [(p.start, p.end) for n, g, p, _ in held if node.mig and n is node and g == gpu]
+                free_t = (t for t in _grid(history.start, end) if not any(lo <= t < hi for lo, hi in spans))
+                w.series(dcgm_labels(node, gpu, None), ((t, 40) for t in free_t))
 
     w.family("DCGM_FI_PROF_GR_ENGINE_ACTIVE")
     for node, gpu, pod, activity in held:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from gpustack.checks.model import Finding
 from gpustack.diagnose import checks_grafana, checks_monitoring, registry
 from gpustack.diagnose.collect_grafana import series_count
@@ -169,3 +171,67 @@ def test_the_warnings_expected_on_a_new_cluster_are_the_checks_own() -> None:
     assert checks_monitoring.BOTH
     produced = {(f.id, f.summary) for p in ("R04", "M08") for f in check(s, p) if f.status == "warn"}
     assert produced == rows, (produced, rows)
+
+
+def started(pod: dict, at: str, *, pod_start: str = "") -> dict:
+    """``pod`` whose container has been running since ``at`` (the kubelet's containerStatuses), or only the pod's
+    ``status.startTime`` when ``at`` is empty."""
+    status = pod["status"]
+    if at:
+        status["containerStatuses"] = [{"name": "main", "state": {"running": {"startedAt": at}}}]
+    if pod_start:
+        status["startTime"] = pod_start
+    return pod
+
+
+def test_a_gpu_pod_younger_than_three_rule_intervals_may_have_no_per_pod_data_yet() -> None:
+    """Issue 32 item 4: the first activity sample of a new pod needs an exporter collection, a scrape and a rule
+    evaluation, each up to a minute apart in production (the rules every 1m, the scrape at most 1m)."""
+    from gpustack.monitoring.rules import load_usage_rules, usage_rules_interval_s
+
+    assert usage_rules_interval_s() == 60 and checks_grafana.settle_s() == 3 * 60
+    assert usage_rules_interval_s({"groups": [{"name": "g", "interval": "30s"}]}) == 30
+    for bad in ("1m30s", "", "m"):
+        with pytest.raises(ValueError, match="group interval"):
+            usage_rules_interval_s({"groups": [{"name": "g", "interval": bad}]})
+    assert load_usage_rules()["groups"][0]["interval"] == "1m"
+    now = "2026-11-29T05:00:00+00:00"
+    cases = [  # (container running since, pod start time) -> R04 statuses (DCGM dashboard, capacity dashboard)
+        ("2026-11-29T04:59:00Z", "", ["pass"]),  # one minute: no sample can be recorded yet
+        ("2026-11-29T04:57:01Z", "", ["pass"]),  # just under three intervals
+        ("2026-11-29T04:57:00Z", "", ["fail", "fail"]),  # three intervals: it must show
+        ("", "2026-11-29T04:59:30Z", ["pass"]),  # no container status yet: the pod's start time
+        ("2026-11-29T04:59:00Z", "2026-11-29T04:00:00Z", ["pass"]),  # a restarted container: its own start counts
+        ("", "", ["fail", "fail"]),  # no start time at all: as before, a pod holding a GPU
+    ]
+    for since, pod_start, want in cases:
+        s = idle_cluster()
+        s.collected_at = now
+        s.kube["Pod"].append(started(gpu_pod("train-0", 1), since, pod_start=pod_start))
+        assert checks_grafana.gpu_pods(s) == ["ml/train-0"]  # still listed as holding a GPU
+        assert [f.status for f in check(s, "R04")] == want, (since, pod_start)
+    s = idle_cluster()
+    s.collected_at = now
+    s.kube["Pod"] += [
+        started(gpu_pod("old-0"), "2026-11-29T03:00:00Z"),
+        started(gpu_pod("new-0"), "2026-11-29T04:59:50Z"),
+    ]
+    findings = check(s, "R04")
+    assert [f.status for f in findings] == ["fail", "fail"]  # one settled pod is enough to expect the panels
+    assert "2 do: ml/new-0, ml/old-0" in findings[0].evidence and "3m after it starts" in findings[0].fix
+
+
+def test_the_grace_follows_the_interval_prometheus_evaluates_the_rules_at() -> None:
+    """A Prometheus evaluating the usage group every second (the test harness) expects the panels 3 s after a pod
+    starts; the interval comes from /api/v1/rules (seconds), the shipped 1m where the group is not reported."""
+    s = idle_cluster()
+    s.collected_at = "2026-11-29T05:00:00Z"
+    s.kube["Pod"].append(started(gpu_pod("train-0"), "2026-11-29T04:59:50Z"))
+    assert checks_grafana.settle_s(s) == 180 and [f.status for f in check(s, "R04")] == ["pass"]
+    s.prometheus.rule_groups = [
+        {"name": "gpustack-alerts", "interval": 30},
+        {"name": "gpustack-usage.rules", "interval": 1},
+    ]
+    assert checks_grafana.settle_s(s) == 3
+    findings = check(s, "R04")
+    assert [f.status for f in findings] == ["fail", "fail"] and "3s after it starts" in findings[0].fix

@@ -1,11 +1,13 @@
-"""The usage rules' table of MIG shares (gpustack/templates/monitoring/gpu-usage.rules.yaml) against the MIG
-profiles gpustack knows (gpustack/config/mig.py): every profile of every listed family counts its compute slices
-out of the GPU's (7; 4 on A30), by its GPU_I_PROFILE (DCGM) and by its resource name (kube-state-metrics).
+"""The usage rules' table of MIG compute slices (gpustack/templates/monitoring/gpu-usage.rules.yaml) against the MIG
+profiles gpustack knows (gpustack/config/mig.py): every profile of every listed family keys its compute slices, by
+its GPU_I_PROFILE (DCGM) and by its resource name (kube-state-metrics), and a MIG resource on a node DCGM reports
+nothing for is divided by its GPU's slices (7; 4 on A30).
 
-Each rule keys a profile with ``label_replace`` (``mig_slices="<slices>/<of>"``, later calls overriding earlier
-ones) and joins the key with its table of constants (``label_replace(vector(1/7), "mig_slices", "1/7", "", "")``
-...): this test applies the rule's own regexes the way Prometheus does (anchored at both ends, ``$1``/``${1}``
-expanded, no match = label unchanged) and looks the key up in that rule's table."""
+Each rule keys a profile with ``label_replace`` (``mig_slices="<N>"``, later calls overriding earlier ones) and
+joins the key with its table of constants (``label_replace(vector(1), "mig_slices", "1", "", "")`` ...): this test
+applies the rule's own regexes the way Prometheus does (anchored at both ends, ``$1``/``${1}`` expanded, no match =
+label unchanged) and looks the key up in that rule's table. What the shares add up to on a carved GPU (one GPU in
+every layout) is evaluated by a real promtool: tests/prometheus/test_mig_capacity.py."""
 
 from __future__ import annotations
 
@@ -56,23 +58,39 @@ def _ksm(resource: str) -> str:
     return re.sub(r"[^a-zA-Z0-9_]", "_", resource)
 
 
-INSTANCE = "gpustack:gpu_instance_share:ratio"
+INSTANCE = "gpustack:gpu_instance_slices:count"
 RESOURCE = "gpustack:gpu_resource_share:ratio"
-CASES = [(f.name, p, Fraction(mig.compute_slices(p), f.slices)) for f in mig.FAMILIES for p in f.profiles]
+CASES = [(f.name, p, f.slices) for f in mig.FAMILIES for p in f.profiles]
+#: the fallback divisors of the resource rule, in order: ``or on (node) (<N> * group by (node) (...{resource=~"<re>"}))``
+FALLBACK = re.compile(
+    r'\((?P<n>\d+) \* group by \(node\) \(kube_node_status_allocatable\{resource=~"(?P<re>[^"]+)"\}\)\)'
+)
 
 
-@pytest.mark.parametrize(("family", "profile", "want"), CASES, ids=[f"{c[0]}:{c[1]}" for c in CASES])
-def test_every_known_profile_counts_its_compute_slices(family: str, profile: str, want: Fraction) -> None:
+def _fallback(resource: str) -> int | None:
+    """The GPU's slices the resource rule divides ``resource`` by where DCGM reports nothing for the node."""
+    for m in FALLBACK.finditer(_expr(RESOURCE)):
+        if re.fullmatch(m["re"], resource):
+            return int(m["n"])
+    return None
+
+
+@pytest.mark.parametrize(("family", "profile", "slices"), CASES, ids=[f"{c[0]}:{c[1]}" for c in CASES])
+def test_every_known_profile_keys_its_compute_slices(family: str, profile: str, slices: int) -> None:
+    want = mig.compute_slices(profile)
     assert _share(INSTANCE, "GPU_I_PROFILE", profile) == want
-    assert _share(RESOURCE, "resource", _ksm(mig.resource_name(profile))) == want
-    assert _share(RESOURCE, "resource", _ksm(mig.resource_name(profile) + ".shared")) == want  # renamed replicas
+    for name in (mig.resource_name(profile), mig.resource_name(profile) + ".shared"):  # renamed replicas too
+        assert _share(RESOURCE, "resource", _ksm(name)) == want
+        assert _fallback(_ksm(name)) == slices, name
 
 
-def test_the_table_is_read_and_a_whole_gpu_profile_is_one() -> None:
-    assert _table(INSTANCE) == _table(RESOURCE) and len(_table(INSTANCE)) == 8
-    assert set(_table(INSTANCE).values()) <= {Fraction(n, d) for d in (4, 7) for n in range(1, d + 1)}
-    assert _share(RESOURCE, "resource", "nvidia_com_mig_7g_80gb") == 1
-    assert _share(INSTANCE, "GPU_I_PROFILE", "1g.6gb") == Fraction(1, 4)  # A30: the override wins over the 7s
-    assert _share(INSTANCE, "GPU_I_PROFILE", "1g.12gb") == Fraction(1, 7)  # GH200 96GB: not an A30 profile
+def test_the_table_is_read_and_unknown_names_are_not_counted() -> None:
+    assert _table(INSTANCE) == _table(RESOURCE) == {str(n): n for n in (1, 2, 3, 4, 7)}
+    assert _share(RESOURCE, "resource", "nvidia_com_mig_7g_80gb") == 7
+    assert _share(INSTANCE, "GPU_I_PROFILE", "1g.12gb") == 1  # GH200 96GB: not an A30 profile
+    assert _fallback("nvidia_com_mig_1g_12gb") == 7 and _fallback("nvidia_com_mig_1g_6gb_me") == 4
+    assert _fallback("nvidia_com_mig_1g_60gb") == 7  # anchored: not A30's 1g.6gb
     assert _share(RESOURCE, "resource", "nvidia_com_gpu") is None  # not a MIG resource
+    assert _fallback("nvidia_com_gpu") is None
     assert _share(INSTANCE, "GPU_I_PROFILE", "8g.80gb") is None  # no such key: not counted as a MIG share
+    assert _share(INSTANCE, "GPU_I_PROFILE", "5g.50gb") is None  # keyed, but not in the table

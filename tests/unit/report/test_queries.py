@@ -126,11 +126,15 @@ KSM_READ = re.compile(r"(" + "|".join(KSM_IDENTITY) + r")\{[^}]*\}")
 
 
 def _dedupe_problems(expr: str) -> list[str]:
-    """Every read of a kube-state-metrics series not directly inside ``max by (<its identity>) (...)``."""
+    """Every read of a kube-state-metrics series not directly inside ``max by (<its identity>) (...)`` or a
+    ``group by (...)`` (1 per label set, however many targets export the series: the MIG share's fallback divisor
+    reads ``group by (node)``)."""
     problems = []
     for m in KSM_READ.finditer(expr):
-        before = re.search(r"(?:max|group) by \(([^)]*)\) \($", expr[: m.start()])  # group: one per label set
-        labels = {x.strip() for x in before.group(1).split(",")} if before else set()
+        before = re.search(r"(max|group) by \(([^)]*)\) \($", expr[: m.start()])
+        if before and before.group(1) == "group":
+            continue
+        labels = {x.strip() for x in before.group(2).split(",")} if before else set()
         if not KSM_IDENTITY[m.group(1)] <= labels:
             problems.append(f"{m.group(0)} (max by {sorted(labels)})")
     return problems
@@ -150,6 +154,7 @@ def test_every_kube_state_metrics_reading_is_deduplicated_before_it_is_summed() 
     problems = {name: p for name, e in exprs.items() if (p := _dedupe_problems(e))}
     assert not problems
     assert _dedupe_problems('sum by (node) (kube_node_status_allocatable{resource="nvidia_com_gpu"})')  # it can fail
+    assert not _dedupe_problems('7 * group by (node) (kube_node_status_allocatable{resource=~"nvidia_com_mig_.+"})')
 
 
 def test_the_raw_allocatable_reading_is_the_rules_expression_everywhere() -> None:
