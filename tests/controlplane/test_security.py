@@ -1,0 +1,172 @@
+"""Issue 28's control-plane hardening, proven on a real kube-apiserver 1.36.5 and etcd.
+
+A control plane of this module's own (:func:`tests.controlplane.cluster.gpustack_config` ``hardened=True``: gpustack's
+default ``security:``) started from gpustack's kubeadm configuration, its EncryptionConfiguration, audit policy and
+AdmissionConfiguration rendered by gpustack (gpustack/render/security.py) with a key from gpustack's key store:
+
+- a Secret created through the API server is stored in etcd encrypted (``k8s:enc:secretbox:v1:<key name>:``), read
+  back from etcd itself through its v3 API (the JSON gateway etcd serves on its client port, with kubeadm's etcd
+  client certificate), and the API server still returns it in clear;
+- the audit log has a line for that request, at ``Metadata`` (no request or response body);
+- a privileged pod is refused in an unlabelled namespace (``baseline`` enforced) and admitted in the GPU Operator's
+  namespace as gpustack creates it (labelled ``privileged``); a pod shaped like node-exporter's likewise in the
+  monitoring namespace;
+- the API server runs with the flags gpustack sets (profiling off, the CIS cipher suites).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import ssl
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpustack.constants import GPU_NAMESPACE, MONITORING_NAMESPACE
+from gpustack.render import security
+from gpustack.render.manifests import render_manifests
+from tests.controlplane import kubeadm_phases as kp
+from tests.controlplane.cluster import ControlPlane, gpustack_config, running
+from tests.controlplane.servers import Server
+
+
+@pytest.fixture(scope="module")
+def hardened(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    with running(tmp_path_factory.mktemp("controlplane-hardened"), gpustack_config(hardened=True)) as cp:
+        yield cp
+
+
+def api(cp: ControlPlane) -> Server:
+    return Server("real", cp.url, tls=cp.admin_tls())
+
+
+def etcd_value(cp: ControlPlane, key: str) -> bytes:
+    """The raw value etcd holds under ``key``, through etcd's own v3 API (``POST /v3/kv/range``)."""
+    ctx = ssl.create_default_context(cafile=str(cp.pki / "etcd/ca.crt"))
+    ctx.load_cert_chain(str(cp.pki / "etcd/healthcheck-client.crt"), str(cp.pki / "etcd/healthcheck-client.key"))
+    body = json.dumps({"key": base64.b64encode(key.encode()).decode()}).encode()
+    req = urllib.request.Request(f"https://{kp.LOOPBACK}:{cp.ports.etcd_client}/v3/kv/range", data=body,
+                                 method="POST", headers={"Content-Type": "application/json"})  # fmt: skip
+    with urllib.request.urlopen(req, context=ctx, timeout=10) as resp:
+        answer = json.loads(resp.read())
+    kvs = answer.get("kvs") or []
+    assert len(kvs) == 1, f"etcd has no key {key}: {answer}"
+    return base64.b64decode(kvs[0]["value"])
+
+
+def audit_events(cp: ControlPlane) -> list[dict[str, Any]]:
+    path = kp.host_path(security.AUDIT_LOG, cp.pki)
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def namespace(server: Server, name: str, labels: dict[str, str] | None = None) -> None:
+    obj = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels or {}}}
+    answer = server.call("POST", "/api/v1/namespaces", obj)
+    assert answer.code == 201, answer.body
+
+
+def privileged_pod(name: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
+                                     "securityContext": {"privileged": True}}]}}  # fmt: skip
+
+
+def test_api_server_runs_with_gpustacks_flags(hardened: ControlPlane) -> None:
+    args = [str(a) for a in hardened.processes["kube-apiserver"].args]  # type: ignore[union-attr]
+    flags = dict(a.removeprefix("--").partition("=")[::2] for a in args[1:])
+    assert flags["profiling"] == "false"
+    assert flags["service-account-extend-token-expiration"] == "false"
+    assert flags["tls-cipher-suites"].split(",") == list(gpustack_config(hardened=True).security.tls_cipher_suites)
+    assert Path(flags["encryption-provider-config"]) == kp.host_path(security.ENCRYPTION_CONFIG, hardened.pki)
+    assert Path(flags["encryption-provider-config"]).stat().st_mode & 0o777 == 0o600
+    for component in ("kube-controller-manager", "kube-scheduler"):
+        assert "--profiling=false" in [str(a) for a in hardened.processes[component].args]  # type: ignore[union-attr]
+
+
+def test_a_secret_is_stored_encrypted_in_etcd(hardened: ControlPlane) -> None:
+    server = api(hardened)
+    namespace(server, "enc-test")
+    plain = "gpustack-plain-text-marker-7c1e"
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s1"}, "stringData": {"password": plain}}
+    assert server.call("POST", "/api/v1/namespaces/enc-test/secrets", secret).code == 201
+
+    stored = etcd_value(hardened, "/registry/secrets/enc-test/s1")
+    keys = json.loads((hardened.workdir / "state/clusters/gpustack/encryption-keys.json").read_text())["keys"]
+    assert stored.startswith(f"{security.SECRETBOX_PREFIX}{keys[0]['name']}:".encode()), stored[:60]
+    assert plain.encode() not in stored
+    # the API server decrypts it
+    answer = server.call("GET", "/api/v1/namespaces/enc-test/secrets/s1")
+    assert base64.b64decode(answer.body["data"]["password"]).decode() == plain
+    # a ConfigMap is not a Secret: stored as the API server's protobuf, unencrypted (the configuration names secrets)
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c1"}, "data": {"k": plain}}
+    assert server.call("POST", "/api/v1/namespaces/enc-test/configmaps", cm).code == 201
+    assert plain.encode() in etcd_value(hardened, "/registry/configmaps/enc-test/c1")
+
+
+def test_the_audit_log_has_the_request_without_its_body(hardened: ControlPlane) -> None:
+    server = api(hardened)
+    namespace(server, "audit-test")
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "audited"}, "stringData": {"k": "v"}}
+    assert server.call("POST", "/api/v1/namespaces/audit-test/secrets", secret).code == 201
+    deadline = time.monotonic() + 30  # the audit backend writes in batches
+    while True:
+        found = [e for e in audit_events(hardened)
+                 if (e.get("objectRef") or {}).get("name") == "audited" and e.get("verb") == "create"]  # fmt: skip
+        if found or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert found, "no audit event for the Secret's create"
+    event = found[0]
+    assert event["level"] == "Metadata" and event["stage"] == "ResponseComplete"
+    assert event["objectRef"]["resource"] == "secrets" and event["responseStatus"]["code"] == 201
+    assert "requestObject" not in event and "responseObject" not in event
+    # the health endpoints the fixture polls are left out (level None)
+    assert not [e for e in audit_events(hardened) if str(e.get("requestURI", "")).startswith("/readyz")]
+
+
+def test_pod_security_baseline_is_enforced_and_a_privileged_namespace_admits(hardened: ControlPlane) -> None:
+    server = api(hardened)
+    namespace(server, "psa-plain")
+    refused = server.call("POST", "/api/v1/namespaces/psa-plain/pods", privileged_pod("p"))
+    assert refused.code == 403, refused.body
+    assert 'violates PodSecurity "baseline:latest"' in refused.body["message"]
+    assert "privileged" in refused.body["message"]
+
+    # the GPU Operator's namespace as gpustack creates it (gpustack/templates/manifests/namespaces.yaml.j2)
+    cfg = gpustack_config(hardened=True)
+    ns = next(o for o in render_manifests(cfg)["namespaces.yaml"] if o["metadata"]["name"] == GPU_NAMESPACE)
+    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+    assert server.call("POST", "/api/v1/namespaces", ns).code == 201
+    admitted = server.call("POST", f"/api/v1/namespaces/{GPU_NAMESPACE}/pods", privileged_pod("p"))
+    assert admitted.code == 201, admitted.body
+    # warn: restricted -- the admitted pod still carries the warning header of the restricted level
+    assert "restricted:latest" in admitted.headers.get("Warning", ""), admitted.headers
+    assert server.call("DELETE", f"/api/v1/namespaces/{GPU_NAMESPACE}/pods/p").code == 200
+
+
+def node_exporter_pod(name: str) -> dict[str, Any]:
+    """What prometheus-node-exporter's DaemonSet makes: host network and PID namespace, the host's root mounted."""
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"hostNetwork": True, "hostPID": True,
+                     "containers": [{"name": "node-exporter", "image": "quay.io/prometheus/node-exporter:v1.12.1",
+                                     "volumeMounts": [{"name": "root", "mountPath": "/host/root", "readOnly": True}]}],
+                     "volumes": [{"name": "root", "hostPath": {"path": "/"}}]}}  # fmt: skip
+
+
+def test_node_exporter_runs_in_the_monitoring_namespace_gpustack_creates(hardened: ControlPlane) -> None:
+    server = api(hardened)
+    namespace(server, "psa-plain-2")
+    refused = server.call("POST", "/api/v1/namespaces/psa-plain-2/pods", node_exporter_pod("ne"))
+    assert refused.code == 403 and "host namespaces" in refused.body["message"], refused.body
+    ns = next(o for o in render_manifests(gpustack_config(hardened=True))["namespaces.yaml"]
+              if o["metadata"]["name"] == MONITORING_NAMESPACE)  # fmt: skip
+    assert server.call("POST", "/api/v1/namespaces", ns).code == 201
+    admitted = server.call("POST", f"/api/v1/namespaces/{MONITORING_NAMESPACE}/pods", node_exporter_pod("ne"))
+    assert admitted.code == 201, admitted.body
