@@ -223,3 +223,31 @@ def kubeadm_security(cfg: Config) -> KubeadmSecurity:
     if sec.tls_cipher_suites:
         kubelet["tlsCipherSuites"] = list(sec.tls_cipher_suites)
     return KubeadmSecurity(api, volumes, list(profiling), list(profiling), kubelet)
+
+
+#: what ``plan up`` says of a cluster that already runs (kubeadm reads its configuration only at init and join)
+EXISTING = "unchanged: kubeadm reads this only at init and join, up does not re-apply it yet (docs/configuration.md)"
+
+
+def plan_rows(cfg: Config) -> list[list[str]]:
+    """``gpustack plan up``: each hardening setting, its value, and what it changes on a new and a running cluster."""
+    sec = cfg.security
+    onoff = {True: "on", False: "off"}
+    rows = [
+        ["encryption_at_rest", onoff[sec.encryption_at_rest] + (" (secretbox)" if sec.encryption_at_rest else ""),
+         f"{ENCRYPTION_CONFIG} (0600), key kept in the state directory",
+         EXISTING + "; once applied, every Secret must be rewritten to be encrypted"],
+        ["audit", onoff[sec.audit.enabled] + (f" ({sec.audit.max_age}d, {sec.audit.max_backup} files, {sec.audit.max_size} MB)"
+                                              if sec.audit.enabled else ""),
+         f"{AUDIT_POLICY}, log in {AUDIT_LOG_DIR}" if sec.audit.enabled else "no audit log", EXISTING],
+        ["pod_security", f"enforce {sec.pod_security.enforce}, warn {sec.pod_security.warn}, audit {sec.pod_security.audit}",
+         ADMISSION_CONFIG, EXISTING],
+        ["profiling", onoff[sec.profiling], "API server, controller-manager, scheduler flag",
+         EXISTING],
+        ["tls_cipher_suites", f"{len(sec.tls_cipher_suites)} suites" if sec.tls_cipher_suites else "Go's defaults",
+         "API server flag, kubelet configuration", EXISTING],
+        ["protect_kernel_defaults", onoff[sec.protect_kernel_defaults],
+         "kubelet configuration" + (", kernel settings by os_prep" if sec.protect_kernel_defaults else ""),
+         EXISTING],
+    ]  # fmt: skip
+    return rows

@@ -209,3 +209,13 @@ def test_render_shows_every_file_and_never_the_key(tmp_path: Path) -> None:
     assert "secret: REDACTED" in fresh["security/encryption-config.yaml"]
     off = generated_files(cfg(encryption_at_rest=False, audit={"enabled": False}), state_root=tmp_path)
     assert [p for p in off if p.startswith("security/")] == ["security/admission-config.yaml"]
+
+
+def test_plan_names_each_setting_and_says_a_running_cluster_keeps_its_flags() -> None:
+    rows = {r[0]: r for r in security.plan_rows(cfg(profiling=True, tls_cipher_suites=[]))}
+    assert set(rows) == {"encryption_at_rest", "audit", "pod_security", "profiling", "tls_cipher_suites",
+                         "protect_kernel_defaults"}  # fmt: skip
+    assert rows["profiling"][1] == "on" and rows["tls_cipher_suites"][1] == "Go's defaults"
+    assert "every Secret must be rewritten" in rows["encryption_at_rest"][3]
+    assert all(r[3].startswith("unchanged: kubeadm reads this only at init and join") for r in rows.values())
+    assert rows["pod_security"][1] == "enforce baseline, warn restricted, audit restricted"
