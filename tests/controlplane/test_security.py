@@ -170,3 +170,40 @@ def test_node_exporter_runs_in_the_monitoring_namespace_gpustack_creates(hardene
     assert server.call("POST", "/api/v1/namespaces", ns).code == 201
     admitted = server.call("POST", f"/api/v1/namespaces/{MONITORING_NAMESPACE}/pods", node_exporter_pod("ne"))
     assert admitted.code == 201, admitted.body
+
+
+def etcd_put(cp: ControlPlane, key: str, value: bytes) -> None:
+    """Write ``value`` under ``key`` in etcd itself (``POST /v3/kv/put``), past the API server."""
+    ctx = ssl.create_default_context(cafile=str(cp.pki / "etcd/ca.crt"))
+    ctx.load_cert_chain(str(cp.pki / "etcd/healthcheck-client.crt"), str(cp.pki / "etcd/healthcheck-client.key"))
+    body = json.dumps({"key": base64.b64encode(key.encode()).decode(), "value": base64.b64encode(value).decode()})
+    req = urllib.request.Request(f"https://{kp.LOOPBACK}:{cp.ports.etcd_client}/v3/kv/put", data=body.encode(),
+                                 method="POST", headers={"Content-Type": "application/json"})  # fmt: skip
+    with urllib.request.urlopen(req, context=ctx, timeout=10) as resp:
+        assert resp.status == 200
+
+
+def test_rewriting_every_secret_encrypts_those_stored_in_clear(hardened: ControlPlane) -> None:
+    """A Secret stored before encryption was turned on (in clear: written into etcd directly, as the API server
+    wrote it with no EncryptionConfiguration) is read through ``identity``; gpustack's rewrite stores it encrypted."""
+    from gpustack.cluster.secrets import rewrite_secrets
+    from gpustack.runners.kubeconfig import kube_from_file
+
+    server = api(hardened)
+    namespace(server, "legacy")
+    old = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+           "metadata": {"name": "old", "namespace": "legacy", "uid": "8d0a5f7e-6f1c-4a55-9d43-3c6f1a0e0b01",
+                        "creationTimestamp": "2026-01-01T00:00:00Z"},
+           "data": {"token": base64.b64encode(b"written-before-encryption").decode()}}  # fmt: skip
+    etcd_put(hardened, "/registry/secrets/legacy/old", json.dumps(old).encode())
+    assert etcd_value(hardened, "/registry/secrets/legacy/old").startswith(b"{")  # in clear
+    got = server.call("GET", "/api/v1/namespaces/legacy/secrets/old")
+    assert got.code == 200 and base64.b64decode(got.body["data"]["token"]) == b"written-before-encryption"
+
+    result = rewrite_secrets(kube_from_file(hardened.admin_kubeconfig, request_timeout=30))
+    assert result.rewritten >= 1 and result.raced == []
+    stored = etcd_value(hardened, "/registry/secrets/legacy/old")
+    assert stored.startswith(security.SECRETBOX_PREFIX.encode()) and b"written-before-encryption" not in stored
+    got = server.call("GET", "/api/v1/namespaces/legacy/secrets/old")
+    assert base64.b64decode(got.body["data"]["token"]) == b"written-before-encryption"
+    assert got.body["metadata"]["uid"] == old["metadata"]["uid"]  # the same object, not a new one
