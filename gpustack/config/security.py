@@ -23,8 +23,8 @@ from gpustack.config.fields import StrictModel
 
 Level = Literal["privileged", "baseline", "restricted"]
 
-#: CIS 1.2.29 / 4.2.12 (kube-bench cfg/cis-1.12 master.yaml 1.2.29 ``valid_elements``): the TLS 1.2 suites of that
-#: list (the TLS 1.3 names there are not configurable in Go: every TLS 1.3 suite is always on). ECDHE with AEAD only.
+#: CIS 4.2.12's list exactly (kube-bench cfg/cis-1.12 node.yaml ``valid_elements``), all of them also in 1.2.29's
+#: (master.yaml; its TLS 1.3 names are not configurable in Go: every TLS 1.3 suite is always on). ECDHE with AEAD.
 CIS_CIPHER_SUITES = (
     "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
     "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
@@ -74,7 +74,7 @@ class Security(StrictModel):
     )
     protect_kernel_defaults: bool = Field(
         default=False,
-        description="the kubelet refuses to start when the kernel settings differ from those it needs (kube-bench node protect-kernel-defaults)",
+        description="the kubelet refuses to start when the kernel settings differ from those it needs (os_prep sets them)",
     )
     extend_token_expiration: bool = Field(
         default=False, description="--service-account-extend-token-expiration on the API server (CIS 1.2.30)"
