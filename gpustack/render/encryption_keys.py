@@ -58,10 +58,58 @@ def load_keys(cfg: Config, root: Path | None = None) -> list[EncryptionKey]:
     return [k for k in keys if k is not None]
 
 
-def save_keys(cfg: Config, keys: list[EncryptionKey], root: Path | None = None) -> Path:
+def save_keys(cfg: Config, keys: list[EncryptionKey], root: Path | None = None, *, rotation: str | None = None) -> Path:
     path = encryption_keys_path(cfg.cluster.name, root)
     ensure_private_dir(path.parent)
-    return write_json(path, {"keys": [{"name": k.name, "secret": k.secret} for k in keys]})
+    data: dict[str, object] = {"keys": [{"name": k.name, "secret": k.secret} for k in keys]}
+    if rotation:
+        data["rotation"] = rotation
+    return write_json(path, data)
+
+
+# --- rotation ----------------------------------------------------------------------------------------
+# kubernetes/website encrypt-data.md "Rotating a decryption key": the new key added second on every API server
+# (restart), then first (restart: Secrets are written with it), every Secret rewritten, the old key removed
+# (restart). Each phase is recorded in the key file before the control planes get its configuration, so a rotation
+# interrupted anywhere resumes by applying the recorded keys again and going on from the recorded phase.
+
+#: the phases, in order: what the key file holds in each (the configuration every API server must run with)
+ROTATION_PHASES = ("added", "promoted", "rewritten")
+
+
+def rotation_phase(cfg: Config, root: Path | None = None) -> str | None:
+    """The phase of the rotation under way (:data:`ROTATION_PHASES`), None when none is."""
+    path = encryption_keys_path(cfg.cluster.name, root)
+    if not path.exists():
+        return None
+    try:
+        phase = json.loads(path.read_text(encoding="utf-8")).get("rotation")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return phase if phase in ROTATION_PHASES else None
+
+
+def advance_rotation(
+    cfg: Config, root: Path | None = None, *, make: Callable[[], EncryptionKey] = new_key
+) -> tuple[str | None, list[EncryptionKey]]:
+    """One step of a key rotation, recorded; returns the phase now and the keys the API servers must get.
+
+    none -> ``added`` (a new key, second: read, not yet written), ``added`` -> ``promoted`` (the new key first),
+    ``promoted`` -> ``rewritten`` (call it once every Secret was rewritten: :mod:`gpustack.cluster.secrets`),
+    ``rewritten`` -> None (the new key alone)."""
+    keys, phase = load_keys(cfg, root), rotation_phase(cfg, root)
+    if not keys:
+        raise ConfigError("no encryption key to rotate: the cluster has none yet (`gpustack up` makes it)")
+    if phase is None:
+        keys, phase = [*keys, make()], "added"
+    elif phase == "added":
+        keys, phase = [keys[-1], *keys[:-1]], "promoted"
+    elif phase == "promoted":
+        phase = "rewritten"
+    else:
+        keys, phase = keys[:1], None
+    save_keys(cfg, keys, root, rotation=phase)
+    return phase, keys
 
 
 def ensure_keys(
@@ -73,15 +121,6 @@ def ensure_keys(
         keys = [make()]
         save_keys(cfg, keys, root)
     return keys
-
-
-def host_encryption_config(cfg: Config, root: Path | None = None) -> str:
-    """The EncryptionConfiguration the control planes get ('' when encryption is off, or no key was made yet: a
-    playbook run makes the key first, :func:`ensure_keys`)."""
-    if not cfg.security.encryption_at_rest:
-        return ""
-    keys = load_keys(cfg, root)
-    return render_encryption_config(keys) if keys else ""
 
 
 def run_extravars(cfg: Config, root: Path | None = None) -> dict[str, str]:

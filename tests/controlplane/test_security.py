@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import json
 import ssl
+import subprocess
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -207,3 +208,80 @@ def test_rewriting_every_secret_encrypts_those_stored_in_clear(hardened: Control
     got = server.call("GET", "/api/v1/namespaces/legacy/secrets/old")
     assert base64.b64decode(got.body["data"]["token"]) == b"written-before-encryption"
     assert got.body["metadata"]["uid"] == old["metadata"]["uid"]  # the same object, not a new one
+
+
+def restart_api_server(cp: ControlPlane) -> None:
+    """Stop the API server and start it again with the same flags, as the kubelet restarts a static pod whose
+    files changed (test_certificates.py does the same)."""
+    proc = cp.processes["kube-apiserver"]
+    args = [str(a) for a in proc.args]  # type: ignore[union-attr]
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=30)
+    cp.spawn("kube-apiserver", args)
+    cp.wait_healthy("kube-apiserver", f"{cp.url}/readyz", cp.admin_tls())
+
+
+def test_key_rotation_leaves_every_secret_readable(hardened: ControlPlane) -> None:
+    """gpustack's rotation (gpustack/render/encryption_keys.py ``advance_rotation``), each phase's configuration
+    rendered by gpustack and given to the real API server, the Secrets rewritten by gpustack in between: every Secret
+    stays readable, and at the end each is stored with the new key and the old key is gone. Last in this module: it
+    restarts the API server."""
+    from gpustack.cluster.secrets import rewrite_secrets
+    from gpustack.render.encryption_keys import advance_rotation
+    from gpustack.runners.kubeconfig import kube_from_file
+
+    cfg, state = gpustack_config(hardened=True), hardened.workdir / "state"
+    server = api(hardened)
+    namespace(server, "rotate")
+
+    def secret(name: str) -> None:
+        body = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "stringData": {"v": name}}
+        assert server.call("POST", "/api/v1/namespaces/rotate/secrets", body).code == 201
+
+    def apply(keys: list[security.EncryptionKey]) -> None:
+        kp.host_path(security.ENCRYPTION_CONFIG, hardened.pki).write_text(security.render_encryption_config(keys))
+        restart_api_server(hardened)
+
+    def readable(names: list[str]) -> None:
+        for name in names:
+            got = api(hardened).call("GET", f"/api/v1/namespaces/rotate/secrets/{name}")
+            assert got.code == 200 and base64.b64decode(got.body["data"]["v"]).decode() == name, got.body
+
+    def key_of(name: str) -> str:
+        stored = etcd_value(hardened, f"/registry/secrets/rotate/{name}")
+        assert stored.startswith(security.SECRETBOX_PREFIX.encode())
+        return stored[len(security.SECRETBOX_PREFIX) :].split(b":", 1)[0].decode()
+
+    secret("before")
+    phase, keys = advance_rotation(cfg, state)  # added: the new key second (read only)
+    old, new = keys[0].name, keys[1].name
+    assert phase == "added" and old != new
+    apply(keys)
+    secret("added")
+    readable(["before", "added"])
+    assert key_of("added") == old
+
+    phase, keys = advance_rotation(cfg, state)  # promoted: Secrets written with the new key
+    assert phase == "promoted" and keys[0].name == new
+    apply(keys)
+    secret("promoted")
+    readable(["before", "added", "promoted"])
+    assert (key_of("before"), key_of("promoted")) == (old, new)
+
+    result = rewrite_secrets(kube_from_file(hardened.admin_kubeconfig, request_timeout=30))
+    assert result.rewritten >= 3
+    assert advance_rotation(cfg, state)[0] == "rewritten"
+    assert {key_of(n) for n in ("before", "added", "promoted")} == {new}
+
+    phase, keys = advance_rotation(cfg, state)  # the old key removed
+    assert phase is None and [k.name for k in keys] == [new]
+    apply(keys)
+    readable(["before", "added", "promoted"])
+    # every Secret of the cluster (other tests' too) is still readable with the old key gone
+    listed = server.call("GET", "/api/v1/secrets")
+    assert listed.code == 200 and len(listed.body["items"]) >= 3
+    assert all(key_of(n) == new for n in ("before", "added", "promoted"))

@@ -219,3 +219,27 @@ def test_plan_names_each_setting_and_says_a_running_cluster_keeps_its_flags() ->
     assert "every Secret must be rewritten" in rows["encryption_at_rest"][3]
     assert all(r[3].startswith("unchanged: kubeadm reads this only at init and join") for r in rows.values())
     assert rows["pod_security"][1] == "enforce baseline, warn restricted, audit restricted"
+
+
+def test_a_rotation_goes_through_its_phases_and_each_is_recorded(tmp_path: Path) -> None:
+    from gpustack.render.encryption_keys import advance_rotation, rotation_phase
+
+    c = cfg()
+    (old,) = ensure_keys(c, tmp_path)
+    new = new_key(datetime(2027, 1, 1, tzinfo=timezone.utc))
+    assert rotation_phase(c, tmp_path) is None
+    phase, keys = advance_rotation(c, tmp_path, make=lambda: new)
+    assert (phase, keys) == ("added", [old, new]) and rotation_phase(c, tmp_path) == "added"
+    assert load_keys(c, tmp_path) == [old, new]  # what a run (up, a resumed rotation) applies now
+    assert advance_rotation(c, tmp_path) == ("promoted", [new, old])
+    assert advance_rotation(c, tmp_path) == ("rewritten", [new, old])
+    assert advance_rotation(c, tmp_path) == (None, [new])
+    assert rotation_phase(c, tmp_path) is None and load_keys(c, tmp_path) == [new]
+    assert stat.S_IMODE(encryption_keys_path("gpustack", tmp_path).stat().st_mode) == 0o600
+
+
+def test_no_rotation_without_a_key(tmp_path: Path) -> None:
+    from gpustack.render.encryption_keys import advance_rotation
+
+    with pytest.raises(ConfigError, match="no encryption key to rotate"):
+        advance_rotation(cfg(), tmp_path)
