@@ -240,3 +240,13 @@ GRAFANA_PASSWORD_FILE = "grafana-admin-password"
 def grafana_password_path(cluster_name: str, root: Path | None = None) -> Path:
     """Where the cluster's Grafana admin password is kept (``<state>/clusters/<name>/grafana-admin-password``)."""
     return (root or state_dir()) / "clusters" / cluster_name / GRAFANA_PASSWORD_FILE
+
+
+#: the cluster's Secret encryption keys (``security.encryption_at_rest``), beside its admin kubeconfig; 0600
+ENCRYPTION_KEYS_FILE = "encryption-keys.json"
+
+
+def encryption_keys_path(cluster_name: str, root: Path | None = None) -> Path:
+    """Where the cluster's encryption keys are kept (``<state>/clusters/<name>/encryption-keys.json``): a restore of
+    an etcd snapshot needs them."""
+    return (root or state_dir()) / "clusters" / cluster_name / ENCRYPTION_KEYS_FILE

@@ -6,4 +6,5 @@ drain.py          cordon and evict through the Eviction API (PodDisruptionBudget
 skew.py           the Kubernetes version-skew policy (pure)
 upgrade_record.py this machine's record of an upgrade (upgrade.json)
 status.py         `gpustack status`: nodes, releases, the last run, an upgrade's progress
+secrets.py        every Secret written again with the current encryption key (encryption turned on, key rotation)
 """

@@ -95,9 +95,11 @@ STAGES: tuple[Stage, ...] = (
 
 def details(cfg: Config, to: str | None) -> list[Table]:
     """`gpustack plan up` shows the versions the config chooses with their end of support (the first table of
-    `gpustack version`, which adds the compatibility matrix, host OS support and every artifact's checksum) and,
-    when nodes share their GPUs, what the cluster stage sets for each (docs/gpu-sharing.md)."""
+    `gpustack version`, which adds the compatibility matrix, host OS support and every artifact's checksum),
+    when nodes share their GPUs, what the cluster stage sets for each (docs/gpu-sharing.md), and the control
+    plane's hardening settings (docs/configuration.md)."""
     from gpustack.config import compat, support
+    from gpustack.render import security
     from gpustack.render.sharing import plan_rows
 
     day = support.today()
@@ -106,6 +108,8 @@ def details(cfg: Config, to: str | None) -> list[Table]:
     rows = plan_rows(cfg)
     if rows:
         tables.append(("GPU sharing (cluster stage)", ["node", "mode", "setting", "labels (nvidia.com/)"], rows))
+    tables.append(("control-plane hardening (security:)", ["setting", "value", "new cluster", "running cluster"],
+                   security.plan_rows(cfg)))  # fmt: skip
     return tables
 
 

@@ -30,6 +30,7 @@ from gpustack.config.fields import (
     url_problem,
 )
 from gpustack.config.monitoring import Alerting, Monitoring, Remediation
+from gpustack.config.security import Security
 from gpustack.config.sharing import GpuSharing, SharingSection
 
 Role = Literal["control-plane", "worker"]
@@ -453,6 +454,7 @@ class Config(StrictModel):
     ssh: Ssh = Ssh()
     preflight: Preflight = Preflight()
     remediation: Remediation = Remediation()
+    security: Security = Security()
 
     @property
     def control_plane(self) -> Node:

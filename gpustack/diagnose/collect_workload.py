@@ -159,9 +159,14 @@ def pod_state(pod: Obj) -> tuple[str, str, str]:
     return phase, str(status.get("reason") or ""), str(status.get("message") or "")
 
 
+#: the verify namespace's labels: ``verify --load`` runs dcgmproftester privileged (profiling access), which
+#: PodSecurity ``baseline`` (gpustack's cluster-wide default, security.pod_security) refuses elsewhere
+VERIFY_NAMESPACE_LABELS = {"app.kubernetes.io/part-of": "gpustack", "pod-security.kubernetes.io/enforce": "privileged"}
+
+
 def _ensure_namespace(kube: Any) -> None:
     kube.apply_one({"apiVersion": "v1", "kind": "Namespace",
-                    "metadata": {"name": VERIFY_NAMESPACE, "labels": {"app.kubernetes.io/part-of": "gpustack"}}})  # fmt: skip
+                    "metadata": {"name": VERIFY_NAMESPACE, "labels": dict(VERIFY_NAMESPACE_LABELS)}})  # fmt: skip
 
 
 def _logs(kube: Any, name: str) -> str:

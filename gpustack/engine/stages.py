@@ -26,6 +26,7 @@ from gpustack.errors import Interrupted
 from gpustack.paths import ensure_private_dir, kubeconfig_path, resource_dir, state_dir
 from gpustack.render import converge
 from gpustack.render.ansible import extravars, host_vars, inventory
+from gpustack.render.encryption_keys import run_extravars
 from gpustack.runners import ansible as ar
 from gpustack.runners import pinned_collections, ssh
 
@@ -105,6 +106,7 @@ def run_playbook(
         raise ValueError(f"{plan.command}: playbook variables its plan does not declare: {', '.join(undeclared)}")
     ev.update(opts.extravars)
     ev.update(extra or {})  # this run's own (the preflight's sources to probe)
+    ev.update(run_extravars(cfg))  # the cluster's encryption key, made once and kept (never in the stage digests)
     if stage_patterns:
         ev["gpustack_stage_hosts"] = dict(stage_patterns)
     kwargs = ar.build_runner_kwargs(

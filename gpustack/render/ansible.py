@@ -19,6 +19,7 @@ from gpustack.config import compat, pins
 from gpustack.config.model import Config, Node
 from gpustack.constants import LOCAL_STORAGE_PATH
 from gpustack.paths import state_dir
+from gpustack.render import security
 from gpustack.render.flannel import flannel_manifest
 from gpustack.render.kubeadm import api_endpoint, render_init_config
 from gpustack.render.values import uses_local_storage
@@ -231,6 +232,14 @@ def extravars(cfg: Config, *, kubeconfig_dest: Path, controller_bin_dir: Path | 
         "gpustack_local_storage_path": LOCAL_STORAGE_PATH if uses_local_storage(cfg) else "",
         # where the helm stage installs Helm for this machine (the cluster stage runs it here)
         "gpustack_controller_bin_dir": str(controller_bin_dir or state_dir() / "bin"),
+        # security: (gpustack/render/security.py): the control planes' hardening files; the EncryptionConfiguration
+        # holds the cluster's key, read from the state by the run itself (gpustack/engine/stages.py): '' here
+        "gpustack_encryption_enabled": cfg.security.encryption_at_rest,
+        "gpustack_encryption_config": "",
+        "gpustack_security_files": security.host_files(cfg),
+        # the kernel settings the kubelet checks with protectKernelDefaults, set by os_prep first
+        "gpustack_protect_kernel_defaults": cfg.security.protect_kernel_defaults,
+        "gpustack_audit_log_dir": security.AUDIT_LOG_DIR if cfg.security.audit.enabled else "",
     }
     ev.update(runtime_vars(cfg))
     return ev

@@ -12,9 +12,11 @@ from pathlib import Path, PurePosixPath
 import yaml
 
 from gpustack.config.model import Config
-from gpustack.errors import UsageError
+from gpustack.errors import ConfigError, UsageError
 from gpustack.paths import kubeconfig_path, write_file
+from gpustack.render import security
 from gpustack.render.ansible import extravars, inventory, public_extravars, without_passwords
+from gpustack.render.encryption_keys import load_keys
 from gpustack.render.kubeadm import render_init_config
 from gpustack.render.manifests import render_manifests
 from gpustack.render.values import FactsSummary, render_values, summarize_facts
@@ -42,12 +44,14 @@ def generated_files(
     ev_shown = {
         k: v
         for k, v in public_extravars(ev).items()
-        if k not in ("gpustack_kubeadm_config", "gpustack_flannel_manifest")
+        if k not in ("gpustack_kubeadm_config", "gpustack_flannel_manifest", "gpustack_security_files")
     }
     files = {
         "ansible/inventory.yaml": yaml.safe_dump(inventory(cfg), sort_keys=False),
         "ansible/extravars.yaml": "# gpustack_kubeadm_config is kubeadm/kubeadm-config.yaml\n"
-        "# gpustack_flannel_manifest is manifests/kube-flannel.yaml\n" + yaml.safe_dump(ev_shown, sort_keys=True),
+        "# gpustack_flannel_manifest is manifests/kube-flannel.yaml\n"
+        "# gpustack_security_files are security/*.yaml; gpustack_encryption_config is filled in by the run from the "
+        "cluster's key (security/encryption-config.yaml, REDACTED)\n" + yaml.safe_dump(ev_shown, sort_keys=True),
         "kubeadm/kubeadm-config.yaml": render_init_config(cfg),
         "config/effective-config.json": json.dumps(cfg.model_dump(mode="json"), indent=2) + "\n",
         **{
@@ -56,9 +60,23 @@ def generated_files(
         },
         **{f"manifests/{name}": _yaml_docs(objs) for name, objs in render_manifests(cfg, facts).items()},
         "manifests/kube-flannel.yaml": ev["gpustack_flannel_manifest"],
+        **security_files(cfg, state_root),
     }
     # a proxy's password (proxy.http: http://user:password@host:port) is never rendered, in any file
     return {path: without_passwords(text) for path, text in files.items()}
+
+
+def security_files(cfg: Config, state_root: Path | None = None) -> dict[str, str]:
+    """The control planes' hardening files (gpustack/render/security.py) under security/, named as on the hosts;
+    the EncryptionConfiguration with its keys' names and REDACTED for each secret."""
+    files = {f"security/{PurePosixPath(path).name}": text for path, text in security.host_files(cfg).items()}
+    if cfg.security.encryption_at_rest:
+        try:
+            keys = load_keys(cfg, state_root)
+        except ConfigError:
+            keys = []
+        files["security/encryption-config.yaml"] = security.redacted_encryption_config(keys)
+    return dict(sorted(files.items()))
 
 
 # What a render wrote, kept in DIR: each file's path (relative to DIR) and the sha256 of what it

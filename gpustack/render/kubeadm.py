@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gpustack.config.certificates import go_duration
 from gpustack.config.model import Config
+from gpustack.render.security import kubeadm_security
 from gpustack.render.templating import render_template
 
 
@@ -33,4 +34,5 @@ def render_init_config(cfg: Config) -> str:
         sans=cert_sans(cfg),
         certificate_validity=go_duration(cfg.certificates.validity),
         ca_certificate_validity=go_duration(cfg.certificates.ca_validity),
+        security=kubeadm_security(cfg),
     )

@@ -107,6 +107,7 @@ def namespaces() -> list[Obj]:
         "manifests/namespaces.yaml.j2",
         namespaces=sorted({MONITORING_NAMESPACE, GPU_NAMESPACE}),
         gpu_namespace=GPU_NAMESPACE,
+        monitoring_namespace=MONITORING_NAMESPACE,
     )
     return _yaml_objects(text)
 

@@ -183,9 +183,36 @@ class ControlPlane:
         return self._tls(self.pki / "ca.crt", creds / "cert", creds / "key")
 
 
-def gpustack_config() -> Config:
-    """The one-node cluster gpustack.yaml describes, as the fixture renders its kubeadm configuration."""
-    return Config.model_validate({"nodes": [{"name": NODE, "address": kp.ADVERTISE, "role": "control-plane"}]})
+#: the shared fixture's control plane as before issue 28's hardening (its tests' pods and Secrets are not about it):
+#: no encryption, no audit log, PodSecurity privileged; tests/controlplane/test_security.py starts a default one
+RELAXED = {"encryption_at_rest": False, "audit": {"enabled": False},
+           "pod_security": {"enforce": "privileged", "warn": "privileged", "audit": "privileged"}}  # fmt: skip
+
+
+def gpustack_config(*, hardened: bool = False) -> Config:
+    """The one-node cluster gpustack.yaml describes, as the fixture renders its kubeadm configuration (``hardened``:
+    gpustack's default ``security:``, else :data:`RELAXED`)."""
+    nodes = [{"name": NODE, "address": kp.ADVERTISE, "role": "control-plane"}]
+    return Config.model_validate({"nodes": nodes, **({} if hardened else {"security": RELAXED})})
+
+
+def write_security_files(cfg: Config, pki: Path) -> None:
+    """The control plane's hardening files, from gpustack's own rendering (gpustack/render/security.py) and a key
+    made and kept by gpustack's own key store (gpustack/render/encryption_keys.py, in ``<workdir>/state``), where the
+    relocated flags name them (:func:`kp.host_path`)."""
+    from gpustack.render import security
+    from gpustack.render.encryption_keys import ensure_keys
+
+    files = dict(security.host_files(cfg))
+    if cfg.security.encryption_at_rest:
+        files[security.ENCRYPTION_CONFIG] = security.render_encryption_config(ensure_keys(cfg, pki.parent / "state"))
+    for path, text in files.items():
+        target = kp.host_path(path, pki)
+        target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        target.write_text(text)
+        target.chmod(0o600)
+    if cfg.security.audit.enabled:
+        kp.host_path(security.AUDIT_LOG_DIR + "/", pki).mkdir(parents=True, exist_ok=True, mode=0o700)
 
 
 def kubeadm_phases(workdir: Path, cfg: Config, ports: kp.Ports) -> dict[str, list[str]]:
@@ -200,6 +227,7 @@ def kubeadm_phases(workdir: Path, cfg: Config, ports: kp.Ports) -> dict[str, lis
                               capture_output=True, text=True, env=env, timeout=120, check=False)  # fmt: skip
         if proc.returncode != 0:
             raise ControlPlaneError(f"kubeadm init phase {' '.join(phase)}: {proc.stderr[-3000:]}")
+    write_security_files(cfg, pki)
     for name in kp.KUBECONFIGS:
         path = pki / name
         path.write_text(kp.kubeconfig_on_loopback(path.read_text(), ports.apiserver))

@@ -100,11 +100,22 @@ def relocate(args: list[str], *, root: Path, ports: Ports) -> list[str]:
         name, eq, value = arg.partition("=")
         if eq:
             value = value.replace("/etc/kubernetes/pki/", f"{root}/").replace("/etc/kubernetes/", f"{root}/")
+            value = value.replace("/var/log/kubernetes/", f"{root}/var-log-kubernetes/")  # the audit log
             if name.endswith("-urls") or name in ("--etcd-servers", "--initial-cluster"):
                 value = _initial_cluster(value, ports) if name == "--initial-cluster" else _url_ports(value, ports)
             arg = f"{name}={value}"
         out.append(arg)
     return out
+
+
+def host_path(path: str, root: Path) -> Path:
+    """Where a file a control plane keeps under /etc/kubernetes or /var/log/kubernetes lives in ``root`` (as
+    :func:`relocate` moves the flags that name it)."""
+    if path.startswith("/etc/kubernetes/"):
+        return root / path.removeprefix("/etc/kubernetes/")
+    if path.startswith("/var/log/kubernetes/"):
+        return root / "var-log-kubernetes" / path.removeprefix("/var/log/kubernetes/")
+    raise ValueError(f"{path}: not under /etc/kubernetes or /var/log/kubernetes")
 
 
 def _initial_cluster(value: str, ports: Ports) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 
 from gpustack.config.model import Config
@@ -33,9 +34,22 @@ def test_only_placement_changes(tmp_path: Path) -> None:
     assert cluster["controlPlaneEndpoint"] == "127.0.0.1:30001"
     assert cluster["certificatesDir"] == str(tmp_path / "pki")
     assert {"name": "bind-address", "value": "127.0.0.1"} in cluster["apiServer"]["extraArgs"]
+    # gpustack's own flags (security:) survive, the placement only adds to them
+    ours = original["ClusterConfiguration"]
+    assert cluster["apiServer"]["extraArgs"] == [
+        *ours["apiServer"]["extraArgs"],
+        {"name": "bind-address", "value": "127.0.0.1"},
+    ]
+    assert cluster["apiServer"]["extraVolumes"] == ours["apiServer"]["extraVolumes"]
     assert set(original["ClusterConfiguration"]["apiServer"]["certSANs"]) < set(cluster["apiServer"]["certSANs"])
-    assert cluster["controllerManager"]["extraArgs"] == [{"name": "secure-port", "value": "30005"}]
-    assert cluster["scheduler"]["extraArgs"] == [{"name": "secure-port", "value": "30006"}]
+    assert cluster["controllerManager"]["extraArgs"] == [
+        *ours["controllerManager"]["extraArgs"],
+        {"name": "secure-port", "value": "30005"},
+    ]
+    assert cluster["scheduler"]["extraArgs"] == [
+        *ours["scheduler"]["extraArgs"],
+        {"name": "secure-port", "value": "30006"},
+    ]
     assert out["KubeletConfiguration"] == original["KubeletConfiguration"]
 
 
@@ -64,3 +78,20 @@ def test_kubeconfig_paths_and_the_etcd_endpoint_of_the_api_server() -> None:
 def test_kubeconfigs_point_at_loopback() -> None:
     text = f"server: https://{kp.ADVERTISE}:30001\n"
     assert kp.kubeconfig_on_loopback(text, 30001) == "server: https://127.0.0.1:30001\n"
+
+
+def test_the_hardening_files_and_the_audit_log_move_under_the_root() -> None:
+    args = ["kube-apiserver", "--encryption-provider-config=/etc/kubernetes/enc/encryption-config.yaml",
+            "--audit-log-path=/var/log/kubernetes/audit/audit.log"]  # fmt: skip
+    assert kp.relocate(args, root=Path("/w/pki"), ports=PORTS)[1:] == [
+        "--encryption-provider-config=/w/pki/enc/encryption-config.yaml",
+        "--audit-log-path=/w/pki/var-log-kubernetes/audit/audit.log",
+    ]
+    assert kp.host_path("/etc/kubernetes/enc/encryption-config.yaml", Path("/w/pki")) == Path(
+        "/w/pki/enc/encryption-config.yaml"
+    )
+    assert kp.host_path("/var/log/kubernetes/audit/audit.log", Path("/w/pki")) == Path(
+        "/w/pki/var-log-kubernetes/audit/audit.log"
+    )
+    with pytest.raises(ValueError):
+        kp.host_path("/etc/passwd", Path("/w/pki"))

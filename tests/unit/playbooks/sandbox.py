@@ -35,6 +35,7 @@ from conftest import DOUBLES, PLAYBOOKS
 
 from gpustack.config.model import Config
 from gpustack.render.ansible import extravars, inventory
+from gpustack.render.encryption_keys import run_extravars
 from gpustack.runners.ansible import strategy_env
 
 SCRIPT = r"""
@@ -144,6 +145,7 @@ class Sandbox:
                 ansible_python_interpreter="/usr/bin/python3",
             )
         ev: dict[str, Any] = extravars(self.cfg, kubeconfig_dest=self.kubeconfig_dest)
+        ev.update(run_extravars(self.cfg, self.base / "state"))  # as gpustack/engine/stages.py run_playbook
         tarball, sha = self._helm_tarball()
         ev["gpustack_helm_downloads"] = {"amd64": {"url": tarball.as_uri(), "sha256": sha}}
         inv_path, ev_path = self.base / "inventory.yml", self.base / "extravars.json"

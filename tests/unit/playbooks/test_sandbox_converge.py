@@ -53,6 +53,16 @@ def test_single_node(tmp_path: Path) -> None:
     assert (
         kubeadm_cfg.read_text() == yaml.safe_load((box.base / "extravars.json").read_text())["gpustack_kubeadm_config"]
     )
+    # the API server's hardening files (gpustack/render/security.py): root's, 0600 in 0700 directories
+    ev = yaml.safe_load((box.base / "extravars.json").read_text())
+    enc = box.cp_file("/etc/kubernetes/enc/encryption-config.yaml")
+    assert enc.read_text() == ev["gpustack_encryption_config"] and "secretbox" in enc.read_text()
+    assert "REDACTED" not in enc.read_text()
+    for path, text in ev["gpustack_security_files"].items():
+        assert box.cp_file(path).read_text() == text
+    for path in [enc, *(box.cp_file(p) for p in ev["gpustack_security_files"])]:
+        assert (mode(path), mode(path.parent)) == (0o600, 0o700), path
+    assert mode(box.cp_file("/var/log/kubernetes/audit")) == 0o700
     marker = json.loads(box.cp_file("/etc/gpustack/installed.json").read_text())
     assert marker == {
         "cluster_name": "gpustack",
