@@ -86,7 +86,7 @@ _help_as_users_read_it()
 
 #: The commands in the order a user needs them (`gpustack --help`): set up, prove, operate, then the rest.
 ORDER = (
-    "init", "plan", "up", "verify", "doctor", "status", "node", "upgrade", "reset", "diag", "health", "report",
+    "init", "plan", "up", "verify", "doctor", "status", "node", "upgrade", "certs", "reset", "diag", "health", "report",
     "bundle", "render", "version", "grafana-password",
 )  # fmt: skip
 

@@ -11,8 +11,7 @@ run by the one engine.
     -> record: "done"
 
 Resumable: a run interrupted (or failed) is continued by the next ``gpustack certs renew``, which keeps the
-interrupted run's start. A control plane whose every kubeadm leaf certificate expires at least ``validity`` after
-that start was renewed by it (kubeadm signs notAfter = now + validity) and is not renewed again; the role still
+interrupted run's start; a control plane renewed since that start (gpustack/cluster/renewal.py) is not renewed again; the role still
 restarts its pods when its API server does not serve the certificate in its file. A run after a finished one
 renews every control plane again (``kubeadm certs renew`` is unconditional by design). See docs/lifecycle.md,
 "Day 365", and docs/decisions.md.
@@ -20,20 +19,30 @@ renews every control plane again (``kubeadm certs renew`` is unconditional by de
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpustack.config.certificates import duration_seconds
+from gpustack.cluster.renewal import (
+    control_plane_names,
+    finish_record,
+    iso,
+    kubeadm_facts,
+    new_record,
+    nodes_to_renew,
+    read_record,
+    record_path,
+    renewal_start,
+    unreachable,
+)
 from gpustack.engine.options import LateVars, RunFlags
 from gpustack.engine.plan import PREFLIGHT, CommandPlan, Stage
 from gpustack.engine.steps import StageSummary, StepContext
 from gpustack.errors import ConfigError, StageError
-from gpustack.paths import ensure_private_dir, kubeconfig_path, write_json
+from gpustack.paths import ensure_private_dir, write_json
 
 if TYPE_CHECKING:
     from gpustack.config.model import Config
@@ -79,11 +88,6 @@ PLAN = CommandPlan(
     host_notes={"control-plane": "every control-plane node"},
 )
 
-#: version of the certs-renew.json format
-RECORD_FORMAT = 1
-#: clock difference allowed between this machine and a host when telling a renewed certificate (seconds)
-SLACK_SECONDS = 120
-
 
 class RenewRefused(ConfigError):
     """A renewal gpustack will not start (a control plane unreachable): nothing changed, exit 2."""
@@ -100,101 +104,6 @@ class RenewResult:
     summaries: list[StageSummary]
     renewed: list[str]
     record: dict[str, Any]
-
-
-def record_path(cfg: Config) -> Path:
-    """This machine's record of the cluster's certificate renewal: ``<state>/clusters/<name>/certs-renew.json``."""
-    return kubeconfig_path(cfg.cluster.name).parent / "certs-renew.json"
-
-
-def read_record(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _iso(when: datetime) -> str:
-    return when.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _parse(text: object) -> datetime | None:
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
-
-
-def renewal_start(previous: Mapping[str, Any] | None, validity: str, now: datetime) -> datetime:
-    """When this renewal began (pure): an unfinished previous one (running: interrupted; failed) with the same
-    validity is continued from its start; otherwise now."""
-    if previous and previous.get("status") in ("running", "failed") and previous.get("validity") == validity:
-        started = _parse(previous.get("started"))
-        if started is not None and started <= now:
-            return started
-    return now
-
-
-def new_record(started: datetime, validity: str, due: Sequence[str], *, status: str = "running") -> dict[str, Any]:
-    return {"format": RECORD_FORMAT, "status": status, "started": _iso(started), "validity": validity,
-            "renew": list(due)}  # fmt: skip
-
-
-def finish_record(record: Mapping[str, Any], status: str, now: datetime, error: str = "") -> dict[str, Any]:
-    out = {**record, "status": status, "finished": _iso(now)}
-    if error:
-        out["error"] = error
-    return out
-
-
-def leaf_expiries(kubeadm: Mapping[str, Any] | None) -> list[datetime] | None:
-    """The expiry of every certificate ``kubeadm certs renew all`` renews, from the host's check-expiration facts
-    (playbooks/module_utils/gpustack_certs.py): not the CAs, not externally managed or missing ones. None: the
-    facts are missing or kubeadm failed (the node is renewed)."""
-    if not kubeadm or kubeadm.get("error"):
-        return None
-    out = []
-    for cert in kubeadm.get("certificates") or []:
-        if cert.get("authority") or cert.get("external") or cert.get("missing"):
-            continue
-        when = _parse(cert.get("expires"))
-        if when is None:
-            return None
-        out.append(when)
-    return out or None
-
-
-def renewed_since(kubeadm: Mapping[str, Any] | None, started: datetime, validity: str) -> bool:
-    """Whether every leaf certificate was signed at or after ``started`` (pure): kubeadm signs notAfter = the
-    signing time + certificateValidityPeriod (cmd/kubeadm/app/util/pkiutil), so such a certificate expires no
-    earlier than ``started`` + validity (less :data:`SLACK_SECONDS` for the hosts' clocks)."""
-    expiries = leaf_expiries(kubeadm)
-    if not expiries:
-        return False
-    floor = started + timedelta(seconds=duration_seconds(validity) - SLACK_SECONDS)
-    return min(expiries) >= floor
-
-
-def control_plane_names(cfg: Config) -> list[str]:
-    return [n.name for n in cfg.control_planes]
-
-
-def unreachable(cfg: Config, facts: Mapping[str, Any]) -> list[str]:
-    """Control planes the preflight read no facts from (pure)."""
-    return [n for n in control_plane_names(cfg) if not facts.get(n)]
-
-
-def nodes_to_renew(cfg: Config, facts: Mapping[str, Any], started: datetime) -> list[str]:
-    """The control planes this renewal has not renewed yet, in the config's order (pure)."""
-    validity = cfg.certificates.validity
-    return [
-        n for n in control_plane_names(cfg)
-        if not renewed_since(((facts.get(n) or {}).get("certificates") or {}).get("kubeadm"), started, validity)
-    ]  # fmt: skip
 
 
 def refuse_unreachable(names: Sequence[str], detail: str = "") -> RenewRefused:
@@ -234,7 +143,13 @@ def renew(cfg: Config, opts: RenewOptions, console: Console) -> RenewResult:
         due = nodes_to_renew(cfg, facts, started)
         late.update({"gpustack_certs_renew_nodes": due})
         for name in control_plane_names(cfg):
-            what = "renew" if name in due else f"already renewed by the renewal started {_iso(started)}"
+            what = (
+                "renew"
+                if name in due
+                else "no kubeadm certificates (no /etc/kubernetes/pki/apiserver.crt): nothing to renew"
+                if kubeadm_facts(facts, name) is None
+                else f"already renewed by the renewal started {iso(started)}"
+            )
             console.print(f"  - {name}: {what}", markup=False)
         state["renew"] = due
         if not opts.dry_run:

@@ -10,7 +10,7 @@ by gpustack with ``validity: 2h``), in a root of its own (```--rootfs``: kubeadm
   control-plane processes are restarted as the kubelet restarts a stopped static pod container (the restart the role
   does for what is read at start only: the client certificates and kubeconfigs);
 - the real ``kubeadm certs check-expiration`` facts count every leaf as renewed by this renewal (the rule
-  ``gpustack certs renew`` resumes by, gpustack/commands/certs_renew.py), and not before it;
+  ``gpustack certs renew`` resumes by, gpustack/cluster/renewal.py), and not before it;
 - the renewed admin.conf is accepted (the role's readiness command, ``kubectl get --raw /readyz``), the restarted
   controller-manager and scheduler are healthy with their renewed kubeconfigs.
 """
@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from gpustack.commands.certs_renew import renewed_since
+from gpustack.cluster.renewal import renewed_since
 from gpustack.config.model import Config
 from gpustack.render.kubeadm import render_init_config
 from gpustack.runners.tls import client_certificate_expiry, served_certificate_expiry
