@@ -18,15 +18,12 @@ from datetime import datetime, timezone
 from typing import Literal
 
 Verdict = Literal["pass", "warn", "fail"]
-#: kubeadm's documented renewal (kubernetes/website content/en/docs/tasks/administer-cluster/kubeadm/
-#: kubeadm-certs.md, "Manual certificate renewal"), on each control plane one at a time; the kubelet restarts a
-#: static pod's stopped containers, which then read the new files
+#: what renews them: `gpustack certs renew` (gpustack/commands/certs_renew.py) runs kubeadm's documented renewal
+#: (kubernetes/website content/en/docs/tasks/administer-cluster/kubeadm/kubeadm-certs.md, "Manual certificate
+#: renewal") on each control plane one at a time, restarts the control-plane pods, waits until the API server serves
+#: the new certificate and fetches the admin kubeconfig again
 RENEW_FIX = (
-    "on each control plane, one at a time:\n"
-    "  sudo kubeadm certs renew all --config /etc/gpustack/kubeadm-config.yaml\n"
-    "  sudo crictl stop $(sudo crictl ps -q --name 'kube-apiserver|kube-controller-manager|kube-scheduler|etcd')\n"
-    "then copy the first control plane's /etc/kubernetes/admin.conf over gpustack's copy "
-    "(<state>/clusters/<cluster>/admin.conf, mode 0600)"
+    "gpustack certs renew   (every control plane, one at a time; then this machine's admin kubeconfig is fetched again)"
 )
 
 

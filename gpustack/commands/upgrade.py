@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -52,7 +53,9 @@ STAGES: tuple[Stage, ...] = (
         "control-plane",
         "one node at a time: kubeadm at the target; the first control plane kubeadm upgrade plan and apply, the "
         "others kubeadm upgrade node; drain (not a single-node cluster); kubelet and kubectl; kubelet restarted; "
-        "Ready at the target; uncordon; /etc/gpustack/installed.json records the target",
+        "Ready at the target; uncordon; /etc/gpustack/installed.json records the target. Certificates: renewed by "
+        "kubeadm upgrade, or (a node already at the target) as `gpustack certs renew` renews them, unless this upgrade "
+        "already did; then the admin kubeconfig fetched again (the login user's, this machine's)",
     ),
     Stage(
         "workers",
@@ -91,7 +94,12 @@ PLAN = CommandPlan(
     "Kubernetes one minor (or patch) up: control plane first, then the workers one at a time; resumable",
     "upgrade.yml",
     STAGES,
-    extravars=("gpustack_upgrade_gpu_nodes", "gpustack_gpu_namespace", "gpustack_upgrade_progress_file"),
+    extravars=(
+        "gpustack_upgrade_gpu_nodes",
+        "gpustack_gpu_namespace",
+        "gpustack_upgrade_progress_file",
+        "gpustack_certs_renew_nodes",
+    ),
     details=details,
 )
 
@@ -121,6 +129,15 @@ def upgrade_extravars(cfg: Config, facts: Mapping[str, Any]) -> dict[str, Any]:
         "gpustack_gpu_namespace": GPU_NAMESPACE,
         "gpustack_upgrade_progress_file": str(progress_path(cfg)),
     }
+
+
+def renew_due(cfg: Config, facts: Mapping[str, Any], progress: Mapping[str, Any]) -> list[str]:
+    """The control planes whose certificates this upgrade (resumed: since its start) has not renewed (pure); the
+    upgrade role renews those where kubeadm upgrade does not run."""
+    from gpustack.cluster import renewal
+
+    started = renewal.parse_time(progress.get("started")) or datetime.now(timezone.utc)
+    return renewal.nodes_to_renew(cfg, facts, started)
 
 
 def current_versions(cfg: Config, facts: Mapping[str, Any]) -> skew.ClusterVersions:
@@ -159,10 +176,11 @@ def upgrade(cfg: Config, opts: UpgradeOptions, console: Console) -> UpgradeResul
             + ", ".join(f"{n} {v}" for n, v in sorted(current.nodes.items())),
             markup=False,
         )
-        late.update(upgrade_extravars(cfg, facts))
+        progress = new_progress(cfg, current, target, read_progress(path))
+        late.update({**upgrade_extravars(cfg, facts), "gpustack_certs_renew_nodes": renew_due(cfg, facts, progress)})
         if opts.dry_run:
             return
-        state["progress"] = new_progress(cfg, current, target, read_progress(path))
+        state["progress"] = progress
         write_progress(path, state["progress"])
 
     def record(ctx: StepContext) -> list[StageSummary]:

@@ -147,3 +147,20 @@ def raise_for_host_keys(results: list[HostKeyResult], known_hosts: Path) -> None
             hint="verify the fingerprints out of band (ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub on the host), "
             "then re-run with --accept-new-host-keys to record them",
         )
+
+
+def unreachable_ports(hosts: list[tuple[str, int]], *, timeout: float) -> dict[tuple[str, int], str]:
+    """The (host, port) pairs no TCP connection reaches within ``timeout``, each with the reason (nothing is sent)."""
+
+    def probe(target: tuple[str, int]) -> str | None:
+        try:
+            socket.create_connection(target, timeout=timeout).close()
+        except OSError as exc:
+            return str(exc) or type(exc).__name__
+        return None
+
+    if not hosts:
+        return {}
+    with ThreadPoolExecutor(max_workers=max(1, min(FETCH_THREADS, len(hosts)))) as pool:
+        found = list(pool.map(probe, hosts))
+    return {t: why for t, why in zip(hosts, found, strict=True) if why is not None}

@@ -32,6 +32,25 @@ F = facts("kubectl")
 TAINT = {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}
 #: kubeadm's kube-proxy image at the pinned 1.36 patch (cmd/kubeadm/app/images/images.go GetKubernetesImage)
 KUBE_PROXY = "registry.k8s.io/kube-proxy:v1.36.4"
+#: kube-vip's static pod as the control_plane role writes it (templates/kube-vip.yaml.j2: the kubeconfig volume)
+KUBE_VIP_KUBECONFIG = "/etc/kubernetes/admin.conf"
+KUBE_VIP_MANIFEST = f"""apiVersion: v1
+kind: Pod
+metadata:
+  name: kube-vip
+  namespace: kube-system
+spec:
+  containers:
+    - name: kube-vip
+      volumeMounts:
+        - name: kubeconfig
+          mountPath: /etc/kubernetes/admin.conf
+  volumes:
+    - name: kubeconfig
+      hostPath:
+        path: "{KUBE_VIP_KUBECONFIG}"
+        type: File
+"""
 #: values for the playbooks' template variables, by the end of the variable's name
 VALUES = {"node_name": "n1", "taint_key": TAINT["key"], "namespace": "gpu-operator", "selector": "app=validator",
           "timeout": "5s", "manifest": "MANIFEST", "admin_conf": "KUBECONFIG", "kubeconfig": "KUBECONFIG"}  # fmt: skip
@@ -90,6 +109,9 @@ class Pair:
         )
         # the API server's version and kubeadm's kube-proxy, as the kubeadm double records them
         (cluster / "api.json").write_text(json.dumps({"version": api.version, "kube_proxy_image": KUBE_PROXY}))
+        # kube-vip's static pod on n1 (the control_plane role's template's volume) and its mirror pod in the API
+        (self.root / "etc/kubernetes/manifests").mkdir(parents=True)
+        (self.root / "etc/kubernetes/manifests/kube-vip.yaml").write_text(KUBE_VIP_MANIFEST)
         api.seed([
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kube-flannel"}},
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kube-system"}},
@@ -97,6 +119,10 @@ class Pair:
              "spec": {"selector": {"matchLabels": {"k8s-app": "kube-proxy"}},
                       "template": {"metadata": {"labels": {"k8s-app": "kube-proxy"}},
                                    "spec": {"containers": [{"name": "kube-proxy", "image": KUBE_PROXY}]}}}},
+            {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "kube-vip-n1", "namespace": "kube-system"},
+             "spec": {"nodeName": "n1", "containers": [{"name": "kube-vip", "image": "kube-vip"}],
+                      "volumes": [{"name": "kubeconfig", "hostPath": {"path": KUBE_VIP_KUBECONFIG, "type": "File"}}]},
+             "status": {"conditions": [{"type": "Ready", "status": "True"}]}},
             {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "labels": {TAINT["key"]: ""}},
              "spec": {"taints": [TAINT]}, "status": {"conditions": [{"type": "Ready", "status": "True"}],
                                                       "nodeInfo": {"kubeletVersion": "v1.36.4"}}},
@@ -147,6 +173,9 @@ def test_get_answers_alike(pair: Pair, args: list[str]) -> None:
     if args[-1].startswith("jsonpath="):
         if args[-1].endswith(".image}"):  # a string, printed as it is
             assert double.stdout == real.stdout == KUBE_PROXY
+            return
+        if "hostPath" in args[-1]:  # a static pod's mirror: strings, printed as they are
+            assert double.stdout == real.stdout == f"{KUBE_VIP_KUBECONFIG} True"
             return
         assert json.loads(double.stdout) == json.loads(real.stdout)
         return

@@ -1,5 +1,6 @@
 """A three-control-plane bring-up with a virtual IP on real hosts: kube-vip's static pod (pinned
-image) on each control plane before kubeadm runs, `kubeadm init --upload-certs` on the first,
+image) on each control plane before kubeadm runs (the first's with super-admin.conf, switched to admin.conf once init
+is done), `kubeadm init --upload-certs` on the first,
 `kubeadm join --control-plane --certificate-key` on the others (the kubeadm double refuses a key
 that was not uploaded), the API endpoint at the virtual IP, etcd's ports open only between the
 control planes; a second `up` joins nobody again.
@@ -64,12 +65,14 @@ def test_three_control_planes_with_a_virtual_ip(
     for h in bed.hosts:
         manifest = h.sudo("cat /etc/kubernetes/manifests/kube-vip.yaml", check=True).stdout
         assert f'value: "{VIP}"' in manifest and pins.KUBE_VIP_IMAGE in manifest
-        kubeconfig = "super-admin.conf" if h.name == "ha1" else "admin.conf"
-        assert f'path: "/etc/kubernetes/{kubeconfig}"' in manifest, h.name
+        # ha1's kube-vip ran with super-admin.conf during kubeadm init, and with admin.conf once init was done
+        assert 'path: "/etc/kubernetes/admin.conf"' in manifest and "super-admin.conf" not in manifest, h.name
         rules = h.sudo("iptables -S GPUSTACK-INPUT", check=True).stdout
         etcd = [r for r in rules.splitlines() if "gpustack:etcd-peers" in r]
         assert sorted(r.split()[r.split().index("-s") + 1].removesuffix("/32") for r in etcd) == sorted(addresses)
         assert not any("2379" in r and "gpustack:nodes" in r for r in rules.splitlines())
+    mirror = [e for e in evs if e["tool"] == "kubectl" and e["argv"][-5:-2] == ["get", "pod", "kube-vip-ha1"]]
+    assert mirror and {e["host"] for e in mirror} == {"ha1"}, "ha1 waited for the kubelet to run kube-vip again"
     kubeadm_config = bed.host("ha1").sudo("cat /etc/gpustack/kubeadm-config.yaml", check=True).stdout
     assert f'controlPlaneEndpoint: "{VIP}:6443"' in kubeadm_config
 
@@ -80,3 +83,6 @@ def test_three_control_planes_with_a_virtual_ip(
     for name in NAMES:
         assert kubeadm_calls(later, name, "join") == kubeadm_calls(evs, name, "join")
     assert len(kubeadm_calls(later, "ha1", "init")) == len(kubeadm_calls(evs, "ha1", "init"))
+    # the manifest already names admin.conf: at most read again, never rewritten
+    for h in bed.hosts:
+        assert "super-admin.conf" not in h.sudo("cat /etc/kubernetes/manifests/kube-vip.yaml", check=True).stdout

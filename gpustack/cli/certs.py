@@ -1,0 +1,67 @@
+"""``gpustack certs renew``: options, what will happen, the question; gpustack/commands/certs_renew.py runs it."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from gpustack.cli.options import (
+    AcceptKeysOpt,
+    ConfigOpt,
+    VerboseOpt,
+    YesOpt,
+    confirm_or_refuse,
+    console_for,
+    examples,
+    load_config,
+    run_flags,
+)
+from gpustack.console import literal
+
+certs_app = typer.Typer(help="The cluster's kubeadm certificates.", no_args_is_help=True)
+
+
+@certs_app.command(
+    "renew",
+    short_help="Renew every control plane's certificates, one at a time",
+    epilog=examples("gpustack plan certs-renew        # what it does, first", "gpustack certs renew --yes"),
+)
+def renew(
+    config: ConfigOpt = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Ansible check mode: change nothing")] = False,
+    ignore_preflight: Annotated[
+        list[str] | None, typer.Option(metavar="ID,...", help="preflight check ids/names to downgrade to warnings")
+    ] = None,
+    yes: YesOpt = False,
+    accept_new_host_keys: AcceptKeysOpt = False,
+    verbose: VerboseOpt = 0,
+) -> None:
+    """Renew the kubeadm certificates and kubeconfigs of every control plane, one at a time (kubeadm certs renew
+    all with certificates.validity; the control-plane pods and kube-vip restarted; the API server serving the new
+    certificate), then fetch the admin kubeconfig again. Refused (exit 2, nothing changed) when a control plane is
+    unreachable; re-run after an interruption to continue."""
+    from gpustack.commands.certs_renew import RenewOptions
+    from gpustack.commands.certs_renew import renew as run_renew
+
+    console = console_for(verbose)
+    cfg = load_config(config).config
+    flags = run_flags(
+        dry_run=dry_run, verbose=verbose, accept_new_host_keys=accept_new_host_keys, ignore_preflight=ignore_preflight
+    )
+    names = [n.name for n in cfg.control_planes]
+    console.print(
+        f"[stage]certs renew[/stage] cluster {literal(cfg.cluster.name)}{' (dry run)' if dry_run else ''}: "
+        f"{literal(', '.join(names))}, one at a time (validity {literal(cfg.certificates.validity)})",
+    )
+    if len(names) == 1:
+        console.print(
+            "  the only API server restarts: the Kubernetes API is unavailable for a minute or so", markup=False
+        )
+    if not dry_run:
+        confirm_or_refuse(console, f"Renew the certificates of {len(names)} control plane(s)?", yes=yes, verb="renew")
+    run_renew(cfg, RenewOptions.from_flags(flags), console)
+    if not dry_run:
+        console.print(
+            f"[ok]certificates renewed[/ok] on {literal(', '.join(names))}; this machine's admin kubeconfig fetched again"
+        )
