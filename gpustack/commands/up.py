@@ -35,7 +35,10 @@ STAGES: tuple[Stage, ...] = (
         "Firewall",
         "ansible",
         "all",
-        "iptables chain GPUSTACK-INPUT with one jump from INPUT (pod CIDR -> API, kubelet, VXLAN, NodePorts), gpustack-firewall.service to persist it; firewalld zone 'gpustack' when firewalld runs",
+        "iptables chain GPUSTACK-INPUT with one jump from INPUT (nodes, pod CIDR, firewall.admin_cidrs -> API, kubelet, "
+        "VXLAN; etcd, API, kubelet, 10257, 10259 dropped for anyone else) and GPUSTACK-PREROUTING (mangle) with one jump "
+        "from PREROUTING (NodePorts from nodes, pods and firewall.admin_cidrs only, before kube-proxy's DNAT), "
+        "gpustack-firewall.service to persist them; firewalld zone 'gpustack' when firewalld runs",
     ),
     Stage(
         "containerd",
