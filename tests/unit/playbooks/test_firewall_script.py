@@ -24,6 +24,7 @@ VARS = {
     "gpustack_node_address": "192.0.2.2",
     "gpustack_pod_cidr": "10.244.0.0/16",
     "gpustack_api_service_ip": "10.96.0.1",
+    "gpustack_virtual_ip": "",
     "firewall_ipv4_node_addresses": ["192.0.2.2", "192.0.2.3"],
     "firewall_node_tcp_ports": ["6443", "10250", "10257", "10259"],
     "firewall_etcd_tcp_ports": "2379:2380",
@@ -93,6 +94,12 @@ def test_renders_valid_sh(script: Path) -> None:
     assert "dport 22 " not in text
     # each chain ends in one unconditional RETURN: everything else is the site's to decide
     assert text.count("\n-j RETURN\n") == 2
+
+
+def test_pods_reach_the_virtual_ip() -> None:
+    text = render(gpustack_virtual_ip="192.0.2.100")
+    assert "-s 10.244.0.0/16 -d 192.0.2.100 -p tcp -m tcp --dport 6443" in text
+    assert "gpustack:pods-to-virtual-ip" not in render()
 
 
 def test_ipv6_node_address_is_left_out() -> None:
