@@ -5,7 +5,7 @@ Two hosts (fw1 control plane, fw2 worker) with a stock INPUT policy (ACCEPT) and
 own (a chain with a rule in filter, a MARK rule in mangle PREROUTING). A listener on fw1 answers on
 etcd's (2379), the API server's (6443), the kubelet's (10250) port, a NodePort (30090) and a port of
 the site's (7777): kubeadm and the kubelet are the bed's doubles, so the listener stands in for the
-servers; the firewall decides before any of them would. A stranger (a network namespace on the bed's
+servers (stopped while `up` runs: its preflight refuses ports in use). A stranger (a network namespace on the bed's
 bridge, tests/testbed/stranger.py) reaches all of them before `up` and holds an SSH session to fw1
 throughout. After `up`: the stranger reaches only 7777; fw2 reaches the API server, the kubelet and
 the NodePort (not etcd: it is a worker); fw1 reaches its own etcd; this machine (the one gpustack runs
@@ -48,6 +48,16 @@ def site_rules(host: Host) -> str:
     return "\n".join(line for line in lines if "GPUSTACK" not in line)
 
 
+def listening(host: Host, on: bool) -> None:
+    """The stand-in servers on or off (off while `up` runs: its preflight refuses ports in use)."""
+    if on:
+        ports = " ".join(map(str, PORTS))
+        host.sudo(f"systemd-run --collect --unit=gs-listener python3 /usr/local/lib/gs-listener.py {ports}", check=True)
+        host.sudo("for i in $(seq 50); do ss -ltn | grep -q ':7777 ' && exit 0; sleep 0.2; done; exit 1", check=True)
+    else:
+        host.sudo("systemctl stop gs-listener", check=True)
+
+
 def reach_from(host: Host, target: str, port: int) -> str:
     return host.run(f"python3 -c '{PROBE}' {host.address} {target} {port}", check=True).stdout.strip()
 
@@ -71,8 +81,7 @@ def test_control_plane_ports_and_nodeports_closed_to_strangers(
         fw1.sudo(cmd, check=True)
     before = site_rules(fw1)
     fw1.write_file("/usr/local/lib/gs-listener.py", LISTENER)
-    ports = " ".join(map(str, PORTS))
-    fw1.sudo(f"systemd-run --unit=gs-listener python3 /usr/local/lib/gs-listener.py {ports}", check=True)
+    listening(fw1, True)
 
     with stranger("fwx") as outsider:
         deadline = time.monotonic() + 30
@@ -88,8 +97,10 @@ def test_control_plane_ports_and_nodeports_closed_to_strangers(
 
             config = write_config(bed, tmp_path / "gpustack.yaml", sources)
             state = tmp_path / "state"
+            listening(fw1, False)
             built = up(config, state)
             assert built.rc == 0, built.output
+            listening(fw1, True)
 
             assert {p: outsider.reach(fw1.address, p) for p in PORTS} == {
                 2379: "closed", 6443: "closed", 10250: "closed", 30090: "closed", 7777: "open"
@@ -106,12 +117,15 @@ def test_control_plane_ports_and_nodeports_closed_to_strangers(
             admin = write_config(
                 bed, tmp_path / "gpustack-admin.yaml", sources, extra={"firewall": {"admin_cidrs": [outsider.address]}}
             )
+            listening(fw1, False)
             opened = up(admin, state)
             assert opened.rc == 0, opened.output
+            listening(fw1, True)
             assert {s for s, n in opened.changed().items() if n} == {"firewall"}, opened.changed()
             assert {p: outsider.reach(fw1.address, p) for p in PORTS} == {
                 2379: "closed", 6443: "open", 10250: "closed", 30090: "open", 7777: "open"
             }  # fmt: skip
+            listening(fw1, False)
             again = up(admin, state)
             assert again.rc == 0, again.output
             assert all(n == 0 for n in again.changed().values()), again.changed()
