@@ -99,8 +99,10 @@ STAGES: tuple[Stage, ...] = (
 def details(cfg: Config, to: str | None) -> list[Table]:
     """`gpustack plan up` shows the versions the config chooses with their end of support (the first table of
     `gpustack version`, which adds the compatibility matrix, host OS support and every artifact's checksum) and,
-    when nodes share their GPUs, what the cluster stage sets for each (docs/gpu-sharing.md)."""
+    when nodes share their GPUs, what the cluster stage sets for each (docs/gpu-sharing.md); with gpustack's
+    firewall, who reaches which port (docs/configuration.md, "Security defaults")."""
     from gpustack.config import compat, support
+    from gpustack.render import firewall
     from gpustack.render.sharing import plan_rows
 
     day = support.today()
@@ -109,6 +111,10 @@ def details(cfg: Config, to: str | None) -> list[Table]:
     rows = plan_rows(cfg)
     if rows:
         tables.append(("GPU sharing (cluster stage)", ["node", "mode", "setting", "labels (nvidia.com/)"], rows))
+    walls = firewall.plan_rows(cfg)
+    if walls:
+        title = "firewall stage: who reaches what (an existing cluster's next `up` applies it too)"
+        tables.append((title, ["ports", "accepted from", "everyone else"], walls))
     return tables
 
 

@@ -54,3 +54,39 @@ def firewall_vars(cfg: Config) -> dict[str, Any]:
         # firewall.extra_tcp_ports: open to every source (the NodePorts among them too)
         "gpustack_firewall_open_tcp_ports": sorted(set(cfg.firewall.extra_tcp_ports)),
     }
+
+
+def plan_rows(cfg: Config) -> list[list[str]]:
+    """`gpustack plan up`: who reaches what once the firewall stage has run (also on an existing cluster,
+    whose next `up` rewrites the chains: a source not listed here loses the port). Empty when gpustack
+    manages no firewall."""
+    if not cfg.firewall.enabled:
+        return []
+    nodes = ", ".join(n.name for n in cfg.nodes)
+    pods = f"pods ({cfg.cluster.pod_cidr})"
+    admins = ", ".join(str(c) for c in cfg.firewall.admin_cidrs)
+    here = controller_address(cfg)
+    api = [f"nodes ({nodes})", pods, *([f"admin_cidrs ({admins})"] if admins else []), "loopback"]
+    if here:
+        api.append(f"this machine ({here})")
+    nodeports = [f"nodes ({nodes})", pods, *([f"admin_cidrs ({admins})"] if admins else [])]
+    open_ports = [p for p in cfg.firewall.extra_tcp_ports if 30000 <= p <= 32767]
+    rows = [
+        ["6443/tcp (API server)", "; ".join(api), "dropped"],
+        [
+            "2379-2380/tcp (etcd)",
+            f"control planes ({', '.join(n.name for n in cfg.control_planes)}); loopback",
+            "dropped",
+        ],
+        ["10250/tcp (kubelet)", f"nodes ({nodes}); {pods}; loopback", "dropped"],
+        ["10257, 10259/tcp (controller-manager, scheduler)", f"nodes ({nodes}); loopback", "dropped"],
+        [
+            f"{NODEPORT_RANGE.replace(':', '-')} tcp/udp (NodePorts)",
+            "; ".join(nodeports) + (f"; everyone: {', '.join(map(str, open_ports))}" if open_ports else ""),
+            "dropped before kube-proxy's DNAT",
+        ],
+    ]
+    if cfg.firewall.extra_tcp_ports:
+        rows.append(["extra_tcp_ports", ", ".join(map(str, cfg.firewall.extra_tcp_ports)), "open to everyone"])
+    rows.append(["anything else (SSH included)", "-", "your own rules decide (the chains end in RETURN)"])
+    return rows

@@ -106,3 +106,31 @@ def test_the_api_admins_are_the_admin_networks_and_this_machine() -> None:
     assert _api_admins(ev) == ["203.0.113.0/24", "192.168.1.50"]
     ev["gpustack_firewall_controller_address"] = ""
     assert _api_admins(ev) == ["203.0.113.0/24"]
+
+
+def test_plan_up_shows_who_reaches_what(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpustack.commands.up import details
+
+    monkeypatch.setattr(firewall, "controller_address", lambda cfg: "192.168.1.50")
+    cfg = Config.model_validate(
+        {
+            "nodes": [CP.model_dump(), W.model_dump()],
+            "firewall": {"admin_cidrs": ["203.0.113.0/24"], "extra_tcp_ports": [31000]},
+        }
+    )
+    [(_title, columns, rows)] = [t for t in details(cfg, None) if t[0].startswith("firewall stage")]
+    assert columns == ["ports", "accepted from", "everyone else"]
+    by_port = {r[0]: r[1:] for r in rows}
+    api, etcd = by_port["6443/tcp (API server)"], by_port["2379-2380/tcp (etcd)"]
+    assert api == [
+        "nodes (cp1, w1); pods (10.244.0.0/16); admin_cidrs (203.0.113.0/24); loopback; this machine (192.168.1.50)",
+        "dropped",
+    ]
+    assert etcd == ["control planes (cp1); loopback", "dropped"]
+    assert by_port["30000-32767 tcp/udp (NodePorts)"] == [
+        "nodes (cp1, w1); pods (10.244.0.0/16); admin_cidrs (203.0.113.0/24); everyone: 31000",
+        "dropped before kube-proxy's DNAT",
+    ]
+    assert rows[-1][2] == "your own rules decide (the chains end in RETURN)"
+    off = cfg.model_copy(update={"firewall": Firewall(enabled=False)})
+    assert not [t for t in details(off, None) if t[0].startswith("firewall stage")]
