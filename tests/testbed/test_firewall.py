@@ -12,7 +12,7 @@ the NodePort (not etcd: it is a worker); fw1 reaches its own etcd; this machine 
 from) reaches the API server only. The site's rules, as `iptables-save` prints them without gpustack's
 chains, are byte-identical. Then `firewall.admin_cidrs` with the stranger's address: only the
 firewall stage changes, the stranger reaches the API server and the NodePort, still not etcd or the
-kubelet; the next `up` changes nothing. ~4 min."""
+kubelet; the next `up` changes nothing. `render`'s firewall/<node>.sh is the script each host got. ~4 min."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from .cluster import up, write_config
+from .cluster import run_gpustack, up, write_config
 from .hosts import Host
 from .network import BRIDGE_ADDRESS
 from .pytest_plugin import TestbedFactory
@@ -101,6 +101,12 @@ def test_control_plane_ports_and_nodeports_closed_to_strangers(
             built = up(config, state)
             assert built.rc == 0, built.output
             listening(fw1, True)
+            # `render` shows the very script the run installed (gpustack/render/firewall_script.py)
+            rendered = run_gpustack(config, state, "render", "--out", str(tmp_path / "render"))
+            assert rendered.rc == 0, rendered.output
+            for host in (fw1, fw2):
+                installed = host.sudo("cat /usr/local/sbin/gpustack-firewall", check=True).stdout
+                assert installed == (tmp_path / "render" / "firewall" / f"{host.name}.sh").read_text(), host.name
 
             assert {p: outsider.reach(fw1.address, p) for p in PORTS} == {
                 2379: "closed", 6443: "closed", 10250: "closed", 30090: "closed", 7777: "open"

@@ -134,3 +134,29 @@ def test_plan_up_shows_who_reaches_what(monkeypatch: pytest.MonkeyPatch) -> None
     assert rows[-1][2] == "your own rules decide (the chains end in RETURN)"
     off = cfg.model_copy(update={"firewall": Firewall(enabled=False)})
     assert not [t for t in details(off, None) if t[0].startswith("firewall stage")]
+
+
+def test_render_writes_each_nodes_firewall_script(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import subprocess
+
+    from gpustack.render.files import generated_files
+
+    monkeypatch.setattr(firewall, "controller_address", lambda cfg: "192.168.1.50")
+    cfg = Config.model_validate(
+        {"nodes": [CP.model_dump(), W.model_dump()], "firewall": {"admin_cidrs": ["203.0.113.0/24"]}}
+    )
+    files = generated_files(cfg, state_root=tmp_path)
+    cp, w = files["firewall/cp1.sh"], files["firewall/w1.sh"]
+    for script in (cp, w):
+        subprocess.run(["sh", "-n"], input=script, text=True, check=True)
+        assert (
+            "-s 203.0.113.0/24 -p tcp -m tcp --dport 6443 -m comment --comment gpustack:admins-to-apiserver" in script
+        )
+        assert "-s 192.168.1.50 -p tcp -m tcp --dport 6443" in script
+        assert "-s 203.0.113.0/24 -m comment --comment gpustack:admins -j RETURN" in script
+        assert "--dport 30000:32767 -m comment --comment gpustack:nodeports-closed -j DROP" in script
+    # etcd: on the control plane, open to the control planes; a worker has no etcd rule
+    assert "-s 10.0.0.10 -p tcp -m tcp --dport 2379:2380" in cp and "--dport 2379:2380 -m comment" not in w
+    assert "-s 10.244.0.0/16 -d 10.0.0.11 -p tcp -m tcp --dport 6443" in w
+    off = cfg.model_copy(update={"firewall": Firewall(enabled=False)})
+    assert not [p for p in generated_files(off, state_root=tmp_path) if p.startswith("firewall/")]
