@@ -12,7 +12,7 @@ the NodePort (not etcd: it is a worker); fw1 reaches its own etcd; this machine 
 from) reaches the API server only. The site's rules, as `iptables-save` prints them without gpustack's
 chains, are byte-identical. Then `firewall.admin_cidrs` with the stranger's address: only the
 firewall stage changes, the stranger reaches the API server and the NodePort, still not etcd or the
-kubelet; the next `up` changes nothing. `render`'s firewall/<node>.sh is the script each host got. ~4 min."""
+kubelet; the next `up` changes nothing. `render`'s firewall/<node>.sh is the script each host got. ~8 min (3 `up` runs, 2 hosts)."""
 
 from __future__ import annotations
 
