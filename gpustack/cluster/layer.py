@@ -56,22 +56,26 @@ class StepSummary:
 
 
 def access_lines(cfg: Config) -> list[str]:
-    """Where to reach the monitoring stack (NodePorts on the control plane's address)."""
+    """Where to reach the monitoring stack: a NodePort on the control plane's address where one is
+    configured (reachable from the nodes and ``firewall.admin_cidrs`` only), else ``kubectl port-forward``
+    through the API server (the default: Prometheus, Grafana and Alertmanager are not exposed)."""
     host, mon = cfg.control_plane.address, cfg.monitoring
-    lines = []
-    if mon.prometheus_nodeport:
-        lines.append(f"Prometheus:   http://{host}:{mon.prometheus_nodeport}")
-    else:
-        lines.append("Prometheus:   kubectl -n monitoring port-forward svc/kube-prometheus-stack-prometheus 9090")
-    if mon.grafana_nodeport:
-        lines.append(
-            f"Grafana:      http://{host}:{mon.grafana_nodeport}  (user {mon.grafana_admin_user}; "
-            "password: gpustack grafana-password)"
-        )
-    else:
-        lines.append("Grafana:      kubectl -n monitoring port-forward svc/kube-prometheus-stack-grafana 3000:80")
-    if mon.alertmanager_nodeport:
-        lines.append(f"Alertmanager: http://{host}:{mon.alertmanager_nodeport}")
+    login = f"(user {mon.grafana_admin_user}; password: gpustack grafana-password)"
+    forward = "kubectl -n monitoring port-forward svc/kube-prometheus-stack"
+    lines = [
+        f"Prometheus:   http://{host}:{mon.prometheus_nodeport}"
+        if mon.prometheus_nodeport
+        else f"Prometheus:   {forward}-prometheus 9090   (then http://localhost:9090)",
+        f"Grafana:      http://{host}:{mon.grafana_nodeport}  {login}"
+        if mon.grafana_nodeport
+        else f"Grafana:      {forward}-grafana 3000:80   (then http://localhost:3000 {login})",
+        f"Alertmanager: http://{host}:{mon.alertmanager_nodeport}"
+        if mon.alertmanager_nodeport
+        else f"Alertmanager: {forward}-alertmanager 9093   (then http://localhost:9093)",
+    ]
+    if mon.nodeports and cfg.firewall.enabled:
+        admins = ", ".join(str(c) for c in cfg.firewall.admin_cidrs) or "none set"
+        lines.append(f"NodePorts answer the cluster's nodes and firewall.admin_cidrs only ({admins})")
     return lines
 
 

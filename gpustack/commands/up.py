@@ -35,7 +35,10 @@ STAGES: tuple[Stage, ...] = (
         "Firewall",
         "ansible",
         "all",
-        "iptables chain GPUSTACK-INPUT with one jump from INPUT (pod CIDR -> API, kubelet, VXLAN, NodePorts), gpustack-firewall.service to persist it; firewalld zone 'gpustack' when firewalld runs",
+        "iptables chain GPUSTACK-INPUT with one jump from INPUT (nodes, pod CIDR, firewall.admin_cidrs -> API, kubelet, "
+        "VXLAN; etcd, API, kubelet, 10257, 10259 dropped for anyone else) and GPUSTACK-PREROUTING (mangle) with one jump "
+        "from PREROUTING (NodePorts from nodes, pods and firewall.admin_cidrs only, before kube-proxy's DNAT), "
+        "gpustack-firewall.service to persist them; firewalld zone 'gpustack' when firewalld runs",
     ),
     Stage(
         "containerd",
@@ -96,10 +99,11 @@ STAGES: tuple[Stage, ...] = (
 def details(cfg: Config, to: str | None) -> list[Table]:
     """`gpustack plan up` shows the versions the config chooses with their end of support (the first table of
     `gpustack version`, which adds the compatibility matrix, host OS support and every artifact's checksum),
-    when nodes share their GPUs, what the cluster stage sets for each (docs/gpu-sharing.md), and the control
-    plane's hardening settings (docs/configuration.md)."""
+    when nodes share their GPUs, what the cluster stage sets for each (docs/gpu-sharing.md), the control
+    plane's hardening settings (docs/configuration.md) and, with gpustack's firewall, who reaches which port
+    (docs/configuration.md, "Security defaults")."""
     from gpustack.config import compat, support
-    from gpustack.render import security
+    from gpustack.render import firewall, security
     from gpustack.render.sharing import plan_rows
 
     day = support.today()
@@ -110,6 +114,10 @@ def details(cfg: Config, to: str | None) -> list[Table]:
         tables.append(("GPU sharing (cluster stage)", ["node", "mode", "setting", "labels (nvidia.com/)"], rows))
     tables.append(("control-plane hardening (security:)", ["setting", "value", "new cluster", "running cluster"],
                    security.plan_rows(cfg)))  # fmt: skip
+    walls = firewall.plan_rows(cfg)
+    if walls:
+        title = "firewall stage: who reaches what (an existing cluster's next `up` applies it too)"
+        tables.append((title, ["ports", "accepted from", "everyone else"], walls))
     return tables
 
 

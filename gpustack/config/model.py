@@ -370,9 +370,37 @@ class Proxy(StrictModel):
         return bool(self.http or self.https)
 
 
+#: what gpustack's firewall chain closes to all but the cluster's members (playbooks/roles/firewall):
+#: etcd, the API server, the kubelet, controller-manager, scheduler
+CLOSED_TCP_PORTS = frozenset({2379, 2380, 6443, 10250, 10257, 10259})
+
+
 class Firewall(StrictModel):
     enabled: bool = Field(default=True, description="manage the GPUSTACK iptables chain")
-    extra_tcp_ports: list[Annotated[int, Field(ge=1, le=65535)]] = Field(default_factory=list)
+    extra_tcp_ports: list[Annotated[int, Field(ge=1, le=65535)]] = Field(
+        default_factory=list, description="TCP ports opened to every source (also NodePorts in the list)"
+    )
+    admin_cidrs: list[ipaddress.IPv4Network] = Field(
+        default_factory=list,
+        description="IPv4 networks that may reach the API server (6443) and the NodePorts besides the cluster's "
+        "nodes; empty: only the nodes and the machine gpustack runs from (API server only)",
+    )
+
+    @field_validator("extra_tcp_ports")
+    @classmethod
+    def _not_closed(cls, v: list[int]) -> list[int]:
+        closed = sorted(set(v) & CLOSED_TCP_PORTS)
+        if closed:
+            raise ValueError(
+                f"{', '.join(map(str, closed))}: control-plane ports stay closed to non-members "
+                "(firewall.admin_cidrs opens the API server to a network)"
+            )
+        return v
+
+    @field_validator("admin_cidrs", mode="before")
+    @classmethod
+    def _cidrs(cls, v: object) -> object:
+        return [ipv4_network(c) for c in v] if isinstance(v, list) else v
 
 
 class Gpu(StrictModel):

@@ -145,8 +145,10 @@ SCRAPE_MIN_S, SCRAPE_MAX_S = 1, 60
 
 
 class Monitoring(StrictModel):
-    prometheus_nodeport: Annotated[int, Field(ge=30000, le=32767)] | None = 30090
-    grafana_nodeport: Annotated[int, Field(ge=30000, le=32767)] | None = 30300
+    # Not exposed outside the cluster unless asked (null: ClusterIP); a NodePort set here is reachable
+    # from the nodes and firewall.admin_cidrs only (gpustack's firewall, docs/configuration.md)
+    prometheus_nodeport: Annotated[int, Field(ge=30000, le=32767)] | None = None
+    grafana_nodeport: Annotated[int, Field(ge=30000, le=32767)] | None = None
     alertmanager_nodeport: Annotated[int, Field(ge=30000, le=32767)] | None = None
     grafana_admin_user: str = Field(default="admin", min_length=1)
     prometheus_retention: str = "15d"

@@ -20,6 +20,7 @@ from gpustack.config.model import Config, Node
 from gpustack.constants import LOCAL_STORAGE_PATH
 from gpustack.paths import state_dir
 from gpustack.render import security
+from gpustack.render.firewall import firewall_vars
 from gpustack.render.flannel import flannel_manifest
 from gpustack.render.kubeadm import api_endpoint, render_init_config
 from gpustack.render.values import uses_local_storage
@@ -242,4 +243,5 @@ def extravars(cfg: Config, *, kubeconfig_dest: Path, controller_bin_dir: Path | 
         "gpustack_audit_log_dir": security.AUDIT_LOG_DIR if cfg.security.audit.enabled else "",
     }
     ev.update(runtime_vars(cfg))
+    ev.update(firewall_vars(cfg))
     return ev

@@ -53,13 +53,22 @@ NODE_SET_VARS: dict[str, frozenset[str]] = {
     "gpustack_kubeadm_config": frozenset({"control-plane"}),
 }
 
+#: Extra vars only one stage's role reads that are no node list: the firewall's sources besides the
+#: nodes. Changing them (another admin network, gpustack run from another machine) sends only the
+#: firewall stage back to the hosts.
+STAGE_ONLY_VARS: dict[str, frozenset[str]] = {
+    "gpustack_firewall_admin_cidrs": frozenset({"firewall"}),
+    "gpustack_firewall_controller_address": frozenset({"firewall"}),
+    "gpustack_firewall_open_tcp_ports": frozenset({"firewall"}),
+}
+
 
 def host_digest(tree: str, extravars: Mapping[str, Any], hostvars: Mapping[str, Any], stage: str | None = None) -> str:
     """The input digest of one host: playbooks, extra vars and the host's vars. With ``stage``,
-    the node-list vars that stage does not read (:data:`NODE_SET_VARS`) are left out."""
+    the node-list vars that stage does not read (:data:`NODE_SET_VARS`, :data:`STAGE_ONLY_VARS`) are left out."""
 
     def counts(key: str) -> bool:
-        readers = NODE_SET_VARS.get(key)
+        readers = NODE_SET_VARS.get(key) or STAGE_ONLY_VARS.get(key)
         return key not in VOLATILE_VARS and (stage is None or readers is None or stage in readers)
 
     data = {

@@ -17,6 +17,7 @@ from gpustack.paths import kubeconfig_path, write_file
 from gpustack.render import security
 from gpustack.render.ansible import extravars, inventory, public_extravars, without_passwords
 from gpustack.render.encryption_keys import load_keys
+from gpustack.render.firewall_script import firewall_scripts
 from gpustack.render.kubeadm import render_init_config
 from gpustack.render.manifests import render_manifests
 from gpustack.render.values import FactsSummary, render_values, summarize_facts
@@ -61,6 +62,7 @@ def generated_files(
         **{f"manifests/{name}": _yaml_docs(objs) for name, objs in render_manifests(cfg, facts).items()},
         "manifests/kube-flannel.yaml": ev["gpustack_flannel_manifest"],
         **security_files(cfg, state_root),
+        **firewall_scripts(cfg, ev),
     }
     # a proxy's password (proxy.http: http://user:password@host:port) is never rendered, in any file
     return {path: without_passwords(text) for path, text in files.items()}

@@ -216,8 +216,13 @@ def test_single_node_up_with_doubles_converges(solo: Solo, sources: Sources) -> 
     )
     assert any(f"-s 10.244.0.0/16 -d {host.address}/32 -p tcp" in r and "--dport 6443" in r for r in ours)
     assert any("-p udp" in r and "--dport 8472" in r for r in ours)
-    assert any("--dport 30090" in r for r in ours)
-    assert ours[-1] == "-A GPUSTACK-INPUT -j RETURN" and not any("DROP" in r or "REJECT" in r for r in ours)
+    assert not any("--dport 30090" in r for r in ours), "monitoring is not exposed by default"
+    # the control-plane ports closed to everyone else, one DROP; the rest is the site's (RETURN)
+    assert [r.replace('"', "") for r in ours if "DROP" in r or "REJECT" in r] == [
+        "-A GPUSTACK-INPUT -p tcp -m multiport --dports 2379:2380,6443,10250,10257,10259 "
+        "-m comment --comment gpustack:closed -j DROP"
+    ]
+    assert ours[-1] == "-A GPUSTACK-INPUT -j RETURN"
     assert host.run("systemctl is-enabled gpustack-firewall", check=True).stdout.strip() == "enabled"
     # flannel applied with the pod CIDR; helm installed (double) after a checksum-verified download
     flannel = host.sudo("cat /etc/gpustack/flannel/kube-flannel.yml", check=True).stdout

@@ -187,7 +187,11 @@ CASES: list[Case] = [
     Case("unknown-k8s", GOOD + "versions: {kubernetes: '1.20'}\n", ("versions.kubernetes: unknown Kubernetes",)),
     Case("unpinned-helm", GOOD + "versions: {helm: 3.99.0}\n", ("versions.helm: Helm 3.99.0 has no pinned checksum",)),
     Case("nodeport-range", GOOD + "monitoring: {grafana_nodeport: 80}\n", ("monitoring.grafana_nodeport",)),
-    Case("nodeport-clash", GOOD + "monitoring: {grafana_nodeport: 30090}\n", ("NodePort 30090 is already used",)),
+    Case(
+        "nodeport-clash",
+        GOOD + "monitoring: {prometheus_nodeport: 30090, grafana_nodeport: 30090}\n",
+        ("NodePort 30090 is already used",),
+    ),
     Case(
         "storage-size",
         GOOD + "monitoring: {prometheus_storage: {size: lots}}\n",

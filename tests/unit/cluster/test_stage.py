@@ -83,7 +83,9 @@ def test_fresh_then_converged(world: tuple[FakeKubeAPI, Path, dict[str, str]]) -
     pw = Path(env["GPUSTACK_STATE_DIR"]) / "clusters" / "gpustack" / "grafana-admin-password"
     assert pw.stat().st_mode & 0o777 == 0o600
     assert pw.read_text().strip() not in r.stdout + r.stderr  # never printed
-    assert "Prometheus:   http://192.0.2.10:30090" in r.stdout and "Grafana:      http://192.0.2.10:30300" in r.stdout
+    # not exposed by default: the port-forward through the API server
+    assert "Prometheus:   kubectl -n monitoring port-forward svc/kube-prometheus-stack-prometheus 9090" in r.stdout
+    assert "Grafana:      kubectl -n monitoring port-forward svc/kube-prometheus-stack-grafana 3000:80" in r.stdout
     shown = subprocess.run(
         [sys.executable, "-m", "gpustack", "grafana-password", "-c", str(cfg)],
         capture_output=True, text=True, env=env, timeout=60,

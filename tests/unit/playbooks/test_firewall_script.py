@@ -20,19 +20,30 @@ TEMPLATE = PLAYBOOKS / "roles" / "firewall" / "templates" / "gpustack-firewall.s
 VARS = {
     "ansible_managed": "Ansible managed",
     "firewall_chain": "GPUSTACK-INPUT",
+    "firewall_nodeport_chain": "GPUSTACK-PREROUTING",
     "gpustack_node_address": "192.0.2.2",
     "gpustack_pod_cidr": "10.244.0.0/16",
     "gpustack_api_service_ip": "10.96.0.1",
+    "gpustack_virtual_ip": "",
     "firewall_ipv4_node_addresses": ["192.0.2.2", "192.0.2.3"],
     "firewall_node_tcp_ports": ["6443", "10250", "10257", "10259"],
     "firewall_etcd_tcp_ports": "2379:2380",
     # this node is a control plane; 192.0.2.3 is a worker: etcd is open to 192.0.2.2 only
     "firewall_ipv4_etcd_peers": ["192.0.2.2"],
     "firewall_vxlan_udp_port": 8472,
+    "firewall_closed_tcp_ports": "2379:2380,6443,10250,10257,10259",
+    "gpustack_firewall_admin_cidrs": ["203.0.113.0/24"],
+    # the admin network and the machine gpustack runs from
+    "firewall_ipv4_api_admins": ["203.0.113.0/24", "198.51.100.1"],
+    "gpustack_firewall_open_tcp_ports": [31000],
+    "gpustack_firewall_nodeport_range": "30000:32767",
     "gpustack_firewall_tcp_nodeports": [30090, 30300],
 }
-# established + 2 pod->node + pod->service + 2 nodes x (4 tcp + 1 udp) + 1 etcd peer + 2 nodeports + RETURN
-EXPECTED_RULES = 1 + 2 + 1 + 2 * 5 + 1 + 2 + 1
+# established + loopback + 3 pod rules + 2 nodes x (4 tcp + 1 udp) + 1 etcd peer + 2 API admins + closed
+# + 2 nodeports + RETURN
+EXPECTED_RULES = 1 + 1 + 3 + 2 * 5 + 1 + 2 + 1 + 2 + 1
+# loopback + not-new + not-local + 2 nodes + pods + 1 admin network + 1 open port + tcp and udp DROP + RETURN
+EXPECTED_NODEPORT_RULES = 3 + 2 + 1 + 1 + 1 + 2 + 1
 
 
 def render(**overrides: object) -> str:
@@ -81,7 +92,14 @@ def test_renders_valid_sh(script: Path) -> None:
     subprocess.run(["sh", "-n", str(script)], check=True)
     text = script.read_text()
     assert "dport 22 " not in text
-    assert text.count("-j RETURN") == 1
+    # each chain ends in one unconditional RETURN: everything else is the site's to decide
+    assert text.count("\n-j RETURN\n") == 2
+
+
+def test_pods_reach_the_virtual_ip() -> None:
+    text = render(gpustack_virtual_ip="192.0.2.100")
+    assert "-s 10.244.0.0/16 -d 192.0.2.100 -p tcp -m tcp --dport 6443" in text
+    assert "gpustack:pods-to-virtual-ip" not in render()
 
 
 def test_ipv6_node_address_is_left_out() -> None:
@@ -108,28 +126,51 @@ def test_apply_check_remove(script: Path, backend: str) -> None:
         $FW apply                      # idempotent
         $FW check
         echo "== INPUT"; $IPT -S INPUT
+        echo "== PREROUTING"; $IPT -t mangle -S PREROUTING
+        echo "== NODEPORTS"; $IPT -t mangle -S GPUSTACK-PREROUTING
         echo "== CHAIN"; $IPT -S GPUSTACK-INPUT
         $FW remove
         $FW remove                     # idempotent
         after=$($IPT -S INPUT)
         [ "$before" = "$after" ] || { echo "INPUT changed: $after"; exit 1; }
         if $IPT -n -L GPUSTACK-INPUT >/dev/null 2>&1; then echo "chain left behind"; exit 1; fi
+        if $IPT -t mangle -n -L GPUSTACK-PREROUTING >/dev/null 2>&1; then echo "mangle chain left behind"; exit 1; fi
+        [ "$($IPT -t mangle -S PREROUTING)" = "-P PREROUTING ACCEPT" ] || { echo "mangle jump left behind"; exit 1; }
         echo done
     """,
     )
     assert r.returncode == 0, r.stdout + r.stderr
-    input_rules = r.stdout.split("== INPUT\n")[1].split("== CHAIN\n")[0].splitlines()
+    input_rules = r.stdout.split("== INPUT\n")[1].split("== PREROUTING\n")[0].splitlines()
     assert input_rules == [
         "-P INPUT DROP",
         "-A INPUT -j GPUSTACK-INPUT",
         "-A INPUT -p tcp -m tcp --dport 22 -j ACCEPT",
         "-A INPUT -s 198.51.100.7/32 -j ACCEPT",
     ]
-    chain = r.stdout.split("== CHAIN\n")[1].split("done")[0].splitlines()
+    # iptables-nft quotes comments, iptables-legacy does not
+    chain = r.stdout.split("== CHAIN\n")[1].split("done")[0].replace('"', "").splitlines()
     assert chain[0] == "-N GPUSTACK-INPUT"
     assert len(chain) - 1 == EXPECTED_RULES
     assert chain[-1] == "-A GPUSTACK-INPUT -j RETURN"
     assert not any("--dport 22 " in line for line in chain)
+    assert chain[-2:-4:-1] == [
+        "-A GPUSTACK-INPUT -p tcp -m tcp --dport 30300 -m comment --comment gpustack:nodeport -j ACCEPT",
+        "-A GPUSTACK-INPUT -p tcp -m tcp --dport 30090 -m comment --comment gpustack:nodeport -j ACCEPT",
+    ]
+    assert chain[-4] == (
+        "-A GPUSTACK-INPUT -p tcp -m multiport --dports 2379:2380,6443,10250,10257,10259 "
+        "-m comment --comment gpustack:closed -j DROP"
+    )
+    prerouting = r.stdout.split("== PREROUTING\n")[1].split("== NODEPORTS\n")[0].splitlines()
+    assert prerouting == ["-P PREROUTING ACCEPT", "-A PREROUTING -j GPUSTACK-PREROUTING"]
+    nodeports = r.stdout.split("== NODEPORTS\n")[1].split("== CHAIN\n")[0].replace('"', "").splitlines()
+    assert nodeports[0] == "-N GPUSTACK-PREROUTING"
+    assert len(nodeports) - 1 == EXPECTED_NODEPORT_RULES
+    assert nodeports[-3:] == [
+        "-A GPUSTACK-PREROUTING -p tcp -m tcp --dport 30000:32767 -m comment --comment gpustack:nodeports-closed -j DROP",
+        "-A GPUSTACK-PREROUTING -p udp -m udp --dport 30000:32767 -m comment --comment gpustack:nodeports-closed -j DROP",
+        "-A GPUSTACK-PREROUTING -j RETURN",
+    ]
 
 
 @needs_netns
@@ -148,6 +189,10 @@ def test_drift_is_detected_and_repaired(script: Path, backend: str) -> None:
         $IPT -I INPUT 1 -s 198.51.100.9 -j ACCEPT;         repaired 13
         $IPT -A INPUT -j GPUSTACK-INPUT;                   repaired 14
         $IPT -D INPUT -j GPUSTACK-INPUT;                   repaired 15
+        $IPT -t mangle -D PREROUTING -j GPUSTACK-PREROUTING;  repaired 16
+        $IPT -t mangle -D GPUSTACK-PREROUTING 4;              repaired 17
+        $IPT -t mangle -I PREROUTING 1 -s 198.51.100.9 -j ACCEPT; repaired 18
+        [ "$($IPT -t mangle -S PREROUTING | sed -n 2p)" = "-A PREROUTING -j GPUSTACK-PREROUTING" ]
         [ "$($IPT -S INPUT | grep -c -- '-j GPUSTACK-INPUT')" = 1 ]
         $IPT -S INPUT
     """,

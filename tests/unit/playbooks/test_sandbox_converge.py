@@ -160,7 +160,7 @@ def test_control_plane_and_two_workers(tmp_path: Path) -> None:
 
 
 def test_firewall_disabled_removes_only_our_chain(tmp_path: Path) -> None:
-    """firewall.enabled: false deletes GPUSTACK-INPUT and its jump, nothing else.
+    """firewall.enabled: false deletes GPUSTACK-INPUT, GPUSTACK-PREROUTING and their jumps, nothing else.
 
     (The enabled path needs systemd for its unit: covered by the nspawn testbed; the script
     itself is tested in test_firewall_script.py.) Through Ansible's linear strategy (``ssh.mitogen: false``);
@@ -175,12 +175,21 @@ def test_firewall_disabled_removes_only_our_chain(tmp_path: Path) -> None:
         iptables -w -A GPUSTACK-INPUT -p tcp --dport 6443 -j ACCEPT
         iptables -w -A GPUSTACK-INPUT -j RETURN
         iptables -w -I INPUT 1 -j GPUSTACK-INPUT
+        iptables -w -t mangle -N GPUSTACK-PREROUTING
+        iptables -w -t mangle -A GPUSTACK-PREROUTING -p tcp --dport 30000:32767 -j DROP
+        iptables -w -t mangle -I PREROUTING 1 -j GPUSTACK-PREROUTING
+        iptables -w -t mangle -A PREROUTING -p tcp --dport 7777 -j MARK --set-mark 7
         mkdir -p /usr/local/sbin && echo '#!/bin/sh' > /usr/local/sbin/gpustack-firewall
     """
-    after = 'echo "== RULES"; iptables -w -S; echo "== END"'
+    after = 'echo "== RULES"; iptables -w -S; echo "== MANGLE"; iptables -w -t mangle -S; echo "== END"'
     run = box.converge("firewall", extra={"gpustack_firewall_enabled": False}, before=before, after=after)
     assert run.rc == 0, run.output
-    rules = run.output.split("== RULES\n")[1].split("== END")[0].splitlines()
+    rules = run.output.split("== RULES\n")[1].split("== MANGLE")[0].splitlines()
+    mangle = run.output.split("== MANGLE\n")[1].split("== END")[0].splitlines()
+    assert [r for r in mangle if "PREROUTING" in r] == [
+        "-P PREROUTING ACCEPT",
+        "-A PREROUTING -p tcp -m tcp --dport 7777 -j MARK --set-xmark 0x7/0xffffffff",
+    ], "the NodePort chain and its jump gone, the site's mangle rule kept"
     assert rules == [
         "-P INPUT DROP",
         "-P FORWARD ACCEPT",

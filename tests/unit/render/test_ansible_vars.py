@@ -44,7 +44,7 @@ def test_extravars_contract() -> None:
     assert "gpustack_flannel_manifest_url" not in ev and "kube-flannel-ds" in ev["gpustack_flannel_manifest"]
     assert ev["gpustack_single_node"] is False
     assert ev["gpustack_api_service_ip"] == "10.96.0.1"
-    assert ev["gpustack_firewall_tcp_nodeports"] == [30090, 30300]
+    assert ev["gpustack_firewall_tcp_nodeports"] == [], "monitoring is not exposed by default"
     assert ev["gpustack_proxy_env"] == {}
     assert ev["gpustack_kubeconfig_dest"] == "/s/admin.conf"
 

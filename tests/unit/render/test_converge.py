@@ -161,7 +161,7 @@ def test_node_set_vars_readers_are_the_roles_that_read_them() -> None:
             text[play["name"]] = text.get(play["name"], "") + "".join(
                 f.read_text(encoding="utf-8") for f in files if f.is_file()
             )
-    for var, readers in converge.NODE_SET_VARS.items():
+    for var, readers in {**converge.NODE_SET_VARS, **converge.STAGE_ONLY_VARS}.items():
         assert {stage for stage, body in text.items() if var in body} == set(readers), var
 
 

@@ -59,8 +59,8 @@ VARIANTS: dict[str, tuple[dict[str, Any], FactsSummary]] = {
     "default": ({"monitoring": STORAGE}, FactsSummary(gpu_nodes=("gpu1",))),
     "preinstalled-driver": ({"monitoring": STORAGE}, FactsSummary(driver_preinstalled=True, gpu_nodes=("gpu1",))),
     "operator-exporter": ({"monitoring": STORAGE, "gpu": {"exporter": "operator"}}, FactsSummary()),
-    "no-nodeports": (
-        {"monitoring": {**STORAGE, "prometheus_nodeport": None, "grafana_nodeport": None}},
+    "nodeports": (
+        {"monitoring": {**STORAGE, "prometheus_nodeport": 30090, "grafana_nodeport": 30300}},
         FactsSummary(),
     ),
     "proxy": (
@@ -175,13 +175,14 @@ def test_node_exporter_moves_off_9100_only_when_taken() -> None:
     assert svc == {"port": 9101, "targetPort": 9101}
 
 
-def test_nodeports_and_clusterip() -> None:
+def test_clusterip_by_default_nodeports_when_asked() -> None:
     kps = _render("default")["kube-prometheus-stack"]
-    assert kps["prometheus"]["service"] == {"type": "NodePort", "nodePort": 30090}
-    assert kps["grafana"]["service"] == {"type": "NodePort", "nodePort": 30300}
-    kps = _render("no-nodeports")["kube-prometheus-stack"]
     assert kps["prometheus"]["service"] == {"type": "ClusterIP"}
     assert kps["grafana"]["service"] == {"type": "ClusterIP"}
+    assert "service" not in kps["alertmanager"], "the chart's default: ClusterIP"
+    kps = _render("nodeports")["kube-prometheus-stack"]
+    assert kps["prometheus"]["service"] == {"type": "NodePort", "nodePort": 30090}
+    assert kps["grafana"]["service"] == {"type": "NodePort", "nodePort": 30300}
 
 
 def test_storage() -> None:
@@ -267,7 +268,7 @@ def test_config_problems() -> None:
     assert p.path == ("monitoring", "prometheus_storage", "ephemeral")
     bad = Config.model_validate(
         {
-            "monitoring": {**STORAGE, "grafana_nodeport": 30090},
+            "monitoring": {**STORAGE, "prometheus_nodeport": 30090, "grafana_nodeport": 30090},
             "alerting": {
                 "receivers": [{"type": "webhook", "name": "a", "url": "http://x"}] * 2,
                 "routes": {"critical": ["nope"]},
