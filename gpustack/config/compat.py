@@ -259,6 +259,15 @@ def pin_rows(cfg: Config | None = None, on: date | None = None) -> list[list[str
 
 
 def _status_cell(j: lifecycle.Judged) -> str:
+    cell = _support_cell(j)
+    if j.security:
+        newest = j.security[-1]
+        cell += (f"; OPEN SECURITY RELEASE {', '.join(r.version for r in j.security)} not pinned "
+                 f"({', '.join(f for r in j.security for f in r.fixes)}): {newest.why_not_pinned}")  # fmt: skip
+    return cell
+
+
+def _support_cell(j: lifecycle.Judged) -> str:
     v = j.verdict
     if v.status == "past":
         return "PAST END OF SUPPORT" + (f" ({-v.days} days)" if v.days is not None else "")

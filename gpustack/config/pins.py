@@ -277,6 +277,10 @@ KUBE_PROMETHEUS_STACK_PROMETHEUS = ("88.5.3", "3.14.0")
 #: GPU Operator chart -> the NVIDIA driver it deploys by default (v26.7.0 deployments/gpu-operator/values.yaml
 #: driver.version; gpustack does not override it): its branch (R595) has an end of life (horizons.py).
 GPU_OPERATOR_DRIVER: dict[str, str] = {"v26.7.0": "595.91.07"}
+#: GPU Operator chart -> every driver release it supports (NVIDIA/cloud-native-docs gpu-operator/life-cycle-policy.rst
+#: "GPU Operator Component Matrix" at 52dcb7b8, 2026-08-21: 610.57.04, 595.91.07 (recommended, default), 580.173.02,
+#: 535.309.01). What a driver nearing its end can move to without a newer operator (gpustack/config/advice.py).
+GPU_OPERATOR_DRIVERS: dict[str, tuple[str, ...]] = {"v26.7.0": ("610.57.04", "595.91.07", "580.173.02", "535.309.01")}
 
 # Image digests (sha256 of the multi-arch index), where one could be checked: each agrees across
 # several independent public manifests that pin it (the registries cannot be queried from the

@@ -62,7 +62,7 @@ def test_version_shows_each_pins_end_of_support_and_flags_the_past_ones(tmp_path
     """The table puts the end of support beside each pin and says PAST / ENDING; -o json carries the date, its
     precision, the verdict, the source of the date and the checksums' two sources."""
     today = {"GPUSTACK_TODAY": "2026-11-26"}
-    r = run("version", cwd=tmp_path, env_extra=today)
+    r = run("version", cwd=tmp_path, env_extra={**today, "COLUMNS": "400"})  # one line per row
     assert r.returncode == 0, r.stderr
     table = r.stdout.split("pins on 2026-11-26", 1)[1].split("compatibility matrix", 1)[0]
     lines = {line.split("│")[1].strip(): line for line in table.splitlines() if line.count("│") == 5}
@@ -77,6 +77,17 @@ def test_version_shows_each_pins_end_of_support_and_flags_the_past_ones(tmp_path
     cd = pins_json["containerd", pins.CONTAINERD_VERSION]
     assert (cd["branch"], cd["ends"], cd["status"], cd["days"]) == ("2.3", "2028-04-30", "supported", 521)
     assert "containerd RELEASES.md" in cd["source"] and "Kubespray" in cd["checksums"]
+    # the security releases after the pin, named with their CVEs and why they are not pinned (table and JSON)
+    assert "OPEN SECURITY RELEASE 2.3.5, 2.3.6 not pinned" in lines["containerd"]
+    opened = {r["version"]: r for r in cd["open_security_releases"]}
+    assert set(opened) == {"2.3.5", "2.3.6"} and not any(r["pinned"] for r in opened.values())
+    assert (
+        opened["2.3.6"]["fixes"] == ["CVE-2026-53493 (GHSA-pg57-6jwg-q645)"]
+        and opened["2.3.6"]["released"] == "2026-09-24"
+    )
+    assert "CVE-2026-53495 (GHSA-7jxh-36q5-gcqv)" in opened["2.3.5"]["fixes"]
+    assert "one public source" in opened["2.3.6"]["why_not_pinned"]
+    assert "https://github.com/containerd/containerd/releases/tag/v2.3.6" in opened["2.3.6"]["sources"]
     assert pins_json["kubernetes", "1.34.11"]["status"] == "past"
     assert "schedule.yaml" in pins_json["kubernetes", "1.34.11"]["source"]
     for p in data["pins"]:
