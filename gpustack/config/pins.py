@@ -32,8 +32,10 @@ KUBERNETES_PACKAGE_REVISION = "1.1"
 FLANNEL_VERSION = "0.28.9"  # fixes CVE-2026-46600 and CVE-2026-56852 (flannel ca937945)
 
 # HA control plane with cluster.virtual_ip: kube-vip as a static pod on every control-plane node
-# (ARP, leader election). Pinned by tag only: no digest could be verified from the build sandbox.
-KUBE_VIP_VERSION = "v1.0.2"
+# (ARP, leader election). The version Kubespray defaults to (kubernetes-sigs/kubespray
+# roles/kubespray_defaults/defaults/main/download.yml at 46dbdd39, 2026-08-21: kube_vip_version 1.0.3). Pinned by tag
+# only: no digest could be verified from the build sandbox.
+KUBE_VIP_VERSION = "v1.0.3"
 KUBE_VIP_IMAGE = f"ghcr.io/kube-vip/kube-vip:{KUBE_VIP_VERSION}"
 # Flannel's manifest is rendered by gpustack (gpustack/render/flannel.py), not downloaded: per
 # release, the flannel-cni-plugin tag that release's kube-flannel.yml runs in its install-cni-plugin

@@ -128,7 +128,9 @@ def test_ended_and_none() -> None:
         ("gpu-operator", "v25.3.4", "25.3", "past"),
         ("prometheus", "3.13.2", "3.13", "supported"),
         ("prometheus", "3.9.1", "3.9", "past"),
-        ("helm", "3.18.4", "3", "ending"),  # security fixes until 2027-02-10, for the final Helm 3 minor only
+        ("helm", "3.18.4", "3.18", "past"),  # no fixes since the final Helm 3 minor (2026-09-09)
+        ("helm", "3.22.0", "3", "ending"),  # security fixes until 2027-02-10, for the final Helm 3 minor only
+        ("prometheus", "3.14.0", "3.14", "past"),  # not an LTS: 2026-08-17 + 6 weeks
         ("containerd", "", "", "unknown"),
     ],
 )
