@@ -69,13 +69,22 @@ class KubernetesLine:
     # 2026-07-29; the EOL 1.6 entry of the 1.34 row left out). Below a floor, or on an unlisted branch older than
     # the newest listed one, the preflight (P18) and doctor (C04) warn.
     containerd_recommended: tuple[str, ...] = ()
+    # past its end of life: pinned only so clusters on it can add nodes and upgrade (`gpustack upgrade --to` the
+    # next minor); the matrix does not refuse the containerd such a cluster already runs
+    upgrade_only: bool = False
 
 
+# containerd_min: the oldest floor containerd's RELEASES.md lists for the minor (1.7.28 on 1.34/1.35; it was the
+# kubelet's bare minimum, 1.7.0, before issue 30); 1.36 keeps the kubelet's 2.0.0 (no 1.x) so that an unlisted older
+# 2.x (the test bed's Debian-built 2.1) is a warning, not a refusal (docs/decisions.md). 1.35 also lists 2.3.0: every branch RELEASES.md lists for 1.35 (2.2, 2.1,
+# 1.7) is past its end of life by 2026-11-06, and NVIDIA validates containerd 1.8-2.3 with Kubernetes 1.33-1.36
+# (NVIDIA/cloud-native-docs gpu-operator/platform-support.rst at 52dcb7b8, "Containerd 1.8 - 2.3"), so 1.35 would
+# otherwise have no runtime gpustack could install without its own doctor flagging it (docs/decisions.md).
 KUBERNETES_LINES: dict[str, KubernetesLine] = {
-    "1.34": KubernetesLine("1.34", containerd_min="1.7.0", cgroup_v2_required=False, pause="3.10.1",
-                           containerd_recommended=("2.1.3", "2.0.6", "1.7.28")),
-    "1.35": KubernetesLine("1.35", containerd_min="1.7.0", cgroup_v2_required=True, pause="3.10.1",
-                           containerd_recommended=("2.2.0", "2.1.5", "1.7.28")),
+    "1.34": KubernetesLine("1.34", containerd_min="1.7.28", cgroup_v2_required=False, pause="3.10.1",
+                           containerd_recommended=("2.1.3", "2.0.6", "1.7.28"), upgrade_only=True),
+    "1.35": KubernetesLine("1.35", containerd_min="1.7.28", cgroup_v2_required=True, pause="3.10.1",
+                           containerd_recommended=("2.3.0", "2.2.0", "2.1.5", "1.7.28")),
     "1.36": KubernetesLine("1.36", containerd_min="2.0.0", cgroup_v2_required=True, pause="3.10.2",
                            containerd_recommended=("2.3.0", "2.2.0")),
 }  # fmt: skip
@@ -83,7 +92,7 @@ KUBERNETES_LINES: dict[str, KubernetesLine] = {
 
 def containerd_recommendation(containerd: str, minor: str) -> str:
     """ "" when ``containerd`` is what containerd recommends for Kubernetes ``minor`` (a listed branch at or above
-    its floor, or a branch newer than every listed one); else why not, naming the recommendation."""
+    its floor); else why not, naming the recommendation."""
     line = kubernetes_line(minor)
     floors = line.containerd_recommended
     have = version_tuple(containerd)
@@ -95,9 +104,26 @@ def containerd_recommendation(containerd: str, minor: str) -> str:
             if have >= version_tuple(floor):
                 return ""
             return f"containerd recommends {floor} or newer on the {floor.rsplit('.', 1)[0]} branch for Kubernetes {line.minor} ({listed})"
-    if have[:2] > max(version_tuple(f)[:2] for f in floors):
-        return ""
     return f"containerd {'.'.join(map(str, have[:2]))} is not among containerd's recommendations for Kubernetes {line.minor} ({listed})"
+
+
+def containerd_refusal(containerd: str, minor: str) -> str:
+    """Why the matrix refuses to install ``containerd`` for Kubernetes ``minor`` ("" when it does not): below the
+    floor of a branch RELEASES.md lists for the minor, or a branch newer than every listed one (tested by nobody
+    for that minor). An unlisted branch older than the newest listed one is left to the warning
+    (:func:`containerd_recommendation`) and to the support horizons. Never for an ``upgrade_only`` minor."""
+    line = kubernetes_line(minor)
+    have = version_tuple(containerd)
+    if line.upgrade_only or not line.containerd_recommended or len(have) < 2:
+        return ""
+    listed = ", ".join(f"{f}+" for f in line.containerd_recommended)
+    for floor in line.containerd_recommended:
+        if version_tuple(floor)[:2] == have[:2] and have < version_tuple(floor):
+            return f"containerd {containerd} is below {floor}, the floor containerd's RELEASES.md lists for Kubernetes {line.minor} ({listed})"
+    if have[:2] > max(version_tuple(f)[:2] for f in line.containerd_recommended):
+        return (f"containerd {'.'.join(map(str, have[:2]))} is newer than every branch containerd's RELEASES.md lists "
+                f"for Kubernetes {line.minor} ({listed})")  # fmt: skip
+    return ""
 
 
 PAUSE_IMAGE = "registry.k8s.io/pause:{tag}"
