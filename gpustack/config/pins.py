@@ -15,15 +15,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Kubernetes minor -> newest patch gpustack pins. The GPU Operator validates 1.33-1.36. 1.35.9 and 1.36.5: the
-# 2026-09-15 patch day (kubernetes.io/releases/1.35 lists 1.35.9 released, /1.36 lists 1.36.5 for that day, a
-# third-party tracker dates both). 1.34 reached its end of life on 2026-10-27 and stays at its last patch
-# kubernetes.io confirms (1.34.12 is only reported by a third party): kept so clusters on 1.34 can still add
-# nodes and upgrade; `gpustack version` and `doctor` say it is past support.
+# Kubernetes minor -> newest patch gpustack pins. The GPU Operator validates 1.33-1.37. 1.35.9 and 1.36.5: the
+# 2026-09-15 patch day (kubernetes.io/releases/1.35 and /1.36). 1.37.2 and 1.34.12: the tags on the Go module proxy
+# (k8s.io/kubernetes v1.37.2, 2026-10-27T12:01:04Z; v1.34.12, 2026-09-23T17:08:30Z: `go list -m -json`). 1.34 reached
+# its end of life on 2026-10-27 and is upgrade-only (KubernetesLine.upgrade_only): kept at its last patch so clusters
+# on it can still add nodes and upgrade; `gpustack version` and `doctor` say it is past support. 1.37 is offered,
+# the default stays 1.36 (docs/decisions.md).
 KUBERNETES: dict[str, str] = {
-    "1.34": "1.34.11",
+    "1.34": "1.34.12",
     "1.35": "1.35.9",
     "1.36": "1.36.5",
+    "1.37": "1.37.2",
 }
 KUBERNETES_DEFAULT = "1.36"
 # pkgs.k8s.io package revision appended to the upstream version (kubeadm=1.36.4-1.1).
@@ -87,6 +89,12 @@ KUBERNETES_LINES: dict[str, KubernetesLine] = {
                            containerd_recommended=("2.3.0", "2.2.0", "2.1.5", "1.7.28")),
     "1.36": KubernetesLine("1.36", containerd_min="2.0.0", cgroup_v2_required=True, pause="3.10.2",
                            containerd_recommended=("2.3.0", "2.2.0")),
+    # 1.37: kubeadm's PauseVersion 3.10.2 (cmd/kubeadm/app/constants/constants.go at v1.37.2). containerd's
+    # RELEASES.md has no 1.37 row in the newest copy readable here (main 301026e5, 2026-08-22, before 1.37's
+    # release); 2.3 is what NVIDIA validates with 1.37 (NVIDIA/cloud-native-docs#488, "Containerd 1.8 - 2.3") and the
+    # branch RELEASES.md lists first for 1.36. Revisit when RELEASES.md lists 1.37.
+    "1.37": KubernetesLine("1.37", containerd_min="2.0.0", cgroup_v2_required=True, pause="3.10.2",
+                           containerd_recommended=("2.3.0",)),
 }  # fmt: skip
 
 
@@ -178,8 +186,11 @@ class GpuOperatorRange:
         return self.kubernetes_min, self.kubernetes_max
 
 
+#: NVIDIA/cloud-native-docs gpu-operator/platform-support.rst for v26.7.0, as amended after the release: #488 (merged
+#: 2026-09-04) raised the upper bound to 1.37 everywhere, #490 (2026-09-08) the Ubuntu 24.04 lower bound from 1.32 to
+#: 1.33, so one range for every OS.
 GPU_OPERATOR_VALIDATED: dict[str, GpuOperatorRange] = {
-    "v26.7.0": GpuOperatorRange("1.33", "1.36", per_os=((("ubuntu", "24.04"), ("1.32", "1.36")),)),
+    "v26.7.0": GpuOperatorRange("1.33", "1.37"),
 }
 
 # --- container runtime -------------------------------------------------------------------

@@ -53,8 +53,8 @@ def test_plan_prints_the_pins_and_leaves_the_matrix_and_checksums_to_version(tmp
     assert len(r.stdout.splitlines()) < 110, len(r.stdout.splitlines())
     r = run("version", "-c", "gpustack.yaml", cwd=tmp_path)
     assert "compatibility matrix (the chosen Kubernetes minor)" in r.stdout
-    assert "registry.k8s.io/pause:3.10.2" in r.stdout and ">= 2.0.0 (containerd" in r.stdout
-    assert "2.3.0+," in r.stdout.split() and "2.2.0+)" in r.stdout.split()  # wrapped between words, if at all
+    assert "registry.k8s.io/pause:3.10.2" in r.stdout and ">= 2.0.0, one of" in r.stdout
+    assert "2.3.0+," in r.stdout.split() and "2.2.0+" in r.stdout.split()  # wrapped between words, if at all
     assert pins.CONTAINERD_SHA256[pins.CONTAINERD_VERSION]["amd64"] in r.stdout
 
 
@@ -67,7 +67,7 @@ def test_version_shows_each_pins_end_of_support_and_flags_the_past_ones(tmp_path
     table = r.stdout.split("pins on 2026-11-26", 1)[1].split("compatibility matrix", 1)[0]
     lines = {line.split("│")[1].strip(): line for line in table.splitlines() if line.count("│") == 5}
     assert "2028-04-30" in lines["containerd"] and "supported (521 days)" in lines["containerd"]
-    kube_134 = next(line for line in table.splitlines() if "1.34.11" in line)
+    kube_134 = next(line for line in table.splitlines() if "1.34.12" in line)
     assert "2026-10-27" in kube_134 and "PAST END OF SUPPORT (30 days)" in kube_134
     assert "March 2027 (month only)" in lines["nvidia-driver (GPU Operator default)"]
     assert "ENDING" in lines["helm"] and "Helm 4.4.0" in lines["helm"] and "estimate" in lines["helm"]
@@ -88,8 +88,8 @@ def test_version_shows_each_pins_end_of_support_and_flags_the_past_ones(tmp_path
     assert "CVE-2026-53495 (GHSA-7jxh-36q5-gcqv)" in opened["2.3.5"]["fixes"]
     assert "one public source" in opened["2.3.6"]["why_not_pinned"]
     assert "https://github.com/containerd/containerd/releases/tag/v2.3.6" in opened["2.3.6"]["sources"]
-    assert pins_json["kubernetes", "1.34.11"]["status"] == "past"
-    assert "schedule.yaml" in pins_json["kubernetes", "1.34.11"]["source"]
+    assert pins_json["kubernetes", "1.34.12"]["status"] == "past"
+    assert "schedule.yaml" in pins_json["kubernetes", "1.34.12"]["source"]
     for p in data["pins"]:
         assert p["source"] and p["ends"] and p["status"] in {"supported", "ending", "past", "unknown"}, p
     assert {o["branch"] for o in data["os"]} == {"ubuntu-22.04", "ubuntu-24.04", "debian-12", "debian-13"}

@@ -78,9 +78,13 @@ def test_version_tuple(version: str, expected: tuple[int, ...]) -> None:
     assert pins.version_tuple(version) == expected
 
 
-def test_gpu_operator_range_per_os() -> None:
-    assert pins.gpu_operator_supports("v26.7.0", "1.36") is True
+def test_gpu_operator_range_per_os(monkeypatch: pytest.MonkeyPatch) -> None:
+    """v26.7.0 as amended (cloud-native-docs #488, #490): 1.33-1.37 on every OS; the per-OS mechanism still works."""
+    assert pins.gpu_operator_supports("v26.7.0", "1.37") is True and pins.gpu_operator_supports("v26.7.0", "1.36")
     assert pins.gpu_operator_supports("v26.7.0", "1.32") is False
+    assert pins.gpu_operator_supports("v26.7.0", "1.32", "ubuntu", "24.04") is False  # #490 raised it to 1.33
+    wider = pins.GpuOperatorRange("1.33", "1.37", per_os=((("ubuntu", "24.04"), ("1.32", "1.37")),))
+    monkeypatch.setitem(pins.GPU_OPERATOR_VALIDATED, "v26.7.0", wider)
     assert pins.gpu_operator_supports("v26.7.0", "1.32", "ubuntu", "24.04") is True
     assert pins.gpu_operator_supports("v99.0.0", "1.36") is None
 

@@ -160,8 +160,8 @@ def test_node_versions_read_every_field_gpustack_judges() -> None:
 
 
 def test_upgrade_paths_name_the_commands_gpustack_offers() -> None:
-    j = lifecycle.judge("kubernetes", "1.34.11", DAY)
-    assert lifecycle.upgrade_path(j) == "`gpustack upgrade --to 1.35` (one minor at a time, then 1.36)"
+    j = lifecycle.judge("kubernetes", "1.34.12", DAY)
+    assert lifecycle.upgrade_path(j) == "`gpustack upgrade --to 1.35` (one minor at a time, then 1.36, 1.37)"
     assert "upgrade --components" in lifecycle.upgrade_path(lifecycle.judge("gpu-operator", "v25.10.1", DAY))
     assert "up --only containerd" in lifecycle.upgrade_path(lifecycle.judge("containerd", "2.2.7", DAY))
     assert "R580 LTSB" in lifecycle.upgrade_path(lifecycle.judge("nvidia-driver", "570.1.2", DAY))
