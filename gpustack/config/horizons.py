@@ -311,17 +311,19 @@ KNOWN_RELEASES: tuple[KnownRelease, ...] = (
         "containerd",
         "2.3.5",
         "2026-09-04",
-        "third-party copies of the release notes; containerd PR #14092 (issues index)",
-        "3P ids 70890847780 (notes), 66546338574, 66733715855 (sha256)",
-        "fixes CVE-2026-53495; sha256 only from third parties (Kubespray's mirror here ends 2026-08-21)",
+        "upstream release and advisories",
+        "https://github.com/containerd/containerd/releases/tag/v2.3.5; moby/moby#53589",
+        "a security release (CVE-2026-53495, GHSA-rp3h-jf77-q9p4): gpustack/config/security.py; arm64 sha256 from one "
+        "public source only (jptrs93/opsagent backend/lib/runtimebin/runtimebin.go)",
     ),
     KnownRelease(
         "containerd",
         "2.3.6",
         "2026-09-24",
-        "third-party copy of the release notes",
-        "3P id 71116068415 (notes), 70296128709 (sha256)",
-        "fixes CVE-2026-53493; one third-party sha256 source only; builds against runc 1.5.1",
+        "upstream release and advisory",
+        "https://github.com/containerd/containerd/releases/tag/v2.3.6; GHSA-pg57-6jwg-q645",
+        "a security release (CVE-2026-53493): gpustack/config/security.py; sha256 from one public source only; builds "
+        "against runc 1.5.1",
     ),
     KnownRelease(
         "containerd",
@@ -340,7 +342,12 @@ KNOWN_RELEASES: tuple[KnownRelease, ...] = (
         "containerd 2.3.4 builds against 1.4.3 (script/setup/runc-version); sha256 only from third parties",
     ),
     KnownRelease(
-        "runc", "1.5.2", "", "third-party mentions only", "3P ids 71363480035, 70217363066", "not confirmed upstream"
+        "runc",
+        "1.5.2",
+        "",
+        "third-party mentions only",
+        "no upstream tag in any copy readable here",
+        "not confirmed upstream",
     ),
     KnownRelease(
         "helm",
@@ -355,7 +362,7 @@ KNOWN_RELEASES: tuple[KnownRelease, ...] = (
         "0.28.10",
         "",
         "one third-party test fixture",
-        "3P id 71620836301",
+        "no upstream tag in any copy readable here",
         "not confirmed upstream (the tag list ends at v0.28.9)",
     ),
     KnownRelease(
@@ -363,7 +370,7 @@ KNOWN_RELEASES: tuple[KnownRelease, ...] = (
         "v26.7.1",
         "2026-09-23",
         "third-party mentions",
-        "3P id 70763573592",
+        "no upstream tag in any copy readable here",
         "not confirmed upstream (tags end at v26.7.0); default driver still 595.91.07",
     ),
     KnownRelease(

@@ -196,8 +196,8 @@ GPU_OPERATOR_VALIDATED: dict[str, GpuOperatorRange] = {
 # --- container runtime -------------------------------------------------------------------
 
 # containerd 2.3, the LTS branch (2026-04-30 .. 2028-04-30, containerd RELEASES.md); 2.3.4 (tag 2026-08-12) is what
-# Kubespray master defaults to (46dbdd39, 2026-08-21). Newer 2.3 patches are known (gpustack/config/horizons.py
-# KNOWN_RELEASES) but have no second checksum source yet.
+# Kubespray master defaults to (46dbdd39, 2026-08-21). 2.3.5 and 2.3.6 are security releases with one checksum source
+# each (gpustack/config/security.py): reported as open security releases, not pinned.
 CONTAINERD_VERSION = "2.3.4"
 # sha256 of https://github.com/containerd/containerd/releases/download/v<v>/containerd-<v>-linux-<arch>.tar.gz
 CONTAINERD_SHA256: dict[str, dict[str, str]] = {
@@ -271,22 +271,31 @@ HELM_SHA256: dict[str, dict[str, str]] = {
     },
 }
 
-#: Where each pinned checksum comes from: two independent sources per download ("3P id N": a third-party public
-#: repository found by the search index, cited by its index id because the index does not name it). Kubespray's
-#: table: kubernetes-sigs/kubespray roles/kubespray_defaults/vars/main/checksums.yml, whose updater reads the
-#: upstream release assets' sha256sum files (scripts/component_hash_update).
+#: Where each pinned checksum comes from: two independent public sources per download. Kubespray's table:
+#: kubernetes-sigs/kubespray roles/kubespray_defaults/vars/main/checksums.yml, whose updater
+#: (scripts/component_hash_update) reads the release assets' own sha256 files, named here so a maintainer can check
+#: them: containerd's ``.../releases/download/v<v>/containerd-<v>-linux-<arch>.tar.gz.sha256sum``, runc's PGP-signed
+#: ``.../releases/download/v<v>/runc.sha256sum``, Helm's ``https://get.helm.sh/helm-v<v>-linux-<arch>.tar.gz.sha256sum``.
 CHECKSUM_SOURCES: dict[tuple[str, str], str] = {
-    ("containerd", "2.3.4"): "Kubespray checksums.yml (master 46dbdd39, 2026-08-21, #13423); 3P ids 69785670388 (both "
-    "arches), 58663545062 and 58519690306 (amd64)",
-    ("containerd", "2.2.7"): "Kubespray checksums.yml; the upstream release page",
-    ("containerd", "2.1.9"): "Kubespray checksums.yml; the upstream release page",
-    ("runc", "1.4.3"): "Kubespray checksums.yml (e15b1f27, 2026-07-14, #13368); 3P ids 69785670388 (both arches) and "
-    "56990304274 (arm64, checked against the PGP-signed runc.sha256sum)",
-    ("runc", "1.3.6"): "Kubespray checksums.yml; the upstream release page",
-    ("helm", "4.3.0"): "no Kubespray entry (it has no Helm 4): independent 3P pins citing get.helm.sh's .sha256sum, "
-    "ids 69382076193, 70112920478, 70074840368 (both arches), 70366098126 (amd64)",
-    ("helm", "4.2.4"): "its release page; Kubespray has no Helm 4",
-    ("helm", "3.18.4"): "Kubespray checksums.yml; the release page",
+    ("containerd", "2.3.4"): "Kubespray checksums.yml (master 46dbdd39, 2026-08-21, #13423); kubernetes/kops pins the "
+    "same two in a test fixture (mockOCIFileRepository, containerd v2.3.4 amd64/arm64); upstream: "
+    "https://github.com/containerd/containerd/releases/download/v2.3.4/containerd-2.3.4-linux-{amd64,arm64}.tar.gz.sha256sum",
+    ("containerd", "2.2.7"): "Kubespray checksums.yml (46dbdd39); upstream: "
+    "https://github.com/containerd/containerd/releases/download/v2.2.7/containerd-2.2.7-linux-{amd64,arm64}.tar.gz.sha256sum",
+    ("containerd", "2.1.9"): "Kubespray checksums.yml (46dbdd39); upstream: "
+    "https://github.com/containerd/containerd/releases/download/v2.1.9/containerd-2.1.9-linux-{amd64,arm64}.tar.gz.sha256sum",
+    ("runc", "1.4.3"): "Kubespray checksums.yml (e15b1f27, 2026-07-14, #13368); kubernetes/kops pins the same two in a "
+    "test fixture (mockOCIFileRepository, runc v1.4.3 amd64/arm64); upstream (PGP-signed): "
+    "https://github.com/opencontainers/runc/releases/download/v1.4.3/runc.sha256sum",
+    ("runc", "1.3.6"): "Kubespray checksums.yml (46dbdd39); upstream (PGP-signed): "
+    "https://github.com/opencontainers/runc/releases/download/v1.3.6/runc.sha256sum",
+    ("helm", "4.3.0"): "no Kubespray entry (it has no Helm 4): upstream "
+    "https://get.helm.sh/helm-v4.3.0-linux-{amd64,arm64}.tar.gz.sha256sum, matched by several independent public "
+    "Dockerfiles that check both with sha256sum --check (GitHub code search: helm-v4.3.0 86584a54)",
+    ("helm", "4.2.4"): "upstream https://get.helm.sh/helm-v4.2.4-linux-{amd64,arm64}.tar.gz.sha256sum; "
+    "https://github.com/helm/helm/releases/tag/v4.2.4; Kubespray has no Helm 4",
+    ("helm", "3.18.4"): "Kubespray checksums.yml (46dbdd39); upstream "
+    "https://get.helm.sh/helm-v3.18.4-linux-{amd64,arm64}.tar.gz.sha256sum",
 }
 
 

@@ -53,16 +53,21 @@ def test_every_pin_has_a_horizon_with_a_source() -> None:
 
 
 def test_every_pinned_checksum_names_two_independent_sources() -> None:
+    """Two public sources per pinned checksum, each one a maintainer can follow: no private index ids (issue 30)."""
     for component, table in (("containerd", pins.CONTAINERD_SHA256), ("runc", pins.RUNC_SHA256),
                              ("helm", pins.HELM_SHA256)):  # fmt: skip
         for version in table:
             source = pins.CHECKSUM_SOURCES[component, version]
             assert ";" in source or "," in source, f"{component} {version}: two sources"
+            assert "3P id" not in source and not re.search(r"\b\d{11}\b", source), source
+            assert "https://" in source and version in source, f"{component} {version}: the upstream sha256 file"
     for component, version in (("containerd", pins.CONTAINERD_VERSION), ("runc", pins.RUNC_VERSION)):
-        assert "Kubespray" in pins.CHECKSUM_SOURCES[component, version] and "3P id" in pins.CHECKSUM_SOURCES[
+        assert "Kubespray" in pins.CHECKSUM_SOURCES[component, version] and "kubernetes/kops" in pins.CHECKSUM_SOURCES[
             component, version]  # fmt: skip
-    helm = pins.CHECKSUM_SOURCES["helm", pins.HELM_VERSION]  # no Kubespray entry: independent third-party pins
-    assert len(re.findall(r"\b\d{11}\b", helm)) >= 2 and "get.helm.sh" in helm
+    helm = pins.CHECKSUM_SOURCES["helm", pins.HELM_VERSION]  # no Kubespray entry: upstream plus independent pins
+    assert "get.helm.sh" in helm and "independent" in helm
+    for k in horizons.KNOWN_RELEASES:
+        assert "3P id" not in k.source and not re.search(r"\b\d{11}\b", k.source + k.why_not_pinned), k
 
 
 def test_the_pins_are_on_supported_branches_today() -> None:
