@@ -3,8 +3,12 @@
 gpustack knows of (with how far each is confirmed and why it is not pinned).
 
     python scripts/pins_report.py [--today YYYY-MM-DD] [--warn-days 90] [--json] [--strict] [--smoke]
+                                  [--online [--recorded DIR]]
 
-Reads only what ships with gpustack (gpustack/config/pins.py, horizons.py): no network. The day defaults to the
+Offline (the default) it reads only what ships with gpustack (gpustack/config/pins.py, horizons.py, security.py): no
+network. ``--online`` adds what upstream has released now (scripts/pins_online.py: GitHub release lists, dl.k8s.io's
+stable-<minor>.txt, the release sha256 files; read-only, nothing is written or trusted); ``--recorded DIR`` answers
+those requests from recorded files instead (tests/fixtures/pins-online). The day defaults to the
 real date (or GPUSTACK_TODAY), so run it before a release: a pin past its end of support, or within
 ``--warn-days`` of it, is the one to move first (docs/maintaining.md says how). ``--strict`` exits 1 when any pin
 is past its end of support. ``--smoke`` (CI, tests/unit/test_pins_report.py): the report for 2026-11-26, checked
@@ -30,6 +34,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--json", action="store_true", help="the report as JSON")
     parser.add_argument("--strict", action="store_true", help="exit 1 when a pin is past its end of support")
     parser.add_argument("--smoke", action="store_true", help="CI: the report for 2026-11-26, checked")
+    parser.add_argument("--online", action="store_true", help="also ask upstream what it has released (read-only)")
+    parser.add_argument("--recorded", metavar="DIR", default=None, help="--online from recorded answers in DIR")
     return parser.parse_args(argv)
 
 
@@ -112,15 +118,29 @@ def smoke_problems(report: list[dict[str, object]]) -> list[str]:
     return problems
 
 
+def _online(args: argparse.Namespace) -> list[dict[str, object]]:
+    import pins_online  # beside this script (sys.path[0] is scripts/)
+
+    fetch = pins_online.recorded(args.recorded) if args.recorded else pins_online.http_get
+    return pins_online.discover(fetch)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _args(argv)
     on = SMOKE_DAY if args.smoke else (args.today or support.today())
     report = rows(on, args.warn_days)
+    upstream = _online(args) if args.online else None
     if args.json:
         print(json.dumps({"today": on.isoformat(), "pins": report,
-                          "known_releases": [k.__dict__ for k in horizons.KNOWN_RELEASES]}, indent=2))  # fmt: skip
+                          "known_releases": [k.__dict__ for k in horizons.KNOWN_RELEASES],
+                          **({"upstream": upstream} if upstream is not None else {})}, indent=2))  # fmt: skip
     else:
         print(render(report, on))
+        if upstream is not None:
+            import pins_online
+
+            print()
+            print(pins_online.render(upstream))
         print()
         print(summary(report))
     if args.smoke:

@@ -201,14 +201,24 @@ def releases(kube: Kube, cfg: Config) -> list[ReleaseStatus]:
 def support_warnings(
     nodes: Sequence[Obj], rels: Sequence[ReleaseStatus], cfg: Config
 ) -> tuple[str, list[dict[str, Any]]]:
-    """(the day judged, the components past or near their end of support) from what the cluster runs: the nodes'
-    kubelet, containerd, OS and driver, and the charts Helm's records name (pure but for the day)."""
-    from gpustack.config import lifecycle, support
+    """(the day judged, the components past or near their end of support, or with an open security release) from
+    what the cluster runs: the nodes' kubelet, containerd, OS and driver, and the charts Helm's records name (pure
+    but for the day). Each carries ``level``: ``warn`` with its ``fix``, or ``info`` where no way out changes
+    anything yet (gpustack/config/advice.py)."""
+    from gpustack.config import advice, lifecycle, support
 
     on = support.today()
     charts = {r.name: r.chart_version for r in rels if r.chart_version}
     judged = lifecycle.running_support(list(nodes), charts, on)
-    return on.isoformat(), [{**j.to_json(), "fix": lifecycle.upgrade_path(j, cfg)} for j in lifecycle.warnings(judged)]
+    return on.isoformat(), [a.to_json() for a in advice.advise(judged, on, cfg)]
+
+
+def _support_cell(w: dict[str, Any]) -> str:
+    if w.get("level") == "info":
+        return f"note: {literal(str(w['advice']))}"
+    if w.get("open_security_releases") and str(w.get("advice", "")).startswith("open security"):
+        return f"[fail]security[/fail]: {literal(str(w['advice']))}"
+    return ("[fail]past[/fail]" if w["status"] == "past" else "[warn]ending[/warn]") + f": {literal(str(w['advice']))}"
 
 
 # -- this machine's records ---------------------------------------------------------------------------
@@ -352,11 +362,11 @@ def print_status(s: Status, console: Console) -> None:
     if s.support:
         rows = [
             [literal(f"{w['component']} {w['version']}"), literal(", ".join(w.get("where") or [])),
-             ("[fail]past[/fail]" if w["status"] == "past" else "[warn]ending[/warn]") + f": {literal(w['text'])}",
-             literal(w["fix"])]
+             _support_cell(w), literal(w["fix"] or "nothing to do yet")]
             for w in s.support
         ]  # fmt: skip
-        console.table(f"Support (as of {s.today}: past, or within 90 days of, the end of upstream support)",
+        console.table(f"Support (as of {s.today}: past, or within 90 days of, the end of upstream support; open "
+                      "security releases)",
                       ["component", "where", "support", "way out"], rows)  # fmt: skip
     elif s.reachable and s.nodes:
         console.print(f"support: every component read is within upstream support for 90+ days (as of {s.today})",

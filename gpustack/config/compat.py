@@ -46,10 +46,18 @@ def sandbox_image(cfg: Config) -> str:
     return pins.PAUSE_IMAGE.format(tag=line(cfg).pause)
 
 
-def distribution_allowed(minor: str) -> list[pins.OsRelease]:
-    """The OS releases whose own containerd is new enough for ``minor``."""
+def distribution_allowed(minor: str, on: date | None = None) -> list[pins.OsRelease]:
+    """The OS releases whose own containerd is new enough for ``minor`` and not past its end of upstream support on
+    ``on`` (default today): gpustack never installs a runtime its own doctor (K10) flags."""
     need = pins.KUBERNETES_LINES[minor].containerd_min
-    return [o for o in pins.OS_RELEASES if distribution_ok(o.distribution_containerd, need)]
+    day = on or support.today()
+    return [o for o in pins.OS_RELEASES
+            if distribution_ok(o.distribution_containerd, need) and not distribution_past(o, day)]  # fmt: skip
+
+
+def distribution_past(o: pins.OsRelease, on: date) -> bool:
+    """The OS archive's containerd branch is past its end of upstream support on ``on``."""
+    return lifecycle.judge("containerd", o.distribution_containerd + ".0", on).status == "past"
 
 
 def distribution_ok(shipped_minor: str, need: str) -> bool:
@@ -86,6 +94,9 @@ def config_problems(cfg: Config) -> list[Problem]:
                     f"containerd {v.containerd} is too old for Kubernetes {minor} (needs {kl.containerd_min} or newer)",
                 )
             )
+        refused = pins.containerd_refusal(v.containerd, minor)
+        if refused:
+            out.append(Problem(("versions", "containerd"), refused))
         if not containerd_sha256(cfg):
             out.append(
                 Problem(
@@ -105,8 +116,8 @@ def config_problems(cfg: Config) -> list[Problem]:
         out.append(
             Problem(
                 ("versions", "containerd_source"),
-                f"Kubernetes {minor} needs containerd {kl.containerd_min} or newer; no supported OS ships one "
-                f"({ships}): use containerd_source: release",
+                f"Kubernetes {minor} needs containerd {kl.containerd_min} or newer on a branch still in upstream "
+                f"support; no supported OS ships one ({ships}): use containerd_source: release",
             )
         )
     return out
@@ -131,22 +142,28 @@ def matrix_rows(cfg: Config | None = None) -> list[list[str]]:
         )
         allowed = {o.name for o in distribution_allowed(minor)}
         own = [o.name for o in pins.OS_RELEASES if o.name in allowed]
+        day = support.today()
         too_old = ", ".join(
-            f"{o.name}'s {o.distribution_containerd}" for o in pins.OS_RELEASES if o.name not in allowed
-        )
+            f"{o.name}'s {o.distribution_containerd}" + (": past its end of support" if distribution_past(o, day) and
+                                                          distribution_ok(o.distribution_containerd, kl.containerd_min)
+                                                          else "")
+            for o in pins.OS_RELEASES if o.name not in allowed
+        )  # fmt: skip
         # every supported OS runs every minor with containerd from the release archives (the default); only the
         # OS's own containerd (containerd_source: distribution) depends on the release
         oses = (
             ", ".join(o.name for o in pins.OS_RELEASES)
             + ": all, with containerd from the release archives (the default); with the OS's own containerd "
             + f"(containerd_source: distribution): {', '.join(own) or 'none'}"
-            + (f" ({too_old}: too old)" if too_old else "")
+            + (f" (not: {too_old})" if too_old else "")
         )
         rows.append(
             [
                 minor,
                 patch,
-                f">= {kl.containerd_min} (containerd recommends {', '.join(f + '+' for f in kl.containerd_recommended)})",
+                f">= {kl.containerd_min}, one of {', '.join(f + '+' for f in kl.containerd_recommended)} "
+                "(containerd RELEASES.md; newer branches refused)"
+                + ("; upgrade-only: past its end of life, pinned to add nodes and upgrade" if kl.upgrade_only else ""),
                 "required" if kl.cgroup_v2_required else "recommended",
                 pins.PAUSE_IMAGE.format(tag=kl.pause),
                 f"{chart}: {operator}",
@@ -259,6 +276,15 @@ def pin_rows(cfg: Config | None = None, on: date | None = None) -> list[list[str
 
 
 def _status_cell(j: lifecycle.Judged) -> str:
+    cell = _support_cell(j)
+    if j.security:
+        newest = j.security[-1]
+        cell += (f"; OPEN SECURITY RELEASE {', '.join(r.version for r in j.security)} not pinned "
+                 f"({', '.join(f for r in j.security for f in r.fixes)}): {newest.why_not_pinned}")  # fmt: skip
+    return cell
+
+
+def _support_cell(j: lifecycle.Judged) -> str:
     v = j.verdict
     if v.status == "past":
         return "PAST END OF SUPPORT" + (f" ({-v.days} days)" if v.days is not None else "")

@@ -21,7 +21,7 @@ _GPUOP = ("NVIDIA/cloud-native-docs gpu-operator/life-cycle-policy.rst (tag gpu-
           "is supported, the previous one deprecated (critical bugs and CVEs only), older ones at end of support")  # fmt: skip
 _DRV_620 = "docs.nvidia.com/datacenter/tesla/drivers/620 'Supported Drivers and CUDA Toolkit Versions'"
 _DRV_615 = "docs.nvidia.com/datacenter/tesla/drivers/615 'Supported Drivers and CUDA Toolkit Versions'"
-_PROM = "prometheus/docs docs/introduction/release-cycle.md (b07a46e8, 2026-07-01)"
+_PROM = "prometheus/docs docs/introduction/release-cycle.md (c105550a, 2026-08-06)"
 _DISTRO = "distro-info-data 0.58+deb12u7 ({file}.csv)"
 
 HORIZONS: tuple[Horizon, ...] = (
@@ -57,7 +57,7 @@ HORIZONS: tuple[Horizon, ...] = (
         "date",
         _K8S.format(minor="1.37"),
         end="2027-10-28",
-        note="maintenance mode from 2027-08-28; not pinned: GPU Operator v26.7.0 validates 1.33-1.36",
+        note="maintenance mode from 2027-08-28",
     ),
     # --- containerd ------------------------------------------------------------------------------------------
     Horizon("containerd", "1.6", "date", _CTD, end="2025-08-23"),
@@ -118,6 +118,16 @@ HORIZONS: tuple[Horizon, ...] = (
         end="2027-02-10",
         note="security fixes only, for the final Helm 3 minor (2026-09-09); older Helm 3 minors get nothing",
     ),
+    Horizon(
+        "helm",
+        "3.18",
+        "superseded",
+        "helm-www blog/2026-06-02-helm3-eol.md (11ee0606): bug fixes up to the final Helm 3 feature release "
+        "(2026-09-09), then security fixes for that final minor only",
+        successor="the final Helm 3 minor",
+        successor_released="2026-09-09",
+        note="an older Helm 3 minor: no fixes of any kind since the final Helm 3 minor shipped",
+    ),
     Horizon("helm", "4.0", "superseded", _HELM4, successor="Helm 4.1.0", successor_released="2026-01-21"),
     Horizon("helm", "4.1", "superseded", _HELM4, successor="Helm 4.2.0", successor_released="2026-05-13"),
     Horizon("helm", "4.2", "superseded", _HELM4, successor="Helm 4.3.0", successor_released="2026-09-09"),
@@ -165,7 +175,15 @@ HORIZONS: tuple[Horizon, ...] = (
     ),
     Horizon("nvidia-driver", "R590", "none", _DRV_620, note="NFB: 'short-lived, no end-of-life date'"),
     Horizon("nvidia-driver", "R595", "month", _DRV_620, end="2027-03", note="PB; GPU Operator v26.7.0's default"),
-    Horizon("nvidia-driver", "R610", "month", _DRV_615, end="2026-08", note="NFB"),
+    Horizon(
+        "nvidia-driver",
+        "R610",
+        "month",
+        _DRV_615,
+        end="2026-08",
+        note="NFB; GPU Operator v26.7.0 still lists 610.57.04 (life-cycle-policy.rst), NVIDIA's driver page ends the "
+        "branch in August 2026",
+    ),
     Horizon("nvidia-driver", "R620", "month", _DRV_620, end="2029-09", note="LTSB"),
     # --- Prometheus (what kube-prometheus-stack deploys): a non-LTS minor gets fixes for ~6 weeks ----------------
     Horizon("prometheus", "3.5", "date", _PROM, end="2026-07-31", note="LTS"),
@@ -173,11 +191,11 @@ HORIZONS: tuple[Horizon, ...] = (
     Horizon(
         "prometheus",
         "3.14",
-        "superseded",
+        "date",
         _PROM,
-        successor="Prometheus 3.15",
-        expected="2026-09",
-        note="not an LTS (3.14.0: 2026-08-17); a non-LTS minor gets bug fixes for about 6 weeks",
+        end="2026-09-28",
+        note="not an LTS: 3.14.0 (2026-08-17) plus the file's 6-week cycle ('After those 6 weeks, minor releases "
+        "generally no longer receive bugfixes'); 3.15 and 3.16 are out",
     ),
     # --- what publishes no end of support ------------------------------------------------------------------------
     Horizon(
@@ -237,8 +255,9 @@ def branch_of(component: str, version: str) -> str:
         return ""
     if component == "nvidia-driver":
         return f"R{parts[0]}"
-    if component == "helm" and parts[0] == 3:
-        return "3"
+    if component == "helm" and parts[0] == 3:  # the final Helm 3 minor is "3"; an older one listed by its minor
+        minor = f"3.{parts[1]}" if len(parts) > 1 else ""
+        return minor if ("helm", minor) in BY_KEY else "3"
     depth = _BRANCH_DEPTH.get(component, 2)
     return ".".join(str(p) for p in parts[:depth]) if len(parts) >= depth else ""
 
@@ -292,17 +311,19 @@ KNOWN_RELEASES: tuple[KnownRelease, ...] = (
         "containerd",
         "2.3.5",
         "2026-09-04",
-        "third-party copies of the release notes; containerd PR #14092 (issues index)",
-        "3P ids 70890847780 (notes), 66546338574, 66733715855 (sha256)",
-        "fixes CVE-2026-53495; sha256 only from third parties (Kubespray's mirror here ends 2026-08-21)",
+        "upstream release and advisories",
+        "https://github.com/containerd/containerd/releases/tag/v2.3.5; moby/moby#53589",
+        "a security release (CVE-2026-53495, GHSA-rp3h-jf77-q9p4): gpustack/config/security_releases.py; arm64 sha256 from one "
+        "public source only (jptrs93/opsagent backend/lib/runtimebin/runtimebin.go)",
     ),
     KnownRelease(
         "containerd",
         "2.3.6",
         "2026-09-24",
-        "third-party copy of the release notes",
-        "3P id 71116068415 (notes), 70296128709 (sha256)",
-        "fixes CVE-2026-53493; one third-party sha256 source only; builds against runc 1.5.1",
+        "upstream release and advisory",
+        "https://github.com/containerd/containerd/releases/tag/v2.3.6; GHSA-pg57-6jwg-q645",
+        "a security release (CVE-2026-53493): gpustack/config/security_releases.py; sha256 from one public source only; builds "
+        "against runc 1.5.1",
     ),
     KnownRelease(
         "containerd",
@@ -321,7 +342,12 @@ KNOWN_RELEASES: tuple[KnownRelease, ...] = (
         "containerd 2.3.4 builds against 1.4.3 (script/setup/runc-version); sha256 only from third parties",
     ),
     KnownRelease(
-        "runc", "1.5.2", "", "third-party mentions only", "3P ids 71363480035, 70217363066", "not confirmed upstream"
+        "runc",
+        "1.5.2",
+        "",
+        "third-party mentions only",
+        "no upstream tag in any copy readable here",
+        "not confirmed upstream",
     ),
     KnownRelease(
         "helm",
@@ -332,27 +358,11 @@ KNOWN_RELEASES: tuple[KnownRelease, ...] = (
         "no sha256 source for its release archives",
     ),
     KnownRelease(
-        "kubernetes",
-        "1.37.1",
-        "2026-09-15",
-        "kubernetes.io/releases/1.37",
-        _K8S.format(minor="1.37"),
-        "GPU Operator 26.7's validation of 1.37 is not confirmed (its docs say 1.33-1.36)",
-    ),
-    KnownRelease(
-        "kubernetes",
-        "1.34.12",
-        "2026-09-23",
-        "a third-party release tracker",
-        "3P id 69671529512",
-        "not on kubernetes.io; 1.34 reached its end of life on 2026-10-27 anyway",
-    ),
-    KnownRelease(
         "flannel",
         "0.28.10",
         "",
         "one third-party test fixture",
-        "3P id 71620836301",
+        "no upstream tag in any copy readable here",
         "not confirmed upstream (the tag list ends at v0.28.9)",
     ),
     KnownRelease(
@@ -360,7 +370,7 @@ KNOWN_RELEASES: tuple[KnownRelease, ...] = (
         "v26.7.1",
         "2026-09-23",
         "third-party mentions",
-        "3P id 70763573592",
+        "no upstream tag in any copy readable here",
         "not confirmed upstream (tags end at v26.7.0); default driver still 595.91.07",
     ),
     KnownRelease(

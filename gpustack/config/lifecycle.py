@@ -12,8 +12,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import date
 
-from gpustack.config import horizons, pins, support
+from gpustack.config import horizons, pins, security_releases, support
 from gpustack.config.model import Config
+from gpustack.config.security_releases import SecurityRelease
 from gpustack.config.support import Horizon, Verdict
 
 
@@ -29,6 +30,8 @@ class Judged:
     note: str = ""
     successor: str = ""
     where: tuple[str, ...] = field(default=())  # nodes (or releases) that run it; empty for a pin
+    #: security releases of the branch newer than ``version`` that gpustack knows of and does not pin
+    security: tuple[SecurityRelease, ...] = field(default=())
 
     @property
     def status(self) -> support.Status:
@@ -43,6 +46,8 @@ class Judged:
             out["successor"] = self.successor
         if self.where:
             out["where"] = list(self.where)
+        if self.security:
+            out["open_security_releases"] = [r.to_json() for r in self.security]
         return out
 
 
@@ -57,7 +62,8 @@ def judge(component: str, version: str, on: date, where: Iterable[str] = ()) -> 
     if h is None:
         why = "newer than gpustack's support data" if branch else "version not readable"
         return Judged(component, version, branch, _unknown(why), "", where=tuple(where))
-    return Judged(component, version, h.branch, support.judge(h, on), h.source, h.note, h.successor, tuple(where))
+    return Judged(component, version, h.branch, support.judge(h, on), h.source, h.note, h.successor, tuple(where),
+                  tuple(security_releases.open_releases(component, version)))  # fmt: skip
 
 
 # --- the pins ------------------------------------------------------------------------------------------------

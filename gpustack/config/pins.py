@@ -15,15 +15,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Kubernetes minor -> newest patch gpustack pins. The GPU Operator validates 1.33-1.36. 1.35.9 and 1.36.5: the
-# 2026-09-15 patch day (kubernetes.io/releases/1.35 lists 1.35.9 released, /1.36 lists 1.36.5 for that day, a
-# third-party tracker dates both). 1.34 reached its end of life on 2026-10-27 and stays at its last patch
-# kubernetes.io confirms (1.34.12 is only reported by a third party): kept so clusters on 1.34 can still add
-# nodes and upgrade; `gpustack version` and `doctor` say it is past support.
+# Kubernetes minor -> newest patch gpustack pins. The GPU Operator validates 1.33-1.37. 1.35.9 and 1.36.5: the
+# 2026-09-15 patch day (kubernetes.io/releases/1.35 and /1.36). 1.37.2 and 1.34.12: the tags on the Go module proxy
+# (k8s.io/kubernetes v1.37.2, 2026-10-27T12:01:04Z; v1.34.12, 2026-09-23T17:08:30Z: `go list -m -json`). 1.34 reached
+# its end of life on 2026-10-27 and is upgrade-only (KubernetesLine.upgrade_only): kept at its last patch so clusters
+# on it can still add nodes and upgrade; `gpustack version` and `doctor` say it is past support. 1.37 is offered,
+# the default stays 1.36 (docs/decisions.md).
 KUBERNETES: dict[str, str] = {
-    "1.34": "1.34.11",
+    "1.34": "1.34.12",
     "1.35": "1.35.9",
     "1.36": "1.36.5",
+    "1.37": "1.37.2",
 }
 KUBERNETES_DEFAULT = "1.36"
 # pkgs.k8s.io package revision appended to the upstream version (kubeadm=1.36.4-1.1).
@@ -32,8 +34,10 @@ KUBERNETES_PACKAGE_REVISION = "1.1"
 FLANNEL_VERSION = "0.28.9"  # fixes CVE-2026-46600 and CVE-2026-56852 (flannel ca937945)
 
 # HA control plane with cluster.virtual_ip: kube-vip as a static pod on every control-plane node
-# (ARP, leader election). Pinned by tag only: no digest could be verified from the build sandbox.
-KUBE_VIP_VERSION = "v1.0.2"
+# (ARP, leader election). The version Kubespray defaults to (kubernetes-sigs/kubespray
+# roles/kubespray_defaults/defaults/main/download.yml at 46dbdd39, 2026-08-21: kube_vip_version 1.0.3). Pinned by tag
+# only: no digest could be verified from the build sandbox.
+KUBE_VIP_VERSION = "v1.0.3"
 KUBE_VIP_IMAGE = f"ghcr.io/kube-vip/kube-vip:{KUBE_VIP_VERSION}"
 # Flannel's manifest is rendered by gpustack (gpustack/render/flannel.py), not downloaded: per
 # release, the flannel-cni-plugin tag that release's kube-flannel.yml runs in its install-cni-plugin
@@ -67,21 +71,36 @@ class KubernetesLine:
     # 2026-07-29; the EOL 1.6 entry of the 1.34 row left out). Below a floor, or on an unlisted branch older than
     # the newest listed one, the preflight (P18) and doctor (C04) warn.
     containerd_recommended: tuple[str, ...] = ()
+    # past its end of life: pinned only so clusters on it can add nodes and upgrade (`gpustack upgrade --to` the
+    # next minor); the matrix does not refuse the containerd such a cluster already runs
+    upgrade_only: bool = False
 
 
+# containerd_min: the oldest floor containerd's RELEASES.md lists for the minor (1.7.28 on 1.34/1.35; it was the
+# kubelet's bare minimum, 1.7.0, before issue 30); 1.36 keeps the kubelet's 2.0.0 (no 1.x) so that an unlisted older
+# 2.x (the test bed's Debian-built 2.1) is a warning, not a refusal (docs/decisions.md). 1.35 also lists 2.3.0: every branch RELEASES.md lists for 1.35 (2.2, 2.1,
+# 1.7) is past its end of life by 2026-11-06, and NVIDIA validates containerd 1.8-2.3 with Kubernetes 1.33-1.36
+# (NVIDIA/cloud-native-docs gpu-operator/platform-support.rst at 52dcb7b8, "Containerd 1.8 - 2.3"), so 1.35 would
+# otherwise have no runtime gpustack could install without its own doctor flagging it (docs/decisions.md).
 KUBERNETES_LINES: dict[str, KubernetesLine] = {
-    "1.34": KubernetesLine("1.34", containerd_min="1.7.0", cgroup_v2_required=False, pause="3.10.1",
-                           containerd_recommended=("2.1.3", "2.0.6", "1.7.28")),
-    "1.35": KubernetesLine("1.35", containerd_min="1.7.0", cgroup_v2_required=True, pause="3.10.1",
-                           containerd_recommended=("2.2.0", "2.1.5", "1.7.28")),
+    "1.34": KubernetesLine("1.34", containerd_min="1.7.28", cgroup_v2_required=False, pause="3.10.1",
+                           containerd_recommended=("2.1.3", "2.0.6", "1.7.28"), upgrade_only=True),
+    "1.35": KubernetesLine("1.35", containerd_min="1.7.28", cgroup_v2_required=True, pause="3.10.1",
+                           containerd_recommended=("2.3.0", "2.2.0", "2.1.5", "1.7.28")),
     "1.36": KubernetesLine("1.36", containerd_min="2.0.0", cgroup_v2_required=True, pause="3.10.2",
                            containerd_recommended=("2.3.0", "2.2.0")),
+    # 1.37: kubeadm's PauseVersion 3.10.2 (cmd/kubeadm/app/constants/constants.go at v1.37.2). containerd's
+    # RELEASES.md has no 1.37 row in the newest copy readable here (main 301026e5, 2026-08-22, before 1.37's
+    # release); 2.3 is what NVIDIA validates with 1.37 (NVIDIA/cloud-native-docs#488, "Containerd 1.8 - 2.3") and the
+    # branch RELEASES.md lists first for 1.36. Revisit when RELEASES.md lists 1.37.
+    "1.37": KubernetesLine("1.37", containerd_min="2.0.0", cgroup_v2_required=True, pause="3.10.2",
+                           containerd_recommended=("2.3.0",)),
 }  # fmt: skip
 
 
 def containerd_recommendation(containerd: str, minor: str) -> str:
     """ "" when ``containerd`` is what containerd recommends for Kubernetes ``minor`` (a listed branch at or above
-    its floor, or a branch newer than every listed one); else why not, naming the recommendation."""
+    its floor); else why not, naming the recommendation."""
     line = kubernetes_line(minor)
     floors = line.containerd_recommended
     have = version_tuple(containerd)
@@ -93,9 +112,26 @@ def containerd_recommendation(containerd: str, minor: str) -> str:
             if have >= version_tuple(floor):
                 return ""
             return f"containerd recommends {floor} or newer on the {floor.rsplit('.', 1)[0]} branch for Kubernetes {line.minor} ({listed})"
-    if have[:2] > max(version_tuple(f)[:2] for f in floors):
-        return ""
     return f"containerd {'.'.join(map(str, have[:2]))} is not among containerd's recommendations for Kubernetes {line.minor} ({listed})"
+
+
+def containerd_refusal(containerd: str, minor: str) -> str:
+    """Why the matrix refuses to install ``containerd`` for Kubernetes ``minor`` ("" when it does not): below the
+    floor of a branch RELEASES.md lists for the minor, or a branch newer than every listed one (tested by nobody
+    for that minor). An unlisted branch older than the newest listed one is left to the warning
+    (:func:`containerd_recommendation`) and to the support horizons. Never for an ``upgrade_only`` minor."""
+    line = kubernetes_line(minor)
+    have = version_tuple(containerd)
+    if line.upgrade_only or not line.containerd_recommended or len(have) < 2:
+        return ""
+    listed = ", ".join(f"{f}+" for f in line.containerd_recommended)
+    for floor in line.containerd_recommended:
+        if version_tuple(floor)[:2] == have[:2] and have < version_tuple(floor):
+            return f"containerd {containerd} is below {floor}, the floor containerd's RELEASES.md lists for Kubernetes {line.minor} ({listed})"
+    if have[:2] > max(version_tuple(f)[:2] for f in line.containerd_recommended):
+        return (f"containerd {'.'.join(map(str, have[:2]))} is newer than every branch containerd's RELEASES.md lists "
+                f"for Kubernetes {line.minor} ({listed})")  # fmt: skip
+    return ""
 
 
 PAUSE_IMAGE = "registry.k8s.io/pause:{tag}"
@@ -150,15 +186,18 @@ class GpuOperatorRange:
         return self.kubernetes_min, self.kubernetes_max
 
 
+#: NVIDIA/cloud-native-docs gpu-operator/platform-support.rst for v26.7.0, as amended after the release: #488 (merged
+#: 2026-09-04) raised the upper bound to 1.37 everywhere, #490 (2026-09-08) the Ubuntu 24.04 lower bound from 1.32 to
+#: 1.33, so one range for every OS.
 GPU_OPERATOR_VALIDATED: dict[str, GpuOperatorRange] = {
-    "v26.7.0": GpuOperatorRange("1.33", "1.36", per_os=((("ubuntu", "24.04"), ("1.32", "1.36")),)),
+    "v26.7.0": GpuOperatorRange("1.33", "1.37"),
 }
 
 # --- container runtime -------------------------------------------------------------------
 
 # containerd 2.3, the LTS branch (2026-04-30 .. 2028-04-30, containerd RELEASES.md); 2.3.4 (tag 2026-08-12) is what
-# Kubespray master defaults to (46dbdd39, 2026-08-21). Newer 2.3 patches are known (gpustack/config/horizons.py
-# KNOWN_RELEASES) but have no second checksum source yet.
+# Kubespray master defaults to (46dbdd39, 2026-08-21). 2.3.5 and 2.3.6 are security releases with one checksum source
+# each (gpustack/config/security_releases.py): reported as open security releases, not pinned.
 CONTAINERD_VERSION = "2.3.4"
 # sha256 of https://github.com/containerd/containerd/releases/download/v<v>/containerd-<v>-linux-<arch>.tar.gz
 CONTAINERD_SHA256: dict[str, dict[str, str]] = {
@@ -232,22 +271,31 @@ HELM_SHA256: dict[str, dict[str, str]] = {
     },
 }
 
-#: Where each pinned checksum comes from: two independent sources per download ("3P id N": a third-party public
-#: repository found by the search index, cited by its index id because the index does not name it). Kubespray's
-#: table: kubernetes-sigs/kubespray roles/kubespray_defaults/vars/main/checksums.yml, whose updater reads the
-#: upstream release assets' sha256sum files (scripts/component_hash_update).
+#: Where each pinned checksum comes from: two independent public sources per download. Kubespray's table:
+#: kubernetes-sigs/kubespray roles/kubespray_defaults/vars/main/checksums.yml, whose updater
+#: (scripts/component_hash_update) reads the release assets' own sha256 files, named here so a maintainer can check
+#: them: containerd's ``.../releases/download/v<v>/containerd-<v>-linux-<arch>.tar.gz.sha256sum``, runc's PGP-signed
+#: ``.../releases/download/v<v>/runc.sha256sum``, Helm's ``https://get.helm.sh/helm-v<v>-linux-<arch>.tar.gz.sha256sum``.
 CHECKSUM_SOURCES: dict[tuple[str, str], str] = {
-    ("containerd", "2.3.4"): "Kubespray checksums.yml (master 46dbdd39, 2026-08-21, #13423); 3P ids 69785670388 (both "
-    "arches), 58663545062 and 58519690306 (amd64)",
-    ("containerd", "2.2.7"): "Kubespray checksums.yml; the upstream release page",
-    ("containerd", "2.1.9"): "Kubespray checksums.yml; the upstream release page",
-    ("runc", "1.4.3"): "Kubespray checksums.yml (e15b1f27, 2026-07-14, #13368); 3P ids 69785670388 (both arches) and "
-    "56990304274 (arm64, checked against the PGP-signed runc.sha256sum)",
-    ("runc", "1.3.6"): "Kubespray checksums.yml; the upstream release page",
-    ("helm", "4.3.0"): "no Kubespray entry (it has no Helm 4): independent 3P pins citing get.helm.sh's .sha256sum, "
-    "ids 69382076193, 70112920478, 70074840368 (both arches), 70366098126 (amd64)",
-    ("helm", "4.2.4"): "its release page; Kubespray has no Helm 4",
-    ("helm", "3.18.4"): "Kubespray checksums.yml; the release page",
+    ("containerd", "2.3.4"): "Kubespray checksums.yml (master 46dbdd39, 2026-08-21, #13423); kubernetes/kops pins the "
+    "same two in a test fixture (mockOCIFileRepository, containerd v2.3.4 amd64/arm64); upstream: "
+    "https://github.com/containerd/containerd/releases/download/v2.3.4/containerd-2.3.4-linux-{amd64,arm64}.tar.gz.sha256sum",
+    ("containerd", "2.2.7"): "Kubespray checksums.yml (46dbdd39); upstream: "
+    "https://github.com/containerd/containerd/releases/download/v2.2.7/containerd-2.2.7-linux-{amd64,arm64}.tar.gz.sha256sum",
+    ("containerd", "2.1.9"): "Kubespray checksums.yml (46dbdd39); upstream: "
+    "https://github.com/containerd/containerd/releases/download/v2.1.9/containerd-2.1.9-linux-{amd64,arm64}.tar.gz.sha256sum",
+    ("runc", "1.4.3"): "Kubespray checksums.yml (e15b1f27, 2026-07-14, #13368); kubernetes/kops pins the same two in a "
+    "test fixture (mockOCIFileRepository, runc v1.4.3 amd64/arm64); upstream (PGP-signed): "
+    "https://github.com/opencontainers/runc/releases/download/v1.4.3/runc.sha256sum",
+    ("runc", "1.3.6"): "Kubespray checksums.yml (46dbdd39); upstream (PGP-signed): "
+    "https://github.com/opencontainers/runc/releases/download/v1.3.6/runc.sha256sum",
+    ("helm", "4.3.0"): "no Kubespray entry (it has no Helm 4): upstream "
+    "https://get.helm.sh/helm-v4.3.0-linux-{amd64,arm64}.tar.gz.sha256sum, matched by several independent public "
+    "Dockerfiles that check both with sha256sum --check (GitHub code search: helm-v4.3.0 86584a54)",
+    ("helm", "4.2.4"): "upstream https://get.helm.sh/helm-v4.2.4-linux-{amd64,arm64}.tar.gz.sha256sum; "
+    "https://github.com/helm/helm/releases/tag/v4.2.4; Kubespray has no Helm 4",
+    ("helm", "3.18.4"): "Kubespray checksums.yml (46dbdd39); upstream "
+    "https://get.helm.sh/helm-v3.18.4-linux-{amd64,arm64}.tar.gz.sha256sum",
 }
 
 
@@ -277,6 +325,10 @@ KUBE_PROMETHEUS_STACK_PROMETHEUS = ("88.5.3", "3.14.0")
 #: GPU Operator chart -> the NVIDIA driver it deploys by default (v26.7.0 deployments/gpu-operator/values.yaml
 #: driver.version; gpustack does not override it): its branch (R595) has an end of life (horizons.py).
 GPU_OPERATOR_DRIVER: dict[str, str] = {"v26.7.0": "595.91.07"}
+#: GPU Operator chart -> every driver release it supports (NVIDIA/cloud-native-docs gpu-operator/life-cycle-policy.rst
+#: "GPU Operator Component Matrix" at 52dcb7b8, 2026-08-21: 610.57.04, 595.91.07 (recommended, default), 580.173.02,
+#: 535.309.01). What a driver nearing its end can move to without a newer operator (gpustack/config/advice.py).
+GPU_OPERATOR_DRIVERS: dict[str, tuple[str, ...]] = {"v26.7.0": ("610.57.04", "595.91.07", "580.173.02", "535.309.01")}
 
 # Image digests (sha256 of the multi-arch index), where one could be checked: each agrees across
 # several independent public manifests that pin it (the registries cannot be queried from the

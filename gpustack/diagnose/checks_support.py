@@ -5,7 +5,10 @@ Read from the snapshot, no extra request and no network: each Node's kubelet and
 version and kube-prometheus-stack's (the ``helm.sh/chart`` / ``chart`` label each chart puts on its operator
 Deployment; kube-prometheus-stack judged by the Prometheus it deploys). A component past its end of support, or
 within 90 days of it by a dated source, is a warning that names the nodes and gpustack's way out (``upgrade --to``,
-``upgrade --components``, ``up --only containerd``); a verdict resting on an estimate (a successor's expected
+``upgrade --components``, ``up --only containerd``) when that way out changes something; otherwise the check passes
+and notes it (gpustack/config/advice.py: e.g. the pinned GPU Operator's default driver branch nearing its end with
+no newer branch that operator supports). A known security release of a branch newer than what a node runs
+(gpustack/config/security_releases.py) is a warning naming its CVEs and how to install it; a verdict resting on an estimate (a successor's expected
 month) is not a finding about the cluster and is left to ``gpustack version``. The day is
 :func:`gpustack.config.support.today` (``GPUSTACK_TODAY`` overrides it).
 """
@@ -15,7 +18,7 @@ from __future__ import annotations
 import re
 
 from gpustack.checks.model import Finding
-from gpustack.config import lifecycle, support
+from gpustack.config import advice, lifecycle, support
 from gpustack.diagnose.objects import MAX_LISTED, as_dict, items, labels_of, name_of
 from gpustack.diagnose.registry import register
 from gpustack.diagnose.snapshot import Snapshot
@@ -57,19 +60,34 @@ def support_horizons(snap: Snapshot) -> list[Finding]:
     on = support.today()
     nodes = [as_dict(n) for n in items(snap, "Node")]
     judged = lifecycle.running_support(nodes, chart_versions(snap), on)
+    advised = advice.advise(judged, on)
+    noted_keys = bool(advice.notes(advised))
     out = []
-    for j in lifecycle.warnings(judged):
+    for a in advice.warnings(advised):
+        j = a.judged
         what = f"{j.component} {j.version}" + (f" ({j.branch})" if j.branch and j.branch != j.version else "")
-        head = "past its end of support" if j.status == "past" else "near its end of support"
+        if j.security and a.text.startswith("open security release"):
+            head = f"{what}: {a.text}"
+        else:
+            head = (
+                f"{what} is {'past its end of support' if j.status == 'past' else 'near its end of support'}: {a.text}"
+            )
         note = f" ({j.note})" if j.note else ""
         evidence = f"on {_where(j.where)}; as of {on.isoformat()}; source: {j.source}{note}"
-        out.append(Finding(CHECK, LAYER, "warn", f"{what} is {head}: {j.verdict.text}", evidence=evidence,
-                           fix=lifecycle.upgrade_path(j)))  # fmt: skip
+        if j.security and head.startswith(f"{what}: open security"):
+            evidence += "; " + ", ".join(u for r in j.security for u in r.sources[:2])
+        out.append(Finding(CHECK, LAYER, "warn", head, evidence=evidence, fix=a.fix))
     if out:
         return out
-    known = [j for j in judged if j.status == "supported"]
+    known = [j for j in judged if j.status == "supported" or (noted_keys and j.status in ("ending", "past"))]
     summary = ", ".join(sorted({f"{j.component} {j.branch}" for j in known})) or "no versions read"
-    guessed = [f"{j.component} {j.version}: {j.verdict.text}" for j in lifecycle.warnings(judged, estimates=True)]
-    evidence = f"as of {on.isoformat()}" + (f"; estimated only (see `gpustack version`): {'; '.join(guessed)}"
-                                             if guessed else "")  # fmt: skip
-    return [Finding(CHECK, LAYER, "pass", f"within upstream support for 90+ days: {summary}", evidence=evidence)]
+    noted = [f"{a.judged.component} {a.judged.version}: {a.text}" for a in advice.notes(advised)]
+    guessed = [f"{j.component} {j.version}: {j.verdict.text}" for j in lifecycle.warnings(judged, estimates=True)
+               if j.verdict.estimated]  # fmt: skip
+    evidence = f"as of {on.isoformat()}"
+    if noted:
+        evidence += f"; noted, no action possible yet: {'; '.join(noted)}"
+    if guessed:
+        evidence += f"; estimated only (see `gpustack version`): {'; '.join(guessed)}"
+    title = "nothing to act on (see the notes)" if noted else "within upstream support for 90+ days"
+    return [Finding(CHECK, LAYER, "pass", f"{title}: {summary}", evidence=evidence)]

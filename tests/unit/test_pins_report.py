@@ -24,7 +24,7 @@ def report(*args: str) -> subprocess.CompletedProcess[str]:
 def test_smoke_path_prints_every_pin_and_its_result_line() -> None:
     proc = report("--smoke")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr
-    assert re.search(r"^pins_report: 12 pins, 1 past end of support, 2 ending \(within the warning window\), "
+    assert re.search(r"^pins_report: 13 pins, 2 past end of support, 1 ending \(within the warning window\), "
                      r"2 without a published date; \d+ newer releases known$", proc.stdout, re.M), proc.stdout[-500:]  # fmt: skip
     assert proc.stdout.startswith("gpustack pins on 2026-11-26")
     row = next(line for line in proc.stdout.splitlines() if line.startswith("containerd "))

@@ -57,15 +57,15 @@ def test_old_containerd_refused_with_the_distribution_package() -> None:
     old = {"path": "/usr/bin/containerd", "version": "1.6.20"}
     found = check(facts(containerd=old), kubernetes="1.35", containerd_source="distribution")["P18-containerd"]
     assert found.status == "fail"
-    assert "containerd 1.6.20 is too old for Kubernetes 1.35 (needs 1.7.0 or newer)" in found.summary
+    assert "containerd 1.6.20 is too old for Kubernetes 1.35 (needs 1.7.28 or newer)" in found.summary
     assert "containerd_source: release" in found.fix
     new = {"path": "/usr/bin/containerd", "version": "1.7.28"}
     ok = check(facts(containerd=new), kubernetes="1.35", containerd_source="distribution")["P18-containerd"]
     assert ok.status == "pass"
-    # new enough to run, below containerd's recommendation for 1.35 (1.7.28+ on the 1.7 branch): a warning
+    # below containerd's floor for 1.35 (1.7.28+ on the 1.7 branch): refused since issue 30 (the floor is the minimum)
     below = {"path": "/usr/bin/containerd", "version": "1.7.27"}
-    warned = check(facts(containerd=below), kubernetes="1.35", containerd_source="distribution")["P18-containerd"]
-    assert warned.status == "warn" and "containerd recommends 1.7.28 or newer on the 1.7 branch" in warned.summary
+    refused = check(facts(containerd=below), kubernetes="1.35", containerd_source="distribution")["P18-containerd"]
+    assert refused.status == "fail" and "(needs 1.7.28 or newer)" in refused.summary
 
 
 def test_a_release_containerd_outside_containerds_recommendation_warns() -> None:

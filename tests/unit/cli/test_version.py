@@ -53,8 +53,8 @@ def test_plan_prints_the_pins_and_leaves_the_matrix_and_checksums_to_version(tmp
     assert len(r.stdout.splitlines()) < 110, len(r.stdout.splitlines())
     r = run("version", "-c", "gpustack.yaml", cwd=tmp_path)
     assert "compatibility matrix (the chosen Kubernetes minor)" in r.stdout
-    assert "registry.k8s.io/pause:3.10.2" in r.stdout and ">= 2.0.0 (containerd" in r.stdout
-    assert "2.3.0+," in r.stdout.split() and "2.2.0+)" in r.stdout.split()  # wrapped between words, if at all
+    assert "registry.k8s.io/pause:3.10.2" in r.stdout and ">= 2.0.0, one of" in r.stdout
+    assert "2.3.0+," in r.stdout.split() and "2.2.0+" in r.stdout.split()  # wrapped between words, if at all
     assert pins.CONTAINERD_SHA256[pins.CONTAINERD_VERSION]["amd64"] in r.stdout
 
 
@@ -62,12 +62,12 @@ def test_version_shows_each_pins_end_of_support_and_flags_the_past_ones(tmp_path
     """The table puts the end of support beside each pin and says PAST / ENDING; -o json carries the date, its
     precision, the verdict, the source of the date and the checksums' two sources."""
     today = {"GPUSTACK_TODAY": "2026-11-26"}
-    r = run("version", cwd=tmp_path, env_extra=today)
+    r = run("version", cwd=tmp_path, env_extra={**today, "COLUMNS": "400"})  # one line per row
     assert r.returncode == 0, r.stderr
     table = r.stdout.split("pins on 2026-11-26", 1)[1].split("compatibility matrix", 1)[0]
     lines = {line.split("│")[1].strip(): line for line in table.splitlines() if line.count("│") == 5}
     assert "2028-04-30" in lines["containerd"] and "supported (521 days)" in lines["containerd"]
-    kube_134 = next(line for line in table.splitlines() if "1.34.11" in line)
+    kube_134 = next(line for line in table.splitlines() if "1.34.12" in line)
     assert "2026-10-27" in kube_134 and "PAST END OF SUPPORT (30 days)" in kube_134
     assert "March 2027 (month only)" in lines["nvidia-driver (GPU Operator default)"]
     assert "ENDING" in lines["helm"] and "Helm 4.4.0" in lines["helm"] and "estimate" in lines["helm"]
@@ -77,8 +77,19 @@ def test_version_shows_each_pins_end_of_support_and_flags_the_past_ones(tmp_path
     cd = pins_json["containerd", pins.CONTAINERD_VERSION]
     assert (cd["branch"], cd["ends"], cd["status"], cd["days"]) == ("2.3", "2028-04-30", "supported", 521)
     assert "containerd RELEASES.md" in cd["source"] and "Kubespray" in cd["checksums"]
-    assert pins_json["kubernetes", "1.34.11"]["status"] == "past"
-    assert "schedule.yaml" in pins_json["kubernetes", "1.34.11"]["source"]
+    # the security releases after the pin, named with their CVEs and why they are not pinned (table and JSON)
+    assert "OPEN SECURITY RELEASE 2.3.5, 2.3.6 not pinned" in lines["containerd"]
+    opened = {r["version"]: r for r in cd["open_security_releases"]}
+    assert set(opened) == {"2.3.5", "2.3.6"} and not any(r["pinned"] for r in opened.values())
+    assert (
+        opened["2.3.6"]["fixes"] == ["CVE-2026-53493 (GHSA-pg57-6jwg-q645)"]
+        and opened["2.3.6"]["released"] == "2026-09-24"
+    )
+    assert "CVE-2026-53495 (GHSA-7jxh-36q5-gcqv)" in opened["2.3.5"]["fixes"]
+    assert "one public source" in opened["2.3.6"]["why_not_pinned"]
+    assert "https://github.com/containerd/containerd/releases/tag/v2.3.6" in opened["2.3.6"]["sources"]
+    assert pins_json["kubernetes", "1.34.12"]["status"] == "past"
+    assert "schedule.yaml" in pins_json["kubernetes", "1.34.12"]["source"]
     for p in data["pins"]:
         assert p["source"] and p["ends"] and p["status"] in {"supported", "ending", "past", "unknown"}, p
     assert {o["branch"] for o in data["os"]} == {"ubuntu-22.04", "ubuntu-24.04", "debian-12", "debian-13"}

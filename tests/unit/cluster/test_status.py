@@ -208,7 +208,8 @@ def test_cli_table_json_and_unreachable(fake_api: FakeKubeAPI, tmp_path: Path) -
     state = tmp_path / "state"
     (state / "clusters" / "gpustack").mkdir(parents=True)
     fake_api.write_kubeconfig(state / "clusters" / "gpustack" / "admin.conf")
-    fake_api.seed([node("cp1", cp=True), node("w1"), node("w2")])
+    fake_api.seed([node("cp1", cp=True, containerd="2.3.6"), node("w1", containerd="2.3.6"),
+                   node("w2", containerd="2.3.6")])  # fmt: skip
 
     table = _cli(["status"], state, cfg)
     assert table.returncode == 0, table.stderr
@@ -256,7 +257,9 @@ def test_status_warns_about_an_end_of_life_containerd_and_kubernetes_minor(
 
     s = status.gather(CFG, kube_from_file(fake_api.write_kubeconfig(tmp_path / "kc")))
     by = {(w["component"], w["version"]): w for w in s.support}
-    assert set(by) == {("containerd", "2.2.7"), ("kubernetes", "1.34.11")}, s.support
+    # w2 runs the pinned 2.3.4: in support, but with open security releases (its own warning)
+    assert set(by) == {("containerd", "2.2.7"), ("kubernetes", "1.34.11"), ("containerd", "2.3.4")}, s.support
+    assert by["containerd", "2.3.4"]["status"] == "supported" and by["containerd", "2.3.4"]["where"] == ["w2"]
     cd = by["containerd", "2.2.7"]
     assert cd["status"] == "past" and cd["where"] == ["cp1", "w1"] and cd["ends"] == "2026-11-06" and cd["days"] == -20
     assert "containerd RELEASES.md" in cd["source"] and "`gpustack up --only containerd`" in cd["fix"]
@@ -268,7 +271,7 @@ def test_status_warns_about_an_end_of_life_containerd_and_kubernetes_minor(
     later = status.gather(CFG, kube_from_file(fake_api.write_kubeconfig(tmp_path / "kc")))
     soon = {(w["component"], w["version"]): w["status"] for w in later.support}
     assert soon[("kubernetes", pins.KUBERNETES["1.36"])] == "ending"
-    assert ("containerd", pins.CONTAINERD_VERSION) not in soon
+    assert soon[("containerd", pins.CONTAINERD_VERSION)] == "supported"  # listed for its security releases only
 
 
 def test_status_says_nothing_on_a_supported_cluster(
@@ -276,9 +279,34 @@ def test_status_says_nothing_on_a_supported_cluster(
 ) -> None:
     monkeypatch.setenv("GPUSTACK_STATE_DIR", str(tmp_path))
     monkeypatch.setenv("GPUSTACK_TODAY", "2026-11-26")
-    fake_api.seed([node("cp1", cp=True), node("w1", os_image="Ubuntu 22.04.5 LTS"),
-                   helm_record("gpu-operator", pins.CHARTS["gpu-operator"].version, 1)])  # fmt: skip
+    fake_api.seed([node("cp1", cp=True, containerd="2.3.6"), node("w1", os_image="Ubuntu 22.04.5 LTS",
+                   containerd="2.3.6"), helm_record("gpu-operator", pins.CHARTS["gpu-operator"].version, 1)])  # fmt: skip
     from gpustack.runners.kubeconfig import kube_from_file
 
     s = status.gather(CFG, kube_from_file(fake_api.write_kubeconfig(tmp_path / "kc")))
     assert s.reachable and s.support == []
+
+
+def test_status_warns_about_the_open_containerd_security_release_and_notes_the_driver(
+    fake_api: FakeKubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nodes on the pinned containerd 2.3.4: a warning naming 2.3.5/2.3.6's CVEs and how to install 2.3.6; in
+    December the operator's R595 driver nearing March 2027 is a note without a fix (no newer branch that
+    GPU Operator v26.7.0 supports is in support), never a warning."""
+    monkeypatch.setenv("GPUSTACK_STATE_DIR", str(tmp_path))
+    monkeypatch.setenv("GPUSTACK_TODAY", "2026-12-15")
+    gpu = node("w1")
+    gpu["metadata"]["labels"]["nvidia.com/cuda.driver-version.full"] = "595.91.07"
+    fake_api.seed([node("cp1", cp=True), gpu, helm_record("gpu-operator", pins.CHARTS["gpu-operator"].version, 1)])
+    from gpustack.runners.kubeconfig import kube_from_file
+
+    s = status.gather(CFG, kube_from_file(fake_api.write_kubeconfig(tmp_path / "kc")))
+    by = {w["component"]: w for w in s.support}
+    assert set(by) == {"containerd", "nvidia-driver"}, s.support
+    cd = by["containerd"]
+    assert cd["level"] == "warn" and cd["version"] == pins.CONTAINERD_VERSION and cd["where"] == ["cp1", "w1"]
+    assert [r["version"] for r in cd["open_security_releases"]] == ["2.3.5", "2.3.6"]
+    assert "CVE-2026-53493" in cd["advice"] and "versions.containerd: 2.3.6" in cd["fix"]
+    drv = by["nvidia-driver"]
+    assert drv["level"] == "info" and drv["fix"] == "" and drv["status"] == "ending"
+    assert "reinstall 595.91.07" in drv["advice"]

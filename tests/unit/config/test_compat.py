@@ -47,6 +47,7 @@ def test_every_pinned_minor_has_a_matrix_line_and_the_defaults_pass() -> None:
 
 def test_matrix_facts() -> None:
     assert pins.KUBERNETES_LINES["1.36"].containerd_min == "2.0.0"  # 1.35 was the last minor with containerd 1.x
+    assert pins.KUBERNETES_LINES["1.35"].containerd_min == "1.7.28"  # RELEASES.md's 1.7 floor for 1.35
     assert pins.KUBERNETES_LINES["1.35"].cgroup_v2_required and not pins.KUBERNETES_LINES["1.34"].cgroup_v2_required
     assert compat.sandbox_image(cfg(kubernetes="1.36")) == "registry.k8s.io/pause:3.10.2"
     assert compat.sandbox_image(cfg(kubernetes="1.35")) == "registry.k8s.io/pause:3.10.1"
@@ -58,7 +59,11 @@ def test_matrix_facts() -> None:
     }
     # no OS archive ships a containerd 2: the distribution's package is never allowed for 1.36
     assert compat.distribution_allowed("1.36") == []
-    assert {o.name for o in compat.distribution_allowed("1.35")} == {
+    # 1.7 is past its end of support (September 2026): the OS's own containerd is allowed nowhere any more
+    assert compat.distribution_allowed("1.35") == []
+    from datetime import date
+
+    assert {o.name for o in compat.distribution_allowed("1.35", date(2026, 8, 1))} == {
         "Ubuntu 22.04 LTS",
         "Ubuntu 24.04 LTS",
         "Debian 13",
@@ -73,9 +78,13 @@ def test_version_tuple(version: str, expected: tuple[int, ...]) -> None:
     assert pins.version_tuple(version) == expected
 
 
-def test_gpu_operator_range_per_os() -> None:
-    assert pins.gpu_operator_supports("v26.7.0", "1.36") is True
+def test_gpu_operator_range_per_os(monkeypatch: pytest.MonkeyPatch) -> None:
+    """v26.7.0 as amended (cloud-native-docs #488, #490): 1.33-1.37 on every OS; the per-OS mechanism still works."""
+    assert pins.gpu_operator_supports("v26.7.0", "1.37") is True and pins.gpu_operator_supports("v26.7.0", "1.36")
     assert pins.gpu_operator_supports("v26.7.0", "1.32") is False
+    assert pins.gpu_operator_supports("v26.7.0", "1.32", "ubuntu", "24.04") is False  # #490 raised it to 1.33
+    wider = pins.GpuOperatorRange("1.33", "1.37", per_os=((("ubuntu", "24.04"), ("1.32", "1.37")),))
+    monkeypatch.setitem(pins.GPU_OPERATOR_VALIDATED, "v26.7.0", wider)
     assert pins.gpu_operator_supports("v26.7.0", "1.32", "ubuntu", "24.04") is True
     assert pins.gpu_operator_supports("v99.0.0", "1.36") is None
 
@@ -86,10 +95,34 @@ def test_distribution_containerd_refused_for_1_36(tmp_path: Path) -> None:
     assert "Debian 12 1.6" in msg
 
 
-def test_distribution_containerd_allowed_for_1_35(tmp_path: Path) -> None:
+def test_distribution_containerd_refused_once_its_branch_is_past(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ubuntu's and Debian 13's containerd 1.7 ran Kubernetes 1.35, but 1.7 is past its end of support since
+    September 2026 (containerd RELEASES.md): gpustack never installs a runtime its own doctor flags."""
+    text = GOOD + "versions:\n  kubernetes: '1.35'\n  containerd_source: distribution\n"
+    msg = err(tmp_path, text)
+    assert "versions.containerd_source: Kubernetes 1.35 needs containerd 1.7.28 or newer on a branch still in" in msg
+    monkeypatch.setenv("GPUSTACK_TODAY", "2026-08-01")  # before 1.7's end: allowed
     p = tmp_path / "gpustack.yaml"
-    p.write_text(GOOD + "versions:\n  kubernetes: '1.35'\n  containerd_source: distribution\n", encoding="utf-8")
+    p.write_text(text, encoding="utf-8")
     assert load(p, environ={}, cwd=tmp_path).config.versions.containerd_source == "distribution"
+
+
+@pytest.mark.parametrize(
+    ("minor", "containerd", "refused"),
+    [("1.36", "2.4.0", "newer than every branch"), ("1.35", "2.4.0", "newer than every branch"),
+     ("1.35", "1.7.27", "too old"), ("1.35", "2.3.4", ""), ("1.36", "2.2.7", ""),
+     ("1.34", "2.3.4", ""),  # upgrade-only: what the cluster runs is not refused
+     ("1.34", "2.4.0", "")],
+)  # fmt: skip
+def test_the_matrix_refuses_what_containerds_releases_md_does_not_list(
+    minor: str, containerd: str, refused: str
+) -> None:
+    sums = {"amd64": "0" * 64, "arm64": "0" * 64}
+    problems = [p.message for p in compat.config_problems(cfg(kubernetes=minor, containerd=containerd,
+                                                                containerd_sha256=sums))]  # fmt: skip
+    assert [m for m in problems if refused and refused in m] if refused else problems == [], problems
 
 
 def test_too_old_containerd_refused(tmp_path: Path) -> None:
@@ -139,14 +172,15 @@ def test_matrix_rows_for_the_chosen_version() -> None:
     assert len(rows) == 1
     minor, patch, containerd, cgroup, sandbox, operator, oses = rows[0]
     assert (minor, patch, cgroup) == ("1.35", pins.KUBERNETES["1.35"], "required")
-    assert containerd == ">= 1.7.0 (containerd recommends 2.2.0+, 2.1.5+, 1.7.28+)"
+    assert containerd == (">= 1.7.28, one of 2.3.0+, 2.2.0+, 2.1.5+, 1.7.28+ (containerd RELEASES.md; newer branches "
+                          "refused)")  # fmt: skip
     assert sandbox == "registry.k8s.io/pause:3.10.1" and operator.startswith("v26.7.0: yes")
     # every supported OS, with containerd from the release archives; the OS's own containerd only where new enough
     assert oses.startswith("Ubuntu 22.04 LTS, Ubuntu 24.04 LTS, Debian 12, Debian 13: all, with containerd from")
     assert (
-        "(containerd_source: distribution): Ubuntu 22.04 LTS, Ubuntu 24.04 LTS, Debian 13 (Debian 12's 1.6: too old)"
-        in oses
-    )
+        "(containerd_source: distribution): none (not: Ubuntu 22.04 LTS's 1.7: past its end of support, Ubuntu 24.04 "
+        "LTS's 1.7: past its end of support, Debian 12's 1.6, Debian 13's 1.7: past its end of support)" in oses
+    ), oses
     default = compat.matrix_rows(cfg())[0][-1]  # Kubernetes 1.36: no OS ships a containerd 2, and none is unsupported
     assert ": all, with containerd from the release archives (the default)" in default
     assert "(containerd_source: distribution): none (" in default and "(own containerd" not in default
@@ -184,5 +218,5 @@ def test_an_estimate_already_past_is_not_read_as_due() -> None:
     from datetime import date
 
     rows = {row[0]: row for row in compat.pin_rows(None, date(2026, 11, 26))}
-    assert rows["kube-prometheus-stack"][3] == "ENDING (the expected date has passed: check upstream)"
+    assert rows["runc"][3].startswith("supported (") and "estimate" not in rows["runc"][3]
     assert rows["helm"][3].startswith("ENDING (") and "days, estimate)" in rows["helm"][3]  # still ahead: days

@@ -196,7 +196,7 @@ def test_unreadable_file(tmp_path: Path) -> None:
 
 def test_env_overrides_file(tmp_path: Path) -> None:
     loaded = load(write(tmp_path, GOOD), environ={"GPUSTACK_VERSIONS__KUBERNETES": "1.34"}, cwd=tmp_path)
-    assert loaded.config.versions.kubernetes == "1.34.11"
+    assert loaded.config.versions.kubernetes == pins.KUBERNETES["1.34"]
     assert loaded.provenance["versions.kubernetes"] == "env"
 
 

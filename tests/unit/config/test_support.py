@@ -53,16 +53,21 @@ def test_every_pin_has_a_horizon_with_a_source() -> None:
 
 
 def test_every_pinned_checksum_names_two_independent_sources() -> None:
+    """Two public sources per pinned checksum, each one a maintainer can follow: no private index ids (issue 30)."""
     for component, table in (("containerd", pins.CONTAINERD_SHA256), ("runc", pins.RUNC_SHA256),
                              ("helm", pins.HELM_SHA256)):  # fmt: skip
         for version in table:
             source = pins.CHECKSUM_SOURCES[component, version]
             assert ";" in source or "," in source, f"{component} {version}: two sources"
+            assert "3P id" not in source and not re.search(r"\b\d{11}\b", source), source
+            assert "https://" in source and version in source, f"{component} {version}: the upstream sha256 file"
     for component, version in (("containerd", pins.CONTAINERD_VERSION), ("runc", pins.RUNC_VERSION)):
-        assert "Kubespray" in pins.CHECKSUM_SOURCES[component, version] and "3P id" in pins.CHECKSUM_SOURCES[
+        assert "Kubespray" in pins.CHECKSUM_SOURCES[component, version] and "kubernetes/kops" in pins.CHECKSUM_SOURCES[
             component, version]  # fmt: skip
-    helm = pins.CHECKSUM_SOURCES["helm", pins.HELM_VERSION]  # no Kubespray entry: independent third-party pins
-    assert len(re.findall(r"\b\d{11}\b", helm)) >= 2 and "get.helm.sh" in helm
+    helm = pins.CHECKSUM_SOURCES["helm", pins.HELM_VERSION]  # no Kubespray entry: upstream plus independent pins
+    assert "get.helm.sh" in helm and "independent" in helm
+    for k in horizons.KNOWN_RELEASES:
+        assert "3P id" not in k.source and not re.search(r"\b\d{11}\b", k.source + k.why_not_pinned), k
 
 
 def test_the_pins_are_on_supported_branches_today() -> None:
@@ -128,7 +133,9 @@ def test_ended_and_none() -> None:
         ("gpu-operator", "v25.3.4", "25.3", "past"),
         ("prometheus", "3.13.2", "3.13", "supported"),
         ("prometheus", "3.9.1", "3.9", "past"),
-        ("helm", "3.18.4", "3", "ending"),  # security fixes until 2027-02-10, for the final Helm 3 minor only
+        ("helm", "3.18.4", "3.18", "past"),  # no fixes since the final Helm 3 minor (2026-09-09)
+        ("helm", "3.22.0", "3", "ending"),  # security fixes until 2027-02-10, for the final Helm 3 minor only
+        ("prometheus", "3.14.0", "3.14", "past"),  # not an LTS: 2026-08-17 + 6 weeks
         ("containerd", "", "", "unknown"),
     ],
 )
@@ -158,8 +165,8 @@ def test_node_versions_read_every_field_gpustack_judges() -> None:
 
 
 def test_upgrade_paths_name_the_commands_gpustack_offers() -> None:
-    j = lifecycle.judge("kubernetes", "1.34.11", DAY)
-    assert lifecycle.upgrade_path(j) == "`gpustack upgrade --to 1.35` (one minor at a time, then 1.36)"
+    j = lifecycle.judge("kubernetes", "1.34.12", DAY)
+    assert lifecycle.upgrade_path(j) == "`gpustack upgrade --to 1.35` (one minor at a time, then 1.36, 1.37)"
     assert "upgrade --components" in lifecycle.upgrade_path(lifecycle.judge("gpu-operator", "v25.10.1", DAY))
     assert "up --only containerd" in lifecycle.upgrade_path(lifecycle.judge("containerd", "2.2.7", DAY))
     assert "R580 LTSB" in lifecycle.upgrade_path(lifecycle.judge("nvidia-driver", "570.1.2", DAY))

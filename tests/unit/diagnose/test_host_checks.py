@@ -357,15 +357,21 @@ def test_kubelet_1_34_on_cgroup_v1_is_a_warning() -> None:
     assert f.status == "warn" and "deprecated" in f.summary
 
 
-def test_c04_warns_below_containerds_recommendation() -> None:
-    """containerd 1.7.24 runs the kubelet 1.35, but containerd recommends 1.7.28+ on its 1.7 branch for 1.35
-    (RELEASES.md): a warning with the way out, not a failure."""
+def test_c04_below_containerds_floor_fails_and_an_unlisted_branch_warns() -> None:
+    """containerd 1.7.24 with the kubelet 1.35: below 1.7.28, the floor RELEASES.md lists on its 1.7 branch for 1.35,
+    which is gpustack's minimum since issue 30: a failure with the way out. 2.1.9 with the kubelet 1.36 (a branch
+    RELEASES.md does not list for 1.36, older than the listed ones): a warning."""
     host = facts(
         containerd={**HEALTHY["containerd"], "version": "1.7.24", "config_version": 2}, kubelet_version="1.35.9"
     )
     (f,) = [f for f in run(Snapshot(hosts={"h": host})) if f.id == "C04-containerd-version"]
-    assert f.status == "warn" and "containerd recommends 1.7.28 or newer on the 1.7 branch" in f.summary
+    assert (
+        f.status == "fail" and "containerd 1.7.24 is too old for Kubernetes 1.35 (needs 1.7.28 or newer)" in f.summary
+    )
     assert "gpustack up --only containerd" in f.fix
+    host = facts(containerd={**HEALTHY["containerd"], "version": "2.1.9"}, kubelet_version="1.36.5")
+    (f,) = [f for f in run(Snapshot(hosts={"h": host})) if f.id == "C04-containerd-version"]
+    assert f.status == "warn" and "containerd 2.1 is not among containerd's recommendations" in f.summary
 
 
 def test_without_host_facts_a_check_says_it_did_not_run() -> None:

@@ -40,7 +40,10 @@ def test_healthy_shared_clusters_pass(fake_api: FakeKubeAPI, kubeconfig: Path, n
     if mode == "single":  # GFD counts MIG devices as GPUs then: the physical GPUs come from the host facts
         s.hosts = {n["metadata"]["name"]: {"nvidia_pci_devices": [{"device_id": ss.H100}] * sc.GPUS} for n in s.nodes()}
     found = checks(fake_api, kubeconfig, s)
-    assert [f for fs in found.values() for f in fs if f.status not in ("pass", "skip")] == []
+    # K10 warns on every cluster on the pinned containerd 2.3.4 (its open security releases 2.3.5/2.3.6, issue 30;
+    # tests/unit/diagnose/test_support_check.py): not a sharing finding
+    assert [f for fs in found.values() for f in fs if f.status not in ("pass", "skip")
+            and not (f.id == "K10-support-horizons" and "open security release" in f.summary)] == []  # fmt: skip
     assert all(f.status == "pass" for c in SHARING for f in found[c])
     assert all(found[c] for c in SHARING)
     # G15 computed what the node must advertise (a pass from an evaluation, not from missing data)
