@@ -163,7 +163,8 @@ def main() -> int:
     ap.add_argument("--smoke", action="store_true", help="size 1, one run (CI)")
     args = ap.parse_args()
     # a killed run stops its control plane too (the `with` blocks' cleanup runs on SystemExit, not on a bare SIGTERM)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    # (a second SIGTERM, as `timeout` and `pkill -f` together send, is ignored: it would cut that cleanup short)
+    signal.signal(signal.SIGTERM, lambda *_: (signal.signal(signal.SIGTERM, signal.SIG_IGN), sys.exit(143)))
     if args.smoke:
         args.sizes, args.repeat = "1", 1
     sizes = [int(s) for s in args.sizes.split(",")]
