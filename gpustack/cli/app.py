@@ -22,6 +22,7 @@ from gpustack import __version__
 from gpustack.cli import (
     bundle,
     doctor,
+    etcd,
     grafana_password,
     init,
     node,
@@ -85,7 +86,7 @@ _help_as_users_read_it()
 
 #: The commands in the order a user needs them (`gpustack --help`): set up, prove, operate, then the rest.
 ORDER = (
-    "init", "plan", "up", "verify", "doctor", "status", "node", "upgrade", "reset", "diag", "health", "report",
+    "init", "plan", "up", "verify", "doctor", "status", "node", "upgrade", "etcd", "reset", "diag", "health", "report",
     "bundle", "render", "version", "grafana-password",
 )  # fmt: skip
 
@@ -145,6 +146,7 @@ app.add_typer(node.node_app, name="node", short_help="Add nodes to, or remove th
 app.command("upgrade", short_help="Kubernetes one minor up, or the Helm components", epilog=upgrade.EXAMPLES)(
     upgrade.upgrade
 )
+app.add_typer(etcd.etcd_app, name="etcd", short_help="etcd snapshots: take one now, or restore one")
 app.command("reset", short_help="Tear the cluster (or some nodes) down", epilog=reset.EXAMPLES)(reset.reset)
 app.command("diag", short_help="NVIDIA DCGM diagnostics on the GPU nodes", epilog=diag_cmd.EXAMPLES)(diag_cmd.diag)
 app.add_typer(health_cmd.health_app, name="health", short_help="GPU fault quarantine by NVIDIA's XID catalogue")

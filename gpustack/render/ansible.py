@@ -19,6 +19,7 @@ from gpustack.config import compat, pins
 from gpustack.config.model import Config, Node
 from gpustack.constants import LOCAL_STORAGE_PATH
 from gpustack.paths import state_dir
+from gpustack.render.etcd import etcd_vars
 from gpustack.render.flannel import flannel_manifest
 from gpustack.render.kubeadm import api_endpoint, render_init_config
 from gpustack.render.values import uses_local_storage
@@ -233,4 +234,5 @@ def extravars(cfg: Config, *, kubeconfig_dest: Path, controller_bin_dir: Path | 
         "gpustack_controller_bin_dir": str(controller_bin_dir or state_dir() / "bin"),
     }
     ev.update(runtime_vars(cfg))
+    ev.update(etcd_vars(cfg))
     return ev
