@@ -8,6 +8,9 @@ from ansible.module_utils.gpustack_etcd import (
     SNAPSHOT_DIR,
     SnapshotError,
     crictl_etcdctl,
+    etcdctl_argv,
+    member_health,
+    quorum_problems,
     take_snapshot,
 )
 
@@ -47,6 +50,14 @@ options:
     description: An etcdctl on the host; empty to use the etcd container's through crictl.
     type: str
     default: ""
+  removing:
+    description: >-
+      Nodes (C([{name, address}])) whose etcd members are about to be removed (gpustack node remove): before the
+      snapshot, etcd's own member health (C(member list), C(endpoint health --cluster)) must leave a majority
+      healthy after their removal, else the module fails and nothing is taken or changed.
+    type: list
+    elements: dict
+    default: []
 author: gpustack
 """
 
@@ -58,6 +69,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+etcd_members:
+  description: With C(removing), each etcd member (id in hex, name, hosts, healthy).
+  type: list
+  returned: always
 snapshot:
   description: path, name, size, sha256, copy (the copy's path or empty) and removed (pruned files).
   type: dict
@@ -78,11 +93,12 @@ def main() -> None:
             "copy_to": {"type": "str", "default": ""},
             "data_dir": {"type": "str", "default": DATA_DIR},
             "etcdctl": {"type": "str", "default": ""},
+            "removing": {"type": "list", "elements": "dict", "default": []},
         },
         supports_check_mode=True,
     )
     p = module.params
-    if module.check_mode:
+    if module.check_mode and not p["removing"]:
         module.exit_json(changed=False, snapshot={})
     if p["keep"] < 1:
         module.fail_json(msg="keep must be 1 or more")
@@ -93,11 +109,25 @@ def main() -> None:
 
     try:
         etcdctl = [p["etcdctl"]] if p["etcdctl"] else crictl_etcdctl(run, module.get_bin_path("crictl") or "crictl")
+        members: list = []
+        if p["removing"]:
+            rc, listed, err = run(etcdctl_argv(etcdctl, "member", "list", "--write-out=json"))
+            if rc != 0:  # a linearizable read: it fails without quorum
+                raise SnapshotError(
+                    f"etcdctl member list failed (etcd without quorum?): {(err or listed).strip()[-300:]}"
+                )
+            _, health, _ = run(etcdctl_argv(etcdctl, "endpoint", "health", "--cluster", "--write-out=json"))
+            members = member_health(listed, health)
+            problems = quorum_problems(members, p["removing"])
+            if problems:
+                module.fail_json(msg="; ".join(problems), etcd_members=members)
+        if module.check_mode:
+            module.exit_json(changed=False, snapshot={}, etcd_members=members)
         snap = take_snapshot(run, etcdctl, node=p["node"], data_dir=p["data_dir"], dest_dir=p["directory"],
                              keep=p["keep"], copy_to=p["copy_to"])  # fmt: skip
     except (SnapshotError, OSError, subprocess.SubprocessError) as exc:
         module.fail_json(msg=f"etcd snapshot failed: {exc}")
-    module.exit_json(changed=True, snapshot=snap)
+    module.exit_json(changed=True, snapshot=snap, etcd_members=members)
 
 
 if __name__ == "__main__":

@@ -214,6 +214,46 @@ def parse_endpoint_health(out: str) -> list[dict]:
     ]  # fmt: skip
 
 
+def _host(url: str) -> str:
+    rest = url.split("://", 1)[-1]
+    return rest.rsplit(":", 1)[0].strip("[]") if ":" in rest else rest
+
+
+def member_health(member_list: str, health: str) -> list[dict]:
+    """``etcdctl member list -w json`` and ``endpoint health --cluster -w json`` -> each member with ``healthy``
+    (its client URL answered the health check; a member that never started has no client URL: unhealthy).
+    etcd prints member IDs as unsigned 64-bit decimals; kept as hex, as ``member remove`` takes them."""
+    try:
+        members = json.loads(member_list or "{}").get("members") or []
+    except (ValueError, AttributeError):
+        raise SnapshotError("etcdctl member list did not print JSON") from None
+    ok = {e["endpoint"] for e in parse_endpoint_health(health) if e["health"]}
+    return [
+        {"id": format(int(m.get("ID", 0)), "x"), "name": str(m.get("name") or ""),
+         "hosts": sorted({_host(u) for u in (m.get("peerURLs") or []) + (m.get("clientURLs") or [])}),
+         "healthy": any(u in ok for u in m.get("clientURLs") or [])}
+        for m in members if isinstance(m, dict)
+    ]  # fmt: skip
+
+
+def quorum_problems(members: Sequence[dict], removing: Sequence[dict]) -> list[str]:
+    """Why removing the etcd members of ``removing`` (``[{name, address}]``) is refused, judged from etcd's own
+    member health (:func:`member_health`): ``member remove`` needs a majority of the members healthy now, and the
+    members left need a majority of themselves healthy. Empty: allowed."""
+    names = {str(r["name"]) for r in removing}
+    addresses = {str(r["address"]) for r in removing}
+    going = [m for m in members if m["name"] in names or set(m["hosts"]) & addresses]
+    total, healthy = len(members), sum(1 for m in members if m["healthy"])
+    sick = sorted(m["name"] or m["id"] for m in members if not m["healthy"])
+    if total and healthy < total // 2 + 1:
+        return [f"etcd has no quorum: {healthy} of {total} members are healthy (unhealthy: {', '.join(sick)})"]
+    after, healthy_after = total - len(going), healthy - sum(1 for m in going if m["healthy"])
+    if going and after and healthy_after < after // 2 + 1:
+        return [f"removing {', '.join(m['name'] for m in going)} would leave {healthy_after} healthy of {after} etcd "
+                f"members, less than a majority (unhealthy: {', '.join(s for s in sick if s not in names)})"]  # fmt: skip
+    return []
+
+
 def _run(argv: Sequence[str]) -> tuple[int, str, str]:
     try:
         p = subprocess.run(list(argv), capture_output=True, text=True, timeout=TIMEOUT, check=False)

@@ -192,7 +192,12 @@ def test_restore_into_three_members_brings_every_object_back(snapshotted: tuple,
     etcd_args, api_args = list(cp.processes["etcd"].args), list(cp.processes["kube-apiserver"].args)  # type: ignore[arg-type]
     stop(cp, "kube-apiserver")
     stop(cp, "etcd")
-    members = [(f"m{i}", free_port(), free_port(), free_port()) for i in range(3)]  # name, client, peer, metrics
+    ports: list[int] = []
+    while len(ports) < 9:  # nine distinct ports (free_port may hand out one twice)
+        port = free_port()
+        if port not in ports and port not in vars(cp.ports).values():
+            ports.append(port)
+    members = [(f"m{i}", *ports[3 * i : 3 * i + 3]) for i in range(3)]  # name, client, peer, metrics
     cluster = ",".join(f"{n}=https://{kp.LOOPBACK}:{peer}" for n, _, peer, _ in members)
     for n, _, peer, _ in members:
         rc, _, err = run(etcd.restore_argv([str(binary("etcdutl"))], snap["path"], name=n,
@@ -216,3 +221,15 @@ def test_restore_into_three_members_brings_every_object_back(snapshotted: tuple,
     assert rc == 0, err
     health = etcd.parse_endpoint_health(out)
     assert len(health) == 3 and all(h["health"] for h in health)
+    # node remove's quorum rule on etcd's own answers: with one member down, removing another healthy one is refused
+    first = [str(binary("etcdctl"))]
+    stop(cp, "etcd-m2")
+    rc, listed, err = run(etcd.etcdctl_argv(first, "member", "list", "--write-out=json", **tls(cp, members[0][1])))
+    assert rc == 0, err
+    _, out, _ = run(etcd.etcdctl_argv(first, "endpoint", "health", "--cluster", "--write-out=json",
+                                      **tls(cp, members[0][1])))  # fmt: skip
+    state = etcd.member_health(listed, out)
+    assert {m["name"]: m["healthy"] for m in state} == {"m0": True, "m1": True, "m2": False}
+    assert etcd.quorum_problems(state, [{"name": "m2", "address": "192.0.2.99"}]) == []
+    refused = etcd.quorum_problems(state, [{"name": "m1", "address": "192.0.2.99"}])
+    assert refused and "would leave 1 healthy of 2 etcd members" in refused[0]

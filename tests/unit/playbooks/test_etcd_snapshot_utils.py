@@ -149,3 +149,45 @@ def test_the_timer_script_reports_a_failure_with_exit_1(etcd: ModuleType, tmp_pa
     rc = etcd.main(["--node", "n", "--dir", str(tmp_path / "k"), "--etcdctl", str(tmp_path / "no-such-etcdctl")])
     assert rc == 1
     assert "etcd snapshot failed" in capsys.readouterr().err
+
+
+MEMBERS = (
+    '{"members":['
+    '{"ID":12345678901234567890,"name":"cp1","peerURLs":["https://10.0.0.1:2380"],"clientURLs":["https://10.0.0.1:2379"]},'
+    '{"ID":2,"name":"cp2","peerURLs":["https://10.0.0.2:2380"],"clientURLs":["https://10.0.0.2:2379"]},'
+    '{"ID":3,"name":"cp3","peerURLs":["https://10.0.0.3:2380"],"clientURLs":["https://10.0.0.3:2379"]}]}'
+)
+
+
+def health(*down: str) -> str:
+    return "[" + ",".join(
+        f'{{"endpoint":"https://10.0.0.{i}:2379","health":{"false" if f"cp{i}" in down else "true"}}}' for i in (1, 2, 3)
+    ) + "]"  # fmt: skip
+
+
+def test_member_health_joins_members_and_endpoints(etcd: ModuleType) -> None:
+    members = etcd.member_health(MEMBERS, health("cp3"))
+    assert members[0] == {"id": "ab54a98ceb1f0ad2", "name": "cp1", "hosts": ["10.0.0.1"], "healthy": True}
+    assert [m["healthy"] for m in members] == [True, True, False]
+    with pytest.raises(etcd.SnapshotError, match="did not print JSON"):
+        etcd.member_health("Error: context deadline exceeded", "")
+
+
+@pytest.mark.parametrize(
+    ("down", "removing", "problem"),
+    [
+        ((), [{"name": "cp3", "address": "10.0.0.3"}], None),
+        (("cp3",), [{"name": "cp3", "address": "10.0.0.3"}], None),  # the dead one goes: 2 of 2 healthy
+        (("cp3",), [{"name": "cp2", "address": "10.0.0.2"}], "would leave 1 healthy of 2 etcd members"),
+        (("cp2", "cp3"), [{"name": "cp3", "address": "10.0.0.3"}], "etcd has no quorum: 1 of 3 members"),
+        ((), [{"name": "renamed", "address": "10.0.0.1"}], None),  # matched by address
+    ],
+)
+def test_quorum_is_judged_from_etcds_own_health(
+    etcd: ModuleType, down: tuple, removing: list, problem: str | None
+) -> None:
+    problems = etcd.quorum_problems(etcd.member_health(MEMBERS, health(*down)), removing)
+    if problem is None:
+        assert problems == []
+    else:
+        assert len(problems) == 1 and problem in problems[0]
