@@ -56,7 +56,8 @@ STAGES: tuple[Stage, ...] = (
         "control-plane",
         "control-plane removals only (a worker's removal leaves etcd's members alone), on a control plane that "
         "stays: etcd's own member health first (etcdctl member list, endpoint health --cluster): refused, nothing "
-        "changed, unless a majority of the members stays healthy after the removal; then " + etcd_snapshot.STAGE.changes.split(": ", 1)[1],
+        "changed, unless a majority of the members stays healthy after the removal; then "
+        + etcd_snapshot.STAGE.changes.split(": ", 1)[1],
     ),
     Stage(
         "drain",
