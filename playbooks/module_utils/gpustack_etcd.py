@@ -254,6 +254,53 @@ def quorum_problems(members: Sequence[dict], removing: Sequence[dict]) -> list[s
     return []
 
 
+#: kubeadm's etcd static pod manifest: present on a control plane with stacked etcd
+MANIFEST = "/etc/kubernetes/manifests/etcd.yaml"
+#: etcdserverpb AlarmType (etcd ``api/etcdserverpb/rpc.proto``)
+ALARMS = {0: "NONE", 1: "NOSPACE", 2: "CORRUPT"}
+
+
+def parse_status(status_out: str, alarms_out: str) -> dict:
+    """``etcdctl endpoint status -w json`` and ``alarm list -w json`` (etcd 3.6: ``dbSize``, ``dbSizeInUse``,
+    ``dbSizeQuota`` in each endpoint's ``Status``; ``alarms: [{memberID, alarm}]``) -> doctor's etcd facts."""
+    out: dict = {}
+    try:
+        status = (json.loads(status_out or "[]") or [{}])[0].get("Status") or {}
+    except (ValueError, AttributeError, IndexError):
+        status = {}
+    for key, name in (("dbSize", "db_size"), ("dbSizeInUse", "db_size_in_use"), ("dbSizeQuota", "quota")):
+        if isinstance(status.get(key), int):
+            out[name] = status[key]
+    if status.get("version"):
+        out["version"] = str(status["version"])
+    try:
+        raw = json.loads(alarms_out or "{}").get("alarms") or []
+    except (ValueError, AttributeError):
+        raw = []
+    out["alarms"] = sorted({ALARMS.get(a.get("alarm"), str(a.get("alarm"))) for a in raw if isinstance(a, dict)})
+    return out
+
+
+def collect_etcd(run: Run, exists: Callable[[str], bool], crictl: str = "crictl") -> dict | None:
+    """doctor's facts on a control plane (None elsewhere): database size, in use, quota, alarms, and the newest
+    snapshot in /var/lib/gpustack/etcd-snapshots; ``error`` when etcd could not be asked."""
+    if not exists(MANIFEST):
+        return None
+    out: dict = {"newest_snapshot": newest(SNAPSHOT_DIR)}
+    try:
+        etcdctl = crictl_etcdctl(run, crictl)
+    except SnapshotError as exc:
+        out["error"] = str(exc)
+        return out
+    rc, status_out, err = run(etcdctl_argv(etcdctl, "endpoint", "status", "--write-out=json"))
+    if rc != 0:
+        out["error"] = f"etcdctl endpoint status failed ({rc}): {(err or status_out).strip()[-300:]}"
+        return out
+    _, alarms_out, _ = run(etcdctl_argv(etcdctl, "alarm", "list", "--write-out=json"))
+    out.update(parse_status(status_out, alarms_out))
+    return out
+
+
 def _run(argv: Sequence[str]) -> tuple[int, str, str]:
     try:
         p = subprocess.run(list(argv), capture_output=True, text=True, timeout=TIMEOUT, check=False)
