@@ -103,3 +103,45 @@ def test_the_etcd_snapshot_plan() -> None:
     assert set(plan.extravars) == set(etcd_snapshot.EXTRAVARS)
     play = (Path(__file__).resolve().parents[3] / "playbooks" / "etcd.yml").read_text()
     assert "- name: etcd-snapshot" in play and "tags: [etcd-snapshot]" in play
+
+
+def test_gpustack_etcd_snapshot_names_the_file_it_brought_here(state: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The command through the one engine, the playbook replaced by what the role's fetch leaves on this machine."""
+    import io
+    from typing import Any
+
+    from gpustack.commands import etcd as etcd_cmd
+    from gpustack.console import Console
+    from gpustack.engine import run as engine_run
+    from gpustack.engine.steps import StageSummary
+
+    cfg = Config.model_validate({"nodes": [{"name": "cp1", "address": "192.0.2.10", "role": "control-plane",
+                                            "connection": "local"}]})  # fmt: skip
+    seen: dict[str, Any] = {}
+
+    def ansible(plan: Any, stages: list, cfg_: Config, opts: Any, *a: Any, **kw: Any) -> Any:
+        seen.update(stages=[s.id for s in stages], extravars=dict(opts.extravars))
+        dest = Path(opts.extravars["gpustack_etcd_snapshot_local_dir"], "etcd-cp1-20261129T050000Z.db")
+        dest.write_bytes(b"db" * 100)
+        return [StageSummary(s.id, "changed", 0.0, 1) for s in stages], type(
+            "R", (), {"failures": [], "rc": 0, "status": "successful"}
+        )()
+
+    monkeypatch.setattr(engine_run, "ansible_stages", ansible)
+    out = io.StringIO()
+    result = etcd_cmd.snapshot(cfg, etcd_cmd.SnapshotOptions(), Console(stream=out, color=False))
+    assert seen["stages"] == ["etcd-snapshot"] and seen["extravars"]["gpustack_etcd_snapshot_host"] == "cp1"
+    assert result.path == etcd_snapshot.local_dir(cfg) / "etcd-cp1-20261129T050000Z.db"
+    assert stat.S_IMODE(result.path.stat().st_mode) == 0o600
+    assert f"etcd snapshot {result.path} (200 bytes, verified)" in " ".join(out.getvalue().split())
+
+
+def test_gpustack_etcd_snapshot_needs_a_control_plane() -> None:
+    import io
+
+    from gpustack.commands import etcd as etcd_cmd
+    from gpustack.console import Console
+    from gpustack.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="no control-plane node"):
+        etcd_cmd.snapshot(Config(), etcd_cmd.SnapshotOptions(), Console(stream=io.StringIO(), color=False))
