@@ -146,7 +146,7 @@ app.add_typer(node.node_app, name="node", short_help="Add nodes to, or remove th
 app.command("upgrade", short_help="Kubernetes one minor up, or the Helm components", epilog=upgrade.EXAMPLES)(
     upgrade.upgrade
 )
-app.add_typer(etcd.etcd_app, name="etcd", short_help="etcd snapshots: take one now, or restore one")
+app.add_typer(etcd.etcd_app, name="etcd", short_help="etcd snapshots: take a verified one now")
 app.command("reset", short_help="Tear the cluster (or some nodes) down", epilog=reset.EXAMPLES)(reset.reset)
 app.command("diag", short_help="NVIDIA DCGM diagnostics on the GPU nodes", epilog=diag_cmd.EXAMPLES)(diag_cmd.diag)
 app.add_typer(health_cmd.health_app, name="health", short_help="GPU fault quarantine by NVIDIA's XID catalogue")

@@ -1,4 +1,4 @@
-"""``gpustack etcd snapshot|restore``: options; gpustack/commands/etcd.py runs them."""
+"""``gpustack etcd snapshot``: options; gpustack/commands/etcd.py runs it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import typer
 
 from gpustack.cli.options import AcceptKeysOpt, ConfigOpt, VerboseOpt, console_for, examples, load_config, run_flags
 
-etcd_app = typer.Typer(help="etcd snapshots: take one now, or restore one.", no_args_is_help=True)
+etcd_app = typer.Typer(
+    help="etcd snapshots: take a verified one now (restoring one: docs/lifecycle.md).", no_args_is_help=True
+)
 
 
 @etcd_app.command(
