@@ -43,6 +43,10 @@ def reset(
     forget: Annotated[
         bool, typer.Option("--forget", help="delete this machine's state of the cluster instead of archiving it")
     ] = False,
+    no_snapshot: Annotated[
+        bool,
+        typer.Option("--no-snapshot", help="no etcd snapshot first (an etcd that no longer answers)"),
+    ] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Ansible check mode: change nothing")] = False,
     yes: YesOpt = False,
     accept_new_host_keys: AcceptKeysOpt = False,
@@ -61,6 +65,7 @@ def reset(
         purge=purge,
         restore=restore,
         forget=forget,
+        no_snapshot=no_snapshot,
     )
     nodes = select_nodes(cfg, opts.nodes)
     console.print(f"[stage]reset[/stage] cluster {literal(cfg.cluster.name)}{' (dry run)' if dry_run else ''}:")

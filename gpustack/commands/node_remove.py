@@ -25,12 +25,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpustack.cluster import etcd_snapshot
 from gpustack.console import literal
 from gpustack.constants import CONTROL_PLANE_LABEL
 from gpustack.engine.options import RunFlags
 from gpustack.engine.plan import CommandPlan, Stage
 from gpustack.engine.steps import StageSummary, StepContext
-from gpustack.errors import ConfigError, UsageError
+from gpustack.errors import ConfigError, GpustackError, UsageError
 
 if TYPE_CHECKING:
     from gpustack.cluster import drain
@@ -47,6 +48,16 @@ STAGES: tuple[Stage, ...] = (
         "nothing: reads the nodes through the Kubernetes API; refuses the last control-plane node, more than one "
         "control-plane node at a time, or a removal that leaves etcd without quorum; a server-side dry-run "
         "eviction of every pod on the node lists those a PodDisruptionBudget blocks, and the run stops there",
+    ),
+    Stage(
+        etcd_snapshot.STAGE_ID,
+        etcd_snapshot.STAGE.title,
+        "ansible",
+        "control-plane",
+        "control-plane removals only (a worker's removal leaves etcd's members alone), on a control plane that "
+        "stays: etcd's own member health first (etcdctl member list, endpoint health --cluster): refused, nothing "
+        "changed, unless a majority of the members stays healthy after the removal; then "
+        + etcd_snapshot.STAGE.changes.split(": ", 1)[1],
     ),
     Stage(
         "drain",
@@ -105,6 +116,7 @@ PLAN = CommandPlan(
         "gpustack_node_remove_firewall_digests",
         "gpustack_reset_purge",
         "gpustack_reset_restore",
+        *etcd_snapshot.EXTRAVARS,
     ),
     host_notes={
         "control-plane": "a remaining control-plane node (control-plane removals only)",
@@ -156,7 +168,19 @@ def majority(members: int) -> int:
     return members // 2 + 1
 
 
-def removal_problems(nodes: Mapping[str, ClusterNode], removing: Sequence[str]) -> list[str]:
+def restore_advice(snapshot: str = "") -> str:
+    """What to do when etcd has lost quorum, naming the newest snapshot on this machine (pure)."""
+    if snapshot:
+        return (
+            f"or restore etcd from the newest snapshot on this machine, {snapshot} (docs/lifecycle.md, etcd snapshots)"
+        )
+    return (
+        "no etcd snapshot is on this machine; each control plane keeps the scheduled ones in "
+        f"{etcd_snapshot.HOST_DIR} (docs/lifecycle.md, etcd snapshots)"
+    )
+
+
+def removal_problems(nodes: Mapping[str, ClusterNode], removing: Sequence[str], snapshot: str = "") -> list[str]:
     """Why removing ``removing`` from a cluster of ``nodes`` is refused (pure; empty: allowed).
 
     kubeadm's stacked etcd has one member per control-plane node; a Ready node stands for a healthy
@@ -179,7 +203,7 @@ def removal_problems(nodes: Mapping[str, ClusterNode], removing: Sequence[str]) 
     if healthy < majority(members):
         return [
             f"etcd has no quorum: only {healthy} of {members} control-plane nodes are Ready, so no etcd member "
-            "can be removed; bring the others back first (or restore etcd from a snapshot)"
+            f"can be removed; bring the others back first, {restore_advice(snapshot)}"
         ]
     if healthy_after < majority(after):
         down = [n.name for n in cps if not n.ready and n.name != target.name]
@@ -245,6 +269,8 @@ class Assessment:
     remaining: list[Node] = field(default_factory=list)
     #: gpustack manages the nodes' firewall (firewall.enabled): the remaining ones forget the removed addresses
     firewall: bool = True
+    #: the control plane that takes the etcd snapshot first (one that stays)
+    snapshot_host: str = ""
 
     @property
     def control_planes(self) -> list[Node]:
@@ -268,7 +294,8 @@ def assess(cfg: Config, kube: Kube, opts: RemoveOptions) -> Assessment:
     targets = select_nodes(cfg, opts.nodes)
     nodes = {cn.name: cn for cn in (cluster_node(o) for o in kube.list_objects("v1", "Node"))}
     names = [n.name for n in targets]
-    problems = removal_problems(nodes, names)
+    newest = etcd_snapshot.latest(cfg)
+    problems = removal_problems(nodes, names, str(newest) if newest else "")
     if problems:
         raise RemovalRefused("; ".join(problems), hint="nothing was changed")
     a = Assessment(
@@ -277,6 +304,7 @@ def assess(cfg: Config, kube: Kube, opts: RemoveOptions) -> Assessment:
         warnings=removal_warnings(nodes, names),
         remaining=[n for n in cfg.nodes if n.name not in names],
         firewall=cfg.firewall.enabled,
+        snapshot_host=etcd_snapshot.snapshot_host(cfg, names),
     )
     if a.control_planes:
         a.etcd_host = etcd_host(cfg, nodes, names)
@@ -304,6 +332,11 @@ def describe(a: Assessment, opts: RemoveOptions) -> list[str]:
             + ("; no PodDisruptionBudget blocks (server-side dry run)" if p.ok else "")
         )
     names = ", ".join(n.name for n in a.targets)
+    if a.control_planes:
+        lines.append(
+            f"etcd snapshot on {a.snapshot_host}, copied to this machine: first etcd's own member health must leave "
+            "a majority after the removal"
+        )
     lines.append(
         f"drain {names}: cordon, evict (PodDisruptionBudgets respected, timeout {opts.timeout:.0f}s); "
         "a failed drain uncordons the node"
@@ -378,7 +411,7 @@ def stages(a: Assessment, opts: RemoveOptions) -> list[Stage]:
     no firewall stage when gpustack does not manage the firewall."""
     skip = (
         (["reset"] if opts.offline else [])
-        + ([] if a.control_planes else ["etcd-member"])
+        + ([] if a.control_planes else ["etcd-member", etcd_snapshot.STAGE_ID])
         + ([] if a.firewall else ["firewall"])
     )
     return PLAN.select(skip=skip)
@@ -390,6 +423,8 @@ def host_limit(a: Assessment, opts: RemoveOptions) -> list[str]:
     hosts = [] if opts.offline else [n.name for n in a.targets]
     if a.control_planes and a.etcd_host is not None:
         hosts.append(a.etcd_host.name)
+    if a.control_planes and a.snapshot_host and a.snapshot_host not in hosts:
+        hosts.append(a.snapshot_host)
     if a.firewall:
         hosts += [n.name for n in a.remaining if n.name not in hosts]
     return hosts
@@ -433,9 +468,23 @@ def remove(cfg: Config, opts: RemoveOptions, console: Console, kube: Kube) -> Re
         deleted = [n for n in names if kube.delete("v1", "Node", n)]
         return [StageSummary("delete", "changed" if deleted else "ok", time.monotonic() - t0, len(deleted), names)]
 
+    before = set(etcd_snapshot.local_snapshots(cfg))
     extra = remove_extravars(a)
+    if a.control_planes:
+        extra.update(etcd_snapshot.extravars(cfg, names))
     if a.firewall:
         extra.update(firewall_extravars(cfg, names))
     run_opts = opts.run_options(stages(a, opts), limit=host_limit(a, opts), extravars=extra)
-    result = run(PLAN, cfg, run_opts, console, steps={"check": check, "drain": drain_step, "delete": delete})
+    try:
+        result = run(PLAN, cfg, run_opts, console, steps={"check": check, "drain": drain_step, "delete": delete})
+    except GpustackError as exc:
+        snap = etcd_snapshot.settle(cfg)
+        if snap is not None and snap not in before:
+            exc.hint = (
+                f"{exc.hint}; etcd before this removal: {snap}" if exc.hint else f"etcd before this removal: {snap}"
+            )
+        raise
+    snap = etcd_snapshot.settle(cfg)
+    if snap is not None and snap not in before:
+        console.print(f"etcd snapshot taken before the removal: {literal(str(snap))}")
     return RemoveResult(result.run_dir, result.summaries, names)

@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gpustack.cluster import etcd_snapshot
 from gpustack.engine.options import RunFlags
 from gpustack.engine.plan import CommandPlan, Stage
 from gpustack.engine.steps import StageSummary, StepContext
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from gpustack.console import Console
 
 STAGES: tuple[Stage, ...] = (
+    etcd_snapshot.STAGE,
     Stage(
         "reset",
         "Reset nodes",
@@ -54,8 +56,11 @@ PLAN = CommandPlan(
     "tear the cluster (or some nodes) down, leaving each host's own firewall and SSH as they were",
     "reset.yml",
     STAGES,
-    extravars=("gpustack_reset_purge", "gpustack_reset_restore"),
-    host_notes={"targets": "the nodes named on the command line (default: every node)"},
+    extravars=("gpustack_reset_purge", "gpustack_reset_restore", *etcd_snapshot.EXTRAVARS),
+    host_notes={
+        "targets": "the nodes named on the command line (default: every node)",
+        "control-plane": "the first control-plane node being reset (none reset: not run)",
+    },
 )
 
 
@@ -66,6 +71,8 @@ class ResetOptions(RunFlags):
     purge: bool = False
     restore: bool = False
     forget: bool = False
+    #: no etcd snapshot first (--no-snapshot: an etcd that cannot answer any more)
+    no_snapshot: bool = False
 
 
 @dataclass
@@ -96,6 +103,7 @@ def describe(cfg: Config, nodes: Sequence[Node], opts: ResetOptions) -> list[str
     """What a reset will do, one line per item, in the order it happens (shown before asking)."""
     lines = [
         f"hosts: {', '.join(f'{n.name} ({n.address}, {n.role})' for n in nodes)}",
+        *snapshot_lines(cfg, nodes, opts),
         "kubeadm reset --force (static pods, containers, certificates); the kubelet stopped and disabled",
         "removed: /etc/kubernetes, /var/lib/kubelet, /var/lib/etcd, /etc/cni/net.d, /run/flannel, "
         "/etc/gpustack, /var/lib/gpustack; the links cni0 and flannel.1",
@@ -145,9 +153,31 @@ def archive_state(cfg: Config, *, forget: bool, now: datetime | None = None) -> 
     return dest, []
 
 
+def snapshots_first(nodes: Sequence[Node], opts: ResetOptions) -> bool:
+    """An etcd snapshot before the reset: when a control plane goes, unless --no-snapshot (pure)."""
+    return not opts.no_snapshot and any(n.role == "control-plane" for n in nodes)
+
+
+def snapshot_lines(cfg: Config, nodes: Sequence[Node], opts: ResetOptions) -> list[str]:
+    if not snapshots_first(nodes, opts):
+        why = "--no-snapshot" if opts.no_snapshot else "no control plane is reset"
+        return [f"no etcd snapshot first ({why})"]
+    host = next(n.name for n in nodes if n.role == "control-plane")
+    return [f"first an etcd snapshot on {host}, copied to {etcd_snapshot.local_dir(cfg)} (a failed snapshot stops the "
+            "reset before anything changes; --no-snapshot skips it)"]  # fmt: skip
+
+
 def reset_extravars(opts: ResetOptions) -> dict[str, object]:
     """What playbooks/reset.yml reads beyond the config's variables (pure)."""
     return {"gpustack_reset_purge": opts.purge, "gpustack_reset_restore": opts.restore}
+
+
+def snapshot_extravars(cfg: Config, nodes: Sequence[Node]) -> dict[str, object]:
+    """The snapshot stage's variables: on the first control plane being reset (a host of the run's limit, so no
+    host outside the reset is contacted)."""
+    ev = etcd_snapshot.extravars(cfg)
+    ev["gpustack_etcd_snapshot_host"] = next((n.name for n in nodes if n.role == "control-plane"), "")
+    return ev
 
 
 def reset(cfg: Config, opts: ResetOptions, console: Console) -> ResetResult:
@@ -159,6 +189,9 @@ def reset(cfg: Config, opts: ResetOptions, console: Console) -> ResetResult:
 
     def local_state(ctx: StepContext) -> list[StageSummary]:
         t0 = time.monotonic()
+        snap = etcd_snapshot.settle(cfg) if snapshots_first(nodes, opts) and not ctx.opts.dry_run else None
+        if snap is not None:  # named before the state directory (with the snapshot in it) is archived or deleted
+            console.print(f"etcd snapshot taken before the reset: {snap}", markup=False)
         if ctx.opts.dry_run or not whole_cluster(cfg, nodes):
             why = "dry run" if ctx.opts.dry_run else "some nodes stay: the cluster's state is kept"
             return [StageSummary("local-state", "not run", 0.0, note=why)]
@@ -171,10 +204,11 @@ def reset(cfg: Config, opts: ResetOptions, console: Console) -> ResetResult:
         changed = archive is not None or bool(removed)
         return [StageSummary("local-state", "changed" if changed else "ok", time.monotonic() - t0, int(changed))]
 
+    first = snapshots_first(nodes, opts)
     run_opts = opts.run_options(
-        PLAN.stages,
+        PLAN.select(skip=[] if first else [etcd_snapshot.STAGE_ID]),
         limit=[n.name for n in nodes] if not whole_cluster(cfg, nodes) else (),
-        extravars=reset_extravars(opts),
+        extravars={**reset_extravars(opts), **(snapshot_extravars(cfg, nodes) if first else {})},
     )
     result = run(PLAN, cfg, run_opts, console, steps={"local-state": local_state})
     archive = moved.get("archive")

@@ -63,7 +63,7 @@ STAGES: tuple[Stage, ...] = (
         "Control plane",
         "ansible",
         "control-plane",
-        "kubeadm init from /etc/gpustack/kubeadm-config.yaml (first run only), ~/.kube/config 0600, local copy of the admin kubeconfig, control-plane taint removed on single-node clusters",
+        "kubeadm init from /etc/gpustack/kubeadm-config.yaml (first run only), ~/.kube/config 0600, local copy of the admin kubeconfig, control-plane taint removed on single-node clusters; the gpustack-etcd-snapshot systemd timer (etcd.snapshots)",
     ),
     Stage(
         "workers", "Worker join", "ansible", "workers", "kubeadm join with a fresh token (only nodes not joined yet)"

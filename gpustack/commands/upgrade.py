@@ -22,6 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpustack.cluster import etcd_snapshot
 from gpustack.cluster.upgrade_record import finish_progress, new_progress, progress_path, read_progress, write_progress
 from gpustack.console import literal
 from gpustack.constants import GPU_NAMESPACE
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 
 STAGES: tuple[Stage, ...] = (
     PREFLIGHT,
+    etcd_snapshot.STAGE,
     Stage(
         "repository",
         "Package repository",
@@ -99,6 +101,7 @@ PLAN = CommandPlan(
         "gpustack_gpu_namespace",
         "gpustack_upgrade_progress_file",
         "gpustack_certs_renew_nodes",
+        *etcd_snapshot.EXTRAVARS,
     ),
     details=details,
 )
@@ -166,7 +169,7 @@ def upgrade(cfg: Config, opts: UpgradeOptions, console: Console) -> UpgradeResul
     moved = skew.with_version(cfg, target)
     path = progress_path(cfg)
     state: dict[str, Any] = {}
-    late = LateVars()
+    late = LateVars(etcd_snapshot.extravars(cfg))
 
     def guard(_cfg: Config, facts: Mapping[str, Any]) -> None:
         current = current_versions(cfg, facts)
@@ -204,13 +207,26 @@ def upgrade(cfg: Config, opts: UpgradeOptions, console: Console) -> UpgradeResul
             )
             write_progress(path, failed)
             exc.hint = resume_hint(target, exc.hint)
+        exc.hint = snapshot_hint(cfg, exc.hint)
         raise
+    snap = etcd_snapshot.settle(cfg)
+    if snap is not None and not opts.dry_run:
+        console.print(f"etcd snapshot taken before the upgrade: {literal(str(snap))}")
     if not opts.dry_run:
         console.print(
             f'[ok]upgraded to {literal(target)}[/ok]: set versions.kubernetes: "{literal(skew.minor_str(target))}" in your '
             "gpustack.yaml (up refuses a config that differs from the cluster)"
         )
     return UpgradeResult(result.run_dir, result.summaries, target, state.get("progress", {}))
+
+
+def snapshot_hint(cfg: Config, hint: str | None) -> str | None:
+    """The hint, naming the etcd snapshot taken before this upgrade (or the newest one here)."""
+    snap = etcd_snapshot.settle(cfg)
+    if snap is None:
+        return hint
+    where = f"etcd as it was before: {snap} (docs/lifecycle.md, etcd snapshots)"
+    return f"{hint}; {where}" if hint else where
 
 
 def resume_hint(target: str, hint: str | None) -> str:

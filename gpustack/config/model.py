@@ -17,6 +17,7 @@ from pydantic import Field, field_validator
 
 from gpustack.config import pins
 from gpustack.config.certificates import Certificates
+from gpustack.config.etcd import Etcd
 from gpustack.config.fields import (
     CLUSTER_NAME_RE,
     HOSTNAME_RE,
@@ -471,6 +472,7 @@ class Config(StrictModel):
     nodes: list[Node] = Field(default_factory=list)
     cluster: Cluster = Cluster()
     certificates: Certificates = Certificates()
+    etcd: Etcd = Etcd()
     versions: Versions = Versions()
     sources: Sources = Sources()
     proxy: Proxy = Proxy()

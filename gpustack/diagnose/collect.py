@@ -104,7 +104,9 @@ def collect(ctx: CollectContext, *, sources: Iterable[str] | None = None) -> Sna
         wanted = [s for s in wanted if set(s.layers) & set(ctx.layers)]
     certs = ctx.cfg.certificates
     snap = Snapshot(cluster=ctx.cfg.cluster.name, collected_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                    settings={"certificates": {"warn_days": certs.warn_days, "fail_days": certs.fail_days}})  # fmt: skip
+                    settings={"certificates": {"warn_days": certs.warn_days, "fail_days": certs.fail_days},
+                              "etcd": {"snapshot_interval_seconds": ctx.cfg.etcd.snapshots.interval_seconds,
+                                       "scheduled": ctx.cfg.etcd.snapshots.scheduled}})  # fmt: skip
     done: set[str] = set()
     pending = list(wanted)
     while pending:

@@ -20,6 +20,7 @@ from gpustack.config.model import Config, Node
 from gpustack.constants import LOCAL_STORAGE_PATH
 from gpustack.paths import state_dir
 from gpustack.render import security
+from gpustack.render.etcd import etcd_vars
 from gpustack.render.firewall import firewall_vars
 from gpustack.render.flannel import flannel_manifest
 from gpustack.render.kubeadm import api_endpoint, render_init_config
@@ -244,4 +245,5 @@ def extravars(cfg: Config, *, kubeconfig_dest: Path, controller_bin_dir: Path | 
     }
     ev.update(runtime_vars(cfg))
     ev.update(firewall_vars(cfg))
+    ev.update(etcd_vars(cfg))
     return ev

@@ -11,6 +11,9 @@ requires one upstream module at the version production runs:
   ``kubeadm`` and ``etcd``, with the version ldflags kubernetes' own build sets (``hack/lib/version.sh``), so they
   report ``v1.36.5`` and not ``v0.0.0-master`` (which kubeadm and kubectl cannot parse).
 - ``kwok``: ``sigs.k8s.io/kwok`` (its own module: its dependency versions differ from kubernetes').
+- ``etcd``: ``go.etcd.io/etcd/etcdctl/v3`` and ``go.etcd.io/etcd/etcdutl/v3`` at the etcd server's version in ``k8s``
+  (the etcd clients gpustack's snapshots and restores run; their own module, so adding them does not change the
+  ``k8s`` build's key and its cold build).
 - ``prometheus``: ``github.com/prometheus/prometheus`` ``v0.3XX.Y`` = Prometheus ``3.XX.Y``, the version the pinned
   kube-prometheus-stack deploys (``pins.KUBE_PROMETHEUS_STACK_PROMETHEUS``); ``prometheus`` and ``promtool`` with
   the version ldflags of Prometheus' own build (``.promu.yml``) and the upstream build tag ``remove_all_sd`` (no
@@ -142,6 +145,12 @@ MODULES: dict[str, Module] = {
         gcflags=NO_INLINING,
     ),
     "kwok": Module("kwok", "sigs.k8s.io/kwok", {"kwok": "sigs.k8s.io/kwok/cmd/kwok"}, gcflags=NO_INLINING),
+    "etcd": Module(
+        "etcd",
+        "go.etcd.io/etcd/etcdctl/v3",
+        {"etcdctl": "go.etcd.io/etcd/etcdctl/v3", "etcdutl": "go.etcd.io/etcd/etcdutl/v3"},
+        gcflags=NO_INLINING,
+    ),
     "prometheus": Module(
         "prometheus",
         "github.com/prometheus/prometheus",

@@ -65,3 +65,11 @@ def test_a_toolchain_line_selects_gotoolchain(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(gobuild.Module, "go_mod", lambda self: newer)
     assert K8S.toolchain == "go1.27.3" and K8S.version == "v1.37.2"
     assert gobuild._env(K8S)["GOTOOLCHAIN"] == "go1.27.3"
+
+
+def test_etcdctl_and_etcdutl_are_the_etcd_servers_version() -> None:
+    """The etcd tools module (the snapshot and restore tests' clients) follows the server the k8s module builds."""
+    etcd = gobuild.MODULES["etcd"]
+    server = gobuild.required(K8S.go_mod(), "go.etcd.io/etcd/server/v3")
+    assert etcd.version == gobuild.required(etcd.go_mod(), "go.etcd.io/etcd/etcdutl/v3") == server
+    assert set(etcd.binaries) == {"etcdctl", "etcdutl"} and not set(etcd.binaries) & set(K8S.binaries)

@@ -24,7 +24,16 @@ WIDTH = 80
 #: a value's name as a user reads it: FILE, DIR, NODE, STAGE,..., ADDRESS[:PORT], NODE...
 METAVAR = re.compile(r"^[A-Z][A-Z0-9_]*(\[:[A-Z]+\])?(,\.\.\.|\.\.\.)?$")
 #: the commands that run Ansible, where -vv reaches it (the only ones whose -v help names Ansible)
-RUN_ANSIBLE = {("up",), ("upgrade",), ("reset",), ("node", "add"), ("node", "remove"), ("doctor",), ("certs", "renew")}
+RUN_ANSIBLE = {
+    ("up",),
+    ("upgrade",),
+    ("reset",),
+    ("node", "add"),
+    ("node", "remove"),
+    ("doctor",),
+    ("etcd", "snapshot"),
+    ("certs", "renew"),
+}
 #: Typer's internal type names, which must never reach a user
 INTERNAL = re.compile(r"<(str|path|int|float|bool|list\[[^>]*\]|int range|float range|datetime|uuid)>")
 

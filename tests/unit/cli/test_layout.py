@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 import gpustack.cli
 from gpustack import __version__
-from gpustack.cli.app import app
+from gpustack.cli.app import ORDER, app
 from gpustack.cli.options import CheckArgs
 from gpustack.commands.up import PLAN as UP
 from gpustack.diagnose.registry import LAYERS
@@ -122,7 +122,8 @@ def test_commands_are_listed_in_the_order_a_user_needs_them() -> None:
     out = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "80"}, terminal_width=80).output
     listed = [line.split()[0] for line in out.partition("Commands:\n")[2].splitlines() if line.strip()]
     assert listed[:5] == ["init", "plan", "up", "verify", "doctor"], listed
-    assert listed[-1] == "grafana-password" and len(listed) == len(set(listed)) == 17, listed
+    # every command in ORDER, once (one not in ORDER would sort after grafana-password)
+    assert listed[-1] == "grafana-password" and len(listed) == len(set(listed)) == len(ORDER) == 18, listed
 
 
 @pytest.mark.parametrize(("shell", "marker"), [("zsh", "#compdef gpustack"), ("fish", "complete --command gpustack"),

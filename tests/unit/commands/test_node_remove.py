@@ -83,6 +83,14 @@ def test_etcd_quorum(cps: dict[str, bool], remove: str, refused: str | None) -> 
         assert len(problems) == 1 and refused in problems[0], problems
 
 
+def test_no_quorum_names_the_newest_snapshot_or_where_they_are() -> None:
+    lost = nodes(cn("a", cp=True), cn("b", cp=True, ready=False), cn("c", cp=True, ready=False))
+    (with_snapshot,) = nr.removal_problems(lost, ["b"], "/s/etcd-a-20261129T000000Z.db")
+    assert "restore etcd from the newest snapshot on this machine, /s/etcd-a-20261129T000000Z.db" in with_snapshot
+    (without,) = nr.removal_problems(lost, ["b"])
+    assert "no etcd snapshot is on this machine" in without and "/var/lib/gpustack/etcd-snapshots" in without
+
+
 def test_control_planes_one_at_a_time() -> None:
     (problem,) = nr.removal_problems(nodes(*(cn(n, cp=True) for n in "abcde")), ["a", "b"])
     assert "one at a time" in problem
@@ -117,6 +125,7 @@ def test_stages_and_hosts_per_kind_of_removal(fake_api: FakeKubeAPI, kube: Kube)
     assert [s.id for s in nr.stages(worker, nr.RemoveOptions(("w1",)))] == [
         "check", "drain", "reset", "firewall", "delete"
     ]  # fmt: skip
+    assert worker.snapshot_host == "cp1", "the first control plane takes the snapshot"
     # the removed host, then every remaining one for its firewall
     assert nr.host_limit(worker, nr.RemoveOptions(("w1",))) == ["w1", "cp1", "cp2", "cp3", "w2"]
     offline = nr.RemoveOptions(("w1",), offline=True)
@@ -125,8 +134,10 @@ def test_stages_and_hosts_per_kind_of_removal(fake_api: FakeKubeAPI, kube: Kube)
     assert nr.remove_extravars(worker)["gpustack_node_remove_remaining"] == ["cp1", "cp2", "cp3", "w2"]
     cp = nr.assess(cfg, kube, nr.RemoveOptions(("cp1",)))
     assert cp.etcd_host is not None and cp.etcd_host.name == "cp2"  # the first remaining control plane
+    assert cp.snapshot_host == "cp2", "a control plane that stays takes the snapshot"
     assert [s.id for s in nr.stages(cp, nr.RemoveOptions(("cp1",)))] == [
         "check",
+        "etcd-snapshot",
         "drain",
         "reset",
         "etcd-member",
@@ -140,6 +151,8 @@ def test_stages_and_hosts_per_kind_of_removal(fake_api: FakeKubeAPI, kube: Kube)
     lines = nr.describe(cp, nr.RemoveOptions(("cp1",)))
     assert lines[0] == f"node cp1 (10.0.0.10, control-plane): Ready, kubelet v{pins.KUBERNETES['1.36']}"
     assert any(line.startswith("etcd: the member of cp1 removed") for line in lines)
+    assert ("etcd snapshot on cp2, copied to this machine: first etcd's own member health must leave a majority "
+            "after the removal") in lines  # fmt: skip
     assert "firewall of cp2, cp3, w1, w2: gpustack's chain no longer accepts 10.0.0.10" in lines
 
     # without gpustack's firewall: no firewall stage, only the hosts the removal itself needs

@@ -58,6 +58,7 @@ class Engine:
         self.extravars: dict[str, Any] = {}
         self.progress_seen: dict[str, Any] | None = None
         self.fail_at: str | None = None
+        self.snapshot = ""
         monkeypatch.setattr(
             engine_run, "run_preflight", lambda plan, cfg, opts, run_dir, console, **kw: (host_facts, [])
         )
@@ -66,6 +67,8 @@ class Engine:
     def ansible(self, plan_: CommandPlan, stages: list[Stage], cfg: Config, opts: Any, *a: Any, **kw: Any) -> Any:
         self.ran += [s.id for s in stages]
         self.extravars = dict(opts.extravars)
+        if "etcd-snapshot" in self.ran and self.snapshot:  # what the role's fetch leaves on this machine
+            Path(self.extravars["gpustack_etcd_snapshot_local_dir"], self.snapshot).write_bytes(b"db")
         self.cfg_version = cfg.versions.kubernetes
         self.progress_seen = upgrade_record.read_progress(upgrade_record.progress_path(cfg))
         if self.fail_at in self.ran:
@@ -103,7 +106,8 @@ def test_an_upgrade_runs_at_the_target_and_records_its_progress(
     host_facts["w2"]["nvidia_pci_devices"] = [{"slot": "0000:01:00.0"}]
     engine = Engine(monkeypatch, tmp_path, host_facts)
     result = run()
-    assert engine.ran == ["repository", "control-plane", "workers"]
+    assert engine.ran == ["etcd-snapshot", "repository", "control-plane", "workers"]
+    assert engine.extravars["gpustack_etcd_snapshot_host"] == CFG.control_planes[0].name
     assert engine.cfg_version == NEW  # the playbook renders the target's repository, packages and pin
     assert engine.extravars["gpustack_upgrade_gpu_nodes"] == ["w2"]
     assert engine.extravars["gpustack_upgrade_progress_file"] == str(upgrade_record.progress_path(CFG))
@@ -120,9 +124,13 @@ def test_an_upgrade_runs_at_the_target_and_records_its_progress(
 def test_a_failed_upgrade_is_recorded_and_a_rerun_resumes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     engine = Engine(monkeypatch, tmp_path, facts(cp=OLD, w1=OLD, w2=OLD))
     engine.fail_at = "workers"
+    engine.snapshot = "etcd-cp-20261129T000000Z.db"
     with pytest.raises(StageError) as err:
         run()
     assert "continues" in (err.value.hint or "")
+    snap = Path(engine.extravars["gpustack_etcd_snapshot_local_dir"], engine.snapshot)
+    assert f"etcd as it was before: {snap}" in (err.value.hint or ""), "the failure names the snapshot taken first"
+    assert snap.stat().st_mode & 0o777 == 0o600
     failed = json.loads(upgrade_record.progress_path(CFG).read_text())
     assert failed["status"] == "failed" and "stage workers" in failed["error"]
 
@@ -158,7 +166,7 @@ def test_the_matrix_refuses_before_any_host_is_contacted(tmp_path: Path, monkeyp
 
 def test_the_upgrade_sequence() -> None:
     seq = commands.sequence("upgrade")
-    assert seq.stage_ids == ("preflight", "repository", "control-plane", "workers", "record")
+    assert seq.stage_ids == ("preflight", "etcd-snapshot", "repository", "control-plane", "workers", "record")
     assert seq.playbook == "upgrade.yml" and not seq.converges
 
 

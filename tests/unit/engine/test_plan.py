@@ -110,6 +110,6 @@ def test_every_ansible_stage_is_a_play_of_its_playbook_tagged_with_its_id(comman
 
 def test_reset_sequence_runs_no_preflight_and_keeps_local_state_last() -> None:
     seq = commands.sequence("reset")
-    assert seq.stage_ids == ("reset", "local-state")
+    assert seq.stage_ids == ("etcd-snapshot", "reset", "local-state")
     assert not seq.converges and commands.sequence("up").converges
-    assert [s.runner for s in seq.stages] == ["ansible", "python"]
+    assert [s.runner for s in seq.stages] == ["ansible", "ansible", "python"]

@@ -72,8 +72,15 @@ def certs_utils() -> ModuleType:
 
 
 @pytest.fixture(scope="session")
+def etcd_utils() -> ModuleType:
+    """playbooks/module_utils/gpustack_etcd.py (etcd snapshots; doctor's etcd facts)."""
+    return load_path("ansible.module_utils.gpustack_etcd", PLAYBOOKS / "module_utils" / "gpustack_etcd.py")
+
+
+@pytest.fixture(scope="session")
 def facts_module(
     certs_utils: ModuleType,
+    etcd_utils: ModuleType,
     toml_utils: ModuleType,
     stage_utils: ModuleType,
     host_parsers: ModuleType,

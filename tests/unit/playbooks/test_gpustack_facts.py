@@ -52,6 +52,7 @@ SCHEMA_KEYS = {
     "fstab_swap_lines",
     "listening",
     "certificates",
+    "etcd",
     "nvidia_pci_devices",
     "nvidia_driver_version",
     "nvidia_smi",

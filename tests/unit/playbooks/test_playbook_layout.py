@@ -35,7 +35,8 @@ STAGES = [
 # names in playbooks/ that look like variables but are not (the preflight module)
 #: module names, not variables
 NOT_VARIABLES = {"gpustack_facts", "gpustack_stage_stamp", "gpustack_stage", "gpustack_netfilter_cleanup",
-                 "gpustack_etcd_members_to_remove", "gpustack_service_stale", "gpustack_served_cert"}  # fmt: skip
+                 "gpustack_etcd_members_to_remove", "gpustack_service_stale", "gpustack_etcd_snapshot", "gpustack_etcd",
+                 "gpustack_served_cert"}  # fmt: skip
 
 
 def sample_config() -> Config:
