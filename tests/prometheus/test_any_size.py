@@ -35,6 +35,7 @@ from tests.fakes import scenarios as sc
 from tests.fakes.grafana_api import FakeGrafana
 from tests.fakes.kube_api import FakeKubeAPI
 
+from .expected import expected_warns
 from .fleet import Fleet, running_fleet
 from .releases import Release
 
@@ -98,7 +99,11 @@ def test_the_verdict_on_a_healthy_cluster_is_the_same_at_1_and_1000_nodes(
           f"whole /api/v1/targets at 1000 nodes: {whole / 2**20:.1f} MiB")  # fmt: skip
     # no host facts without SSH: G05 (driver preinstalled?) cannot run here; K11: a token kubeconfig, no certificate
     skipped = {"G05-driver-preinstalled", "K11-admin-kubeconfig-certificate"}
-    failing = {k: v for k, v in verdict(thousand).items() if v != {"pass"} and k not in skipped}
+    # and the warnings a new cluster may show (docs/checks.md "Expected on a new cluster": K10's open security release)
+    listed = expected_warns()
+    failing = {c["id"]: c["status"] for c in thousand["checks"]
+               if c["status"] != "pass" and c["id"] not in skipped
+               and not (c["status"] == "warn" and (c["id"], c["summary"]) in listed)}  # fmt: skip
     assert not failing, json.dumps([c for c in thousand["checks"] if c["status"] != "pass"], indent=1)
     assert all(verdict(thousand)[k] == {"skip"} for k in skipped)
     assert verdict(one) == verdict(thousand), "the same checks, the same statuses"

@@ -15,7 +15,6 @@ Busy: the exporters attribute GPUs to the workload pods and kube-state-metrics r
 from __future__ import annotations
 
 import contextlib
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +32,7 @@ from tests.fakes.grafana_api import FakeGrafana
 from tests.fakes.kube_api import FakeKubeAPI
 
 from .cli_cluster import VIA, Kubelet, Via, not_passing, report_of, run_cli
+from .expected import expected_warns
 from .harness import Stack, running_stack, wait_for
 from .releases import Release
 from .replay_exporter import NodeSpec, PodRef
@@ -44,16 +44,6 @@ LAYERS = "kubernetes,gpu-operator,monitoring,grafana"
 #: API server's kubeconfig logs in with a token, so there is no client certificate to judge
 EXPECTED_SKIPS = {"verify": {"M11-load-metrics-move"},
                   "doctor": {"G05-driver-preinstalled", "K11-admin-kubeconfig-certificate"}}  # fmt: skip
-
-
-def expected_warns() -> set[tuple[str, str]]:
-    """``(check id, summary)`` of the warnings docs/checks.md lists under "Expected on a new cluster"."""
-    text = DOCS.read_text(encoding="utf-8")
-    section = re.search(r"^## Expected on a new cluster\n(.*?)(?=^## |\Z)", text, re.S | re.M)
-    assert section, "docs/checks.md has a '## Expected on a new cluster' section"
-    rows = re.findall(r"^\| `([A-Z]\d\d-[\w-]+)` \| warn \| (.+?) \|", section.group(1), re.M)
-    assert rows, "the section lists its warnings as '| `ID` | warn | summary | why |' rows"
-    return {(check, summary.replace("\\|", "|")) for check, summary in rows}
 
 
 @dataclass
