@@ -63,6 +63,17 @@ def _host_in_no_proxy(host: str, entries: list[str]) -> bool:
     return False
 
 
+def shown_proxy(proxy: str) -> str:
+    """How a result names its proxy: ``[user@]host:port``, never its password nor the URL as configured (the
+    module's ``proxy_env`` argument is no_log, and Ansible masks every occurrence of those URLs in its results)."""
+    parts = urllib.parse.urlsplit(proxy)
+    host = parts.hostname or proxy
+    if ":" in host:
+        host = f"[{host}]"
+    user = f"{urllib.parse.unquote(parts.username)}@" if parts.username else ""
+    return f"{user}{host}:{parts.port}" if parts.port else f"{user}{host}"
+
+
 def proxy_for(url: str, proxy_env: dict) -> str | None:
     """The proxy a download of ``url`` goes through with gpustack's proxy settings (None: direct).
     https:// URLs use HTTPS_PROXY, http:// URLs HTTP_PROXY, unless NO_PROXY names the host."""
@@ -189,7 +200,7 @@ def collect_sources(specs: list, proxy_env: dict, timeout: float, converged: dic
         url = registry_url(spec["url"]) if spec.get("kind") == "registry" else spec["url"]
         proxy = proxy_for(url, proxy_env)
         result = probe_url(url, proxy, timeout, spec.get("kind", "file"))
-        return dict(spec, url=url, via=proxy or "direct", **result)
+        return dict(spec, url=url, via=shown_proxy(proxy) if proxy else "direct", **result)
 
     if not probe:
         return skipped

@@ -19,7 +19,10 @@ from tests.prometheus import replay_exporter
 TESTS = Path(__file__).resolve().parents[1]
 DOUBLES = TESTS / "testbed" / "doubles"
 VERSIONS = facts("versions")
-NEWEST_MINOR = max(pins.KUBERNETES, key=version_tuple)
+#: the minor a default cluster runs, and the tests' real control plane (tests/realbin): the doubles imitate it.
+#: 1.37 is offered (an explicit `versions.kubernetes` or `upgrade --to 1.37`) but not the default yet
+#: (docs/decisions.md, issue 30): no double nor the real-binary fixture follows it until it becomes the default.
+DEFAULT_MINOR = pins.KUBERNETES_DEFAULT
 
 
 def _declared(script: Path, name: str) -> str:
@@ -28,13 +31,13 @@ def _declared(script: Path, name: str) -> str:
     return value
 
 
-def test_the_fake_api_server_imitates_the_newest_pinned_kubernetes() -> None:
-    assert version_tuple(kube_semantics.IMITATES) >= version_tuple(NEWEST_MINOR)
+def test_the_fake_api_server_imitates_the_default_kubernetes() -> None:
+    assert version_tuple(kube_semantics.IMITATES) >= version_tuple(DEFAULT_MINOR)
 
 
 @pytest.mark.parametrize("double", ["kubeadm", "kubelet", "kubectl"])
-def test_the_testbed_kubernetes_doubles_imitate_the_newest_pinned_kubernetes(double: str) -> None:
-    assert version_tuple(_declared(DOUBLES / double, "IMITATES")) >= version_tuple(NEWEST_MINOR), double
+def test_the_testbed_kubernetes_doubles_imitate_the_default_kubernetes(double: str) -> None:
+    assert version_tuple(_declared(DOUBLES / double, "IMITATES")) >= version_tuple(DEFAULT_MINOR), double
 
 
 def test_the_helm_doubles_imitate_the_pinned_helm() -> None:

@@ -230,10 +230,9 @@ def build_k8s_repo(
     """Build a signed flat APT repository at ``out_dir/k8s/v<minor>/deb/``.
 
     Packages ``kubeadm``, ``kubelet``, ``kubectl`` at ``<version>-1.1`` (and at each of
-    ``extra_versions``) install ``/usr/bin/<name>`` from ``doubles_dir``; ``cri-tools`` and
-    ``kubernetes-cni`` are empty packages because kubeadm and kubelet depend on them.
-    The signing key is a throwaway one made in a temporary GNUPGHOME, or the one in ``gnupg_home``
-    (made there on first use): repositories of several minors signed by one key, as pkgs.k8s.io's are.
+    ``extra_versions``) install ``/usr/bin/<name>`` from ``doubles_dir``, ``cri-tools`` its crictl double, and
+    ``kubernetes-cni`` is empty (kubeadm and kubelet depend on both). The signing key is a throwaway one made in a
+    temporary GNUPGHOME, or the one in ``gnupg_home`` (made there on first use): one key for several minors.
     """
     minor = minor if minor.startswith("v") else f"v{minor}"
     url_path = f"/k8s/{minor}/deb/"
@@ -249,7 +248,8 @@ def build_k8s_repo(
             for name in K8S_PACKAGES:
                 _build_k8s_deb(staging, repo, doubles_dir, name, ver, arch)
         for name, ver in (("cri-tools", f"{minor[1:]}.0"), ("kubernetes-cni", "1.7.1")):
-            _build_deb(staging, repo, name, f"{ver}-{PACKAGE_REVISION}", arch, {}, {})
+            crictl = {"usr/bin/crictl": Path(doubles_dir) / "crictl"} if name == "cri-tools" else {}  # the double
+            _build_deb(staging, repo, name, f"{ver}-{PACKAGE_REVISION}", arch, crictl, {})
         gnupg = gnupg_home or staging / "gnupg"
         fingerprint = _signing_key(gnupg)
         _write_indexes(repo)

@@ -53,7 +53,8 @@ def test_sources_are_checked_from_the_host_through_the_proxy_before_any_stage(
         "P25-image-registries",
         "Kubernetes apt repository",
         "https://pkgs.k8s.io/core:/stable:/v1.36/deb/InRelease",
-        f"through {proxy}",
+        # the proxy as results name it: user@host:port, never the password (the config's URL carries one)
+        f"through alice@{proxy.removeprefix('http://')}",
         "Tunnel connection failed: 403",
         "https://registry-1.docker.io/v2/",
         host.name,

@@ -58,11 +58,41 @@ def log(root: Path, name: str) -> list[list[str]]:
 
 
 def test_all_doubles_are_labelled() -> None:
-    for name in ("kubeadm", "kubectl", "kubelet", "helm"):
+    for name in ("kubeadm", "kubectl", "kubelet", "helm", "crictl"):
         head = (DOUBLES / name).read_text().splitlines()[:5]
         assert head[0] == "#!/usr/bin/env python3"
         assert any("TEST DOUBLE" in line for line in head), name
         assert os.access(DOUBLES / name, os.X_OK), name
+
+
+def test_crictl_gives_the_snapshot_module_a_file_it_verifies(root: Path, tmp_path: Path) -> None:
+    """The etcd snapshot module (playbooks/module_utils/gpustack_etcd.py) against the crictl double: the container
+    found only where the kubeadm double wrote etcd's manifest, and a snapshot laid out as etcd writes one (its
+    sha256 at the end), which the module's own check accepts -- the real etcd's: tests/controlplane."""
+    sys.path.insert(0, str(DOUBLES.parents[2] / "playbooks" / "module_utils"))
+    import gpustack_etcd as ge
+
+    def via_double(argv: list[str]) -> tuple[int, str, str]:
+        assert argv[0] == "crictl"
+        r = run(root, "crictl", *argv[1:])
+        return r.returncode, r.stdout, r.stderr
+
+    with pytest.raises(ge.SnapshotError, match="no running etcd container"):
+        ge.crictl_etcdctl(via_double)
+    manifests = root / "etc/kubernetes/manifests"
+    manifests.mkdir(parents=True)
+    (manifests / "etcd.yaml").write_text("kind: Pod\n")
+    etcdctl = ge.crictl_etcdctl(via_double)
+    assert etcdctl == ["crictl", "exec", "double-etcd", "etcdctl"]
+    data = tmp_path / "etcd-data"
+    data.mkdir()
+    taken = ge.take_snapshot(via_double, etcdctl, node="cp1", data_dir=str(data), dest_dir=str(tmp_path / "kept"))
+    assert Path(taken["path"]).stat().st_mode & 0o777 == 0o600 and taken["size"] % 4096 == 32
+    assert ge.verify_snapshot(taken["path"])["sha256"] == taken["sha256"]
+    saves = [
+        c for c in log(root, "crictl") if c[:4] == ["exec", "double-etcd", "etcdctl", f"--endpoints={ge.ENDPOINT}"]
+    ]
+    assert len(saves) == 1 and saves[0][-3:-1] == ["snapshot", "save"], log(root, "crictl")
 
 
 def test_kubeadm_version(root: Path) -> None:
