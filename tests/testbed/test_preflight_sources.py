@@ -73,7 +73,7 @@ def test_sources_are_checked_from_the_host_through_the_proxy_before_any_stage(
     assert ok.rc == 0, ok.output
     facts = json.loads((ok.last_run_dir() / "facts" / f"{host.name}.json").read_text())
     probed = [s for s in facts["sources"] if not s.get("skipped")]
-    assert probed and all(s["ok"] and s["via"] == proxy for s in probed), probed
+    assert probed and all(s["ok"] and s["via"] == f"alice@{proxy.removeprefix('http://')}" for s in probed), probed
     kinds = {s["name"] for s in probed}
     assert {"Kubernetes apt repository", "Kubernetes apt key", "Helm download"} <= kinds, kinds
     assert not [k for k in kinds if "Flannel" in k], "gpustack renders Flannel's manifest: nothing to probe"

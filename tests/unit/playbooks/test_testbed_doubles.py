@@ -67,7 +67,7 @@ def test_all_doubles_are_labelled() -> None:
 
 def test_crictl_gives_the_snapshot_module_a_file_it_verifies(root: Path, tmp_path: Path) -> None:
     """The etcd snapshot module (playbooks/module_utils/gpustack_etcd.py) against the crictl double: the container
-    found only where the kubeadm double wrote etcd's manifest, and a snapshot laid out as etcd writes one (its
+    found only where the kubeadm double made the static pods' directory, and a snapshot laid out as etcd writes one (its
     sha256 at the end), which the module's own check accepts -- the real etcd's: tests/controlplane."""
     sys.path.insert(0, str(DOUBLES.parents[2] / "playbooks" / "module_utils"))
     import gpustack_etcd as ge
@@ -79,13 +79,10 @@ def test_crictl_gives_the_snapshot_module_a_file_it_verifies(root: Path, tmp_pat
 
     with pytest.raises(ge.SnapshotError, match="no running etcd container"):
         ge.crictl_etcdctl(via_double)
-    manifests = root / "etc/kubernetes/manifests"
-    manifests.mkdir(parents=True)
-    (manifests / "etcd.yaml").write_text("kind: Pod\n")
+    (root / "etc/kubernetes/manifests").mkdir(parents=True)
     etcdctl = ge.crictl_etcdctl(via_double)
     assert etcdctl == ["crictl", "exec", "double-etcd", "etcdctl"]
-    data = tmp_path / "etcd-data"
-    data.mkdir()
+    data = tmp_path / "etcd-data"  # made by the double, as by the kubelet for the static pod's hostPath
     taken = ge.take_snapshot(via_double, etcdctl, node="cp1", data_dir=str(data), dest_dir=str(tmp_path / "kept"))
     assert Path(taken["path"]).stat().st_mode & 0o777 == 0o600 and taken["size"] % 4096 == 32
     assert ge.verify_snapshot(taken["path"])["sha256"] == taken["sha256"]
