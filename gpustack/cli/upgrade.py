@@ -55,6 +55,9 @@ def upgrade(
     ignore_preflight: Annotated[
         list[str] | None, typer.Option(metavar="ID,...", help="preflight check ids/names to downgrade to warnings")
     ] = None,
+    no_snapshot: Annotated[
+        bool, typer.Option("--no-snapshot", help="no etcd snapshot first (an etcd that no longer answers)")
+    ] = False,
     yes: YesOpt = False,
     accept_new_host_keys: AcceptKeysOpt = False,
     verbose: VerboseOpt = 0,
@@ -87,7 +90,7 @@ def upgrade(
         console.print(f"  - {step.node}: {step.detail}", markup=False)
     if not dry_run:
         confirm_or_refuse(console, f"Upgrade {len(cfg.nodes)} node(s) to {target}?", yes=yes, verb="upgrade")
-    run_upgrade(cfg, UpgradeOptions.from_flags(flags, to=target), console)
+    run_upgrade(cfg, UpgradeOptions.from_flags(flags, to=target, no_snapshot=no_snapshot), console)
 
 
 def _components(cfg: Config, console: Console, flags: RunFlags, *, yes: bool) -> None:

@@ -110,6 +110,8 @@ PLAN = CommandPlan(
 @dataclass(frozen=True)
 class UpgradeOptions(RunFlags):
     to: str
+    #: no etcd snapshot first (--no-snapshot: an etcd that cannot answer, or a snapshot taken by other means)
+    no_snapshot: bool = False
 
 
 @dataclass
@@ -169,7 +171,8 @@ def upgrade(cfg: Config, opts: UpgradeOptions, console: Console) -> UpgradeResul
     moved = skew.with_version(cfg, target)
     path = progress_path(cfg)
     state: dict[str, Any] = {}
-    late = LateVars(etcd_snapshot.extravars(cfg))
+    # --no-snapshot: the stage's play targets no host (playbooks/upgrade.yml: an empty host is 'all:!all')
+    late = LateVars({"gpustack_etcd_snapshot_host": ""} if opts.no_snapshot else etcd_snapshot.extravars(cfg))
 
     def guard(_cfg: Config, facts: Mapping[str, Any]) -> None:
         current = current_versions(cfg, facts)
@@ -210,7 +213,7 @@ def upgrade(cfg: Config, opts: UpgradeOptions, console: Console) -> UpgradeResul
         exc.hint = snapshot_hint(cfg, exc.hint)
         raise
     snap = etcd_snapshot.settle(cfg)
-    if snap is not None and not opts.dry_run:
+    if snap is not None and not opts.dry_run and not opts.no_snapshot:
         console.print(f"etcd snapshot taken before the upgrade: {literal(str(snap))}")
     if not opts.dry_run:
         console.print(

@@ -110,14 +110,26 @@ def count(evs: list[dict[str, Any]], host: str, tool: str, *words: str) -> int:
 
 
 def interrupt_after_apply(cfg: Path, state: Path, shared: Path) -> subprocess.CompletedProcess[str]:
-    """`gpustack upgrade --to 1.36`, SIGINT once the kubeadm double on cp finished `upgrade apply`
+    """`gpustack upgrade --to 1.36 --no-snapshot` (the bed has no etcd to snapshot), SIGINT once the kubeadm double on cp finished `upgrade apply`
     (it waits in its hold until the hold is lifted: the apply done, its result not yet returned)."""
     (shared / "hold").mkdir(exist_ok=True)
     (shared / "hold" / "cp-upgrade-apply").write_text("")
     env = {**os.environ, "GPUSTACK_STATE_DIR": str(state), "NO_COLOR": "1", "COLUMNS": "200"}
     env.pop("GPUSTACK_CONFIG", None)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gpustack", "upgrade", "--to", "1.36", "--yes", *IGNORE_NOUVEAU, "-c", str(cfg)],
+        [
+            sys.executable,
+            "-m",
+            "gpustack",
+            "upgrade",
+            "--to",
+            "1.36",
+            "--yes",
+            "--no-snapshot",
+            *IGNORE_NOUVEAU,
+            "-c",
+            str(cfg),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         stdin=subprocess.DEVNULL,

@@ -392,7 +392,10 @@ def test_upgrade_1_35_to_1_36_on_three_hosts_interrupted_and_resumed(cluster: Cl
 
     # resumed, and failed: kubeadm upgrade node fails once on the last worker
     (shared / "fail-once" / "w2-upgrade-node").write_text("")
-    first = run_gpustack(cfg, state, "upgrade", "--to", "1.36", "--yes", *IGNORE_NOUVEAU)
+    # --no-snapshot: the bed's control plane is the kubeadm double's, with no etcd to snapshot (the bed's crictl
+    # double answered `ps` with nothing there: not understood yet, docs/testing.md); the snapshot stage itself is
+    # proven against the real etcd 3.6.8 in tests/controlplane/test_etcd_snapshot.py
+    first = run_gpustack(cfg, state, "upgrade", "--to", "1.36", "--yes", "--no-snapshot", *IGNORE_NOUVEAU)
     assert first.rc == 1, first.output
     assert "continues" in first.stderr
     # the API server already ran the target: the resumed run did not apply again
@@ -418,7 +421,7 @@ def test_upgrade_1_35_to_1_36_on_three_hosts_interrupted_and_resumed(cluster: Cl
     local.write_text(json.dumps(torn))
 
     # resumed: the same command continues with w2; cp and w1 are not touched again
-    second = run_gpustack(cfg, state, "upgrade", "--to", "1.36", "--yes", *IGNORE_NOUVEAU)
+    second = run_gpustack(cfg, state, "upgrade", "--to", "1.36", "--yes", "--no-snapshot", *IGNORE_NOUVEAU)
     assert second.rc == 0, second.output
     evs = events(shared)
     assert count(evs, "cp", "kubeadm", "upgrade", "apply") == 1
@@ -455,7 +458,7 @@ def test_upgrade_1_35_to_1_36_on_three_hosts_interrupted_and_resumed(cluster: Cl
 
     # a converged re-run changes nothing on the hosts: every node is at the target (preflight's
     # read-only probes still call `kubectl get`, and the host facts `kubelet --version`)
-    third = run_gpustack(cfg, state, "upgrade", "--to", "1.36", "--yes", *IGNORE_NOUVEAU)
+    third = run_gpustack(cfg, state, "upgrade", "--to", "1.36", "--yes", "--no-snapshot", *IGNORE_NOUVEAU)
     assert third.rc == 0, third.output
     new = events(shared)[len(evs) :]
     # the preflight's read-only certificate check (host facts) is not an upgrade step
