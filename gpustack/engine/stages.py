@@ -78,6 +78,11 @@ def stage_hosts(
     return converge.stage_hosts(stage_ids, inventory(cfg), known, must_run=must, only=only)
 
 
+#: the playbooks that write the control planes' EncryptionConfiguration (the control_plane role): they make the
+#: cluster's key on its first run; every other playbook gets the keys there are, if any
+KEYED_PLAYBOOKS = frozenset({"site.yml", "node-add.yml"})
+
+
 def run_playbook(
     plan: CommandPlan,
     cfg: Config,
@@ -106,7 +111,8 @@ def run_playbook(
         raise ValueError(f"{plan.command}: playbook variables its plan does not declare: {', '.join(undeclared)}")
     ev.update(opts.extravars)
     ev.update(extra or {})  # this run's own (the preflight's sources to probe)
-    ev.update(run_extravars(cfg))  # the cluster's encryption key, made once and kept (never in the stage digests)
+    # the cluster's encryption key, made once by a run that builds control planes and kept (never in the stage digests)
+    ev.update(run_extravars(cfg, make=playbook in KEYED_PLAYBOOKS))
     if stage_patterns:
         ev["gpustack_stage_hosts"] = dict(stage_patterns)
     kwargs = ar.build_runner_kwargs(

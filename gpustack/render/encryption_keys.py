@@ -123,9 +123,12 @@ def ensure_keys(
     return keys
 
 
-def run_extravars(cfg: Config, root: Path | None = None) -> dict[str, str]:
+def run_extravars(cfg: Config, root: Path | None = None, *, make: bool = True) -> dict[str, str]:
     """What a playbook run adds to :func:`gpustack.render.ansible.extravars` (which stays pure): the
-    EncryptionConfiguration with the cluster's keys, made now if this is the cluster's first run."""
+    EncryptionConfiguration with the cluster's keys, made now if this is the cluster's first run (``make``: a run
+    that builds control planes; any other run passes the keys there are and never makes one: a second `reset`
+    must not leave a new key behind)."""
     if not cfg.security.encryption_at_rest:
         return {}
-    return {"gpustack_encryption_config": render_encryption_config(ensure_keys(cfg, root))}
+    keys = ensure_keys(cfg, root) if make else load_keys(cfg, root)
+    return {"gpustack_encryption_config": render_encryption_config(keys)} if keys else {}
