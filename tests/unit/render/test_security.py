@@ -192,6 +192,25 @@ def test_the_run_gets_the_key_and_the_pure_extravars_never_do(tmp_path: Path) ->
     assert key.secret in run["gpustack_encryption_config"]
     assert run_extravars(cfg(encryption_at_rest=False), tmp_path / "x") == {}
     assert not (tmp_path / "x").exists()  # no key made for a cluster that does not encrypt
+    # a run that builds no control plane (reset, upgrade, ...) passes the keys there are and never makes one
+    assert run_extravars(c, tmp_path / "y", make=False) == {} and not (tmp_path / "y").exists()
+    assert run_extravars(c, tmp_path, make=False) == run
+
+
+def test_only_the_runs_that_build_control_planes_make_the_key() -> None:
+    """The playbooks that apply the control_plane role whole (its security.yml writes the EncryptionConfiguration)
+    are the keyed ones; node-add.yml imports site.yml."""
+    import re
+
+    from gpustack.engine.stages import KEYED_PLAYBOOKS
+
+    playbooks = Path(__file__).resolve().parents[3] / "playbooks"
+    whole = {
+        p.name for p in playbooks.glob("*.yml") if re.search(r"^\s*- role: control_plane\s*$", p.read_text(), re.M)
+    }
+    assert whole == {"site.yml"}, whole
+    assert "import_playbook: site.yml" in (playbooks / "node-add.yml").read_text()
+    assert {"site.yml", "node-add.yml"} == KEYED_PLAYBOOKS
 
 
 def test_render_shows_every_file_and_never_the_key(tmp_path: Path) -> None:
