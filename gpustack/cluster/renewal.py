@@ -15,6 +15,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpustack.checks.certs import parse_iso
 from gpustack.paths import kubeconfig_path
 
 if TYPE_CHECKING:
@@ -43,21 +44,15 @@ def iso(when: datetime) -> str:
     return when.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def parse_time(text: object) -> datetime | None:
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+#: the certificate facts' time format, read as the expiry checks read it
+parse_time = parse_iso
 
 
 def renewal_start(previous: Mapping[str, Any] | None, validity: str, now: datetime) -> datetime:
     """When this renewal began (pure): an unfinished previous one (running: interrupted; failed) with the same
     validity is continued from its start; otherwise now."""
     if previous and previous.get("status") in ("running", "failed") and previous.get("validity") == validity:
-        started = parse_time(previous.get("started"))
+        started = parse_iso(previous.get("started"))
         if started is not None and started <= now:
             return started
     return now
@@ -85,7 +80,7 @@ def leaf_expiries(kubeadm: Mapping[str, Any] | None) -> list[datetime] | None:
     for cert in kubeadm.get("certificates") or []:
         if cert.get("authority") or cert.get("external") or cert.get("missing"):
             continue
-        when = parse_time(cert.get("expires"))
+        when = parse_iso(cert.get("expires"))
         if when is None:
             return None
         out.append(when)

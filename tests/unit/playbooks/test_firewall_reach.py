@@ -61,7 +61,7 @@ def _ip(*args: str) -> None:
 def pair() -> Iterator[tuple[str, str]]:
     """Two named namespaces (``ip netns exec`` needs names): the node and the outside, on one veth."""
     if not shutil.which("ip"):
-        pytest.skip("needs iproute2")
+        pytest.skip("needs iproute2")  # installed by scripts/test.sh; under its PYTEST_NO_SKIPS a skip fails CI
     node, out = f"gsfw-n{os.getpid()}", f"gsfw-o{os.getpid()}"
     _ip("netns", "add", node)
     _ip("netns", "add", out)
