@@ -10,6 +10,9 @@ Environment:
 - ``FAKE_HELM_FAIL``: comma-separated release names whose install/upgrade fails (helm-style stderr);
 - ``FAKE_HELM_FAIL_MESSAGE``: override of that stderr;
 - ``FAKE_HELM_DELAY``: seconds a mutating call takes (to observe concurrency);
+- ``FAKE_HELM_RENDEZVOUS``: ``DIR:NAME,NAME…``: an install/upgrade of each named release marks itself in DIR
+  and waits (up to 30 s) until every named one has; the log record says whether they all met (``met``), which
+  proves they ran at the same time whatever the machine's load;
 - ``FAKE_HELM_API``: base URL of a (fake) Kubernetes API: installing kube-prometheus-stack creates
   the monitoring.coreos.com CRDs there, as the real chart does; installing or upgrading gpu-operator
   applies the ClusterPolicy ``cluster-policy`` from the values, as the chart's template does (every
@@ -304,6 +307,28 @@ def _apply_clusterpolicy(api: str, values: dict[str, Any]) -> None:
         urllib.request.urlopen(req, timeout=5).read()
 
 
+MET: list[bool] = []
+
+
+def _rendezvous(name: str) -> None:
+    spec = os.environ.get("FAKE_HELM_RENDEZVOUS", "")
+    if ":" not in spec:
+        return
+    where, names = spec.rsplit(":", 1)
+    party = {n for n in names.split(",") if n}
+    if name not in party:
+        return
+    Path(where).mkdir(parents=True, exist_ok=True)
+    (Path(where) / name).touch()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if all((Path(where) / n).exists() for n in party):
+            MET.append(True)
+            return
+        time.sleep(0.05)
+    MET.append(False)
+
+
 def cmd_upgrade(state: State, pos: list[str], opts: dict[str, str | bool], stdin: bytes) -> str:
     name, chart = pos[1], pos[2]
     ns = str(opts.get("--namespace", "default"))
@@ -314,6 +339,7 @@ def cmd_upgrade(state: State, pos: list[str], opts: dict[str, str | bool], stdin
     delay = float(os.environ.get("FAKE_HELM_DELAY", "0") or 0)
     if delay:
         time.sleep(delay)
+    _rendezvous(name)
     failing = {f for f in os.environ.get("FAKE_HELM_FAIL", "").split(",") if f}
     if name in failing:
         verb, undone = ("UPGRADE", "rolled back") if revs else ("INSTALLATION", "uninstalled")
@@ -464,6 +490,7 @@ def main() -> int:
             "start": start,
             "end": time.time(),
             "rc": code,
+            "met": MET[0] if MET else None,
         }
     )
     sys.stdout.write(out)

@@ -18,7 +18,7 @@ FAKE_HELM = str(Path(__file__).resolve().parents[2] / "fakes" / "helm")
 def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("FAKE_HELM_STATE", str(tmp_path / "state"))
     monkeypatch.setenv("FAKE_HELM_LOG", str(tmp_path / "log.jsonl"))
-    for var in ("FAKE_HELM_FAIL", "FAKE_HELM_DELAY", "FAKE_HELM_API", "FAKE_HELM_FAIL_MESSAGE"):
+    for var in ("FAKE_HELM_FAIL", "FAKE_HELM_DELAY", "FAKE_HELM_RENDEZVOUS", "FAKE_HELM_API", "FAKE_HELM_FAIL_MESSAGE"):
         monkeypatch.delenv(var, raising=False)
     return tmp_path
 
@@ -37,6 +37,8 @@ SPECS = [spec("kube-prometheus-stack"), spec("gpu-operator"), spec("dcgm-exporte
 
 def test_fresh_install_order_values_and_concurrency(fake: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAKE_HELM_DELAY", "0.4")
+    # the two after the CRD owner must both be running at once to get past the rendezvous (not timing: load-proof)
+    monkeypatch.setenv("FAKE_HELM_RENDEZVOUS", f"{fake / 'meet'}:gpu-operator,dcgm-exporter")
     helm = Helm(executable=FAKE_HELM)
     results = helm.ensure_releases(SPECS)
     assert [(r.release, r.action, r.revision) for r in results] == [
@@ -49,7 +51,8 @@ def test_fresh_install_order_values_and_concurrency(fake: Path, monkeypatch: pyt
     by = {r["argv"][1]: r for r in upgrades}
     kps, gpu, dcgm = by["kube-prometheus-stack"], by["gpu-operator"], by["dcgm-exporter"]
     assert kps["end"] <= min(gpu["start"], dcgm["start"])  # CRD owner first
-    assert gpu["start"] < dcgm["end"] and dcgm["start"] < gpu["end"]  # the rest overlap
+    assert gpu["met"] is True and dcgm["met"] is True  # the rest overlap: each waited until the other had started
+    assert kps["met"] is None
     assert gpu["values"] == {"k": "gpu-operator"}  # values reach helm on stdin, as one dict
     argv = gpu["argv"]
     for flag in ("--install", "--rollback-on-failure", "--wait", "--create-namespace"):
