@@ -15,7 +15,15 @@ from gpustack.checks.context import Context, check, host_finding
 from gpustack.checks.model import Finding
 from gpustack.config import mig
 from gpustack.config import mig_layout as ml
-from gpustack.config.sharing import MigSharing, Mps, TimeSlicing, effective, mode_of, uses_custom_layouts
+from gpustack.config.sharing import (
+    MigSharing,
+    Mps,
+    TimeSlicing,
+    effective,
+    from_default,
+    mode_of,
+    uses_custom_layouts,
+)
 
 ID = "P26-gpu-sharing"
 
@@ -38,6 +46,8 @@ def gpu_sharing(ctx: Context) -> Finding:
     if mode == "none":
         return host_finding(ctx, ID, "pass", "no GPU sharing configured (whole GPUs)")
     devices = _devices(ctx)
+    if not devices and from_default(ctx.cfg, ctx.node):
+        return host_finding(ctx, ID, "pass", f"no NVIDIA GPU: gpu_sharing.default ({mode}) does not apply here")
     if not devices:
         return host_finding(ctx, ID, "fail", f"gpu_sharing mode {mode}, but the node has no NVIDIA GPU",
                             fix=f"remove gpu_sharing from node {ctx.node.name} in gpustack.yaml")  # fmt: skip

@@ -243,7 +243,7 @@ def run_cluster_layer(
         from gpustack.cluster.sharing import converge_sharing
 
         shared = converge_sharing(cfg, kube, progress=lambda line: console.info(f"cluster: gpu-sharing: {line}"),
-                                  **dict(sharing or {}))  # fmt: skip
+                                  gpu_nodes=facts.gpu_nodes, **dict(sharing or {}))  # fmt: skip
         s.status, s.detail = ("changed" if shared.changed else "unchanged"), shared.detail()
 
     return summaries

@@ -31,7 +31,7 @@ the current file) after :data:`CONFIG_SYNC` seconds, and waits again.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -180,11 +180,30 @@ def wait_for_mig(
         sleep(max(0.0, min(interval, deadline - clock())))
 
 
+#: node labels that say the node has NVIDIA GPUs: GPU feature discovery's, and node feature discovery's PCI
+#: vendor label (the GPU Operator chart's NFD worker config, deployments/gpu-operator/values.yaml
+#: ``sources.pci.deviceLabelFields: [vendor]``, labels ``feature.node.kubernetes.io/pci-10de.present=true``; the
+#: operator schedules its operands on that label)
+GPU_LABELS = ("nvidia.com/gpu.present", "feature.node.kubernetes.io/pci-10de.present")
+NO_GPU_NOTE = "no NVIDIA GPU (host facts, node labels, capacity): gpu_sharing.default not applied"
+
+
+def has_gpus(node: Obj, gpu_nodes: Collection[str] = ()) -> bool:
+    """The node has NVIDIA GPUs: its host facts list them (``gpu_nodes``), a GPU label says so, or it advertises
+    ``nvidia.com/gpu``."""
+    labels = _labels(node)
+    capacity = ((node.get("status") or {}).get("capacity") or {}).get("nvidia.com/gpu")
+    name = str((node.get("metadata") or {}).get("name") or "")
+    return (name in gpu_nodes or any(str(labels.get(k)).lower() == "true" for k in GPU_LABELS)
+            or str(capacity or "0") not in ("0", ""))  # fmt: skip
+
+
 def converge_node(
     kube: Kube,
     want: NodeSharing,
     *,
     mig_timeout: float,
+    gpu_nodes: Collection[str] = (),
     drain_timeout: float = DRAIN_TIMEOUT,
     interval: float = 5.0,
     clock: Callable[[], float] = time.monotonic,
@@ -195,6 +214,9 @@ def converge_node(
     node = kube.get("v1", "Node", want.node)
     if node is None:
         out.note = "not in the cluster (yet): nothing labelled"
+        return out
+    if want.from_default and not has_gpus(node, gpu_nodes):
+        out.note = NO_GPU_NOTE
         return out
     labels = _labels(node)
     changes = label_changes(want, labels)
@@ -238,15 +260,23 @@ def converge_sharing(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
     progress: Callable[[str], None] | None = None,
+    gpu_nodes: Collection[str] = (),
+    only: Collection[str] | None = None,
     **kw: Any,
 ) -> SharingResult:
     """Bring every node with ``gpu_sharing`` to its labels (one node at a time: a MIG change drains that node
-    only), then drop the device-plugin ConfigMap when no node uses it."""
+    only), then drop the device-plugin ConfigMap when no node uses it. ``gpu_nodes``: the nodes whose host facts
+    list NVIDIA GPUs (a node whose setting is ``gpu_sharing.default`` is labelled only when it has GPUs);
+    ``only``: these nodes only (``node add``), the ConfigMaps left as they are."""
     timeout = mig_timeout if mig_timeout is not None else MIG_TIMEOUT + (REBOOT_EXTRA if cfg.gpu.mig_reboot else 0.0)
     result = SharingResult()
     for want in node_sharing(cfg):
+        if only is not None and want.node not in only:
+            continue
         result.nodes.append(converge_node(kube, want, mig_timeout=timeout, interval=interval, clock=clock,
-                                          sleep=sleep, progress=progress, **kw))  # fmt: skip
+                                          sleep=sleep, progress=progress, gpu_nodes=gpu_nodes, **kw))  # fmt: skip
+    if only is not None:
+        return result
     if device_plugin_configmap(cfg) is None:
         result.configmap_deleted = _delete_own(kube, DEVICE_PLUGIN_CONFIGMAP)
     if mig_configmap(cfg) is None:

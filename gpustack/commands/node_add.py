@@ -9,6 +9,8 @@ sequence run by the one engine.
        the firewall, which also visits the existing nodes: their GPUSTACK-INPUT chain accepts the
        new addresses, and nothing else changes there
     -> ready: each new node Ready (and the GPU Operator validator on GPU nodes)
+    -> gpu-sharing: the new nodes' ``gpu_sharing`` (``gpu_sharing.default`` included, on nodes with GPUs)
+       through the admin kubeconfig, as `up`'s cluster stage sets it (gpustack/cluster/sharing.py)
 
 Joins take a fresh bootstrap token (and a control-plane node a freshly uploaded certificate key),
 made on the first control plane for this run only. `up` with new nodes in the config does the same
@@ -18,6 +20,7 @@ gpustack/render/converge.py, NODE_SET_VARS), so the existing hosts stay converge
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,8 +30,8 @@ from gpustack.bundle import PLAYBOOK_VARS as BUNDLE_VARS
 from gpustack.constants import GPU_NAMESPACE
 from gpustack.engine.options import LateVars, RunFlags
 from gpustack.engine.plan import CommandPlan, Stage
-from gpustack.engine.steps import StageSummary
-from gpustack.errors import ConfigError, UsageError
+from gpustack.engine.steps import StageSummary, StepContext, StepFn
+from gpustack.errors import ConfigError, StageError, UsageError
 
 if TYPE_CHECKING:
     from gpustack.config.model import Config, Node
@@ -75,6 +78,15 @@ STAGES: tuple[Stage, ...] = (
         "targets",
         "nothing: waits (kubectl on the first control plane) until each new node is Ready and, on GPU nodes, "
         "the GPU Operator validator passed",
+    ),
+    Stage(
+        "gpu-sharing",
+        "GPU sharing of the new nodes",
+        "python",
+        "local",
+        "the new nodes' gpu_sharing (their own, their group's, or gpu_sharing.default where the node has NVIDIA "
+        "GPUs) set through the GPU Operator's node labels as `up` does (a MIG change waits for the MIG manager); "
+        "nothing when none applies",
     ),
 )
 
@@ -197,6 +209,35 @@ def describe(cfg: Config, new: Sequence[Node]) -> list[str]:
     return lines
 
 
+def sharing_step(names: Sequence[str]) -> StepFn:
+    """The ``gpu-sharing`` stage: the new nodes' GPU sharing labels, through the stored admin kubeconfig."""
+
+    def step(ctx: StepContext) -> list[StageSummary]:
+        from gpustack.cluster.sharing import converge_sharing
+        from gpustack.config.sharing import settings
+
+        t0 = time.monotonic()
+        wanted = [n for n in names if n in settings(ctx.cfg)]
+        if not wanted:
+            return [StageSummary("gpu-sharing", "ok", time.monotonic() - t0, hosts=list(names))]
+        from gpustack.paths import kubeconfig_path
+        from gpustack.runners.kubeconfig import kube_from_file
+
+        kubeconfig = kubeconfig_path(ctx.cfg.cluster.name)
+        if not kubeconfig.is_file():
+            raise StageError(f"no admin kubeconfig at {kubeconfig}: the new nodes' GPU sharing was not set",
+                             stage="gpu-sharing", hosts=tuple(wanted),
+                             hint="gpustack up --only cluster sets it (and fetches the admin kubeconfig first)")  # fmt: skip
+        kube = kube_from_file(kubeconfig)
+        shared = converge_sharing(ctx.cfg, kube, only=wanted, gpu_nodes=gpu_nodes(ctx.facts, names),
+                                  progress=lambda line: ctx.console.info(f"gpu-sharing: {line}"))  # fmt: skip
+        status = "changed" if shared.changed else "ok"
+        changed = sum(bool(n.changed) for n in shared.nodes)
+        return [StageSummary("gpu-sharing", status, time.monotonic() - t0, changed, list(names), shared.detail())]
+
+    return step
+
+
 def add(cfg: Config, opts: AddOptions, console: Console) -> AddResult:
     """Run the `node-add` sequence for ``opts.nodes`` with the one engine; with ``opts.bundle``, from
     an air-gapped bundle checked and served as by `up --bundle` (gpustack/bundle/use.py)."""
@@ -230,5 +271,5 @@ def _add(
         late.update(add_extravars(names, facts))
 
     run_opts = opts.run_options(PLAN.stages, extravars=late, stage_nodes=stage_nodes(names))
-    result = run(PLAN, cfg, run_opts, console, after_preflight=guard)
+    result = run(PLAN, cfg, run_opts, console, after_preflight=guard, steps={"gpu-sharing": sharing_step(names)})
     return AddResult(result.run_dir, result.summaries, names)

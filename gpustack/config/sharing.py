@@ -132,6 +132,11 @@ class SharingSection(StrictModel):
     groups: dict[str, SharingGroup] = Field(
         default_factory=dict, description="named node groups, each {nodes: [...], sharing: {...}}"
     )
+    default: GpuSharing | None = Field(
+        default=None,
+        description="the setting of every GPU node with none of its own and in no group (nodes added later "
+        "included; nodes without NVIDIA GPUs are left alone); unset: their GPUs are left whole",
+    )
 
 
 # What the rules below read of a Config (gpustack.config.model imports this module, not the other way round).
@@ -165,12 +170,19 @@ def group_of(cfg: Config, node: str) -> str | None:
     return next((g for g, grp in cfg.gpu_sharing.groups.items() if node in grp.nodes), None)
 
 
+def from_default(cfg: Config, node: _Node) -> bool:
+    """The node's setting is the cluster's ``gpu_sharing.default`` (it has none of its own and is in no group):
+    applied only where the node has NVIDIA GPUs (a CPU node inherits nothing to act on)."""
+    return cfg.gpu_sharing.default is not None and node.gpu_sharing is None and group_of(cfg, node.name) is None
+
+
 def effective(cfg: Config, node: _Node) -> Setting | None:
-    """The node's GPU sharing: its own ``gpu_sharing``, else its group's, else None (left alone)."""
+    """The node's GPU sharing: its own ``gpu_sharing``, else its group's, else the cluster's
+    ``gpu_sharing.default``, else None (left alone)."""
     if node.gpu_sharing is not None:
         return node.gpu_sharing
     group = group_of(cfg, node.name)
-    return None if group is None else cfg.gpu_sharing.groups[group].sharing
+    return cfg.gpu_sharing.default if group is None else cfg.gpu_sharing.groups[group].sharing
 
 
 def settings(cfg: Config) -> dict[str, Setting]:
@@ -269,6 +281,9 @@ def _sources(cfg: Config) -> list[tuple[Path_, Setting, list[str]]]:
     own = {n.name for n in cfg.nodes if n.gpu_sharing is not None}
     for g, grp in cfg.gpu_sharing.groups.items():
         out.append((("gpu_sharing", "groups", g, "sharing"), grp.sharing, [x for x in grp.nodes if x not in own]))
+    if cfg.gpu_sharing.default is not None:
+        rest = [n.name for n in cfg.nodes if n.gpu_sharing is None and group_of(cfg, n.name) is None]
+        out.append((("gpu_sharing", "default"), cfg.gpu_sharing.default, rest))
     return out
 
 
@@ -386,7 +401,7 @@ def _group_problems(cfg: Config) -> list[tuple[Path_, str]]:
 
 
 def describe(cfg: Config) -> Mapping[str, str]:
-    """Node name -> where its setting comes from ("node" or "group <name>"), for plan rows."""
+    """Node name -> where its setting comes from ("node", "group <name>" or "default"), for plan rows."""
     out = {}
     for n in cfg.nodes:
         group = group_of(cfg, n.name)
@@ -394,4 +409,6 @@ def describe(cfg: Config) -> Mapping[str, str]:
             out[n.name] = "node"
         elif group is not None:
             out[n.name] = f"group {group}"
+        elif cfg.gpu_sharing.default is not None:
+            out[n.name] = "default"
     return out

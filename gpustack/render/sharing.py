@@ -38,6 +38,7 @@ from gpustack.config.sharing import (
     Setting,
     TimeSlicing,
     describe,
+    from_default,
     mig_nodes,
     mig_strategy,
     plugin_key,
@@ -150,6 +151,7 @@ class NodeSharing:
     node: str
     mig_config: str | None  # nvidia.com/mig.config; None: MIG off (all-disabled where the label is set)
     device_plugin: str | None  # nvidia.com/device-plugin.config; None: the label removed
+    from_default: bool = False  # gpu_sharing.default: applied only where the node has NVIDIA GPUs
 
 
 def node_sharing(cfg: Config) -> list[NodeSharing]:
@@ -157,7 +159,8 @@ def node_sharing(cfg: Config) -> list[NodeSharing]:
     means MIG off and no device-plugin config). MIG off is only written where a MIG configuration is set: the
     operator labels MIG-capable nodes ``all-disabled`` itself, and no MIG manager runs on other nodes to act on the
     label."""
-    return [NodeSharing(name, s.profile if isinstance(s, MigSharing) else None, plugin_key(cfg, s))
+    defaulted = {n.name for n in cfg.nodes if from_default(cfg, n)}
+    return [NodeSharing(name, s.profile if isinstance(s, MigSharing) else None, plugin_key(cfg, s), name in defaulted)
             for name, s in settings(cfg).items()]  # fmt: skip
 
 

@@ -311,22 +311,16 @@ MET: list[bool] = []
 
 
 def _rendezvous(name: str) -> None:
-    spec = os.environ.get("FAKE_HELM_RENDEZVOUS", "")
-    if ":" not in spec:
-        return
-    where, names = spec.rsplit(":", 1)
+    where, _, names = os.environ.get("FAKE_HELM_RENDEZVOUS", "").rpartition(":")
     party = {n for n in names.split(",") if n}
-    if name not in party:
+    if not where or name not in party:
         return
     Path(where).mkdir(parents=True, exist_ok=True)
     (Path(where) / name).touch()
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if all((Path(where) / n).exists() for n in party):
-            MET.append(True)
-            return
+    while not (met := all((Path(where) / n).exists() for n in party)) and time.monotonic() < deadline:
         time.sleep(0.05)
-    MET.append(False)
+    MET.append(met)
 
 
 def cmd_upgrade(state: State, pos: list[str], opts: dict[str, str | bool], stdin: bytes) -> str:

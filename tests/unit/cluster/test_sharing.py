@@ -126,3 +126,34 @@ def test_nodes_without_gpu_sharing_are_left_alone(fake_api: FakeKubeAPI, kube: K
     result = cs.converge_sharing(config(w1=None), kube, **FAST)
     assert result.nodes == [] and fake_api.mutating_requests() == []
     assert labels(fake_api, "w1")["nvidia.com/mig.config"] == "all-2g.20gb"
+
+
+def test_the_cluster_default_reaches_gpu_nodes_only_and_yields_to_a_nodes_own(
+    fake_api: FakeKubeAPI, kube: Kube
+) -> None:
+    gpu_labelled = node("w3")
+    gpu_labelled["metadata"]["labels"]["feature.node.kubernetes.io/pci-10de.present"] = "true"
+    fake_api.seed([node("cp", cp=True), node("w1"), node("w2"), gpu_labelled, node("w4")])
+    FakeMigManager(fake_api, {"w1": (H100, 8)})
+    cfg = Config.model_validate({
+        "nodes": [{"name": "cp", "address": "192.0.2.10", "role": "control-plane"},
+                  {"name": "w1", "address": "192.0.2.11"}, {"name": "w2", "address": "192.0.2.12"},
+                  {"name": "w3", "address": "192.0.2.13"},
+                  {"name": "w4", "address": "192.0.2.14", "gpu_sharing": {"mode": "time-slicing", "replicas": 2}}],
+        "gpu_sharing": {"default": {"mode": "time-slicing", "replicas": 4}},
+    })  # fmt: skip
+    # w1: a GPU node by its host facts; w3: by NFD's NVIDIA PCI label; w2 and cp: no GPU anywhere; w4: its own
+    result = cs.converge_sharing(cfg, kube, gpu_nodes=("w1",), **FAST)
+    by = {n.node: n for n in result.nodes}
+    plugin = "nvidia.com/device-plugin.config"
+    assert by["w1"].changed == {plugin: "time-slicing-4"} and labels(fake_api, "w1")[plugin] == "time-slicing-4"
+    assert by["w3"].changed == {plugin: "time-slicing-4"}
+    assert by["w4"].changed == {plugin: "time-slicing-2"}
+    for cpu in ("cp", "w2"):
+        assert by[cpu].note == cs.NO_GPU_NOTE and not by[cpu].changed and plugin not in labels(fake_api, cpu)
+    assert "w2: no NVIDIA GPU" in result.detail()
+    # `node add w2` later, once it has GPUs (its host facts say so): only w2 is visited, the ConfigMap kept
+    fake_api.reset_requests()
+    added = cs.converge_sharing(cfg, kube, gpu_nodes=("w2",), only=("w2",), **FAST)
+    assert [n.node for n in added.nodes] == ["w2"] and added.nodes[0].changed == {plugin: "time-slicing-4"}
+    assert not added.configmap_deleted

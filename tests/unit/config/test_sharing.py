@@ -13,6 +13,7 @@ import yaml
 
 from gpustack.checks import preflight as pf
 from gpustack.config import mig
+from gpustack.config import sharing as cfs
 from gpustack.config.load import load
 from gpustack.config.model import Config
 from gpustack.config.sharing import Mps, TimeSlicing, mig_strategy
@@ -192,6 +193,30 @@ def test_preflight_knows_what_the_gpu_can_do(
     assert (found.status, words in found.summary) == (status, True), found
     if status == "fail":
         assert found.fix
+
+
+@pytest.mark.parametrize(
+    ("device", "status", "words"),
+    [(None, "pass", "no NVIDIA GPU: gpu_sharing.default (mig) does not apply"), (H100, "pass", "1g.10gb x7"),
+     (L40S, "fail", "has no MIG")],
+)  # fmt: skip
+def test_the_cluster_default_is_checked_on_gpu_nodes_and_passes_a_cpu_node(
+    device: str | None, status: str, words: str
+) -> None:
+    cfg = Config.model_validate(
+        {"nodes": nodes(None), "gpu_sharing": {"default": {"mode": "mig", "profile": "all-1g.10gb"}}}
+    )
+    devs = [] if device is None else [{"slot": "0000:01:00.0", "device_id": device}]
+    [found] = [f for f in pf.run_checks(cfg, {"n0": {**FACTS, "nvidia_pci_devices": devs, "nvidia_driver_version": ""}})
+               if f.id == "P26-gpu-sharing"]  # fmt: skip
+    assert (found.status, words in found.summary) == (status, True), found
+    # the default applies where nothing else does: a node's own setting and its group's win
+    own = Config.model_validate({"nodes": nodes({"mode": "none"}, None, None), "gpu_sharing": {
+        "default": {"mode": "time-slicing", "replicas": 2}, "groups": {"g": {"nodes": ["n1"], "sharing": {"mode": "mps", "replicas": 3}}}}})  # fmt: skip
+    assert {k: v.mode for k, v in cfs.settings(own).items()} == {"n0": "none", "n1": "mps", "n2": "time-slicing"}
+    assert cfs.describe(own) == {"n0": "node", "n1": "group g", "n2": "default"}
+    assert [w.from_default for w in rs.node_sharing(own)] == [False, False, True]
+    assert "from default" in {r[0]: r for r in rs.plan_rows(own)}["n2"][2]
 
 
 def test_preflight_lists_the_configs_the_gpu_takes() -> None:
