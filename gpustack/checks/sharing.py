@@ -10,8 +10,10 @@ does not offer ends in ``nvidia.com/mig.config.state=failed``, G12). Failures ca
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-from gpustack.checks.context import Context, check, host_finding
+from gpustack.checks.context import Context, Facts, check, host_finding
 from gpustack.checks.model import Finding
 from gpustack.config import mig
 from gpustack.config import mig_layout as ml
@@ -24,6 +26,9 @@ from gpustack.config.sharing import (
     mode_of,
     uses_custom_layouts,
 )
+
+if TYPE_CHECKING:
+    from gpustack.config.model import Config
 
 ID = "P26-gpu-sharing"
 
@@ -102,6 +107,18 @@ def gpu_sharing(ctx: Context) -> Finding:
             "ConfigMap default-gpu-clients) and, when the mode changes, kubelet on this node",
         )  # fmt: skip
     return host_finding(ctx, ID, "pass", f"{profile}: {made} per GPU", evidence)
+
+
+def refusals(cfg: Config, facts_by_node: Mapping[str, Facts]) -> list[str]:
+    """What P26 fails for the nodes whose host facts are known (``gpustack render --facts``: a MIG name checked
+    against the node's own GPU model before anything runs; nodes without facts are left to the preflight)."""
+    out = []
+    for node in cfg.nodes:
+        facts = facts_by_node.get(node.name)
+        found = None if facts is None else gpu_sharing(Context(node, cfg, facts))
+        if found is not None and found.status == "fail":
+            out.append(f"{node.name}: {found.summary}" + (f" (fix: {found.fix})" if found.fix else ""))
+    return out
 
 
 def _order(config: str) -> tuple[int, str]:

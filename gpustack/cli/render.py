@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from gpustack.cli.options import ConfigOpt, console_for, examples, load_config
-from gpustack.errors import UsageError
+from gpustack.errors import ConfigError, UsageError
 
 #: the examples at the end of its help page
 EXAMPLES = examples(
@@ -33,12 +33,20 @@ def render(
     ] = False,
 ) -> None:
     """Write every generated file (inventory, extravars, kubeadm config, Helm values, manifests) to DIR."""
-    from gpustack.render.files import load_facts, render_to
+    from gpustack.render.files import load_facts, read_facts, render_to
 
     cfg = load_config(config).config
     console = console_for()
     if facts is not None and not facts.is_dir():
         raise UsageError(f"--facts {facts}: not a directory (use <state>/runs/<run>/facts)")
+    if facts is not None:
+        from gpustack.checks import preflight  # noqa: F401  (registers every check, P26 among them)
+        from gpustack.checks.sharing import refusals
+
+        refused = refusals(cfg, read_facts(facts))
+        if refused:
+            raise ConfigError("gpu_sharing does not fit the GPUs these hosts have (--facts: P26-gpu-sharing): "
+                              + "; ".join(refused))  # fmt: skip
     result = render_to(cfg, out, facts=load_facts(facts), force=force)
     for path, size in result.written:
         console.print(f"{path}  ({size:,} bytes)", markup=False)

@@ -8,6 +8,7 @@ import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 import yaml
 
@@ -23,12 +24,14 @@ from gpustack.render.manifests import render_manifests
 from gpustack.render.values import FactsSummary, render_values, summarize_facts
 
 
+def read_facts(facts_dir: Path) -> dict[str, dict[str, Any]]:
+    """Node name -> its host facts, from a run directory's facts/ (``gpustack render --facts``)."""
+    return {p.stem: json.loads(p.read_text(encoding="utf-8")) for p in sorted(facts_dir.glob("*.json"))}
+
+
 def load_facts(facts_dir: Path | None) -> FactsSummary:
     """Host facts from a run directory's facts/ (``gpustack render --facts``), else none known."""
-    if facts_dir is None:
-        return FactsSummary()
-    by_node = {p.stem: json.loads(p.read_text(encoding="utf-8")) for p in sorted(facts_dir.glob("*.json"))}
-    return summarize_facts(by_node)
+    return FactsSummary() if facts_dir is None else summarize_facts(read_facts(facts_dir))
 
 
 def _yaml_docs(objects: list[dict[str, object]]) -> str:

@@ -116,6 +116,23 @@ def test_render_follows_recorded_facts(tmp_path: Path, cfg: Path) -> None:
     assert r.returncode == 2 and "not a directory" in r.stderr
 
 
+def test_render_checks_a_mig_name_against_the_hosts_own_gpus(tmp_path: Path) -> None:
+    """all-2g.20gb is an H100 configuration (it passes load time), but this host has A30s: with the host facts
+    known, render refuses it before anything is written (issue 29)."""
+    (tmp_path / "gpustack.yaml").write_text(
+        "nodes:\n  - {name: cp1, address: 10.0.0.10, role: control-plane, user: ops,\n"
+        "     gpu_sharing: {mode: mig, profile: all-2g.20gb}}\n"
+    )
+    facts = tmp_path / "facts"
+    facts.mkdir()
+    (facts / "cp1.json").write_text('{"nvidia_pci_devices": [{"slot": "0000:3b:00.0", "device_id": "0x20b7"}]}')
+    assert run("render", "--out", "plain", cwd=tmp_path).returncode == 0  # no facts: any family's name loads
+    r = run("render", "--out", "out", "--facts", str(facts), cwd=tmp_path)
+    assert r.returncode == 2 and "P26-gpu-sharing" in r.stderr, r.stderr
+    assert "cp1: A30 24GB (10de:20b7) cannot take MIG configuration all-2g.20gb" in " ".join(r.stderr.split())
+    assert "all-1g.6gb" in r.stderr and not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize(
     ("text", "needle"),
     [
