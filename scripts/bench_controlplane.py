@@ -55,6 +55,7 @@ from gpustack.runners.kube import Kube  # noqa: E402
 from gpustack.runners.kubeconfig import kube_from_file  # noqa: E402
 from tests.controlplane.cluster import running  # noqa: E402
 from tests.controlplane.load import load  # noqa: E402
+from tests.controlplane.written import CONTROLLER_ARGS  # noqa: E402
 from tests.fakes import scenarios as sc  # noqa: E402
 from tests.fakes.prometheus_api import FakePrometheus  # noqa: E402
 
@@ -161,6 +162,10 @@ def main() -> int:
     ap.add_argument("--sizes", default="1,10,100,1000")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--smoke", action="store_true", help="size 1, one run (CI)")
+    ap.add_argument("--daemonset-pods", choices=("controller", "written"), default="controller",
+                    help="who makes the DaemonSets' pods on the real control plane: the real DaemonSet controller, "
+                    "scheduler and kwok, or written as they would write them (tests/controlplane/written.py: "
+                    "1,000 nodes on 2 cores)")  # fmt: skip
     args = ap.parse_args()
     # a killed run stops its control plane too (the `with` blocks' cleanup runs on SystemExit, not on a bare SIGTERM)
     # (a second SIGTERM, as `timeout` and `pkill -f` together send, is ignored: it would cut that cleanup short)
@@ -180,8 +185,12 @@ def main() -> int:
                     results[("fake", command, n)] = row
             finally:
                 fake.close()
-            with running(home / "cp", extra_args=HARNESS_ARGS) as cp:
-                took = load(kube_from_file(cp.admin_kubeconfig), sc.healthy(n), timeout=3600)
+            write = args.daemonset_pods == "written"
+            harness = {k: [*v, *(CONTROLLER_ARGS if write and k == "kube-controller-manager" else [])]
+                       for k, v in HARNESS_ARGS.items()}  # fmt: skip
+            with running(home / "cp", extra_args=harness) as cp:
+                took = load(kube_from_file(cp.admin_kubeconfig), sc.healthy(n), timeout=3600,
+                            write_daemonset_pods=write)  # fmt: skip
                 print(f"  real control plane: started in {cp.started_in['total']:.1f} s, {n} nodes loaded in "
                       f"{sum(took.values()):.1f} s ({', '.join(f'{k} {v:.1f} s' for k, v in took.items())}); "
                       f"restarts: {cp.restarts or 'none'}")  # fmt: skip

@@ -22,7 +22,7 @@ from tests.contract.upstream import facts
 from tests.fakes.scenarios import Scenario
 from tests.realbin.gobuild import download
 
-from . import realize
+from . import realize, written
 
 Obj = dict[str, Any]
 PROMETHEUS_OPERATOR = "github.com/prometheus-operator/prometheus-operator"
@@ -103,9 +103,13 @@ def settled(kube: Kube) -> str:
     return ", ".join(pending[:8]) + (f" and {len(pending) - 8} more" if len(pending) > 8 else "")
 
 
-def load(kube: Kube, scenario: Scenario, *, timeout: float = 300, crds: bool = True) -> dict[str, float]:
+def load(
+    kube: Kube, scenario: Scenario, *, timeout: float = 300, crds: bool = True, write_daemonset_pods: bool = False
+) -> dict[str, float]:
     """Create the scenario's inputs (first the CRDs, unless ``crds`` is off: a second scenario in the same
-    cluster), wait for its controllers; seconds each step took."""
+    cluster), wait for its controllers; seconds each step took. ``write_daemonset_pods``: the DaemonSets' pods and
+    status written as their controller and kubelet would (:mod:`tests.controlplane.written`; the control plane
+    must run without the daemonset-controller: ``written.CONTROLLER_ARGS``)."""
     took: dict[str, float] = {}
     t = time.monotonic()
     if crds:
@@ -132,6 +136,8 @@ def load(kube: Kube, scenario: Scenario, *, timeout: float = 300, crds: bool = T
         assert res is not None, obj["kind"]
         path = res.path(obj["metadata"]["name"], obj["metadata"].get("namespace")) + "/status"
         kube.request("PATCH", path, body={"status": obj["status"]}, content_type="application/merge-patch+json")
+    if write_daemonset_pods:
+        written.write_daemonset_pods(kube, scenario)
     took["create"] = time.monotonic() - t
     t = time.monotonic()
     until(lambda: not settled(kube), lambda: "the controllers and kwok: " + settled(kube), timeout)
