@@ -9,13 +9,19 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 NUM = r"\d+(?:\.\d+)?"
 
 
-def test_bench_controlplane_smoke() -> None:
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_controlplane.py"), "--smoke"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
+@pytest.mark.parametrize("pods", ["controller", "written"])
+def test_bench_controlplane_smoke(pods: str) -> None:
+    """Both ways the DaemonSets' pods come about: the real controllers and kwok, or written as they would
+    (tests/controlplane/written.py, what the 1,000-node size uses on 2 cores)."""
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_controlplane.py"), "--smoke",
+                           "--daemonset-pods", pods], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          check=False)  # fmt: skip
     out = proc.stdout + proc.stderr[-3000:]
     assert proc.returncode == 0, out
     for command in ("doctor", "verify", "health"):
