@@ -30,6 +30,7 @@ from gpustack.cli import (
     plan,
     render,
     reset,
+    secrets,
     status,
     up,
     upgrade,
@@ -87,7 +88,7 @@ _help_as_users_read_it()
 
 #: The commands in the order a user needs them (`gpustack --help`): set up, prove, operate, then the rest.
 ORDER = (
-    "init", "plan", "up", "verify", "doctor", "status", "node", "upgrade", "certs", "etcd", "reset", "diag", "health", "report",
+    "init", "plan", "up", "verify", "doctor", "status", "node", "upgrade", "certs", "secrets", "etcd", "reset", "diag", "health", "report",
     "bundle", "render", "version", "grafana-password",
 )  # fmt: skip
 
@@ -148,6 +149,7 @@ app.command("upgrade", short_help="Kubernetes one minor up, or the Helm componen
     upgrade.upgrade
 )
 app.add_typer(certs.certs_app, name="certs", short_help="Renew the control planes' kubeadm certificates")
+app.add_typer(secrets.secrets_app, name="secrets", short_help="Rotate the Secret encryption key")
 app.add_typer(etcd.etcd_app, name="etcd", short_help="etcd snapshots: take a verified one now")
 app.command("reset", short_help="Tear the cluster (or some nodes) down", epilog=reset.EXAMPLES)(reset.reset)
 app.command("diag", short_help="NVIDIA DCGM diagnostics on the GPU nodes", epilog=diag_cmd.EXAMPLES)(diag_cmd.diag)

@@ -106,7 +106,9 @@ def collect(ctx: CollectContext, *, sources: Iterable[str] | None = None) -> Sna
     snap = Snapshot(cluster=ctx.cfg.cluster.name, collected_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                     settings={"certificates": {"warn_days": certs.warn_days, "fail_days": certs.fail_days},
                               "etcd": {"snapshot_interval_seconds": ctx.cfg.etcd.snapshots.interval_seconds,
-                                       "scheduled": ctx.cfg.etcd.snapshots.scheduled}})  # fmt: skip
+                                       "scheduled": ctx.cfg.etcd.snapshots.scheduled},
+                              # the security layer: a setting changed from its default relaxes its CIS checks
+                              "security": ctx.cfg.security.model_dump(mode="json")})  # fmt: skip
     done: set[str] = set()
     pending = list(wanted)
     while pending:

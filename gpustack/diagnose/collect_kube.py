@@ -163,7 +163,7 @@ def _failing_objects(snap: Snapshot) -> set[tuple[str, str, str]]:
     return out
 
 
-@source("kubernetes", layers=("kubernetes", "gpu-operator", "monitoring", "grafana"))
+@source("kubernetes", layers=("kubernetes", "security", "gpu-operator", "monitoring", "grafana"))
 def collect_kubernetes(ctx: CollectContext, snap: Snapshot) -> None:
     """Fill ``snap.kube``, ``snap.events`` and ``snap.pod_logs`` (see the module docstring)."""
     started = time.monotonic()

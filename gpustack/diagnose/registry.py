@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from gpustack.checks.model import Finding
 from gpustack.diagnose.snapshot import Snapshot
 
-LAYERS = ("host", "runtime", "kubernetes", "gpu-operator", "monitoring", "grafana")
+LAYERS = ("host", "runtime", "kubernetes", "security", "gpu-operator", "monitoring", "grafana")
 CheckFn = Callable[[Snapshot], list[Finding]]
 
 

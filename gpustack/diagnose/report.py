@@ -23,7 +23,7 @@ STATUSES = ("pass", "warn", "fail", "skip")
 #: the check that says the Kubernetes API server cannot be read
 API_CHECK = "K00-api-unreachable"
 #: layers whose data is read through the API server (Prometheus and Grafana through its service proxy)
-API_LAYERS = ("kubernetes", "gpu-operator", "monitoring", "grafana")
+API_LAYERS = ("kubernetes", "security", "gpu-operator", "monitoring", "grafana")
 NOT_CHECKED = f"not checked: the Kubernetes API cannot be read (see {API_CHECK})"
 
 

@@ -71,10 +71,12 @@ def save_keys(cfg: Config, keys: list[EncryptionKey], root: Path | None = None, 
 # kubernetes/website encrypt-data.md "Rotating a decryption key": the new key added second on every API server
 # (restart), then first (restart: Secrets are written with it), every Secret rewritten, the old key removed
 # (restart). Each phase is recorded in the key file before the control planes get its configuration, so a rotation
-# interrupted anywhere resumes by applying the recorded keys again and going on from the recorded phase.
+# interrupted anywhere resumes by applying the recorded keys again and going on from the recorded phase. The last
+# phase, ``removed`` (the new key alone), is cleared only once every API server runs without the old key: a run cut
+# off before that applies it again instead of starting a second rotation (gpustack/cluster/key_rotation.py).
 
 #: the phases, in order: what the key file holds in each (the configuration every API server must run with)
-ROTATION_PHASES = ("added", "promoted", "rewritten")
+ROTATION_PHASES = ("added", "promoted", "rewritten", "removed")
 
 
 def rotation_phase(cfg: Config, root: Path | None = None) -> str | None:
@@ -89,6 +91,16 @@ def rotation_phase(cfg: Config, root: Path | None = None) -> str | None:
     return phase if phase in ROTATION_PHASES else None
 
 
+def _unique(key: EncryptionKey, keys: list[EncryptionKey]) -> EncryptionKey:
+    """The new key under a name none of ``keys`` has (names are by the second: a rotation in the second the key
+    was made; the API server refuses an EncryptionConfiguration whose key names repeat)."""
+    names, name, n = {k.name for k in keys}, key.name, 1
+    while name in names:
+        n += 1
+        name = f"{key.name}-{n}"
+    return EncryptionKey(name, key.secret)
+
+
 def advance_rotation(
     cfg: Config, root: Path | None = None, *, make: Callable[[], EncryptionKey] = new_key
 ) -> tuple[str | None, list[EncryptionKey]]:
@@ -96,18 +108,21 @@ def advance_rotation(
 
     none -> ``added`` (a new key, second: read, not yet written), ``added`` -> ``promoted`` (the new key first),
     ``promoted`` -> ``rewritten`` (call it once every Secret was rewritten: :mod:`gpustack.cluster.secrets`),
-    ``rewritten`` -> None (the new key alone)."""
+    ``rewritten`` -> ``removed`` (the new key alone), ``removed`` -> None (call it once every API server runs
+    with the new key alone: the rotation is over)."""
     keys, phase = load_keys(cfg, root), rotation_phase(cfg, root)
     if not keys:
         raise ConfigError("no encryption key to rotate: the cluster has none yet (`gpustack up` makes it)")
     if phase is None:
-        keys, phase = [*keys, make()], "added"
+        keys, phase = [*keys, _unique(make(), keys)], "added"
     elif phase == "added":
         keys, phase = [keys[-1], *keys[:-1]], "promoted"
     elif phase == "promoted":
         phase = "rewritten"
+    elif phase == "rewritten":
+        keys, phase = keys[:1], "removed"
     else:
-        keys, phase = keys[:1], None
+        phase = None
     save_keys(cfg, keys, root, rotation=phase)
     return phase, keys
 

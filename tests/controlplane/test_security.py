@@ -11,15 +11,21 @@ AdmissionConfiguration rendered by gpustack (gpustack/render/security.py) with a
 - a privileged pod is refused in an unlabelled namespace (``baseline`` enforced) and admitted in the GPU Operator's
   namespace as gpustack creates it (labelled ``privileged``); a pod shaped like node-exporter's likewise in the
   monitoring namespace;
-- the API server runs with the flags gpustack sets (profiling off, the CIS cipher suites).
+- the API server runs with the flags gpustack sets (profiling off, the CIS cipher suites);
+- doctor's ``security`` layer (CIS items from the control plane's mirror pods) finds no failure in the static pods
+  the real kubeadm writes from gpustack's default configuration, mirrored into the real API server, and exactly the
+  relaxed checks of a relaxed configuration;
+- ``gpustack secrets rotate-key``'s steps leave every Secret readable (last: it restarts the API server).
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import os
 import ssl
 import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -27,12 +33,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from gpustack.constants import GPU_NAMESPACE, MONITORING_NAMESPACE
 from gpustack.render import security
 from gpustack.render.manifests import render_manifests
 from tests.controlplane import kubeadm_phases as kp
-from tests.controlplane.cluster import ControlPlane, gpustack_config, running
+from tests.controlplane.cluster import NODE, ControlPlane, gpustack_config, running
 from tests.controlplane.servers import Server
 
 
@@ -210,6 +217,88 @@ def test_rewriting_every_secret_encrypts_those_stored_in_clear(hardened: Control
     assert got.body["metadata"]["uid"] == old["metadata"]["uid"]  # the same object, not a new one
 
 
+#: the CIS checks gpustack leaves on every cluster (docs/configuration.md): doctor's only warnings on a default one
+LEFT = {"S1.2.1-apiserver-anonymous-auth", "S1.2.5-apiserver-kubelet-certificate-authority"}
+
+
+def mirror_pods(pki: Path) -> list[dict[str, Any]]:
+    """The static pods the real kubeadm wrote for the fixture (``kubeadm init phase control-plane``/``etcd local``
+    from gpustack's configuration), as the kubelet mirrors them into kube-system: the manifest's labels and spec,
+    bound to the node."""
+    pods = []
+    for component in kp.COMPONENTS:
+        manifest = yaml.safe_load((pki / f"{component}.yaml").read_text())
+        pods.append({"apiVersion": "v1", "kind": "Pod",
+                     "metadata": {"name": f"{component}-{NODE}", "namespace": "kube-system",
+                                  "labels": manifest["metadata"]["labels"]},
+                     "spec": {**manifest["spec"], "nodeName": NODE}})  # fmt: skip
+    return pods
+
+
+def doctor_security(kubeconfig: Path, workdir: Path) -> dict[str, Any]:
+    """``gpustack doctor --layer security -o json`` in its own process, as a user runs it (no gpustack.yaml)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSTACK_") and k != "KUBECONFIG"}
+    env.update(GPUSTACK_STATE_DIR=str(workdir / "state"), HOME=str(workdir), NO_COLOR="1")
+    proc = subprocess.run([sys.executable, "-m", "gpustack", "doctor", "--kubeconfig", str(kubeconfig), "--layer",
+                           "security", "--output", "json"], cwd=workdir, env=env, capture_output=True, text=True,
+                          timeout=300, stdin=subprocess.DEVNULL, check=False)  # fmt: skip
+    report = json.loads(proc.stdout)
+    report["exit"] = proc.returncode
+    return report
+
+
+def test_doctor_security_layer_judges_the_real_kubeadm_manifests(hardened: ControlPlane, tmp_path: Path) -> None:
+    """The real kubeadm 1.36.5's static pods from gpustack's default configuration, mirrored into the real API
+    server's kube-system: doctor's security layer reads them through the API and finds no CIS failure; the only
+    warnings are the checks gpustack leaves (docs/configuration.md)."""
+    server = api(hardened)
+    pods = mirror_pods(hardened.pki)
+    for pod in pods:
+        answer = server.call("POST", "/api/v1/namespaces/kube-system/pods", pod)
+        assert answer.code == 201, answer.body
+    try:
+        report = doctor_security(hardened.admin_kubeconfig, tmp_path)
+    finally:
+        for pod in pods:
+            name = pod["metadata"]["name"]
+            server.call("DELETE", f"/api/v1/namespaces/kube-system/pods/{name}?gracePeriodSeconds=0")
+    checks = report["checks"]
+    assert report["exit"] == 0 and report["summary"]["fail"] == 0, checks
+    assert {(c["id"], c["status"]) for c in checks if c["status"] != "pass"} == {(c, "warn") for c in LEFT}
+    passed = {c["id"]: c["summary"] for c in checks if c["status"] == "pass"}
+    assert len(passed) == 38
+    assert passed["S1.2.15-apiserver-profiling"] == "CIS 1.2.15: --profiling=false"
+    assert passed["S1.2.27-apiserver-encryption-provider-config"] == (
+        "CIS 1.2.27: --encryption-provider-config=/etc/kubernetes/enc/encryption-config.yaml"
+    )
+    assert passed["S2.2-etcd-client-cert-auth"] == "CIS 2.2: --client-cert-auth=true"
+
+
+def test_the_relaxed_configurations_manifests_warn_exactly_their_checks(tmp_path: Path) -> None:
+    """The real kubeadm's manifests from the shared fixture's configuration (``cluster.RELAXED``: no encryption, no
+    audit log): judged with that configuration, exactly the checks its settings relax warn (naming the setting);
+    judged with gpustack's defaults, the same checks fail."""
+    from gpustack.config.model import Config
+    from gpustack.diagnose import registry
+    from gpustack.diagnose.snapshot import Snapshot
+    from tests.controlplane.cluster import free_ports, kubeadm_phases
+
+    cfg = gpustack_config()
+    kubeadm_phases(tmp_path, cfg, free_ports())  # the real kubeadm's dry run only: nothing is started
+    pods = mirror_pods(tmp_path / "pki")
+    specs = registry.select("doctor", layers=["security"])
+
+    def judged(settings: Config) -> set[tuple[str, str]]:
+        snap = Snapshot(kube={"Pod": pods}, settings={"security": settings.security.model_dump(mode="json")})
+        return {(f.id, f.status) for f in registry.run(specs, snap) if f.status != "pass"}
+
+    relaxed = {"S1.2.16-apiserver-audit-log-path", "S1.2.17-apiserver-audit-log-maxage",
+               "S1.2.18-apiserver-audit-log-maxbackup", "S1.2.19-apiserver-audit-log-maxsize",
+               "S1.2.27-apiserver-encryption-provider-config"}  # fmt: skip
+    assert judged(cfg) == {(c, "warn") for c in relaxed | LEFT}
+    assert judged(Config()) == {(c, "fail") for c in relaxed} | {(c, "warn") for c in LEFT}
+
+
 def restart_api_server(cp: ControlPlane) -> None:
     """Stop the API server and start it again with the same flags, as the kubelet restarts a static pod whose
     files changed (test_certificates.py does the same)."""
@@ -226,25 +315,30 @@ def restart_api_server(cp: ControlPlane) -> None:
 
 
 def test_key_rotation_leaves_every_secret_readable(hardened: ControlPlane) -> None:
-    """gpustack's rotation (gpustack/render/encryption_keys.py ``advance_rotation``), each phase's configuration
-    rendered by gpustack and given to the real API server, the Secrets rewritten by gpustack in between: every Secret
-    stays readable, and at the end each is stored with the new key and the old key is gone. Last in this module: it
-    restarts the API server."""
-    from gpustack.cluster.secrets import rewrite_secrets
-    from gpustack.render.encryption_keys import advance_rotation
+    """`gpustack secrets rotate-key`'s steps (gpustack/cluster/key_rotation.py), each phase's configuration rendered
+    by gpustack and given to the real API server between them as the command's Ansible stages do (the file written,
+    the API server restarted), the Secrets rewritten by gpustack through the real API: every Secret stays readable,
+    a run cut off after the promotion is finished by the next one without a second key, and at the end each Secret
+    is stored with the new key and the old key is gone. Last in this module: it restarts the API server."""
+    from gpustack.cluster import key_rotation as kr
+    from gpustack.render.encryption_keys import load_keys, rotation_phase
     from gpustack.runners.kubeconfig import kube_from_file
 
     cfg, state = gpustack_config(hardened=True), hardened.workdir / "state"
     server = api(hardened)
     namespace(server, "rotate")
+    kube = kube_from_file(hardened.admin_kubeconfig, request_timeout=30)
 
     def secret(name: str) -> None:
         body = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "stringData": {"v": name}}
         assert server.call("POST", "/api/v1/namespaces/rotate/secrets", body).code == 201
 
-    def apply(keys: list[security.EncryptionKey]) -> None:
+    def apply() -> list[security.EncryptionKey]:
+        """What the command's add/write-new/drop-old stages do on a control plane: the key file's keys applied."""
+        keys = load_keys(cfg, state)
         kp.host_path(security.ENCRYPTION_CONFIG, hardened.pki).write_text(security.render_encryption_config(keys))
         restart_api_server(hardened)
+        return keys
 
     def readable(names: list[str]) -> None:
         for name in names:
@@ -257,31 +351,36 @@ def test_key_rotation_leaves_every_secret_readable(hardened: ControlPlane) -> No
         return stored[len(security.SECRETBOX_PREFIX) :].split(b":", 1)[0].decode()
 
     secret("before")
-    phase, keys = advance_rotation(cfg, state)  # added: the new key second (read only)
+    assert kr.begin(cfg, state).changed  # added: the new key second (read only)
+    keys = apply()
     old, new = keys[0].name, keys[1].name
-    assert phase == "added" and old != new
-    apply(keys)
+    assert rotation_phase(cfg, state) == "added" and old != new
     secret("added")
     readable(["before", "added"])
     assert key_of("added") == old
 
-    phase, keys = advance_rotation(cfg, state)  # promoted: Secrets written with the new key
-    assert phase == "promoted" and keys[0].name == new
-    apply(keys)
+    assert kr.promote(cfg, state).changed  # promoted: Secrets written with the new key
+    assert apply()[0].name == new
     secret("promoted")
     readable(["before", "added", "promoted"])
     assert (key_of("before"), key_of("promoted")) == (old, new)
+    # cut off here: the next run applies the recorded keys again and goes on, with no second new key
+    assert not kr.begin(cfg, state).changed and [k.name for k in apply()] == [new, old]
+    assert not kr.promote(cfg, state).changed
 
-    result = rewrite_secrets(kube_from_file(hardened.admin_kubeconfig, request_timeout=30))
-    assert result.rewritten >= 3
-    assert advance_rotation(cfg, state)[0] == "rewritten"
+    got = kr.rewrite(cfg, kube, state)
+    assert got.rewritten is not None and got.rewritten.rewritten >= 3 and got.rewritten.raced == []
     assert {key_of(n) for n in ("before", "added", "promoted")} == {new}
+    assert rotation_phase(cfg, state) == "removed"
 
-    phase, keys = advance_rotation(cfg, state)  # the old key removed
-    assert phase is None and [k.name for k in keys] == [new]
-    apply(keys)
+    assert [k.name for k in apply()] == [new]  # the old key removed
+    assert kr.finish(cfg, state).changed and rotation_phase(cfg, state) is None
     readable(["before", "added", "promoted"])
     # every Secret of the cluster (other tests' too) is still readable with the old key gone
     listed = server.call("GET", "/api/v1/secrets")
     assert listed.code == 200 and len(listed.body["items"]) >= 3
+    for item in listed.body["items"]:
+        meta = item["metadata"]
+        got_one = server.call("GET", f"/api/v1/namespaces/{meta['namespace']}/secrets/{meta['name']}")
+        assert got_one.code == 200, got_one.body
     assert all(key_of(n) == new for n in ("before", "added", "promoted"))

@@ -33,6 +33,7 @@ RUN_ANSIBLE = {
     ("doctor",),
     ("etcd", "snapshot"),
     ("certs", "renew"),
+    ("secrets", "rotate-key"),
 }
 #: Typer's internal type names, which must never reach a user
 INTERNAL = re.compile(r"<(str|path|int|float|bool|list\[[^>]*\]|int range|float range|datetime|uuid)>")

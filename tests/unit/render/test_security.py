@@ -252,6 +252,9 @@ def test_a_rotation_goes_through_its_phases_and_each_is_recorded(tmp_path: Path)
     assert load_keys(c, tmp_path) == [old, new]  # what a run (up, a resumed rotation) applies now
     assert advance_rotation(c, tmp_path) == ("promoted", [new, old])
     assert advance_rotation(c, tmp_path) == ("rewritten", [new, old])
+    assert advance_rotation(c, tmp_path) == ("removed", [new])
+    # the old key is gone from the file, the rotation is still recorded until every API server runs without it
+    assert rotation_phase(c, tmp_path) == "removed" and load_keys(c, tmp_path) == [new]
     assert advance_rotation(c, tmp_path) == (None, [new])
     assert rotation_phase(c, tmp_path) is None and load_keys(c, tmp_path) == [new]
     assert stat.S_IMODE(encryption_keys_path("gpustack", tmp_path).stat().st_mode) == 0o600
@@ -262,3 +265,12 @@ def test_no_rotation_without_a_key(tmp_path: Path) -> None:
 
     with pytest.raises(ConfigError, match="no encryption key to rotate"):
         advance_rotation(cfg(), tmp_path)
+
+
+def test_a_rotation_in_the_second_the_key_was_made_gets_a_name_of_its_own(tmp_path: Path) -> None:
+    from gpustack.render.encryption_keys import advance_rotation
+
+    c, when = cfg(), datetime(2027, 1, 1, tzinfo=timezone.utc)
+    (old,) = ensure_keys(c, tmp_path, make=lambda: new_key(when))
+    _, keys = advance_rotation(c, tmp_path, make=lambda: new_key(when))
+    assert [k.name for k in keys] == [old.name, f"{old.name}-2"] and keys[0].secret != keys[1].secret
