@@ -8,7 +8,9 @@ from typing import Any
 import pytest
 
 from gpustack.checks.certs import pending_serving
-from gpustack.cluster.kubelet_csr import Approval, describe, judge
+from gpustack.cluster.kubelet_csr import Approval, approve_pending, describe, judge
+from gpustack.config.model import Config
+from gpustack.runners.kube import Kube
 from tests.kubelet_csrs import csr_object, request_pem
 
 INVENTORY = {"w1": "10.0.0.11", "w2": "10.0.0.12"}
@@ -106,3 +108,10 @@ def test_describe_names_each_request() -> None:
     bad = judge(from_node(csr_object("csr-x", request_pem("system:node:w2", dns=("gpu-w2",))), "w1"), NODES, INVENTORY)
     lines = describe(Approval([ok], [bad]))
     assert lines[0].startswith("approved csr-w1") and lines[1].startswith("left pending csr-x of w1")
+
+
+def test_a_server_without_the_certificates_api_has_nothing_to_approve(kube: Kube) -> None:
+    """The fake API server (tests/fakes/kube_api.py) serves no certificates.k8s.io/v1, as discovery says; every
+    real one does (tests/controlplane/test_kubelet_csr.py)."""
+    result = approve_pending(kube, Config.model_validate({"nodes": [{"name": "w1", "address": "10.0.0.11"}]}))
+    assert not result.served and result.approved == [] and result.refused == []
