@@ -144,7 +144,7 @@ def test_pending_kubelet_serving_requests() -> None:
              csr("w3", "kubernetes.io/kube-apiserver-client-kubelet")]  # fmt: skip
     (found,) = cc.kubelet_serving_csrs(snap({}, kube={"CertificateSigningRequest": items}))
     assert found.status == "warn" and found.summary.startswith("1 kubelet serving-certificate request(s) pending")
-    assert "w1 from system:node:w1, 60 min old" == found.evidence and found.fix.startswith("gpustack certs approve")
+    assert found.evidence == "w1 from system:node:w1, 60 min old" and found.fix.startswith("gpustack certs approve")
     (clean,) = cc.kubelet_serving_csrs(snap({}, kube={"CertificateSigningRequest": items[1:]}))
     assert clean.status == "pass"
     refused = snap({}, errors={"kubernetes:CertificateSigningRequest": "403 forbidden"})
