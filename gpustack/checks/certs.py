@@ -69,12 +69,19 @@ KUBELET_SERVING_SIGNER = "kubernetes.io/kubelet-serving"
 APPROVE_FIX = "gpustack certs approve"
 
 
+def _field(obj: object, key: str) -> Mapping[str, Any]:
+    value = obj.get(key) if isinstance(obj, Mapping) else None
+    return value if isinstance(value, Mapping) else {}
+
+
 def csr_pending(csr: Mapping[str, Any]) -> bool:
     """No Approved, Denied or Failed condition yet (``kubectl get csr``'s ``Pending``)."""
-    conditions = (csr.get("status") or {}).get("conditions") or []
+    conditions = _field(csr, "status").get("conditions")
+    conditions = conditions if isinstance(conditions, list) else []
     return not any(isinstance(c, Mapping) and c.get("type") in ("Approved", "Denied", "Failed") for c in conditions)
 
 
 def pending_serving(csrs: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """The pending kubelet-serving CSRs among ``csrs``."""
-    return [c for c in csrs if (c.get("spec") or {}).get("signerName") == KUBELET_SERVING_SIGNER and csr_pending(c)]
+    """The pending kubelet-serving CSRs among ``csrs`` (objects of any shape: what is no CSR is left out)."""
+    return [c for c in csrs if isinstance(c, Mapping) and _field(c, "spec").get("signerName") == KUBELET_SERVING_SIGNER
+            and csr_pending(c)]  # fmt: skip

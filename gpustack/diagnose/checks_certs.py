@@ -22,6 +22,7 @@ from typing import Any
 
 from gpustack.checks.certs import APPROVE_FIX, RENEW_FIX, Judged, judge, parse_iso, pending_serving
 from gpustack.checks.model import Finding, Status
+from gpustack.diagnose.objects import items
 from gpustack.diagnose.registry import register
 from gpustack.diagnose.snapshot import Snapshot
 
@@ -188,12 +189,13 @@ def admin_kubeconfig_certificate(snap: Snapshot) -> list[Finding]:
 
 
 @register("K12-kubelet-serving-csr", "kubernetes", title="no kubelet serving-certificate request left pending",
-          reads="certificatesigningrequests (signer kubernetes.io/kubelet-serving)")  # fmt: skip
+          reads="certificatesigningrequests (signer kubernetes.io/kubelet-serving)",
+          needs=("CertificateSigningRequest",))  # fmt: skip
 def kubelet_serving_csrs(snap: Snapshot) -> list[Finding]:
     if "kubernetes:CertificateSigningRequest" in snap.errors:
         return [Finding("K12-kubelet-serving-csr", "kubernetes", "skip", "certificate signing requests not readable",
                         evidence=snap.errors["kubernetes:CertificateSigningRequest"])]  # fmt: skip
-    pending = pending_serving(snap.items("CertificateSigningRequest"))
+    pending = pending_serving(items(snap, "CertificateSigningRequest"))
     if not pending:
         return [
             Finding("K12-kubelet-serving-csr", "kubernetes", "pass", "no kubelet serving-certificate request pending")
@@ -201,10 +203,11 @@ def kubelet_serving_csrs(snap: Snapshot) -> list[Finding]:
     now = _now(snap)
     shown = []
     for csr in pending[:SHOWN]:
-        meta = csr.get("metadata") or {}
+        meta = csr.get("metadata")
+        meta = meta if isinstance(meta, Mapping) else {}
         created = parse_iso(meta.get("creationTimestamp"))
         age = f", {int((now - created).total_seconds() // 60)} min old" if created else ""
-        shown.append(f"{meta.get('name')} from {(csr.get('spec') or {}).get('username')}{age}")
+        shown.append(f"{meta.get('name')} from {csr['spec'].get('username')}{age}")
     return [Finding("K12-kubelet-serving-csr", "kubernetes", "warn",
                     f"{len(pending)} kubelet serving-certificate request(s) pending: those kubelets serve no "
                     "certificate, or an expiring one (logs, exec and metrics fail once it ends)",
