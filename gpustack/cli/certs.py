@@ -10,6 +10,7 @@ from gpustack.cli.options import (
     AcceptKeysOpt,
     ConfigOpt,
     ContextOpt,
+    DetailOpt,
     KubeconfigOpt,
     VerboseOpt,
     YesOpt,
@@ -77,7 +78,7 @@ def renew(
     epilog=examples("gpustack certs approve", "gpustack doctor --check K12-kubelet-serving-csr   # what stays pending"),
 )
 def approve(
-    config: ConfigOpt = None, kubeconfig: KubeconfigOpt = None, context: ContextOpt = None, verbose: VerboseOpt = 0
+    config: ConfigOpt = None, kubeconfig: KubeconfigOpt = None, context: ContextOpt = None, verbose: DetailOpt = 0
 ) -> None:
     """Approve every pending kubernetes.io/kubelet-serving CSR whose requester is the node system:node:NAME of
     gpustack.yaml, whose subject is that node's and whose names and addresses are only its own (its Node object's,
