@@ -13,9 +13,10 @@ The judgement (:func:`judge`) is pure: ``fail`` when expired or within ``fail_da
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Literal
+from typing import Any, Literal
 
 Verdict = Literal["pass", "warn", "fail"]
 #: what renews them: `gpustack certs renew` (gpustack/commands/certs_renew.py) runs kubeadm's documented renewal
@@ -60,3 +61,27 @@ def parse_iso(text: object) -> datetime | None:
     except ValueError:
         return None
     return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+
+
+#: the kubelets' serving certificates: their CSRs' signer (gpustack/cluster/kubelet_csr.py approves them) and the
+#: command that approves the pending ones
+KUBELET_SERVING_SIGNER = "kubernetes.io/kubelet-serving"
+APPROVE_FIX = "gpustack certs approve"
+
+
+def _field(obj: object, key: str) -> Mapping[str, Any]:
+    value = obj.get(key) if isinstance(obj, Mapping) else None
+    return value if isinstance(value, Mapping) else {}
+
+
+def csr_pending(csr: Mapping[str, Any]) -> bool:
+    """No Approved, Denied or Failed condition yet (``kubectl get csr``'s ``Pending``)."""
+    conditions = _field(csr, "status").get("conditions")
+    conditions = conditions if isinstance(conditions, list) else []
+    return not any(isinstance(c, Mapping) and c.get("type") in ("Approved", "Denied", "Failed") for c in conditions)
+
+
+def pending_serving(csrs: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The pending kubelet-serving CSRs among ``csrs`` (objects of any shape: what is no CSR is left out)."""
+    return [c for c in csrs if isinstance(c, Mapping) and _field(c, "spec").get("signerName") == KUBELET_SERVING_SIGNER
+            and csr_pending(c)]  # fmt: skip

@@ -9,6 +9,9 @@ import typer
 from gpustack.cli.options import (
     AcceptKeysOpt,
     ConfigOpt,
+    ContextOpt,
+    DetailOpt,
+    KubeconfigOpt,
     VerboseOpt,
     YesOpt,
     confirm_or_refuse,
@@ -19,7 +22,9 @@ from gpustack.cli.options import (
 )
 from gpustack.console import literal
 
-certs_app = typer.Typer(help="The cluster's kubeadm certificates.", no_args_is_help=True)
+certs_app = typer.Typer(
+    help="The cluster's kubeadm certificates and the kubelets' serving certificates.", no_args_is_help=True
+)
 
 
 @certs_app.command(
@@ -64,4 +69,36 @@ def renew(
     if not dry_run:
         console.print(
             f"[ok]certificates renewed[/ok] on {literal(', '.join(names))}; this machine's admin kubeconfig fetched again"
+        )
+
+
+@certs_app.command(
+    "approve",
+    short_help="Approve the kubelets' pending serving-certificate requests that are the nodes' own",
+    epilog=examples("gpustack certs approve", "gpustack doctor --check K12-kubelet-serving-csr   # what stays pending"),
+)
+def approve(
+    config: ConfigOpt = None, kubeconfig: KubeconfigOpt = None, context: ContextOpt = None, verbose: DetailOpt = 0
+) -> None:
+    """Approve every pending kubernetes.io/kubelet-serving CSR whose requester is the node system:node:NAME of
+    gpustack.yaml, whose subject is that node's and whose names and addresses are only its own (its Node object's,
+    and its address in gpustack.yaml); leave any other pending and name why (exit 1). The kubelets ask again at
+    70-90% of their certificate's life: `up` and `node add` approve too; run this on a schedule in between."""
+    from gpustack.cluster.kubelet_csr import approve_pending, describe
+    from gpustack.errors import StageError
+    from gpustack.runners.kubeconfig import cluster_client
+
+    console = console_for(verbose)
+    cfg = load_config(config).config
+    result = approve_pending(cluster_client(cfg.cluster.name, kubeconfig, context=context), cfg)
+    for line in describe(result):
+        console.print(f"  - {line}", markup=False)
+    console.print(f"[ok]{len(result.approved)} kubelet serving certificate request(s) approved[/ok]")
+    if result.refused:
+        raise StageError(
+            f"{len(result.refused)} kubelet serving certificate request(s) left pending: "
+            + "; ".join(f"{v.csr} ({v.node}): {v.reason}" for v in result.refused),
+            stage="certs-approve",
+            hint="a request for another node's name or address is refused by design: check the node's addresses "
+            "(kubectl get node NAME -o wide) against gpustack.yaml",
         )

@@ -9,6 +9,7 @@ sequence run by the one engine.
        the firewall, which also visits the existing nodes: their GPUSTACK-INPUT chain accepts the
        new addresses, and nothing else changes there
     -> ready: each new node Ready (and the GPU Operator validator on GPU nodes)
+    -> kubelet-certs: the new kubelets' serving CSRs approved (gpustack/cluster/kubelet_csr.py)
     -> gpu-sharing: the new nodes' ``gpu_sharing`` (``gpu_sharing.default`` included, on nodes with GPUs)
        through the admin kubeconfig, as `up`'s cluster stage sets it (gpustack/cluster/sharing.py)
 
@@ -78,6 +79,14 @@ STAGES: tuple[Stage, ...] = (
         "targets",
         "nothing: waits (kubectl on the first control plane) until each new node is Ready and, on GPU nodes, "
         "the GPU Operator validator passed",
+    ),
+    Stage(
+        "kubelet-certs",
+        "Kubelet serving certificates",
+        "python",
+        "control-plane",
+        "the new kubelets' pending serving CSRs approved when the requester, subject and addresses are the node's own "
+        "(as `up` does)",
     ),
     Stage(
         "gpu-sharing",
@@ -258,6 +267,7 @@ def _add(
     extra: Mapping[str, Any] | None = None,
     host_check: Callable[[Mapping[str, Any]], None] | None = None,
 ) -> AddResult:
+    from gpustack.cluster.kubelet_csr import kubelet_certs_step
     from gpustack.engine.run import run
 
     new = select_new(cfg, opts.nodes)
@@ -271,5 +281,6 @@ def _add(
         late.update(add_extravars(names, facts))
 
     run_opts = opts.run_options(PLAN.stages, extravars=late, stage_nodes=stage_nodes(names))
-    result = run(PLAN, cfg, run_opts, console, after_preflight=guard, steps={"gpu-sharing": sharing_step(names)})
+    steps = {"kubelet-certs": kubelet_certs_step, "gpu-sharing": sharing_step(names)}
+    result = run(PLAN, cfg, run_opts, console, steps=steps, after_preflight=guard)
     return AddResult(result.run_dir, result.summaries, names)

@@ -83,6 +83,14 @@ STAGES: tuple[Stage, ...] = (
         "helm binary, pinned version, sha256-verified, in /usr/local/bin (and for you, in the state directory)",
     ),
     Stage(
+        "kubelet-certs",
+        "Kubelet serving certificates",
+        "python",
+        "control-plane",
+        "the kubelets' pending kubernetes.io/kubelet-serving CSRs approved when the requester, subject and addresses "
+        "are the node's own (gpustack.yaml and its Node object); any other left pending (doctor K12)",
+    ),
+    Stage(
         "cluster",
         "GPU and monitoring stack",
         "python",
@@ -146,10 +154,11 @@ def up(
     """Run the `up` sequence; with ``bundle`` (``up --bundle DIR``), from an air-gapped bundle:
     checked against the config before anything else, served to the nodes for the run's lifetime
     (gpustack/bundle/use.py)."""
+    from gpustack.cluster.kubelet_csr import kubelet_certs_step
     from gpustack.cluster.stage import cluster_step, run_cluster_stage
 
     if bundle is None:
-        result = _run(cfg, opts, console, steps={"cluster": cluster_step})
+        result = _run(cfg, opts, console, steps={"kubelet-certs": kubelet_certs_step, "cluster": cluster_step})
     else:
         from gpustack.bundle.use import session
         from gpustack.paths import resource_dir
@@ -164,7 +173,7 @@ def up(
                 served.config,
                 opts,
                 console,
-                steps={"cluster": bundled_cluster},
+                steps={"kubelet-certs": kubelet_certs_step, "cluster": bundled_cluster},
                 also_after_preflight=lambda _cfg, facts: served.check_hosts(facts),
             )
     kubeconfig = kubeconfig_path(cfg.cluster.name)

@@ -3,7 +3,10 @@
 - H15: every certificate and kubeconfig kubeadm manages on each control plane, and the CAs, read on the host
   with ``kubeadm certs check-expiration -o json`` (host facts ``certificates.kubeadm``). It needs no API server:
   when the API server already refuses an expired certificate, doctor still reaches the hosts over SSH.
-- H16: the kubelet's serving certificate on every node (host facts ``certificates.kubelet_serving``).
+- H16: the kubelet's serving certificate on every node (host facts ``certificates.kubelet_serving``): near expiry, or
+  self-signed (``kubelet.crt``: a kubelet without ``serverTLSBootstrap``, which the API server cannot verify).
+- K12: kubelet-serving CSRs left pending (gpustack/cluster/kubelet_csr.py approves the nodes' own; a pending one is
+  a kubelet whose certificate is not issued or not renewed, or a request for names that are not its node's).
 - K11: the client certificate of the kubeconfig this command uses (gpustack's copy of admin.conf expires with the
   cluster's own; kubeadm's renewal renews it on the host, and the copy here is replaced from there).
 
@@ -17,8 +20,9 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from gpustack.checks.certs import RENEW_FIX, Judged, judge, parse_iso
+from gpustack.checks.certs import APPROVE_FIX, RENEW_FIX, Judged, judge, parse_iso, pending_serving
 from gpustack.checks.model import Finding, Status
+from gpustack.diagnose.objects import items
 from gpustack.diagnose.registry import register
 from gpustack.diagnose.snapshot import Snapshot
 
@@ -30,6 +34,14 @@ CA_FIX = (
 KUBELET_SELF_SIGNED_FIX = (
     "on the node: sudo rm /var/lib/kubelet/pki/kubelet.crt /var/lib/kubelet/pki/kubelet.key && "
     "sudo systemctl restart kubelet   # the kubelet writes a new self-signed serving certificate at start"
+)
+#: a cluster made before gpustack turned serverTLSBootstrap on (kubeadm reads the kubelet configuration only at
+#: init and join): kubeadm's own procedure for an existing cluster (kubeadm-certs.md, "Enabling signed kubelet
+#: serving certificates"), then gpustack's approval; docs/lifecycle.md, "Kubelet serving certificates"
+KUBELET_BOOTSTRAP_FIX = (
+    "self-signed: the API server cannot verify this kubelet. Set serverTLSBootstrap: true in the kubelet-config "
+    "ConfigMap (kube-system) and in /var/lib/kubelet/config.yaml on every node, restart the kubelets, then: "
+    'gpustack certs approve   (docs/lifecycle.md, "Kubelet serving certificates")'
 )
 SHOWN = 4
 
@@ -139,8 +151,13 @@ def kubelet_serving_certificate(snap: Snapshot) -> list[Finding]:
             continue
         j = _judge(snap, expires)
         rotated = path.endswith("kubelet-server-current.pem")
+        if j.status == "pass" and not rotated:
+            out.append(Finding("H16-kubelet-serving-certificate", "host", "warn",
+                               f"kubelet serving certificate self-signed (not verifiable), {j.text}", host=name,
+                               evidence=path, fix=KUBELET_BOOTSTRAP_FIX))  # fmt: skip
+            continue
         fix = "" if j.status == "pass" else (
-            "the kubelet renews it itself (serverTLSBootstrap): check that its CSRs are approved: kubectl get csr"
+            "the kubelet renews it itself (serverTLSBootstrap): approve its pending CSR: gpustack certs approve"
             if rotated else KUBELET_SELF_SIGNED_FIX)  # fmt: skip
         out.append(Finding("H16-kubelet-serving-certificate", "host", j.status, f"kubelet serving certificate {j.text}",
                            host=name, evidence=path, fix=fix))  # fmt: skip
@@ -169,3 +186,30 @@ def admin_kubeconfig_certificate(snap: Snapshot) -> list[Finding]:
         )
     return [Finding("K11-admin-kubeconfig-certificate", "kubernetes", j.status,
                     f"kubeconfig client certificate {j.text}", evidence=files, fix=fix)]  # fmt: skip
+
+
+@register("K12-kubelet-serving-csr", "kubernetes", title="no kubelet serving-certificate request left pending",
+          reads="certificatesigningrequests (signer kubernetes.io/kubelet-serving)",
+          needs=("CertificateSigningRequest",))  # fmt: skip
+def kubelet_serving_csrs(snap: Snapshot) -> list[Finding]:
+    if "kubernetes:CertificateSigningRequest" in snap.errors:
+        return [Finding("K12-kubelet-serving-csr", "kubernetes", "skip", "certificate signing requests not readable",
+                        evidence=snap.errors["kubernetes:CertificateSigningRequest"])]  # fmt: skip
+    pending = pending_serving(items(snap, "CertificateSigningRequest"))
+    if not pending:
+        return [
+            Finding("K12-kubelet-serving-csr", "kubernetes", "pass", "no kubelet serving-certificate request pending")
+        ]
+    now = _now(snap)
+    shown = []
+    for csr in pending[:SHOWN]:
+        meta = csr.get("metadata")
+        meta = meta if isinstance(meta, Mapping) else {}
+        created = parse_iso(meta.get("creationTimestamp"))
+        age = f", {int((now - created).total_seconds() // 60)} min old" if created else ""
+        shown.append(f"{meta.get('name')} from {csr['spec'].get('username')}{age}")
+    return [Finding("K12-kubelet-serving-csr", "kubernetes", "warn",
+                    f"{len(pending)} kubelet serving-certificate request(s) pending: those kubelets serve no "
+                    "certificate, or an expiring one (logs, exec and metrics fail once it ends)",
+                    evidence="; ".join(shown),
+                    fix=f"{APPROVE_FIX}   (approves the nodes' own; names why it leaves any other pending)")]  # fmt: skip

@@ -45,6 +45,8 @@ REQUEST_TIMEOUT = 10.0
 
 #: the dcgm-exporter's targets: gpustack's ServiceMonitor sets job="dcgm-exporter"; others keep "dcgm" in the job
 EXPORTER_UP = 'up{job=~".*dcgm.*"}'
+#: etcd's leader-change counter as kube-prometheus-stack's etcd rules select it (etcd-mixin: ``job=~".*etcd.*"``)
+ETCD_LEADER_CHANGES = 'etcd_server_leader_changes_seen_total{job=~".*etcd.*"}'
 #: name -> instant query. Checks read these by name. Each answer is bounded by the node count (one series per
 #: node at most) or, on a healthy cluster, empty (the down targets): none returns every target.
 QUERIES: dict[str, str] = {
@@ -58,6 +60,10 @@ QUERIES: dict[str, str] = {
     # them (two kube-state-metrics targets export the same series; tests/unit/report/test_queries.py); the rule
     # also weights shared GPUs by their share (docs/gpu-sharing.md#report)
     "gpu_allocatable": 'sum by (node) (max by (node, resource) (kube_node_status_allocatable{resource="nvidia_com_gpu"}))',
+    # etcd leader elections (M12, gpustack/diagnose/checks_etcd_metrics.py): every member counts each one it sees, so
+    # the most any member saw; one series, or none where etcd is not scraped
+    "etcd_leader_changes_15m": f"round(max(increase({ETCD_LEADER_CHANGES}[15m])))",
+    "etcd_leader_changes_1h": f"round(max(increase({ETCD_LEADER_CHANGES}[1h])))",
 }
 #: the Prometheus releases doctor, verify and report support, oldest and newest major (docs/operations.md,
 #: "Prometheus versions"): 2.42 is Debian 12's package (the first with the scrape-pool filter below), 3 the

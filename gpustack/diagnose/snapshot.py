@@ -25,6 +25,7 @@ KUBE_KINDS: tuple[tuple[str, str], ...] = (
     ("monitoring.coreos.com/v1", "PrometheusRule"),
     ("monitoring.coreos.com/v1", "Prometheus"),
     ("nvidia.com/v1", "ClusterPolicy"),
+    ("certificates.k8s.io/v1", "CertificateSigningRequest"),
 )
 #: Kinds collected in one namespace only (one paginated LIST each): the GPU Operator's ConfigMaps -- the MIG
 #: configurations its MIG manager wrote per node (``<node>-mig-config``), the static ``default-mig-parted-config``

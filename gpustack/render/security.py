@@ -35,6 +35,9 @@ AUDIT_LOG_DIR = "/var/log/kubernetes/audit"
 AUDIT_LOG = f"{AUDIT_LOG_DIR}/audit.log"
 ADMISSION_DIR = "/etc/kubernetes/admission"
 ADMISSION_CONFIG = f"{ADMISSION_DIR}/admission-config.yaml"
+#: the cluster CA kubeadm writes (and signs the kubelets' serving certificates with: the controller-manager's
+#: --cluster-signing-cert-file); the API server verifies the kubelets against it
+KUBELET_CA = "/etc/kubernetes/pki/ca.crt"
 #: the prefix the API server gives a value it stored with the ``secretbox`` provider (key name follows)
 SECRETBOX_PREFIX = "k8s:enc:secretbox:v1:"
 #: namespaces PodSecurity never checks: kube-system holds the static pods' mirror pods (etcd, the API server on the
@@ -219,7 +222,12 @@ def kubeadm_security(cfg: Config) -> KubeadmSecurity:
     if sec.tls_cipher_suites:
         api.append(("tls-cipher-suites", ",".join(sec.tls_cipher_suites)))
     api.append(("service-account-extend-token-expiration", "true" if sec.extend_token_expiration else "false"))
-    kubelet: dict[str, Any] = {"protectKernelDefaults": sec.protect_kernel_defaults}
+    # the kubelets serve certificates the cluster CA signed (serverTLSBootstrap, their CSRs approved by gpustack:
+    # gpustack/cluster/kubelet_csr.py), so the API server verifies them (logs, exec, port-forward); both are in the
+    # one configuration kubeadm init reads, so no kubelet ever serves a self-signed certificate to an API server that
+    # verifies (docs/decisions.md, "Kubelet serving certificates")
+    api.append(("kubelet-certificate-authority", KUBELET_CA))
+    kubelet: dict[str, Any] = {"protectKernelDefaults": sec.protect_kernel_defaults, "serverTLSBootstrap": True}
     if sec.tls_cipher_suites:
         kubelet["tlsCipherSuites"] = list(sec.tls_cipher_suites)
     return KubeadmSecurity(api, volumes, list(profiling), list(profiling), kubelet)

@@ -141,8 +141,9 @@ def _runs(state_dir: Path) -> set[Path]:
 
 #: The cluster stage needs a real API server and real Helm charts; the bed's kubeadm is a double,
 #: so bed runs stop after the host layer (the cluster stage is tested against a fake API server
-#: and a fake helm in tests/unit/cluster/test_layer.py and tests/unit/cluster/test_stage.py).
-HOST_LAYER_ONLY = ("--skip", "cluster")
+#: and a fake helm in tests/unit/cluster/test_layer.py and tests/unit/cluster/test_stage.py; the
+#: kubelet-certs stage against the real API server in tests/controlplane/test_kubelet_csr.py).
+HOST_LAYER_ONLY = ("--skip", "kubelet-certs,cluster")
 
 
 def up(config: Path, state_dir: Path, *extra: str, **kw: Any) -> UpRun:

@@ -52,6 +52,7 @@ def test_the_sequence_is_ups_host_layer_limited_to_the_new_nodes_then_ready() ->
         "network",
         "helm",
         "ready",
+        "kubelet-certs",
         "gpu-sharing",
     )
     assert seq.converges and seq.playbook == "node-add.yml"

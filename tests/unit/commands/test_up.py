@@ -47,7 +47,7 @@ def run_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, facts: dict[str, Any
         )()
 
     monkeypatch.setattr(engine_run, "ansible_stages", ansible_stages)
-    opts = RunOptions(stages=UP.select(skip=["cluster"]))
+    opts = RunOptions(stages=UP.select(skip=["kubelet-certs", "cluster"]))
     up_mod.up(CFG, opts, Console(stream=io.StringIO(), color=False))
     return changed
 

@@ -31,9 +31,9 @@ def kubeadm_facts(leaf: str, ca: str = "2036-11-26T01:26:57Z", **overrides: Any)
 
 
 def snap(hosts: dict[str, Any], *, now: str = "2026-11-29T12:00:00+00:00", warn: int = 90, fail: int = 30,
-         target: dict[str, Any] | None = None) -> Snapshot:  # fmt: skip
+         target: dict[str, Any] | None = None, **more: Any) -> Snapshot:  # fmt: skip
     return Snapshot(hosts=hosts, collected_at=now, settings={"certificates": {"warn_days": warn, "fail_days": fail}},
-                    target=target or {})  # fmt: skip
+                    target=target or {}, **more)  # fmt: skip
 
 
 def cp(kubeadm: dict[str, Any] | None, serving: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -103,8 +103,10 @@ def test_kubelet_serving_certificate() -> None:
     }
     by_host = {f.host: f for f in cc.kubelet_serving_certificate(snap(hosts))}
     assert by_host["w1"].status == "fail" and "rm /var/lib/kubelet/pki/kubelet.crt" in by_host["w1"].fix
-    assert by_host["w2"].status == "warn" and "kubectl get csr" in by_host["w2"].fix
-    assert by_host["w3"].status == "pass" and by_host["w3"].fix == ""
+    assert by_host["w2"].status == "warn" and "gpustack certs approve" in by_host["w2"].fix
+    # self-signed, far from expiry: the API server cannot verify it (a cluster made before serverTLSBootstrap)
+    assert by_host["w3"].status == "warn" and "self-signed" in by_host["w3"].summary
+    assert "serverTLSBootstrap: true" in by_host["w3"].fix and "gpustack certs approve" in by_host["w3"].fix
     assert by_host["w4"].status == "warn" and "not a certificate" in by_host["w4"].evidence
 
 
@@ -129,3 +131,21 @@ def test_a_snapshot_round_trips_its_time_and_settings() -> None:
     s = snap({"cp1": cp(kubeadm_facts("2027-02-01T00:00:00Z"))})
     again = Snapshot.from_json(json.loads(json.dumps(s.to_json())))
     assert cc.control_plane_certificates(again)[0].status == "warn"
+
+
+def test_pending_kubelet_serving_requests() -> None:
+    def csr(name: str, signer: str, conditions: list[dict[str, str]] | None = None) -> dict[str, Any]:
+        return {"metadata": {"name": name, "creationTimestamp": "2026-11-29T11:00:00Z"},
+                "spec": {"signerName": signer, "username": f"system:node:{name}"},
+                "status": {"conditions": conditions or []}}  # fmt: skip
+
+    serving = "kubernetes.io/kubelet-serving"
+    items = [csr("w1", serving), csr("w2", serving, [{"type": "Approved"}]),
+             csr("w3", "kubernetes.io/kube-apiserver-client-kubelet")]  # fmt: skip
+    (found,) = cc.kubelet_serving_csrs(snap({}, kube={"CertificateSigningRequest": items}))
+    assert found.status == "warn" and found.summary.startswith("1 kubelet serving-certificate request(s) pending")
+    assert found.evidence == "w1 from system:node:w1, 60 min old" and found.fix.startswith("gpustack certs approve")
+    (clean,) = cc.kubelet_serving_csrs(snap({}, kube={"CertificateSigningRequest": items[1:]}))
+    assert clean.status == "pass"
+    refused = snap({}, errors={"kubernetes:CertificateSigningRequest": "403 forbidden"})
+    assert cc.kubelet_serving_csrs(refused)[0].status == "skip"

@@ -74,7 +74,8 @@ def test_verify_runs_only_the_verify_subset() -> None:
     sharing = {"G12", "G13", "G14", "G15", "G16", "G17", "G18"}  # GPU sharing (checks_sharing.py)
     assert ids == {"K00", "K01", "K03", "K05", "K06", "K09", "G01", "G02", "G06", "G10"} | sharing
     doctor = {s.id.split("-")[0] for s in sc.my_specs("doctor")}
-    assert ids - {"K09", "G10", "G18"} < doctor and len(doctor) == 27  # K09, G10, G18 start test pods: verify only
+    # K09, G10, G18 start test pods: verify only; K12 (kubelet serving CSRs) is doctor's only
+    assert ids - {"K09", "G10", "G18"} < doctor and len(doctor) == 28 and "K12" in doctor
 
 
 def test_unreachable_cluster_is_one_fail_and_skips(tmp_path: Path) -> None:

@@ -28,7 +28,7 @@ def test_only_preflight() -> None:
 
 
 def test_from_and_skip() -> None:
-    assert ids(UP.select(from_="network", skip=["helm"])) == ["preflight", "network", "cluster"]
+    assert ids(UP.select(from_="network", skip=["helm"])) == ["preflight", "network", "kubelet-certs", "cluster"]
 
 
 def test_skip_preflight_explicitly() -> None:
@@ -68,7 +68,7 @@ def test_contradictory_selection_is_refused_not_run(kwargs: dict[str, object], n
 
 def test_skipping_a_stage_the_selection_leaves_out_anyway_is_fine() -> None:
     assert ids(UP.select(only=["os"], skip=["cluster"])) == ["preflight", "os"]
-    assert ids(UP.select(from_="helm", skip=["os"])) == ["preflight", "helm", "cluster"]
+    assert ids(UP.select(from_="helm", skip=["os"])) == ["preflight", "helm", "kubelet-certs", "cluster"]
 
 
 def test_every_command_has_a_sequence_and_up_is_the_default_one() -> None:

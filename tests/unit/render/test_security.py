@@ -87,6 +87,10 @@ def test_kubeadm_carries_every_hardening_flag_and_mount() -> None:
     kubelet = docs["KubeletConfiguration"]
     assert kubelet["tlsCipherSuites"] == list(CIS_CIPHER_SUITES)
     assert kubelet["protectKernelDefaults"] is False  # docs/decisions.md: needs the kubelet's sysctls first
+    # CA-signed kubelet serving certificates, and the API server verifying them (CIS 1.2.5), in the one configuration
+    # kubeadm init reads: no kubelet of the cluster ever serves a self-signed certificate to a verifying API server
+    assert kubelet["serverTLSBootstrap"] is True
+    assert api["kubelet-certificate-authority"] == "/etc/kubernetes/pki/ca.crt"
 
 
 def test_each_relaxation_takes_out_exactly_its_flags() -> None:
