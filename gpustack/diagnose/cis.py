@@ -196,8 +196,9 @@ ANONYMOUS_LEFT = (
     "(a Manual check in CIS 1.12)"
 )
 KUBELET_CA_LEFT = (
-    "the kubelets serve self-signed certificates (kubeadm's default), which no CA can verify: the API server gets "
-    "--kubelet-certificate-authority once the kubelets serve CA-signed certificates (serverTLSBootstrap)"
+    "a cluster made before gpustack set serverTLSBootstrap: its kubelets serve self-signed certificates, which no CA "
+    "can verify; the API server gets --kubelet-certificate-authority once they serve CA-signed ones (docs/lifecycle.md, "
+    "Kubelet serving certificates; new clusters have both)"
 )
 
 RULES: tuple[Rule, ...] = (

@@ -218,7 +218,7 @@ def test_rewriting_every_secret_encrypts_those_stored_in_clear(hardened: Control
 
 
 #: the CIS checks gpustack leaves on every cluster (docs/configuration.md): doctor's only warnings on a default one
-LEFT = {"S1.2.1-apiserver-anonymous-auth", "S1.2.5-apiserver-kubelet-certificate-authority"}
+LEFT = {"S1.2.1-apiserver-anonymous-auth"}
 
 
 def mirror_pods(pki: Path) -> list[dict[str, Any]]:

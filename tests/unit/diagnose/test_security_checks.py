@@ -20,7 +20,7 @@ from gpustack.render.security import kubeadm_security
 NODES = ("cp1", "cp2", "cp3")
 PKI = "/etc/kubernetes/pki"
 #: the checks gpustack leaves on every cluster (docs/configuration.md): warnings on a default cluster
-LEFT = {"S1.2.1-apiserver-anonymous-auth", "S1.2.5-apiserver-kubelet-certificate-authority"}
+LEFT = {"S1.2.1-apiserver-anonymous-auth"}
 
 
 def kubeadm_flags(cfg: Config, node: str) -> dict[str, dict[str, str]]:
@@ -135,13 +135,17 @@ def test_a_default_cluster_has_no_failure_and_warns_only_what_gpustack_leaves() 
         (c, "warn", n) for c in LEFT for n in NODES
     }
     passes = {f.id: f for f in got if f.status == "pass"}
-    assert len(passes) == 38
+    assert len(passes) == 39
+    # gpustack's kubelets serve CA-signed certificates (serverTLSBootstrap), so the API server verifies them
+    assert passes["S1.2.5-apiserver-kubelet-certificate-authority"].summary.endswith(f"={PKI}/ca.crt")
     assert passes["S1.2.15-apiserver-profiling"].summary == "CIS 1.2.15: --profiling=false"
     assert passes["S1.2.15-apiserver-profiling"].evidence == "on cp1, cp2, cp3"
     assert passes["S1.2.29-apiserver-tls-cipher-suites"].summary.startswith(
         "CIS 1.2.29: --tls-cipher-suites=TLS_ECDHE_"
     )
-    warn = next(f for f in got if f.id == "S1.2.5-apiserver-kubelet-certificate-authority" and f.host == "cp1")
+    # a cluster made before that: the flag is missing, a warning that says why (not a failure)
+    older = findings(snapshot(change={"kube-apiserver": {"kubelet-certificate-authority": None}}, on="cp1"))
+    warn = next(f for f in older if f.id == "S1.2.5-apiserver-kubelet-certificate-authority" and f.host == "cp1")
     assert "left on purpose" in warn.summary and "serverTLSBootstrap" in warn.evidence
     assert "--kubelet-certificate-authority not set" in warn.evidence
 
