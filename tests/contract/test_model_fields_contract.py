@@ -38,3 +38,19 @@ def test_every_model_the_table_names_a_reason_for_is_in_the_facts() -> None:
         if family.name.startswith("GeForce / TITAN"):
             continue  # the RTX 4090 stands for both GeForce families; the 3090's NVLink: test_gpu_models.py
         assert any(family.matches(m) for m in BLANK["reports"]), family.name
+
+
+def test_product_labels_are_gpu_feature_discoverys() -> None:
+    """GFD's ``sanitise`` (k8s-device-plugin internal/lm/resource.go): characters outside ``[A-Za-z0-9-_. ]`` dropped,
+    runs of blanks one dash; the H100's is the label the healthy scenarios carry, and the table reads labels too."""
+    from tests.fakes import scenarios
+    from tests.fakes.model_scenarios import H100, MIXES, product_label, with_models
+
+    [node] = [o for o in scenarios.healthy(1).objects if o["kind"] == "Node"]
+    assert product_label(H100) == node["metadata"]["labels"]["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+    assert product_label("NVIDIA  GeForce RTX 4090 (x)") == "NVIDIA-GeForce-RTX-4090-x"
+    for model in {m for mix in MIXES.values() for m in mix}:
+        assert gpu_models.lacks(product_label(model)) == gpu_models.lacks(model), model
+    [relabelled] = [o for o in with_models([node], {node["metadata"]["name"]: "Tesla T4"}) if o["kind"] == "Node"]
+    assert relabelled["metadata"]["labels"]["nvidia.com/gpu.product"] == "Tesla-T4"
+    assert node["metadata"]["labels"]["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3", "a copy, not the original"
