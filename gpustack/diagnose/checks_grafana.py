@@ -166,7 +166,8 @@ def prometheus_datasource_works(snap: Snapshot) -> list[Finding]:
 
 
 @register("R03-dcgm-dashboard", "grafana", title="gpustack's DCGM and capacity dashboards are loaded",
-          reads="Grafana /api/search", commands=BOTH, needs=("grafana",))  # fmt: skip
+          reads="Grafana /api/search (the dashboard API's list where it is gone)", commands=BOTH,
+          needs=("grafana",))  # fmt: skip
 def dcgm_dashboard(snap: Snapshot) -> list[Finding]:
     loaded = {d.get("uid") for d in snap.grafana.dashboards}
     missing = [uid for uid in (dashboard_uid(), CAPACITY_UID) if uid not in loaded]
@@ -181,7 +182,8 @@ def dcgm_dashboard(snap: Snapshot) -> list[Finding]:
 
 
 @register("R04-panels-have-data", "grafana", title="the DCGM and capacity dashboards' panels return data",
-          reads="Grafana /api/ds/query for every panel; dashboards/empty-panels.yaml; pods holding GPUs",
+          reads="Grafana /api/dashboards/uid (a v2 dashboard: /apis/dashboard.grafana.app v1beta1), /api/ds/query for "
+                "every panel; dashboards/empty-panels.yaml; the GPU models (gpu_models.py); pods holding GPUs",
           commands=BOTH, needs=("grafana",))  # fmt: skip
 def panels_have_data(snap: Snapshot) -> list[Finding]:
     uid = dashboard_uid() or DASHBOARD_UID
