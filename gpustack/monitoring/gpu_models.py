@@ -13,7 +13,8 @@ NVIDIA/gpu-monitoring-tools#97), or 0 (dcgm-exporter 3.3.5 on GeForce, dcgm-expo
 Only the fields gpustack enables (``values/dcgm-counters.csv``) are listed; a model not in :data:`FAMILIES`
 (A100, A30, H100, H200, B200, ...) is taken to report every one of them, so a panel it leaves empty stays a fault.
 Profiling fields (``DCGM_FI_PROF_*``) are not blank values but fields dcgm-exporter does not watch on a GPU whose
-DCGM reports no profiling metric groups (``queryDCPMetrics`` -> ``GetSupportedMetricGroups``): "supported for
+DCGM reports no profiling metric groups (``pkg/cmd/app.go`` ``queryDCPMetrics``: ``GetSupportedMetricGroups(0)``
+fails -> ``CollectDCP = false``, "Not collecting DCP metrics"): "supported for
 Datacenter grade Volta and newer GPUs ... The RTX3* and RTX2* gaming series are not supported" (the maintainer,
 NVIDIA/dcgm-exporter#5); T4 and L4 are datacenter GPUs and report them.
 """
