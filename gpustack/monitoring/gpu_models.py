@@ -70,12 +70,14 @@ class Family:
 _GEFORCE = {MEMORY_TEMP: WHY_MEMORY_TEMP_GEFORCE, **dict.fromkeys(ROW_REMAP, WHY_ROW_REMAP),
             **dict.fromkeys(PROFILING, WHY_PROFILING)}  # fmt: skip
 _T4 = {MEMORY_TEMP: WHY_MEMORY_TEMP_GDDR, NVLINK: WHY_NO_NVLINK, **dict.fromkeys(ROW_REMAP, WHY_ROW_REMAP)}
-#: first match wins: the consumer Ada line before GeForce in general
+#: first match wins: the GeForce cards with an NVLink connector before GeForce in general
 FAMILIES: tuple[Family, ...] = (
-    # GeForce RTX 40 (Ada): NVIDIA's product specifications list no NVLink for any RTX 40 card (the RTX 3090's lists
-    # "NVLink: Yes"); memory temperature, row remapping and profiling as every GeForce
-    Family("GeForce RTX 40 (Ada)", r"\bGeForce RTX 40\d\d\b", {**_GEFORCE, NVLINK: WHY_NO_NVLINK}),
-    Family("GeForce / TITAN", r"\b(GeForce|TITAN)\b", _GEFORCE),
+    # NVIDIA's product specifications ("NVLink (SLI-Ready)") list an NVLink bridge for the RTX 3090 / 3090 Ti, the
+    # RTX 2080 / 2080 Ti / 2080 SUPER and 2070 SUPER and the TITAN RTX only: their NVLink panel is not excused;
+    # memory temperature, row remapping and profiling as every GeForce
+    Family("GeForce / TITAN with NVLink", r"\b(GeForce RTX (3090|2080|2070 SUPER)|TITAN RTX)\b", _GEFORCE),
+    # every other GeForce and TITAN (the RTX 40 and 50 series, Ada and Blackwell, have no NVLink at all)
+    Family("GeForce / TITAN", r"\b(GeForce|TITAN)\b", {**_GEFORCE, NVLINK: WHY_NO_NVLINK}),
     # Tesla T4 (Turing, GDDR6): datasheet "Interconnect: PCIe Gen3"; Turing predates row remapping (page retirement)
     Family("T4 (Turing)", r"\bT4\b", _T4),
     # NVIDIA L4 (Ada, GDDR6): datasheet "Interconnect: PCIe Gen4 x16"; Ada datacenter: row remapping reported

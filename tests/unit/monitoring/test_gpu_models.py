@@ -32,6 +32,15 @@ def test_geforce_lacks_memory_temperature_row_remapping_and_profiling_and_ada_nv
         assert {gm.MEMORY_TEMP, *gm.ROW_REMAP, *gm.PROFILING} <= missing, model
         assert "#460" in gm.lacks(model)[gm.MEMORY_TEMP]
     assert not gm.reports(RTX4090, gm.NVLINK) and gm.reports(RTX3090, gm.NVLINK)  # the 3090 has an NVLink bridge
+    for model in (
+        "NVIDIA GeForce RTX 5090",
+        "NVIDIA GeForce RTX 3080",
+        "NVIDIA TITAN V",
+        "NVIDIA-GeForce-RTX-4090-SHARED",
+    ):
+        assert not gm.reports(model, gm.NVLINK) and not gm.reports(model, gm.MEMORY_TEMP), model
+    for model in ("NVIDIA GeForce RTX 3090 Ti", "NVIDIA GeForce RTX 2080 Ti", "NVIDIA GeForce RTX 2070 SUPER", TITAN):
+        assert gm.reports(model, gm.NVLINK) and not gm.reports(model, gm.PROFILING[0]), model
     assert gm.profiling_unsupported([RTX4090, TITAN]) and not gm.profiling_unsupported([RTX4090, H100])
     assert not gm.profiling_unsupported([])
 
