@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 from gpustack.checks.certs import parse_iso
 from gpustack.checks.model import Finding
 from gpustack.constants import GRAFANA_ADMIN_SECRET, GRAFANA_SERVICE, MONITORING_NAMESPACE, VERIFY_NAMESPACE
-from gpustack.diagnose.checks_monitoring import profiling_unsupported
+from gpustack.diagnose.checks_monitoring import cluster_gpu_models, profiling_unsupported
 from gpustack.diagnose.collect_grafana import (
     CAPACITY_PREFIX,
     CAPACITY_UID,
@@ -22,8 +22,9 @@ from gpustack.diagnose.objects import GPU_RESOURCE_PREFIXES
 from gpustack.diagnose.registry import register
 from gpustack.diagnose.sharing import mig_on
 from gpustack.diagnose.snapshot import Obj, Snapshot
+from gpustack.monitoring import gpu_models
 from gpustack.monitoring.dashboard import CAPACITY_DASHBOARD_FILE, DASHBOARD_FILE
-from gpustack.monitoring.panels import ALWAYS_MAY_BE_EMPTY, Meaning, titles
+from gpustack.monitoring.panels import ALWAYS_MAY_BE_EMPTY, Meaning, panel_fields, titles
 from gpustack.monitoring.rules import usage_rules_interval_s
 from gpustack.report.inputs import format_duration
 from gpustack.report.queries import GROUP as USAGE_GROUP
@@ -102,7 +103,17 @@ def allowed_empty(snap: Snapshot) -> set[str]:
         healthy_empty.add("mig")
     if mig and not whole:  # GPU_UTIL is not reported per MIG instance: empty when every GPU node is MIG
         healthy_empty.add("whole-gpu")
-    return _titles(healthy_empty)
+    return _titles(healthy_empty) | set(unreported_panels(snap))
+
+
+def unreported_panels(snap: Snapshot) -> dict[str, str]:
+    """DCGM dashboard panels none of whose DCGM fields any GPU model of the cluster reports (memory temperature on
+    GeForce, T4 and L4, NVLink on PCIe-only GPUs, row remapping on Turing and GeForce: gpustack/monitoring/
+    gpu_models.py), each with why; {} when the models are not known."""
+    models = cluster_gpu_models(snap)
+    if not models:
+        return {}
+    return {title: why for title, fields in panel_fields().items() if (why := gpu_models.unreported(fields, models))}
 
 
 def mig_nodes(snap: Snapshot) -> tuple[list[str], list[str]]:
@@ -155,7 +166,8 @@ def prometheus_datasource_works(snap: Snapshot) -> list[Finding]:
 
 
 @register("R03-dcgm-dashboard", "grafana", title="gpustack's DCGM and capacity dashboards are loaded",
-          reads="Grafana /api/search", commands=BOTH, needs=("grafana",))  # fmt: skip
+          reads="Grafana /api/search (the dashboard API's list where it is gone)", commands=BOTH,
+          needs=("grafana",))  # fmt: skip
 def dcgm_dashboard(snap: Snapshot) -> list[Finding]:
     loaded = {d.get("uid") for d in snap.grafana.dashboards}
     missing = [uid for uid in (dashboard_uid(), CAPACITY_UID) if uid not in loaded]
@@ -170,7 +182,8 @@ def dcgm_dashboard(snap: Snapshot) -> list[Finding]:
 
 
 @register("R04-panels-have-data", "grafana", title="the DCGM and capacity dashboards' panels return data",
-          reads="Grafana /api/ds/query for every panel; dashboards/empty-panels.yaml; pods holding GPUs",
+          reads="Grafana /api/dashboards/uid (a v2 dashboard: /apis/dashboard.grafana.app v1beta1), /api/ds/query for "
+                "every panel; dashboards/empty-panels.yaml; the GPU models (gpu_models.py); pods holding GPUs",
           commands=BOTH, needs=("grafana",))  # fmt: skip
 def panels_have_data(snap: Snapshot) -> list[Finding]:
     uid = dashboard_uid() or DASHBOARD_UID
@@ -239,6 +252,12 @@ def _panel_findings(snap: Snapshot, uid: str, results: dict[str, int], unqueried
                 fix=GRAFANA_LOGS,
             )
         )
+    excused = unreported_panels(snap) if uid != CAPACITY_UID and not out else {}
+    empty_excused = sorted(t for t, n in results.items() if n == 0 and t in excused)
+    if empty_excused:  # a pass that says which panels stay empty, and why
+        out.append(Finding("", "", "pass", f"{len(results) - len(empty_excused)} of {len(results)} panels checked; "
+                           f"{len(empty_excused)} empty because no GPU model of the cluster reports their fields",
+                           evidence="; ".join(f"{t}: {excused[t]}" for t in empty_excused)))  # fmt: skip
     return out
 
 

@@ -13,6 +13,7 @@ from gpustack.config.pins import version_tuple
 from gpustack.diagnose.collect_prometheus import EXPORTER_UP, QUERIES, SCRAPE_POOL_FILTER
 from gpustack.diagnose.registry import register
 from gpustack.diagnose.snapshot import Obj, Snapshot
+from gpustack.monitoring import gpu_models
 from gpustack.monitoring.rules import EXPORTER_JOB, rule_group_names
 from gpustack.render.manifests import EXPORTER_TARGETS
 
@@ -325,15 +326,41 @@ def servicemonitor_selected(snap: Snapshot) -> list[Finding]:
     return out
 
 
+def gpu_models_by_node(snap: Snapshot) -> dict[str, set[str]]:
+    """Node -> the GPU models on it: dcgm-exporter's ``modelName`` as Prometheus has it (``gpu_models``; a row without
+    a ``node`` label, from an older snapshot, under ``""``), else GPU feature discovery's ``nvidia.com/gpu.product``
+    node label."""
+    out: dict[str, set[str]] = {}
+    for row in snap.prometheus.queries.get("gpu_models", []):
+        metric = row.get("metric") or {}
+        if metric.get("modelName"):
+            out.setdefault(str(metric.get("node") or ""), set()).add(str(metric["modelName"]))
+    if out:
+        return out
+    for node in snap.items("Node"):
+        meta = node.get("metadata") or {}
+        product = (meta.get("labels") or {}).get("nvidia.com/gpu.product")
+        if product:
+            out.setdefault(str(meta.get("name") or ""), set()).add(str(product))
+    return out
+
+
+def cluster_gpu_models(snap: Snapshot) -> set[str]:
+    """Every GPU model the cluster reports (:func:`gpu_models_by_node`)."""
+    return {m for models in gpu_models_by_node(snap).values() for m in models}
+
+
 def profiling_unsupported(snap: Snapshot) -> bool:
-    """Every GPU model Prometheus reports is one DCGM cannot profile (GeForce, TITAN): no DCGM_FI_PROF_* there."""
-    models = [str((r.get("metric") or {}).get("modelName", "")) for r in snap.prometheus.queries.get("gpu_models", [])]
-    return bool(models) and all("GeForce" in m or "TITAN" in m for m in models)
+    """Every GPU model of the cluster is one DCGM cannot profile (GeForce, TITAN: gpustack/monitoring/gpu_models.py):
+    no DCGM_FI_PROF_* there."""
+    return gpu_models.profiling_unsupported(cluster_gpu_models(snap))
 
 
 @register("M08-profiling-metrics", "monitoring", title="DCGM profiling metrics (DCGM_FI_PROF_*) are collected",
           reads="Prometheus queries", commands=BOTH, needs=("prometheus",))  # fmt: skip
 def profiling_metrics(snap: Snapshot) -> list[Finding]:
+    """Each node with GPU_UTIL but no profiling series fails, unless its GPU models have no profiling fields (issue
+    32: a GeForce node beside an H100 is excused by its own model, not only when every GPU is a GeForce)."""
     dev = _by_node(snap.prometheus.queries.get("gpu_util_by_node", []))
     prof = _by_node(snap.prometheus.queries.get("gr_engine_by_node", []))
     tensor = _by_node(snap.prometheus.queries.get("tensor_by_node", []))
@@ -342,20 +369,26 @@ def profiling_metrics(snap: Snapshot) -> list[Finding]:
     missing = sorted(n for n in dev if not prof.get(n) and not tensor.get(n))
     if not missing:
         return []
-    models = sorted(
-        str((r.get("metric") or {}).get("modelName", "")) for r in snap.prometheus.queries.get("gpu_models", [])
-    )
-    consumer = profiling_unsupported(snap)
+    by_node = gpu_models_by_node(snap)
+    everywhere = by_node.get("", set())  # models not known per node: they stand for every node
+    excused = [n for n in missing if gpu_models.profiling_unsupported(by_node.get(n, set()) | everywhere)]
+    failing = [n for n in missing if n not in excused]
+    shown = failing or excused
+    models = sorted({m for n in shown for m in by_node.get(n, set()) | everywhere})
     evidence = (
         f"DCGM_FI_DEV_GPU_UTIL present but DCGM_FI_PROF_GR_ENGINE_ACTIVE/PIPE_TENSOR_ACTIVE absent on "
-        f"{', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}; GPU models: {', '.join(models) or '?'}"
+        f"{', '.join(shown[:5])}{' ...' if len(shown) > 5 else ''}; GPU models: {', '.join(models) or '?'}"
     )
+    if not failing:
+        return [Finding("", "", "warn", "profiling metrics unavailable (not supported on these GPUs)",
+                        evidence=f"{evidence} ({gpu_models.WHY_PROFILING})",
+                        fix="none needed: their profiling panels stay empty and R04 accepts that")]  # fmt: skip
+    if excused:
+        evidence += f"; not supported on {', '.join(excused[:5])}{' ...' if len(excused) > 5 else ''} (excused)"
     fix = ("profiling fields need a datacenter GPU (A100/H100/L40...), SYS_ADMIN for the exporter, and exactly one "
            "DCGM consumer per node: gpustack doctor --check G  # two exporters? ; kubectl -n gpu-operator logs "
            "-l app.kubernetes.io/name=dcgm-exporter | grep -i prof")  # fmt: skip
-    return [Finding("", "", "warn" if consumer else "fail",
-                    "profiling metrics unavailable" + (" (not supported on these GPUs)" if consumer else ""),
-                    evidence=evidence, fix=fix)]  # fmt: skip
+    return [Finding("", "", "fail", "profiling metrics unavailable", evidence=evidence, fix=fix)]
 
 
 def _pod_messages(snap: Snapshot, pod: Obj) -> list[str]:

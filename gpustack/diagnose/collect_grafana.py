@@ -20,8 +20,8 @@ came from (or why there are none: ``state`` + ``detail``) for R05.
 ``gpustack grafana-password`` follows the same rules with the same code (:func:`state_credentials`,
 :func:`cluster_credentials`).
 
-Stored: ``snap.grafana`` -- ``health``; ``datasources`` (/api/datasources entries) and ``dashboards``
-(/api/search hits), both as Grafana returned them, cut to the fields checks read;
+Stored: ``snap.grafana`` -- ``health``; ``datasources`` (/api/datasources entries) and ``dashboards`` (/api/search
+hits: :mod:`~gpustack.diagnose.grafana_dashboards`), both as Grafana returned them, cut to the fields checks read;
 ``datasource_probes[uid]`` = ``{"ok", "error", "series"}`` from running ``vector(1)`` through the
 Prometheus datasource panels use (keyed by :func:`~gpustack.diagnose.snapshot.datasource_key`: uid, else
 name); ``panel_results[title]`` = series returned (-1 = query error) and ``panel_errors[dashboard uid]``
@@ -46,6 +46,7 @@ from gpustack.config.model import Config
 from gpustack.constants import GRAFANA_PORT, GRAFANA_SERVICE, MONITORING_NAMESPACE
 from gpustack.diagnose.collect import CollectContext, source
 from gpustack.diagnose.collect_prometheus import kube_client, service_port
+from gpustack.diagnose.grafana_dashboards import DashboardUnreadable, fetch_dashboard, search_dashboards
 from gpustack.diagnose.snapshot import Obj, Snapshot, datasource_key
 from gpustack.monitoring import dashboard as dash
 from gpustack.runners.http import DirectEndpoint, Endpoint, HttpError, KubeProxyEndpoint, Response
@@ -391,8 +392,7 @@ def prometheus_datasource(datasources: list[Obj]) -> Obj | None:
 
 
 def _login_failed(snap: Snapshot, login: Obj, detail: str) -> None:
-    snap.grafana.login = {**login, "detail": detail}
-    snap.errors["grafana:login"] = detail
+    snap.grafana.login, snap.errors["grafana:login"] = {**login, "detail": detail}, detail
 
 
 @source("grafana", layers=("grafana",), after=("kubernetes",))
@@ -425,7 +425,7 @@ def collect_grafana(ctx: CollectContext, snap: Snapshot) -> None:
         if isinstance(client.ep, KubeProxyEndpoint):
             client.login()
         datasources = client.get("/api/datasources")
-        search = client.get("/api/search", {"type": "dash-db"})
+        search = search_dashboards(client)
     except HttpError as exc:
         detail = f"Grafana via {client.ep.describe()}: {exc}"
         if exc.status in (401, 403) or "session cookie" in str(exc):
@@ -463,7 +463,7 @@ def _query_dashboard(
     if hit is None:
         return
     try:
-        model = (client.get(f"/api/dashboards/uid/{uid}") or {}).get("dashboard") or {}
+        model = fetch_dashboard(client, uid)  # the legacy path, or the dashboard API for a v2 dashboard
         if needs:
             series, err = ds_query(client, ds, [needs])
             if err:
@@ -472,7 +472,7 @@ def _query_dashboard(
             if series <= 0:
                 snap.grafana.panel_errors[uid] = {"(rules)": f"{needs} returned no series"}
                 return
-    except HttpError as exc:
+    except (HttpError, DashboardUnreadable) as exc:
         snap.grafana.panel_errors[uid] = {"(dashboard)": str(exc)}
         return
 

@@ -53,7 +53,8 @@ QUERIES: dict[str, str] = {
     "gpu_util_by_node": "count by (node) (DCGM_FI_DEV_GPU_UTIL)",
     "gr_engine_by_node": "count by (node) (DCGM_FI_PROF_GR_ENGINE_ACTIVE)",
     "tensor_by_node": "count by (node) (DCGM_FI_PROF_PIPE_TENSOR_ACTIVE)",
-    "gpu_models": "count by (modelName) (DCGM_FI_DEV_GPU_UTIL)",
+    # the GPU models per node: which fields a node can report (gpustack/monitoring/gpu_models.py; R04, M08)
+    "gpu_models": "count by (node, modelName) (DCGM_FI_DEV_GPU_UTIL)",
     "exporter_targets": f"count by (job) ({EXPORTER_UP})",
     "exporter_down": f"{EXPORTER_UP} == 0",
     # the devices the device plugin advertises, deduplicated as the usage rule gpustack:gpu_allocatable:sum reads

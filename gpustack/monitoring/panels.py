@@ -19,7 +19,9 @@ from gpustack.monitoring.dashboard import (
     data_panels,
     load_capacity_dashboard,
     load_dashboard,
+    panel_queries,
 )
+from gpustack.monitoring.promql import metric_names
 from gpustack.paths import resource_file
 
 PANELS_FILE = "empty-panels.yaml"
@@ -51,6 +53,16 @@ def empty_meanings() -> dict[str, dict[str, Meaning]]:
 def titles(dashboard: str, meanings: frozenset[Meaning] | set[Meaning]) -> set[str]:
     """Titles of ``dashboard``'s panels whose "No data" means one of ``meanings``."""
     return {title for title, meaning in empty_meanings().get(dashboard, {}).items() if meaning in meanings}
+
+
+@cache
+def panel_fields() -> dict[str, frozenset[str]]:
+    """The DCGM dashboard's panel title -> the DCGM fields (``DCGM_*`` metric names) its queries read: whether a panel
+    can have data on a GPU model is whether the model reports one of them (:mod:`gpustack.monitoring.gpu_models`)."""
+    out: dict[str, set[str]] = {}
+    for title, expr in panel_queries(load_dashboard()):
+        out.setdefault(title, set()).update(n for n in metric_names(expr) if n.startswith("DCGM_"))
+    return {title: frozenset(fields) for title, fields in out.items()}
 
 
 def may_be_empty(

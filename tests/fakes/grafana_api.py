@@ -14,7 +14,8 @@ test_grafana_contract.py checks this double against it):
   "password-auth.failed", "statusCode": 401, "traceID": ""}`` (clients/password.go, pkg/api/response Err); a
   missing or empty ``user``/``password``: 400 ``"bad login data"`` / ``form-auth.invalid``;
 - with basic auth or the ``grafana_session`` cookie of a login (401 otherwise): ``GET /api/datasources``,
-  ``GET /api/search?type=dash-db``, ``GET /api/dashboards/uid/{uid}``, ``POST /api/ds/query``. As in Grafana, an
+  ``GET /api/search?type=dash-db``, ``GET /api/dashboards/uid/{uid}`` (406 for a dashboard stored as v2) and the
+  dashboard API ``/apis/dashboard.grafana.app/...`` (tests/fakes/grafana_dashboards.py), ``POST /api/ds/query``. As in Grafana, an
   ``Authorization`` header that is not valid basic auth (a wrong password, someone else's bearer token) is a
   401 whatever the cookie says.
 
@@ -50,6 +51,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
+from tests.fakes import grafana_dashboards as dashboards_api
+
 Obj = dict[str, Any]
 #: the Grafana release this double imitates: kube-prometheus-stack 88.5.3's (grafana chart 12.11.1)
 GRAFANA_VERSION = "13.2.0"
@@ -70,6 +73,7 @@ class FakeGrafana:
              "access": "proxy", "url": "http://kube-prometheus-stack-prometheus.monitoring:9090/"}
         ]  # fmt: skip
         self.dashboards: dict[str, Obj] = {}
+        self.legacy_gone = False  # True: /api/search and /api/dashboards/uid answer 404, as a Grafana without them
         self.sessions: set[str] = set()
         self.requests: list[tuple[str, str]] = []
         self.auth_seen: list[tuple[str, str, tuple[str, ...]]] = []
@@ -81,8 +85,13 @@ class FakeGrafana:
         host, port = self._server.server_address[:2]
         return f"http://{host!s}:{port}"
 
-    def add_dashboard(self, model: Obj, folder: str = "General") -> None:
-        self.dashboards[str(model["uid"])] = {"model": model, "folder": folder}
+    def add_dashboard(
+        self, model: Obj, folder: str = "General", *, stored: str = "v1beta1", convert_error: str = ""
+    ) -> None:
+        """``stored``: the schema version Grafana keeps it in (``v2beta1``: the legacy path answers 406);
+        ``convert_error``: the dashboard API fails to convert it (tests/fakes/grafana_dashboards.py)."""
+        self.dashboards[str(model["uid"])] = {"model": model, "folder": folder, "stored": stored,
+                                              "convert_error": convert_error}  # fmt: skip
 
     # -- serving ---------------------------------------------------------------------------------------
 
@@ -142,13 +151,12 @@ class FakeGrafana:
                     return self._reply(401, {"message": "Unauthorized"})
                 if url.path == "/api/datasources":
                     return self._reply(200, fake.datasources)
-                if url.path == "/api/search":
+                if url.path == "/api/search" and not fake.legacy_gone:
                     return self._reply(200, fake.search(parse_qs(url.query)))
-                if url.path.startswith("/api/dashboards/uid/"):
-                    uid = url.path.rsplit("/", 1)[1]
-                    if uid not in fake.dashboards:
-                        return self._reply(404, {"message": "Dashboard not found"})
-                    return self._reply(200, {"dashboard": fake.dashboards[uid]["model"], "meta": {"slug": uid}})
+                if url.path.startswith("/api/dashboards/uid/") and not fake.legacy_gone:
+                    return self._reply(*dashboards_api.legacy_dashboard(fake.dashboards, url.path.rsplit("/", 1)[1]))
+                if (answer := dashboards_api.dashboard_api(fake.dashboards, url.path)) is not None:
+                    return self._reply(*answer)
                 return self._reply(404, {"message": "Not found"})
 
             def do_POST(self) -> None:
@@ -195,13 +203,8 @@ class FakeGrafana:
     # -- API -------------------------------------------------------------------------------------------
 
     def search(self, query: dict[str, list[str]]) -> list[Obj]:
-        if query.get("type", ["dash-db"])[0] != "dash-db":
-            return []
-        return [
-            {"uid": uid, "title": d["model"].get("title", uid), "type": "dash-db", "folderTitle": d["folder"],
-             "url": f"/d/{uid}", "tags": d["model"].get("tags", [])}
-            for uid, d in sorted(self.dashboards.items())
-        ]  # fmt: skip
+        """``GET /api/search``'s hits (tests/fakes/grafana_dashboards.py)."""
+        return dashboards_api.search_hits(self.dashboards, query)
 
     def ds_query_response(self, body: Obj) -> tuple[int, Obj]:
         """(HTTP status, body) of ``POST /api/ds/query``: 404 for an unknown datasource, 400 when any query

@@ -41,6 +41,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from gpustack.config import mig as mig_table
+from gpustack.monitoring import gpu_models
 from gpustack.monitoring.counters import CounterFile
 
 SCENARIOS = (
@@ -58,6 +59,8 @@ LOOPBACK = "127.0.0.1"
 MODEL = "NVIDIA H100 80GB HBM3"
 DRIVER = "595.91.07"
 FB_TOTAL_MIB = 81559
+#: framebuffer of the other models a node may have (NodeSpec.model; nvidia-smi's FB Memory Usage Total, illustrative)
+MODEL_FB_MIB = {"NVIDIA GeForce RTX 4090": 24564, "Tesla T4": 15360, "NVIDIA L4": 23034}
 FB_RESERVED_MIB = 594
 SM_CLOCK_MAX_MHZ = 1980
 SM_CLOCK_IDLE_MHZ = 345
@@ -118,6 +121,7 @@ class NodeSpec:
     mig_pods: Mapping[tuple[int, int], PodRef] = field(default_factory=dict)  # (gpu, GI id) -> pod holding it
     replicas: int = 1  # time-slicing: allocatable = GPUs x replicas (kube-state-metrics)
     counters_without: tuple[str, ...] = ()  # fields this node's exporter does not emit
+    model: str = MODEL  # its GPUs' model: the fields it lacks are left out (gpustack/monitoring/gpu_models.py)
 
 
 @dataclass(frozen=True)
@@ -196,12 +200,16 @@ class GpuState:
         return 72.5 + 6.0 * self.util + 0.37 * self.gpu
 
     @property
+    def fb_total(self) -> int:
+        return MODEL_FB_MIB.get(self.spec.model, FB_TOTAL_MIB)
+
+    @property
     def fb_used(self) -> float:
-        usable = FB_TOTAL_MIB - FB_RESERVED_MIB
+        usable = self.fb_total - FB_RESERVED_MIB
         if self._is("fb_full", 0):
             return usable - 1210
         if self.busy:
-            return 61234 + 200 * math.sin(self.t / 30)
+            return min(61234, 0.75 * usable) + 200 * math.sin(self.t / 30)
         return 1530.0 if self.pod else 0.0
 
     @property
@@ -247,7 +255,7 @@ class GpuState:
             "DCGM_FI_DEV_MEM_COPY_UTIL": Sample(round(util * 0.45)),
             "DCGM_FI_DEV_XID_ERRORS": Sample(xid, {"err_code": str(xid), "err_msg": XID_TEXT[xid]}),
             "DCGM_EXP_XID_ERRORS_COUNT": self.xid_counts(),
-            "DCGM_FI_DEV_FB_FREE": Sample(FB_TOTAL_MIB - FB_RESERVED_MIB - fb_used),
+            "DCGM_FI_DEV_FB_FREE": Sample(self.fb_total - FB_RESERVED_MIB - fb_used),
             "DCGM_FI_DEV_FB_USED": Sample(fb_used),
             "DCGM_FI_DEV_FB_RESERVED": Sample(FB_RESERVED_MIB),
             "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": Sample(uncorrectable),
@@ -272,7 +280,7 @@ def gpu_labels(spec: NodeSpec, gpu: int, label_fields: Mapping[str, str]) -> dic
         "UUID": gpu_uuid(spec.node, gpu),
         "pci_bus_id": f"00000000:{PCI_BUSES[gpu % len(PCI_BUSES)]}:00.0",
         "device": f"nvidia{gpu}",
-        "modelName": MODEL,
+        "modelName": spec.model,
         spec.host_label: spec.node,
         **label_fields,
     }
@@ -342,8 +350,8 @@ def render_dcgm(spec: NodeSpec, counters: CounterFile, t: float) -> str:
     values = {gpu: state.values() for gpu, state in states.items()}
     lines: list[str] = []
     for counter in counters.counters:
-        if counter.is_label:
-            continue
+        if counter.is_label or not gpu_models.reports(spec.model, counter.name):
+            continue  # blank for this model: dcgm-exporter prints no series and no HELP (gpu_collector.go toMetric)
         lines += [f"# HELP {counter.name} {counter.help}", f"# TYPE {counter.name} {counter.prom_type}"]
         for gpu, state in states.items():
             if counter.name not in values[gpu]:

@@ -15,7 +15,7 @@ Busy: the exporters attribute GPUs to the workload pods and kube-state-metrics r
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,12 +30,13 @@ from gpustack.render.manifests import EXPORTER_TARGETS, render_secrets
 from tests.fakes import scenarios as sc
 from tests.fakes.grafana_api import FakeGrafana
 from tests.fakes.kube_api import FakeKubeAPI
+from tests.fakes.model_scenarios import with_models
 
 from .cli_cluster import VIA, Kubelet, Via, not_passing, report_of, run_cli
 from .expected import expected_warns
 from .harness import Stack, running_stack, wait_for
 from .releases import Release
-from .replay_exporter import NodeSpec, PodRef
+from .replay_exporter import MODEL, NodeSpec, PodRef
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "checks.md"
 EXPORTER = EXPORTER_TARGETS["standalone"]
@@ -60,10 +61,15 @@ class Golden:
 
 
 @contextlib.contextmanager
-def golden_cluster(nodes: int, release: Release, workdir: Path) -> Iterator[Golden]:
-    """``healthy(nodes)`` freshly built -- no pod holds a GPU -- behind the fake API server, its real Prometheus."""
+def golden_cluster(
+    nodes: int, release: Release, workdir: Path, models: Mapping[str, str] | None = None
+) -> Iterator[Golden]:
+    """``healthy(nodes)`` freshly built -- no pod holds a GPU -- behind the fake API server, its real Prometheus.
+    ``models``: node -> GPU model where it is not the H100 (its exporter reports that model's fields, its node
+    carries that product label: tests/fakes/model_scenarios.py)."""
     names = [sc.node_name(i, nodes) for i in range(nodes)]
-    specs = [NodeSpec(node=name, pods={}) for name in names]
+    models = dict(models or {})
+    specs = [NodeSpec(node=name, pods={}, model=models.get(name, MODEL)) for name in names]
     state = workdir / "state"
     (workdir / "prometheus").mkdir(parents=True, exist_ok=True)
     password = grafana_password(Config(), state)  # generated and kept as `gpustack up` does
@@ -72,7 +78,7 @@ def golden_cluster(nodes: int, release: Release, workdir: Path) -> Iterator[Gold
         FakeKubeAPI.running() as api,
         FakeGrafana.running(stack.prometheus.url, password=password) as grafana,
     ):
-        api.seed(sc.healthy(nodes).objects)
+        api.seed(with_models(sc.healthy(nodes).objects, models))
         api.seed(render_secrets(Config(), password, {}))  # the admin Secret as `gpustack up` applies it
         grafana.add_dashboard(load_dashboard())
         grafana.add_dashboard(load_capacity_dashboard())
@@ -128,16 +134,21 @@ def run_clean(g: Golden, command: str, via: Via, phase: str) -> dict[str, Any]:
     return report
 
 
-def walk_the_golden_paths(nodes: int, release: Release, workdir: Path) -> None:
-    with golden_cluster(nodes, release, workdir) as g:
+def walk_the_golden_paths(
+    nodes: int, release: Release, workdir: Path, models: Mapping[str, str] | None = None
+) -> dict[str, dict[str, Any]]:
+    """verify and doctor, idle then busy: the last report of each ({command}-{phase})."""
+    reports: dict[str, dict[str, Any]] = {}
+    with golden_cluster(nodes, release, workdir, models) as g:
         assert held_gpus(g.stack) == 0, "freshly built: no pod holds a GPU, the per-pod panels are empty"
         verify_via, doctor_via = VIA
-        run_clean(g, "verify", verify_via, "idle")
-        run_clean(g, "doctor", doctor_via, "idle")
+        reports["verify-idle"] = run_clean(g, "verify", verify_via, "idle")
+        reports["doctor-idle"] = run_clean(g, "doctor", doctor_via, "idle")
         held = start_workloads(g)
         assert held == 5 * max(1, nodes - 1)
-        run_clean(g, "verify", doctor_via, "busy")  # each command through each way of reaching the cluster
-        run_clean(g, "doctor", verify_via, "busy")
+        reports["verify-busy"] = run_clean(g, "verify", doctor_via, "busy")  # each command each way to the cluster
+        reports["doctor-busy"] = run_clean(g, "doctor", verify_via, "busy")
+    return reports
 
 
 def test_one_node_fresh_then_busy_verify_and_doctor_pass(tmp_path: Path, prometheus_release: Release) -> None:
