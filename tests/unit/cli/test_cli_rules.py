@@ -32,6 +32,7 @@ RUN_ANSIBLE = {
     ("node", "remove"),
     ("doctor",),
     ("etcd", "snapshot"),
+    ("etcd", "restore"),
     ("certs", "renew"),
 }
 #: Typer's internal type names, which must never reach a user
