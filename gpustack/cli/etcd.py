@@ -53,8 +53,8 @@ def snapshot(
     "restore",
     short_help="Restore etcd on every control plane from a snapshot",
     epilog=examples(
-        "gpustack plan etcd-restore                 # what it does, first",
-        "gpustack etcd restore                      # the newest verified local snapshot",
+        "gpustack plan etcd-restore        # what it does, first",
+        "gpustack etcd restore             # the newest local snapshot",
         "gpustack etcd restore ~/etcd-cp1-20261129T044512Z.db --yes",
     ),
 )
