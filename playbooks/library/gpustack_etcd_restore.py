@@ -149,24 +149,24 @@ def main() -> None:
         return argv
 
     try:
-        record = own_record(RECORD, rid)
+        record = own_record(RECORD, rid)  # the paths are this module's globals (tests point them elsewhere)
         if phase == "stop":
             if reached(record, "stopped"):
                 module.exit_json(changed=False, member=record["member"], record=record)
             if not (module.check_mode and not os.path.exists(p["snapshot"])):  # check mode copied nothing
                 check_snapshot(p["snapshot"], p["sha256"])
-            member = manifest_member(read_manifest())
+            member = manifest_member(read_manifest(MANIFESTS, PARKED))
             etcdutl(member)  # found before anything changes
             if module.check_mode:
                 module.exit_json(changed=False, member=member, record=record)
             now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
             record = {"id": rid, "phase": "stopping", "snapshot": p["snapshot"], "sha256": p["sha256"],
                       "token": p["token"], "member": member, "started": now}  # fmt: skip
-            write_record(record)
-            park()
+            write_record(record, RECORD)
+            park(MANIFESTS, PARKED)
             wait_gone(run, p["wait"], module.get_bin_path("crictl") or "crictl", p["cri_endpoint"])
             record = {**record, "phase": "stopped"}
-            write_record(record)
+            write_record(record, RECORD)
             module.exit_json(changed=True, member=member, record=record)
         if not reached(record, "stopped"):
             raise RestoreError(f"phase {phase} before stop: this host's record is {record or 'missing'}")
@@ -179,7 +179,8 @@ def main() -> None:
             if f"{member['name']}={member['peer_url']}" not in cluster.split(","):
                 raise RestoreError(f"this member ({member['name']}) is not in the initial cluster {cluster}")
             record = restore_data(run, etcdutl(member), snapshot=record["snapshot"], member=member, cluster=cluster,
-                                  token=record["token"], restore_id=rid, record={**record, "cluster": cluster})  # fmt: skip
+                                  token=record["token"], restore_id=rid, record={**record, "cluster": cluster},
+                                  record_path=RECORD)  # fmt: skip
             module.exit_json(changed=True, member=member, record=record)
         if not reached(record, "restored"):
             raise RestoreError(f"phase {phase} before restore: this host's record is at {record.get('phase')}")
@@ -187,11 +188,11 @@ def main() -> None:
             moved = [] if module.check_mode else unpark(MANIFESTS, PARKED)
             if not reached(record, "started") and not module.check_mode:
                 record = {**record, "phase": "started"}
-                write_record(record)
+                write_record(record, RECORD)
             module.exit_json(changed=bool(moved), member=member, record=record, moved=moved)
         if reached(record, "done") or module.check_mode:
             module.exit_json(changed=False, member=member, record=record)
-        module.exit_json(changed=True, member=member, record=finish(record))
+        module.exit_json(changed=True, member=member, record=finish(record, RECORD))
     except (RestoreError, OSError, subprocess.SubprocessError) as exc:
         module.fail_json(msg=f"etcd restore ({phase}) on this host: {exc}")
 
