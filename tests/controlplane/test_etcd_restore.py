@@ -173,3 +173,87 @@ def test_the_restore_procedure_brings_back_the_snapshot_and_keeps_the_old_data(
     )
     assert rc == 0, err
     assert json.loads(out)[0]["Status"]["header"]["revision"] > int(snapshots.BUMP_REVISION)
+
+
+def member_manifest(base: str, name: str, client: int, peer: int, metrics: int, data: Path, cluster: str) -> str:
+    """kubeadm's etcd.yaml as a joined control plane's: its own name, addresses and data directory, and the
+    ``--initial-cluster`` of the members that existed when it joined."""
+    manifest = yaml.safe_load(base)
+    url, purl = f"https://{kp.LOOPBACK}:{client}", f"https://{kp.LOOPBACK}:{peer}"
+    values = {"name": name, "data-dir": str(data), "listen-client-urls": url, "advertise-client-urls": url,
+              "listen-peer-urls": purl, "initial-advertise-peer-urls": purl, "initial-cluster": cluster,
+              "listen-metrics-urls": f"http://{kp.LOOPBACK}:{metrics}"}  # fmt: skip
+    command = [a for a in manifest["spec"]["containers"][0]["command"] if a.split("=", 1)[0][2:] not in values]
+    manifest["spec"]["containers"][0]["command"] = command + [f"--{k}={v}" for k, v in values.items()]
+    return yaml.safe_dump(manifest)
+
+
+def test_three_members_restored_from_their_own_manifests(cp: ControlPlane, tmp_path: Path) -> None:
+    """HA: three members, each manifest listing only the members before it (as kubeadm joins them); the restore's
+    initial cluster joins all three, every member restored from the one snapshot, the API server on all three."""
+    from tests.controlplane.cluster import free_port
+
+    restore = modules()
+    snapshots = __import__("ansible.module_utils.gpustack_etcd", fromlist=["take_snapshot"])
+    kubectl(cp, "create", "configmap", "ha-before", f"--namespace={NAMESPACE}", "--from-literal=k=v")
+    etcd_tls = cp.pki / "etcd"
+    tls = {"endpoint": f"https://{kp.LOOPBACK}:{cp.ports.etcd_client}", "cacert": str(etcd_tls / "ca.crt"),
+           "cert": str(etcd_tls / "healthcheck-client.crt"), "key": str(etcd_tls / "healthcheck-client.key")}  # fmt: skip
+    (tmp_path / "staging").mkdir()
+    snap = snapshots.take_snapshot(run, [str(binary("etcdctl"))], node="cp-0", data_dir=str(tmp_path / "staging"),
+                                   dest_dir=str(tmp_path / "snapshots"), keep=1, tls=tls)  # fmt: skip
+    kubectl(cp, "create", "configmap", "ha-after", f"--namespace={NAMESPACE}", "--from-literal=k=v")
+
+    # stop the running etcd and API server as the stop phase does
+    manifests, parked = tmp_path / "manifests", tmp_path / "parked"
+    manifests.mkdir()
+    for name, file in PODS.items():
+        (manifests / file).write_text(static_pod(cp, name))
+    api_args = list(cp.processes["kube-apiserver"].args)  # type: ignore[arg-type]
+    restore.park(str(manifests), str(parked))
+    restore.wait_gone(Kubelet(cp, manifests).crictl, 60)
+
+    ports: list[int] = []
+    while len(ports) < 9:
+        port = free_port()
+        if port not in ports and port not in vars(cp.ports).values():
+            ports.append(port)
+    base = static_pod(cp, "etcd")
+    hosts, joined = [], []
+    for i in range(3):
+        name, client, peer, metrics = f"m{i}", *ports[3 * i : 3 * i + 3]
+        joined.append(f"{name}=https://{kp.LOOPBACK}:{peer}")
+        host = tmp_path / name
+        (host / "manifests").mkdir(parents=True)
+        (host / "data" / "member").mkdir(parents=True)
+        (host / "data" / "member" / "old").write_text(f"{name}'s old data")
+        text = member_manifest(base, name, client, peer, metrics, host / "data", ",".join(joined))
+        (host / "manifests" / "etcd.yaml").write_text(text)
+        hosts.append((host, client))
+    members = [restore.manifest_member((h / "manifests" / "etcd.yaml").read_text()) for h, _ in hosts]
+    assert [m["initial_cluster"].count("=") for m in members] == [1, 2, 3], "kubeadm's partial lists"
+    cluster = restore.initial_cluster(members)
+    assert cluster == ",".join(joined)
+    for (host, _), member in zip(hosts, members, strict=True):
+        rec = restore.restore_data(run, [str(binary("etcdutl"))], snapshot=snap["path"], member=member,
+                                   cluster=cluster, token="gpustack-restore-HA", restore_id="HA",
+                                   record={"id": "HA", "phase": "stopped"},
+                                   record_path=str(host / "state.json"))  # fmt: skip
+        assert rec["phase"] == "restored"
+        assert (Path(f"{member['data_dir']}.before-restore-HA") / "member" / "old").read_text().endswith("old data")
+    for (host, _), member in zip(hosts, members, strict=True):
+        command = kp.command_of(yaml.safe_load((host / "manifests" / "etcd.yaml").read_text()))
+        cp.spawn(f"etcd-{member['name']}", [str(binary("etcd")), *command[1:]])
+    ctx = cp._tls(etcd_tls / "ca.crt", etcd_tls / "healthcheck-client.crt", etcd_tls / "healthcheck-client.key")
+    for (_, client), member in zip(hosts, members, strict=True):
+        cp.wait_healthy(f"etcd-{member['name']}", f"https://{kp.LOOPBACK}:{client}/health", ctx)
+    servers = ",".join(f"https://{kp.LOOPBACK}:{c}" for _, c in hosts)
+    api = [a for a in api_args if not a.startswith("--etcd-servers=")] + [f"--etcd-servers={servers}"]
+    cp.spawn("kube-apiserver", api)
+    cp.wait_healthy("kube-apiserver", f"{cp.url}/readyz", cp.admin_tls())
+    assert configmaps(cp) == ["before", "ha-before"], "the snapshot's objects back, the later one gone"
+    rc, out, err = run(snapshots.etcdctl_argv([str(binary("etcdctl"))], "endpoint", "health", "--cluster",
+                                              "--write-out=json", **{**tls, "endpoint": f"https://{kp.LOOPBACK}:{hosts[0][1]}"}))  # fmt: skip
+    assert rc == 0, err
+    health = snapshots.parse_endpoint_health(out)
+    assert len(health) == 3 and all(h["health"] for h in health)
