@@ -256,3 +256,20 @@ def test_without_a_terminal_it_says_what_is_lost_and_refuses(
 def test_a_missing_file_is_bad_input(user: Path, tmp_path: Path) -> None:
     code, _, err = cli(["etcd", "restore", str(tmp_path / "nope.db"), "-c", str(user), "--yes"])
     assert code == 2 and "no such snapshot file" in err
+
+
+def test_with_yes_it_restores_and_says_so(user: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpustack.runners import kubeconfig
+
+    user.write_text("nodes:\n  - {name: cp1, address: 192.0.2.10, role: control-plane, connection: local}\n")
+    snap = tmp_path / "etcd-cp1-20261129T044512Z.db"
+    snap.write_bytes(snapshot_bytes())
+    seen: dict[str, Any] = {}
+    monkeypatch.setattr(engine_run, "ansible_stages", fake_ansible(seen))
+    monkeypatch.setattr(kubeconfig, "cluster_client", lambda *a, **kw: Nodes(3))
+    code, out, err = cli(["etcd", "restore", str(snap), "-c", str(user), "--yes"])
+    assert code == 0, err
+    assert seen["stages"] == ["stop", "restore", "start"]
+    text = " ".join(out.split())
+    assert f"etcd restored from {snap.resolve()} on cp1; 3 node(s) read through the API server" in text
+    assert "snapshot " + str(snap) in text and "(1056 bytes, sha256" in text
