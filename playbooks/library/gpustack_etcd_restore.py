@@ -168,6 +168,9 @@ def main() -> None:
             record = {**record, "phase": "stopped"}
             write_record(record, RECORD)
             module.exit_json(changed=True, member=member, record=record)
+        if module.check_mode:  # a dry run recorded nothing on the host: say whether the phase would run
+            target = {"restore": "restored", "start": "started", "done": "done"}[phase]
+            module.exit_json(changed=not reached(record, target), member=record.get("member", {}), record=record)
         if not reached(record, "stopped"):
             raise RestoreError(f"phase {phase} before stop: this host's record is {record or 'missing'}")
         member = record["member"]

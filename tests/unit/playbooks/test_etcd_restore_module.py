@@ -160,3 +160,16 @@ def test_phases_out_of_order_refuse(host: dict[str, Any], capsys: pytest.Capture
     rc, out = phase(host, capsys, "start")
     assert rc == 1 and "phase start before stop" in out["msg"]
     assert isinstance(host["module"], ModuleType)
+
+
+def test_a_dry_run_changes_nothing_and_says_each_phase_would_run(
+    host: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    (host["restore"] / "snap.db").unlink()  # check mode copies nothing to the host
+    rc, out = phase(host, capsys, "stop", _ansible_check_mode=True)
+    assert rc == 0 and out["changed"] is False and out["member"]["name"] == "cp1"
+    for name in ("restore", "start", "done"):
+        rc, out = phase(host, capsys, name, _ansible_check_mode=True)
+        assert rc == 0 and out["changed"] is True, name
+    assert sorted(p.name for p in host["manifests"].iterdir()) == ["etcd.yaml", "kube-apiserver.yaml"]
+    assert not (host["restore"] / "state.json").exists() and (host["data"] / "member" / "old").exists()
