@@ -193,7 +193,9 @@ def main() -> None:
                 record = {**record, "phase": "started"}
                 write_record(record, RECORD)
             module.exit_json(changed=bool(moved), member=member, record=record, moved=moved)
-        if reached(record, "done") or module.check_mode:
+        # done again (a resumed run copied the snapshot here once more): only that copy goes
+        copy_left = os.path.exists(record.get("snapshot") or "")
+        if reached(record, "done") and not copy_left:
             module.exit_json(changed=False, member=member, record=record)
         module.exit_json(changed=True, member=member, record=finish(record, RECORD))
     except (RestoreError, OSError, subprocess.SubprocessError) as exc:

@@ -118,6 +118,10 @@ def test_the_phases_restore_keep_the_old_data_and_skip_what_is_done(
     assert rc == 0 and out["moved"] == ["etcd.yaml", "kube-apiserver.yaml"] and out["record"]["phase"] == "started"
     rc, out = phase(host, capsys, "done")
     assert rc == 0 and out["record"]["phase"] == "done" and not (host["restore"] / "snap.db").exists()
+    assert phase(host, capsys, "done")[1]["changed"] is False, "a converged re-run changes nothing"
+    (host["restore"] / "snap.db").write_bytes(b"copied again by a resumed run")
+    rc, out = phase(host, capsys, "done")
+    assert out["changed"] is True and not (host["restore"] / "snap.db").exists()
     assert stat.S_IMODE((host["restore"] / "state.json").stat().st_mode) == 0o600
 
 
