@@ -150,7 +150,7 @@ app.command("upgrade", short_help="Kubernetes one minor up, or the Helm componen
 )
 app.add_typer(certs.certs_app, name="certs", short_help="Renew the control planes' kubeadm certificates")
 app.add_typer(secrets.secrets_app, name="secrets", short_help="Rotate the Secret encryption key")
-app.add_typer(etcd.etcd_app, name="etcd", short_help="etcd snapshots: take a verified one now")
+app.add_typer(etcd.etcd_app, name="etcd", short_help="etcd snapshots: take one now, restore one")
 app.command("reset", short_help="Tear the cluster (or some nodes) down", epilog=reset.EXAMPLES)(reset.reset)
 app.command("diag", short_help="NVIDIA DCGM diagnostics on the GPU nodes", epilog=diag_cmd.EXAMPLES)(diag_cmd.diag)
 app.add_typer(health_cmd.health_app, name="health", short_help="GPU fault quarantine by NVIDIA's XID catalogue")

@@ -2,7 +2,7 @@
 (playbooks/etcd.yml, the stage in gpustack/cluster/etcd_snapshot.py), run by the one engine.
 
 The same stage runs first in ``upgrade``, ``node remove`` and ``reset``; the systemd timer takes them on schedule
-(``etcd.snapshots``). Restoring one: docs/lifecycle.md, "Day 365" (``gpustack etcd restore`` is not built yet).
+(``etcd.snapshots``). Restoring one: ``gpustack etcd restore`` (gpustack/commands/etcd_restore.py).
 """
 
 from __future__ import annotations

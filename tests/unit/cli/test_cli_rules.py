@@ -32,6 +32,7 @@ RUN_ANSIBLE = {
     ("node", "remove"),
     ("doctor",),
     ("etcd", "snapshot"),
+    ("etcd", "restore"),
     ("certs", "renew"),
     ("secrets", "rotate-key"),
 }
