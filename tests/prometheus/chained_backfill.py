@@ -1,9 +1,11 @@
 """Recording rules backfilled the way Prometheus' own tools leave them: each rule evaluated over the history from
 the raw series **and the recorded series of the rules before it**, which carry no staleness markers.
 
-``promtool tsdb create-blocks-from rules`` (prometheus/prometheus ``cmd/promtool/backfill.go``, ``rules.go``:
-"Recording rules that depend on other recording rules ... must be backfilled in a separate run", and no staleness
-marker is written) records each rule with range queries; a rule that reads another recorded series then sees its
+``promtool tsdb create-blocks-from rules`` (prometheus/prometheus v0.314.0 ``cmd/promtool/rules.go`` ``importRule``:
+one range query per rule; ``docs/storage.md`` "Backfilling for Recording Rules", Limitations: "Rules in the same
+group cannot see the results of previous rules ... A workaround is to backfill multiple times and create the
+dependent data first"; its blocks are written from samples, no staleness marker) records each rule with range
+queries; a rule that reads another recorded series then sees its
 last sample for up to 5 minutes after it ended (the lookback delta), where a live rule engine would have written a
 staleness marker. A live engine meets the same after a restart or a skipped evaluation. gpustack's own test backfill
 (:func:`tests.prometheus.history.backfill_rules`) inlines every rule instead, and so cannot see the difference.
