@@ -92,9 +92,11 @@ def check_the_gpu_is_read_once(g: Golden, pods: int) -> None:
     per_gpu = {r["metric"]["gpu"]: float(r["value"][1]) for r in g.stack.prometheus.query(concretize(panel))}
     device = _value(g, 'DCGM_FI_DEV_FB_USED{gpu="0", exported_pod=""}')
     assert device and per_gpu["0"] == pytest.approx(device, rel=0.01), (pods, per_gpu["0"], device)
-    # each pod's activity is its GPU's, not its own processes' (the idle notebook's per-process utilisation is 0)
-    activity = g.stack.prometheus.query('gpustack:gpu_activity:ratio{gpu="0"}')
-    assert len({r["value"][1] for r in activity}) == 1, activity
+    # each pod's activity is its GPU's, not its own processes' (the idle notebook's per-process utilisation is 0); a
+    # pod that just joined averages fewer samples, so the values are compared with the busy GPU's, not each other
+    activity = {r["metric"]["pod"]: float(r["value"][1]) for r in g.stack.prometheus.query(
+        'gpustack:gpu_activity:ratio{gpu="0"}')}  # fmt: skip
+    assert len(activity) == pods and min(activity.values()) > 0.3, activity
 
 
 @pytest.mark.both_prometheus
