@@ -43,6 +43,20 @@ def parse_simulation(out: str) -> list:
     return found
 
 
+def parse_kept_back(out: str) -> list:
+    """The packages ``apt-get -s upgrade`` keeps back (held ones among them), from its "kept back" list."""
+    names: list = []
+    inside = False
+    for line in (out or "").splitlines():
+        if line.startswith("The following packages have been kept back"):
+            inside = True
+        elif inside and line.startswith(" "):
+            names += line.split()
+        else:
+            inside = False
+    return names
+
+
 def release_key(release: str) -> tuple:
     """Order kernel releases (6.1.0-9-amd64 < 6.1.0-28-amd64): numbers as numbers, the rest as text."""
     return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"[.\-+~]", release))
@@ -55,7 +69,7 @@ def kernels(releases: Sequence[str], has_image: Callable[[str], bool], has_heade
 
 
 def state(*, running: str, installed: Sequence[dict], pending: Sequence[dict], reboot_required: bool,
-          nvidia: bool, boot_id: str, held: Sequence[str]) -> dict:  # fmt: skip
+          nvidia: bool, boot_id: str, held: Sequence[str], kept_back: Sequence[str] = ()) -> dict:  # fmt: skip
     """The host's patch state (pure). ``newest``: the kernel that boots next; ``headers_missing``: its headers
     package when the host builds kernel modules (it has NVIDIA GPUs, or the running kernel has its headers) and
     they are not installed; ``needed``: anything to do (packages to upgrade, headers, a reboot)."""
@@ -63,7 +77,7 @@ def state(*, running: str, installed: Sequence[dict], pending: Sequence[dict], r
     builds = nvidia or any(k["headers"] for k in installed if k["release"] == running)
     missing = [k["release"] for k in installed if k["release"] == newest and not k["headers"]]
     headers = ["linux-headers-" + r for r in missing] if builds else []
-    held_pending = sorted(p["name"] for p in pending if p["name"] in held)
+    held_pending = sorted({p["name"] for p in pending if p["name"] in held} | {k for k in kept_back if k in held})
     return {
         "running_kernel": running, "newest_kernel": newest, "builds_modules": builds,
         "pending": [p for p in pending if p["name"] not in held], "held_pending": held_pending,
@@ -102,4 +116,4 @@ def collect(simulation: str, held: Sequence[str], *, root: str = "/", reboot_req
                         lambda r: os.path.exists(at("/lib/modules/" + r + "/build")))  # fmt: skip
     return state(running=os.uname().release, installed=installed, pending=parse_simulation(simulation),
                  reboot_required=os.path.exists(at(reboot_required)), nvidia=nvidia_present(at("/sys/bus/pci/devices")),
-                 boot_id=_read(at(BOOT_ID)), held=held)  # fmt: skip
+                 boot_id=_read(at(BOOT_ID)), held=held, kept_back=parse_kept_back(simulation))  # fmt: skip
