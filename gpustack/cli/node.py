@@ -188,14 +188,30 @@ def patch(
     ] = False,
     gpu_job_timeout: Annotated[
         float,
-        typer.Option("--gpu-job-timeout", metavar="SECONDS", help="how long to wait for a node's GPU jobs to finish"),
+        typer.Option(
+            "--gpu-job-timeout",
+            metavar="SECONDS",
+            show_default=False,
+            help="how long to wait for a node's GPU jobs to finish (default: 3600 s)",
+        ),
     ] = 3600.0,
     timeout: Annotated[
-        float, typer.Option("--timeout", metavar="SECONDS", help="how long the drain of the other pods may take")
+        float,
+        typer.Option(
+            "--timeout",
+            metavar="SECONDS",
+            show_default=False,
+            help="how long the drain of the other pods may take (default: 300 s)",
+        ),
     ] = 300.0,
     ready_timeout: Annotated[
         float,
-        typer.Option("--ready-timeout", metavar="SECONDS", help="how long a node may take to come back with its GPUs"),
+        typer.Option(
+            "--ready-timeout",
+            metavar="SECONDS",
+            show_default=False,
+            help="how long a node may take to come back with its GPUs (default: 1800 s)",
+        ),
     ] = 1800.0,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="show which nodes have updates, a reboot or headers due; change nothing")
