@@ -1,5 +1,5 @@
-"""``gpustack node add|remove``: options, what will happen, the question; gpustack/commands/node_add.py
-and gpustack/commands/node_remove.py run them."""
+"""``gpustack node add|remove|patch``: options, what will happen, the question; gpustack/commands/node_add.py,
+gpustack/commands/node_remove.py and gpustack/commands/node_patch.py run them."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from gpustack.cli.options import (
 from gpustack.console import literal
 from gpustack.errors import UsageError
 
-node_app = typer.Typer(help="Add nodes to, or remove them from, a running cluster.", no_args_is_help=True)
+node_app = typer.Typer(help="Add nodes to, remove them from, or patch them in a running cluster.", no_args_is_help=True)
 
 NamesArg = Annotated[
     list[str], typer.Argument(metavar="NODE", help="node name(s) from gpustack.yaml", show_default=False)
@@ -165,3 +165,95 @@ def remove(
         f"[ok]removed[/ok] {literal(', '.join(done.removed))}: delete them from gpustack.yaml (nodes:), or "
         "`gpustack node add` brings them back"
     )
+
+
+@node_app.command(
+    "patch",
+    short_help="OS updates and kernel, one node at a time: GPU jobs waited for, drain, reboot when asked",
+    epilog=examples(
+        "gpustack plan node-patch            # the stages",
+        "gpustack node patch --all --dry-run  # which nodes have updates",
+        "gpustack node patch w1 w2",
+    ),
+)
+def patch(
+    names: Annotated[
+        list[str] | None, typer.Argument(metavar="NODE", help="node name(s) from gpustack.yaml", show_default=False)
+    ] = None,
+    every: Annotated[bool, typer.Option("--all", help="every node of the config")] = False,
+    config: ConfigOpt = None,
+    evict_gpu_pods: Annotated[
+        bool,
+        typer.Option("--evict-gpu-pods", help="evict GPU Job pods still running after --gpu-job-timeout (work lost)"),
+    ] = False,
+    gpu_job_timeout: Annotated[
+        float,
+        typer.Option(
+            "--gpu-job-timeout",
+            metavar="SECONDS",
+            show_default=False,
+            help="how long to wait for a node's GPU jobs to finish (default: 3600 s)",
+        ),
+    ] = 3600.0,
+    timeout: Annotated[
+        float,
+        typer.Option(
+            "--timeout",
+            metavar="SECONDS",
+            show_default=False,
+            help="how long the drain of the other pods may take (default: 300 s)",
+        ),
+    ] = 300.0,
+    ready_timeout: Annotated[
+        float,
+        typer.Option(
+            "--ready-timeout",
+            metavar="SECONDS",
+            show_default=False,
+            help="how long a node may take to come back with its GPUs (default: 1800 s)",
+        ),
+    ] = 1800.0,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="show which nodes have updates, a reboot or headers due; change nothing")
+    ] = False,
+    yes: YesOpt = False,
+    accept_new_host_keys: AcceptKeysOpt = False,
+    verbose: VerboseOpt = 0,
+) -> None:
+    """Patch running nodes one at a time: cordon, wait for the node's GPU jobs, drain (PodDisruptionBudgets
+    respected), apt upgrade with gpustack's packages held, the new kernel's headers, reboot when a package asks,
+    wait for the node and its GPUs, uncordon. Stops at the first node that does not come back; run again to
+    continue. Nodes with nothing to do are left alone."""
+    from gpustack.commands.node_patch import PatchOptions, describe, patch, select_nodes
+    from gpustack.runners.kubeconfig import QUICK_TIMEOUT, cluster_client
+
+    console = console_for(verbose)
+    cfg = load_config(config).config
+    for flag, value in (("--gpu-job-timeout", gpu_job_timeout), ("--timeout", timeout)):
+        if value < 0:
+            raise UsageError(f"{flag} {value}: must be 0 seconds or more")
+    if ready_timeout <= 0:
+        raise UsageError(f"--ready-timeout {ready_timeout}: must be more than 0 seconds")
+    opts = PatchOptions.from_flags(
+        run_flags(dry_run=dry_run, verbose=verbose, accept_new_host_keys=accept_new_host_keys),
+        nodes=tuple(split_csv(names or [])),
+        all=every,
+        evict_gpu_pods=evict_gpu_pods,
+        gpu_job_timeout=gpu_job_timeout,
+        drain_timeout=timeout,
+        ready_timeout=ready_timeout,
+    )
+    nodes = select_nodes(cfg, opts.nodes, opts.all)
+    console.print(f"[stage]node patch[/stage] cluster {literal(cfg.cluster.name)}{' (dry run)' if dry_run else ''}:")
+    for line in describe(cfg, nodes, opts):
+        console.print(f"  - {line}", markup=False)
+    if not dry_run:
+        confirm_or_refuse(console, f"Patch {', '.join(n.name for n in nodes)} of cluster {cfg.cluster.name}?", yes=yes)
+    kube = cluster_client(cfg.cluster.name, own_only=True, request_timeout=QUICK_TIMEOUT)
+    done = patch(cfg, opts, console, kube)
+    if dry_run:
+        return
+    if done.patched:
+        console.print(f"[ok]patched[/ok] {literal(', '.join(done.patched))}")
+    if done.current:
+        console.print(f"up to date, left alone: {literal(', '.join(done.current))}")

@@ -44,7 +44,7 @@ def plan(
     ] = "up",
     names: Annotated[
         list[str] | None,
-        typer.Argument(metavar="NODE", help="node-add, node-remove, reset: the nodes the command names"),
+        typer.Argument(metavar="NODE", help="node-add, node-remove, node-patch, reset: the nodes the command names"),
     ] = None,
     config: ConfigOpt = None,
     only: PlanStagesOpt = None,

@@ -30,6 +30,7 @@ RUN_ANSIBLE = {
     ("reset",),
     ("node", "add"),
     ("node", "remove"),
+    ("node", "patch"),
     ("doctor",),
     ("etcd", "snapshot"),
     ("etcd", "restore"),

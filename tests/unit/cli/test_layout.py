@@ -89,7 +89,7 @@ def test_shell_completion_offers_commands_and_stage_names() -> None:
     # `gpustack plan <TAB>`: the commands that have a plan (the registry in gpustack/commands/)
     env = {"_GPUSTACK_COMPLETE": "complete_bash", "COMP_WORDS": "gpustack plan node", "COMP_CWORD": "2"}
     r = subprocess.run([sys.executable, "-m", "gpustack"], env={**os.environ, **env}, capture_output=True, text=True)
-    assert r.stdout.split() == ["node-add", "node-remove"], r.stdout + r.stderr
+    assert r.stdout.split() == ["node-add", "node-patch", "node-remove"], r.stdout + r.stderr
     # typer finds the shell among the process's parents (shellingham), as when a user types it in bash; the
     # second command (`exit $?`) keeps bash from exec-ing python, so bash stays the parent even when pytest runs detached
     shown = subprocess.run(
