@@ -348,6 +348,10 @@ CHARTS: dict[str, Chart] = {
     "dcgm-exporter": Chart("dcgm-exporter", "https://nvidia.github.io/dcgm-exporter/helm-charts", "4.8.2"),
 }
 
+#: dcgm-exporter chart -> the exporter image gpustack runs with it: GPU Operator v26.7.0's (NVIDIA/gpu-operator tag v26.7.0
+#: deployments/gpu-operator/values.yaml dcgmExporter.version), so both gpu.exporter modes run 4.8.3 with DCGM 4.6.0 (diag's);
+#: the chart's own default is 4.5.3-4.8.2-distroless, its verified keys stay (docs/decisions.md, issue 30).
+DCGM_EXPORTER_IMAGE_TAG: dict[str, str] = {"4.8.2": "4.6.0-4.8.3-distroless"}
 #: (kube-prometheus-stack chart version, the Prometheus version it deploys). The chart's values.yaml sets
 #: ``prometheus.prometheusSpec.image.tag: v3.14.0-distroless`` at 88.5.3 (prometheus-community/helm-charts,
 #: charts/kube-prometheus-stack/values.yaml; its Chart.yaml appVersion, v0.93.1, is prometheus-operator's);

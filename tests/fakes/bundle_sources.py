@@ -56,7 +56,7 @@ IMAGES = (
     "quay.io/prometheus-operator/prometheus-operator:v0.93.1",
     "quay.io/prometheus-operator/prometheus-config-reloader:v0.93.1",
     "quay.io/prometheus/prometheus:v3.14.0-distroless",
-    "nvcr.io/nvidia/k8s/dcgm-exporter:4.5.3-4.8.2-distroless",
+    f"nvcr.io/nvidia/k8s/dcgm-exporter:{pins.DCGM_EXPORTER_IMAGE_TAG['4.8.2']}",  # gpustack's values set the tag
 )
 #: os stage packages (every release's list) and the kubelet's dependencies from the OS
 OS_PACKAGES = (
@@ -152,7 +152,7 @@ CHARTS: dict[str, dict[str, str]] = {
         ),
     },
     "dcgm-exporter": {
-        "values.yaml": "{}\n",
+        "values.yaml": "image: {}\n",
         "templates/daemonset.yaml": textwrap.dedent(
             """\
             apiVersion: apps/v1
@@ -165,7 +165,7 @@ CHARTS: dict[str, dict[str, str]] = {
                 spec:
                   containers:
                     - name: exporter
-                      image: nvcr.io/nvidia/k8s/dcgm-exporter:4.5.3-4.8.2-distroless
+                      image: nvcr.io/nvidia/k8s/dcgm-exporter:{{ .Values.image.tag | default "4.5.3-4.8.2-distroless" }}
             """
         ),
     },
