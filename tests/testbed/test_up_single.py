@@ -454,7 +454,8 @@ def test_reset_removes_kubernetes_and_keeps_the_hosts_own_firewall(solo: Solo) -
     calls = doubles_log(host.sudo("cat /var/log/gpustack-doubles/kubeadm.log", check=True).stdout)
     assert ["reset", "--force", "--cri-socket", "unix:///run/containerd/containerd.sock"] in calls
     # packages kept (no --purge) but no longer held
-    assert not {"kubeadm", "kubelet", "kubectl"} & set(host.run("apt-mark showhold", check=True).stdout.split())
+    held = set(host.run("apt-mark showhold", check=True).stdout.split())
+    assert not {"kubeadm", "kubelet", "kubectl", "kubernetes-cni"} & held
     assert "kubeadm" in host.run("dpkg-query -W kubeadm", check=True).stdout
     # --restore: the fstab as it was before up
     fstab = host.sudo("cat /etc/fstab", check=True).stdout
