@@ -2,7 +2,7 @@
 
 For every pinned component with a public release list, the stable releases newer than the pin (patches of the pinned
 branch and newer branches), and for the newest patch of the pinned branch of each checksummed download (containerd,
-runc, Helm) the sha256 its release publishes, as *one* source: gpustack pins a checksum only from two
+runc, Helm, the CNI plugins, crictl) the sha256 its release publishes, as *one* source: gpustack pins a checksum only from two
 (docs/maintaining.md). Kubernetes: dl.k8s.io's ``stable-<minor>.txt`` for every pinned minor and the next one.
 
 Nothing is written and nothing is trusted: the answers are printed for a person to act on. ``fetch`` is a parameter
@@ -32,6 +32,8 @@ REPOS: dict[str, str] = {
     "flannel": "flannel-io/flannel",
     "gpu-operator": "NVIDIA/gpu-operator",
     "prometheus": "prometheus/prometheus",
+    "cni-plugins": "containernetworking/plugins",
+    "crictl": "kubernetes-sigs/cri-tools",
 }
 KUBERNETES_STABLE = "https://dl.k8s.io/release/stable-{minor}.txt"
 #: the sha256 files each release publishes (one per arch, or one for all: runc's, PGP-signed)
@@ -39,6 +41,8 @@ CHECKSUM_FILES: dict[str, str] = {
     "containerd": pins.CONTAINERD_URL + ".sha256sum",
     "runc": "https://github.com/opencontainers/runc/releases/download/v{version}/runc.sha256sum",
     "helm": pins.HELM_URL + ".sha256sum",
+    "cni-plugins": pins.CNI_PLUGINS_URL + ".sha256",
+    "crictl": pins.CRICTL_URL + ".sha256",
 }
 ARCHES = ("amd64", "arm64")
 
@@ -79,6 +83,8 @@ def pinned() -> dict[str, str]:
         "flannel": pins.FLANNEL_VERSION,
         "gpu-operator": pins.CHARTS["gpu-operator"].version,
         "prometheus": pins.KUBE_PROMETHEUS_STACK_PROMETHEUS[1],
+        "cni-plugins": pins.CNI_PLUGINS_VERSION,
+        "crictl": pins.CRICTL_VERSION,
     }
 
 
@@ -110,7 +116,8 @@ def _checksums(component: str, version: str, fetch: Fetch) -> dict[str, str]:
     out = {}
     for arch in ARCHES:
         url = CHECKSUM_FILES[component].format(version=version, arch=arch)
-        filename = f"runc.{arch}" if component == "runc" else url.rsplit("/", 1)[1].removesuffix(".sha256sum")
+        name = url.rsplit("/", 1)[1]
+        filename = f"runc.{arch}" if component == "runc" else name.removesuffix(".sha256sum").removesuffix(".sha256")
         try:
             out[arch] = sha256_of(fetch(url), filename)
         except OSError as exc:

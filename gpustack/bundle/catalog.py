@@ -71,7 +71,9 @@ def items(cfg: Config, playbooks: Path, os_release: pins.OsRelease) -> list[Item
         Item("apt", p, f"{v.kubernetes}-{pins.KUBERNETES_PACKAGE_REVISION}", repo, signed, "kubernetes stage")
         for p in KUBERNETES_PACKAGES
     ]
-    out += [Item("apt", p, "", repo, signed, "dependency of kubeadm/kubelet") for p in ("cri-tools", "kubernetes-cni")]
+    # crictl and the CNI plugins are files (above); kubernetes-cni only because the kubelet's package depends on it
+    # (its files are replaced by the verified plugins); kubeadm stopped depending on cri-tools at 1.32
+    out.append(Item("apt", "kubernetes-cni", "", repo, signed, "dependency of kubelet (held; files replaced)"))
     out += [
         Item("image", f"registry.k8s.io/{name}", f"v{v.kubernetes}", "registry.k8s.io", note="kubeadm control plane")
         for name in CONTROL_PLANE_IMAGES
@@ -103,13 +105,14 @@ def items(cfg: Config, playbooks: Path, os_release: pins.OsRelease) -> list[Item
                 "image", name, tag, name.split("/")[0], digest, "Flannel" + ("" if digest else " (pinned by tag only)")
             )
         )
-    for ref in (pins.VERIFY_CUDA_IMAGE, pins.VERIFY_DCGM_IMAGE, pins.VERIFY_NET_IMAGE):
+    for ref in (pins.VERIFY_CUDA_IMAGE, pins.VERIFY_NET_IMAGE):
         ref, _, digest = ref.partition("@")
         name, _, tag = ref.rpartition(":")
         note = "verify" if digest else "verify (pinned by tag: no verified digest)"
         out.append(Item("image", name, tag, name.split("/")[0], digest, note))
     dcgm, _, dcgm_tag = pins.DCGM_IMAGE.rpartition(":")
-    out.append(Item("image", dcgm, dcgm_tag, "nvcr.io", pins.IMAGE_DIGESTS[pins.DCGM_IMAGE], "gpustack diag"))
+    out.append(Item("image", dcgm, dcgm_tag, "nvcr.io", pins.IMAGE_DIGESTS[pins.DCGM_IMAGE],
+                    "gpustack diag, verify --load"))  # fmt: skip
     if cfg.remediation.enabled and cfg.remediation.image:
         out.append(Item("image", cfg.remediation.image, "", "", note="gpustack health's CronJob (remediation.image)"))
     if cfg.cluster.virtual_ip is not None:

@@ -27,12 +27,16 @@ FILE_LAYOUT: dict[str, str] = {
     "containerd": "files/containerd/{version}/{arch}/containerd-{version}-linux-{arch}.tar.gz",
     "runc": "files/runc/{version}/{arch}/runc.{arch}",
     "helm": "files/helm/{version}/{arch}/helm-v{version}-linux-{arch}.tar.gz",
+    "cni-plugins": "files/cni-plugins/{version}/{arch}/cni-plugins-linux-{arch}-v{version}.tgz",
+    "crictl": "files/crictl/{version}/{arch}/crictl-v{version}-linux-{arch}.tar.gz",
 }
 #: the ``sources:`` field each file's URL template lives in
 SOURCE_FIELD = {
     "containerd": "containerd_url",
     "runc": "runc_url",
     "helm": "helm_url",
+    "cni-plugins": "cni_plugins_url",
+    "crictl": "crictl_url",
 }
 #: images only control-plane nodes run (static pods); every other image goes to every node
 CONTROL_PLANE_ONLY = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd", "kube-vip")
@@ -171,7 +175,7 @@ def image_digests(cfg: Config) -> dict[str, str]:
 
 
 def files(cfg: Config, arches: Sequence[str]) -> list[FileWant]:
-    """The downloaded files (containerd, runc, Helm) with their pinned sha256 (Flannel's manifest is
+    """The downloaded files (containerd, runc, Helm, the CNI plugins, crictl) with their pinned sha256 (Flannel's manifest is
     rendered by gpustack, not downloaded)."""
     v, s = cfg.versions, cfg.sources
     out: list[FileWant] = []
@@ -191,6 +195,13 @@ def files(cfg: Config, arches: Sequence[str]) -> list[FileWant]:
     hs = compat.helm_sha256(cfg)
     for arch in arches:
         out.append(FileWant("helm", v.helm, arch, s.helm_url.format(version=v.helm, arch=arch), hs.get(arch)))
+    for name, version, url, sums in (
+        ("cni-plugins", v.cni_plugins, s.cni_plugins_url, compat.cni_plugins_sha256(cfg)),
+        ("crictl", v.crictl, s.crictl_url, compat.crictl_sha256(cfg)),
+    ):
+        out += [
+            FileWant(name, version, arch, url.format(version=version, arch=arch), sums.get(arch)) for arch in arches
+        ]
     return out
 
 
@@ -215,11 +226,11 @@ def pinned_images(cfg: Config) -> list[ImageWant]:
     ]
     refs.append((compat.sandbox_image(cfg), "sandbox (pause)"))
     refs += [(ref, "Flannel (gpustack's manifest)") for ref in flannel.images(cfg)]
-    for ref in (pins.VERIFY_CUDA_IMAGE, pins.VERIFY_DCGM_IMAGE, pins.VERIFY_NET_IMAGE):
+    for ref in (pins.VERIFY_CUDA_IMAGE, pins.VERIFY_NET_IMAGE):
         refs.append((ref.partition("@")[0], "verify"))
     if cfg.cluster.virtual_ip is not None:
         refs.append((pins.KUBE_VIP_IMAGE, "kube-vip (HA virtual IP)"))
-    refs.append((pins.DCGM_IMAGE, "gpustack diag (DCGM)"))
+    refs.append((pins.DCGM_IMAGE, "gpustack diag and verify --load (DCGM)"))
     if cfg.remediation.enabled and cfg.remediation.image:
         refs.append((cfg.remediation.image, "gpustack health's CronJob (remediation.image)"))
     out = []

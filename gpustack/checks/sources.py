@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 from gpustack.checks.context import Context, check, host_finding
 from gpustack.checks.model import Finding
 from gpustack.config.model import Config
-from gpustack.render.ansible import ARCHES, helm_downloads, runtime_vars
+from gpustack.render.ansible import ARCHES, helm_downloads, node_tools_vars, runtime_vars
 
 #: stages that make the nodes pull images (kubeadm's control plane, Flannel, the cluster layer,
 #: an upgrade's new control plane, the components' new charts)
@@ -65,6 +65,13 @@ def probe_list(
         out.append(_spec("Kubernetes apt repository", repo.rstrip("/") + "/InRelease", "apt", "kubernetes"))
         key = cfg.sources.kubernetes_apt_key_url.format(minor=minor)
         out.append(_spec("Kubernetes apt key", key, "file", "kubernetes"))
+        tools = node_tools_vars(cfg)
+        for what, dl_key in (
+            ("CNI plugins", "gpustack_cni_plugins_downloads"),
+            ("crictl", "gpustack_crictl_downloads"),
+        ):
+            for arch, dl in tools[dl_key].items():
+                out.append(_spec(f"{what} release download", dl["url"], "file", "kubernetes", arch=arch))
     if "helm" in ids:
         for arch, dl in helm_downloads(cfg).items():
             if arch in ARCHES:

@@ -42,6 +42,16 @@ def helm_sha256(cfg: Config) -> dict[str, str]:
     return dict(v.helm_sha256 or pins.HELM_SHA256.get(v.helm, {}))
 
 
+def cni_plugins_sha256(cfg: Config) -> dict[str, str]:
+    v = cfg.versions
+    return dict(v.cni_plugins_sha256 or pins.CNI_PLUGINS_SHA256.get(v.cni_plugins, {}))
+
+
+def crictl_sha256(cfg: Config) -> dict[str, str]:
+    v = cfg.versions
+    return dict(v.crictl_sha256 or pins.CRICTL_SHA256.get(v.crictl, {}))
+
+
 def sandbox_image(cfg: Config) -> str:
     return pins.PAUSE_IMAGE.format(tag=line(cfg).pause)
 
@@ -111,7 +121,12 @@ def config_problems(cfg: Config) -> list[Problem]:
                     f"runc {v.runc} has no pinned checksum: set versions.runc_sha256 {{amd64: ..., arm64: ...}}",
                 )
             )
-    elif not distribution_allowed(minor):
+    for name, field, version, sums in (("CNI plugins", "cni_plugins", v.cni_plugins, cni_plugins_sha256(cfg)),
+                                       ("crictl", "crictl", v.crictl, crictl_sha256(cfg))):  # fmt: skip
+        if not sums:
+            out.append(Problem(("versions", field), f"{name} {version} has no pinned checksum: set "
+                               f"versions.{field}_sha256 {{amd64: ..., arm64: ...}}"))  # fmt: skip
+    if v.containerd_source != "release" and not distribution_allowed(minor):
         ships = ", ".join(f"{o.name} {o.distribution_containerd}" for o in pins.OS_RELEASES)
         out.append(
             Problem(
@@ -222,6 +237,10 @@ def artifacts(cfg: Config, arches: tuple[str, ...] = ARCHES) -> list[Artifact]:
                     f"sha256:{rc[arch]}" if arch in rc else "not pinned",
                 )
             )
+    for name, version, url, sums in (("cni-plugins", v.cni_plugins, s.cni_plugins_url, cni_plugins_sha256(cfg)),
+                                     ("crictl", v.crictl, s.crictl_url, crictl_sha256(cfg))):  # fmt: skip
+        out += [Artifact(name, version, arch, url.format(version=version, arch=arch),
+                         f"sha256:{sums[arch]}" if arch in sums else "not pinned") for arch in arches]  # fmt: skip
     out.append(
         Artifact(
             "kubernetes apt key",
@@ -289,6 +308,8 @@ def _support_cell(j: lifecycle.Judged) -> str:
     if v.status == "past":
         return "PAST END OF SUPPORT" + (f" ({-v.days} days)" if v.days is not None else "")
     if v.status == "ending":
+        if v.days is None and not v.estimated:  # deprecated upstream: critical fixes only, no date
+            return f"DEPRECATED ({v.ends})"
         if v.days is not None and v.days < 0 and v.estimated:  # the expected date has passed: say so, not "due"
             return "ENDING (the expected date has passed: check upstream)"
         when = f"{v.days} days" if v.days is not None and v.days >= 0 else "due"

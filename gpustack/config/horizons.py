@@ -141,6 +141,22 @@ HORIZONS: tuple[Horizon, ...] = (
         "CVE fixes of ca937945) land only on the newest 0.28.x",
         successor="a newer Flannel release",
     ),
+    # --- CNI plugins and crictl (downloaded since issue 30) ---------------------------------------------------------
+    Horizon(
+        "cni-plugins",
+        "1.9",
+        "superseded",
+        "containernetworking/plugins: no published support policy; fixes land in the newest release only "
+        "(tags v1.9.0, v1.9.1 at 3d27709f)",
+        successor="a newer CNI plugins release",
+    ),
+    Horizon(
+        "crictl",
+        "1.36",
+        "none",
+        "kubernetes-sigs/cri-tools README 'Compatibility matrix' (ba03eabc): one crictl minor per Kubernetes minor, "
+        "all released from master; no end of support published",
+    ),
     # --- GPU Operator (26.7.0 2026-08-20) ------------------------------------------------------------------------
     Horizon("gpu-operator", "25.10", "ended", _GPUOP, note="'25.10.x and lower: End of Support'"),
     Horizon(
@@ -149,7 +165,8 @@ HORIZONS: tuple[Horizon, ...] = (
         "superseded",
         _GPUOP,
         successor="the GPU Operator major after 26.7",
-        note="deprecated since 26.7: critical bug and CVE fixes only",
+        deprecated="2026-08-20",
+        note="deprecated since v26.7.0 (2026-08-20): critical bug and CVE fixes only",
     ),
     Horizon(
         "gpu-operator",
@@ -245,7 +262,8 @@ BY_KEY: dict[tuple[str, str], Horizon] = {h.key: h for h in HORIZONS}
 
 #: How a running version names its branch, per component ("2.3.4" -> "2.3", "595.91.07" -> "R595").
 _BRANCH_DEPTH = {"kubernetes": 2, "containerd": 2, "runc": 2, "helm": 2, "flannel": 2, "gpu-operator": 2,
-                 "prometheus": 2, "dcgm-exporter": 2, "dcgm": 2, "kube-prometheus-stack": 1}  # fmt: skip
+                 "prometheus": 2, "dcgm-exporter": 2, "dcgm": 2, "kube-prometheus-stack": 1, "cni-plugins": 2,
+                 "crictl": 2}  # fmt: skip
 
 
 def branch_of(component: str, version: str) -> str:
@@ -389,6 +407,15 @@ KNOWN_RELEASES: tuple[KnownRelease, ...] = (
         "issues index",
         "one source, and the chart files of 4.8.3 cannot be read here "
         "(the mirror ends 2026-05-12): its keys are not re-checked",
+    ),
+    KnownRelease(
+        "prometheus",
+        "3.13.5",
+        "2026-10-21",
+        "Go module proxy: github.com/prometheus/prometheus v0.313.5 (2026-10-21T10:29:46Z), the newest 3.13 LTS patch",
+        "https://proxy.golang.org/github.com/prometheus/prometheus/@v/v0.313.5.info",
+        "the LTS target (docs/decisions.md): the real-Prometheus tests build the deployed release (the cache holds "
+        "3.14.0 only), and running clusters would move 3.14 -> 3.13 (a downgrade) on `upgrade --components`",
     ),
     KnownRelease(
         "prometheus",

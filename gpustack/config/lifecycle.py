@@ -85,6 +85,8 @@ def pin_support(cfg: Config | None, on: date) -> list[Judged]:
         judge("runc", v.runc if v else pins.RUNC_VERSION, on),
         judge("flannel", v.flannel if v else pins.FLANNEL_VERSION, on),
         judge("helm", v.helm if v else pins.HELM_VERSION, on),
+        judge("cni-plugins", v.cni_plugins if v else pins.CNI_PLUGINS_VERSION, on),
+        judge("crictl", v.crictl if v else pins.CRICTL_VERSION, on),
     ]
     operator = v.gpu_operator if v else pins.CHARTS["gpu-operator"].version
     out.append(judge("gpu-operator", operator, on))

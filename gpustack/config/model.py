@@ -185,21 +185,18 @@ class Versions(StrictModel):
         default=None, description="arch -> sha256 of the Helm archive, required for an unpinned Helm version"
     )
     containerd: str = Field(default=pins.CONTAINERD_VERSION, pattern=r"^[0-9]+\.[0-9]+\.[0-9]+$")
-    containerd_sha256: dict[str, str] | None = Field(
-        default=None, description="arch -> sha256 of the containerd release archive (for an unpinned version)"
-    )
+    containerd_sha256: dict[str, str] | None = Field(default=None, description="arch -> sha256 of the containerd release archive (for an unpinned version)")  # fmt: skip
     runc: str = Field(default=pins.RUNC_VERSION, pattern=r"^[0-9]+\.[0-9]+\.[0-9]+$")
-    runc_sha256: dict[str, str] | None = Field(
-        default=None, description="arch -> sha256 of the runc binary (for an unpinned version)"
-    )
+    runc_sha256: dict[str, str] | None = Field(default=None, description="arch -> sha256 of the runc binary (for an unpinned version)")  # fmt: skip
+    cni_plugins: str = Field(default=pins.CNI_PLUGINS_VERSION, pattern=r"^[0-9]+\.[0-9]+\.[0-9]+$")
+    cni_plugins_sha256: dict[str, str] | None = Field(default=None, description="arch -> sha256 of the CNI plugins archive (for an unpinned version)")  # fmt: skip
+    crictl: str = Field(default=pins.CRICTL_VERSION, pattern=r"^[0-9]+\.[0-9]+\.[0-9]+$")
+    crictl_sha256: dict[str, str] | None = Field(default=None, description="arch -> sha256 of the crictl archive (for an unpinned version)")  # fmt: skip
     containerd_source: Literal["release", "distribution"] = Field(
         default="release",
         description="release: upstream archives (checksummed); distribution: the OS package, where the matrix allows it",
     )
-    image_digests: dict[str, str] | None = Field(
-        default=None,
-        description="image reference (name:tag) -> sha256:<digest>: added to (or replacing) the pin table's image digests",
-    )
+    image_digests: dict[str, str] | None = Field(default=None, description="image reference (name:tag) -> sha256:<digest>: added to (or replacing) the pin table's image digests")  # fmt: skip
     gpu_operator: str = pins.CHARTS["gpu-operator"].version
     kube_prometheus_stack: str = pins.CHARTS["kube-prometheus-stack"].version
     dcgm_exporter: str = pins.CHARTS["dcgm-exporter"].version
@@ -235,7 +232,7 @@ class Versions(StrictModel):
             raise ValueError(f"gpustack renders Flannel's manifest for {known} only (not {v!r})")
         return v
 
-    @field_validator("helm_sha256")
+    @field_validator("helm_sha256", "cni_plugins_sha256", "crictl_sha256")
     @classmethod
     def _sha(cls, v: dict[str, str] | None) -> dict[str, str] | None:
         for arch, digest in (v or {}).items():
@@ -271,6 +268,8 @@ class Sources(StrictModel):
     helm_url: str = pins.HELM_URL
     containerd_url: str = pins.CONTAINERD_URL
     runc_url: str = pins.RUNC_URL
+    cni_plugins_url: str = pins.CNI_PLUGINS_URL
+    crictl_url: str = pins.CRICTL_URL
     kubernetes_apt_key_fingerprint: str = Field(
         default=pins.KUBERNETES_APT_KEY_FINGERPRINT,
         pattern=r"^[0-9A-F]{40}$",
@@ -299,7 +298,8 @@ class Sources(StrictModel):
     def _fingerprint(cls, v: object) -> object:
         return v.replace(" ", "").upper() if isinstance(v, str) else v
 
-    @field_validator("kubernetes_apt_url", "kubernetes_apt_key_url", "helm_url", "containerd_url", "runc_url")
+    @field_validator("kubernetes_apt_url", "kubernetes_apt_key_url", "helm_url", "containerd_url", "runc_url",
+                     "cni_plugins_url", "crictl_url")  # fmt: skip
     @classmethod
     def _url(cls, v: str) -> str:
         problem = url_problem(v, placeholders=True)

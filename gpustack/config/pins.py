@@ -244,9 +244,36 @@ RUNC_SHA256: dict[str, dict[str, str]] = {
         "arm64": "6be27a061ef89bb14c6cb495405bba80f46cea213b8f79378a6086b1bac6b747",
     },
 }
-# CNI plugins are not downloaded: kubelet's package depends on kubernetes-cni (pkgs.k8s.io, signed
-# apt repository), which installs bridge/host-local/loopback/portmap into /opt/cni/bin, and
-# Flannel's init container adds its own plugin there.
+# The CNI plugins (containernetworking/plugins: bridge, host-local, loopback, portmap, which Flannel's conflist and
+# containerd use) and crictl (kubernetes-sigs/cri-tools: certs renew and etcd snapshots run it) come from their
+# release archives, verified like containerd (docs/decisions.md "CNI plugins and crictl from the release archives").
+# 1.9.1: the newest plugins tag (v1.9.1, 2026-02-19), Kubespray's cni_version (19b73f4f, #13198). crictl 1.36.0 (tag
+# v1.36.0, 2026-04-24): the newest cri-tools tag readable here (ba03eabc, 2026-08-13), what Kubespray installs with
+# Kubernetes 1.36 and 1.37 (crictl_version: the newest below the next minor); cri-tools' README compatibility
+# matrix: one crictl minor per Kubernetes minor, all from master. kubeadm's package stopped depending on cri-tools at
+# 1.32 (kubernetes/release cmd/krel/templates/latest/metadata.yaml at f618b2a3), so without this no crictl is
+# installed; the kubelet's still depends on kubernetes-cni (>= 1.2.0): that package stays, held, and the verified
+# plugins replace its files in /opt/cni/bin.
+CNI_PLUGINS_VERSION = "1.9.1"
+# sha256 of https://github.com/containernetworking/plugins/releases/download/v<v>/cni-plugins-linux-<arch>-v<v>.tgz
+CNI_PLUGINS_SHA256: dict[str, dict[str, str]] = {
+    "1.9.1": {
+        "amd64": "b98f74a0f8522f0a83867178729c1aa70f2158f90c45a2ca8fa791db1c76b303",
+        "arm64": "56171987d3947707c3563db2f4001bccaf50fd63468611b9f3cbecb1375ee7ec",
+    },
+}
+CRICTL_VERSION = "1.36.0"
+# sha256 of https://github.com/kubernetes-sigs/cri-tools/releases/download/v<v>/crictl-v<v>-linux-<arch>.tar.gz
+CRICTL_SHA256: dict[str, dict[str, str]] = {
+    "1.36.0": {
+        "amd64": "83855e114566a8a8c44c548d515670f51de3a5e1da8b2effb59870e2f10c25a3",
+        "arm64": "68328594ccf780a80ae2b092d9f6ce484eec7cf540c275242e8fd954bfd95332",
+    },
+}
+CNI_PLUGINS_URL = "https://github.com/containernetworking/plugins/releases/download/v{version}/cni-plugins-linux-{arch}-v{version}.tgz"
+CRICTL_URL = (
+    "https://github.com/kubernetes-sigs/cri-tools/releases/download/v{version}/crictl-v{version}-linux-{arch}.tar.gz"
+)
 CONTAINERD_URL = (
     "https://github.com/containerd/containerd/releases/download/v{version}/containerd-{version}-linux-{arch}.tar.gz"
 )
@@ -296,6 +323,13 @@ CHECKSUM_SOURCES: dict[tuple[str, str], str] = {
     "https://github.com/helm/helm/releases/tag/v4.2.4; Kubespray has no Helm 4",
     ("helm", "3.18.4"): "Kubespray checksums.yml (46dbdd39); upstream "
     "https://get.helm.sh/helm-v3.18.4-linux-{amd64,arm64}.tar.gz.sha256sum",
+    ("cni-plugins", "1.9.1"): "Kubespray checksums.yml cni_binary_checksums (19b73f4f, 2026-04-21, #13198); "
+    "flannel-io/flannel pins the same two in its e2e suite (e2e/cluster.go at 1412cba0, cniPluginSHA256); upstream: "
+    "https://github.com/containernetworking/plugins/releases/download/v1.9.1/cni-plugins-linux-{amd64,arm64}-v1.9.1.tgz.sha256",
+    ("crictl", "1.36.0"): "Kubespray checksums.yml crictl_checksums (28bdeb85, 2026-05-01, #13219); matched by "
+    "independent public build scripts that check both with sha256sum -c (GitHub code search: crictl 83855e11, "
+    "68328594); upstream: "
+    "https://github.com/kubernetes-sigs/cri-tools/releases/download/v1.36.0/crictl-v1.36.0-linux-{amd64,arm64}.tar.gz.sha256",
 }
 
 
@@ -314,6 +348,10 @@ CHARTS: dict[str, Chart] = {
     "dcgm-exporter": Chart("dcgm-exporter", "https://nvidia.github.io/dcgm-exporter/helm-charts", "4.8.2"),
 }
 
+#: dcgm-exporter chart -> the exporter image gpustack runs with it: GPU Operator v26.7.0's (NVIDIA/gpu-operator tag v26.7.0
+#: deployments/gpu-operator/values.yaml dcgmExporter.version), so both gpu.exporter modes run 4.8.3 with DCGM 4.6.0 (diag's);
+#: the chart's own default is 4.5.3-4.8.2-distroless, its verified keys stay (docs/decisions.md, issue 30).
+DCGM_EXPORTER_IMAGE_TAG: dict[str, str] = {"4.8.2": "4.6.0-4.8.3-distroless"}
 #: (kube-prometheus-stack chart version, the Prometheus version it deploys). The chart's values.yaml sets
 #: ``prometheus.prometheusSpec.image.tag: v3.14.0-distroless`` at 88.5.3 (prometheus-community/helm-charts,
 #: charts/kube-prometheus-stack/values.yaml; its Chart.yaml appVersion, v0.93.1, is prometheus-operator's);
@@ -346,11 +384,9 @@ def with_digest(ref: str) -> str:
     return f"{ref}@{digest}" if digest else ref
 
 
-# verify's workload images. CUDA base runs nvidia-smi (mounted by the NVIDIA runtime); the DCGM
-# image ships /usr/bin/dcgmproftester12 for `verify --load`. CUDA and DCGM: tags only (no digest
-# could be verified: public manifests disagree on the CUDA one, none records the DCGM one).
+# verify's workload images. CUDA base runs nvidia-smi (mounted by the NVIDIA runtime): tag only (no digest could be
+# verified: public manifests disagree). `verify --load` runs diag's DCGM image (VERIFY_DCGM_IMAGE, below).
 VERIFY_CUDA_IMAGE = "nvcr.io/nvidia/cuda:12.8.1-base-ubuntu24.04"
-VERIFY_DCGM_IMAGE = "nvcr.io/nvidia/cloud-native/dcgm:4.2.3-1-ubuntu22.04"
 # verify's pod-network probe: Kubernetes' own e2e test image; `agnhost connect HOST:PORT` resolves the
 # name (CoreDNS) and opens a TCP connection, exit 0 or 1 with DNS:/TIMEOUT/REFUSED/OTHER: on stderr.
 # Pulled by digest.
@@ -456,3 +492,9 @@ DCGM_VERSION = "4.6.0"
 DCGM_IMAGE = "nvcr.io/nvidia/cloud-native/dcgm:4.6.0-1-ubi10"
 IMAGE_DIGESTS[DCGM_IMAGE] = "sha256:92080d86d04c265f7fc0b8e1cd95dff94d3ab57de6a6474c3c483e4c2ada5dea"
 DIAG_DCGM_IMAGE = with_digest(DCGM_IMAGE)
+# One DCGM pin: `verify --load` runs /usr/bin/dcgmproftester12 from the same image (it was 4.2.3-1-ubuntu22.04 by tag).
+# The dcgm image's own Dockerfiles at NVIDIA/DCGM tag v4.6.0 (51b65cce: docker/Dockerfile.ubi9 and
+# Dockerfile.ubuntu22.04) install both datacenter-gpu-manager-4-cuda12 and -cuda13, and the cuda12 package holds
+# /usr/bin/dcgmproftester12 (scripts/verify_package_contents/datacenter-gpu-manager-cuda12_*.txt at v4.6.0): the CUDA
+# 12 build runs on every driver the GPU Operator supports (R535 and newer), dcgmproftester13 only on CUDA 13 drivers.
+VERIFY_DCGM_IMAGE = DIAG_DCGM_IMAGE

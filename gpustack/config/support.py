@@ -12,7 +12,8 @@ Upstream gives end dates in four shapes, kept apart so nothing is made more prec
 * ``superseded``: "until the next release" (Helm 4 supports only its newest minor, runc its newest three,
   Flannel only its newest release, the GPU Operator's majors): past once the successor is out
   (``successor_released``); before that, ``expected`` may hold the month the successor is due, an estimate
-  from the project's cadence, and the verdict says it is one.
+  from the project's cadence, and the verdict says it is one; a branch upstream calls deprecated (``deprecated``:
+  critical fixes only until its successor) is ``ending``, without a date.
 * ``ended``: upstream lists the branch as ended without a date. ``none``: no end of support is published.
 """
 
@@ -46,6 +47,7 @@ class Horizon:
     successor: str = ""  # superseded: the release that ends it
     successor_released: str = ""  # superseded: the day the successor shipped ("" = not yet, as far as known)
     expected: str = ""  # superseded: the month the successor is due ("2027-01"), an estimate from the cadence
+    deprecated: str = ""  # superseded: the day upstream deprecated the branch (fixes of critical bugs and CVEs only)
     note: str = ""
 
     @property
@@ -152,6 +154,10 @@ def judge(h: Horizon, on: date, warn_days: int = WARN_DAYS) -> Verdict:
         status = "ending" if days <= warn_days else "supported"
         return Verdict(status, ends, days, True, ("ending, " if status == "ending" else "") + ends)
     ends = f"until {h.successor}" if h.successor else "until superseded"
+    if h.deprecated:  # upstream's own word: only critical fixes until it ends, so "ending", never "supported"
+        ends = f"deprecated since {h.deprecated}, {ends}"
+        return Verdict("ending", ends, None, False, f"deprecated upstream since {h.deprecated}: critical bug and "
+                       f"CVE fixes only, {ends.split(', ', 1)[1]} (no date)")  # fmt: skip
     return Verdict("supported", ends, None, False, f"supported {ends} (no date)")
 
 

@@ -194,6 +194,17 @@ def runtime_vars(cfg: Config) -> dict[str, Any]:
     }
 
 
+def node_tools_vars(cfg: Config) -> dict[str, Any]:
+    """The kubernetes stage's downloads: the CNI plugins and crictl, each with its pinned sha256 per arch."""
+    v, s = cfg.versions, cfg.sources
+    return {
+        "gpustack_cni_plugins_version": v.cni_plugins,
+        "gpustack_cni_plugins_downloads": _downloads(s.cni_plugins_url, v.cni_plugins, compat.cni_plugins_sha256(cfg)),
+        "gpustack_crictl_version": v.crictl,
+        "gpustack_crictl_downloads": _downloads(s.crictl_url, v.crictl, compat.crictl_sha256(cfg)),
+    }
+
+
 def extravars(cfg: Config, *, kubeconfig_dest: Path, controller_bin_dir: Path | None = None) -> dict[str, Any]:
     """Extra vars for the playbooks (site.yml and the playbooks that import it, preflight.yml)."""
     v, c = cfg.versions, cfg.cluster
@@ -244,6 +255,7 @@ def extravars(cfg: Config, *, kubeconfig_dest: Path, controller_bin_dir: Path | 
         "gpustack_audit_log_dir": security.AUDIT_LOG_DIR if cfg.security.audit.enabled else "",
     }
     ev.update(runtime_vars(cfg))
+    ev.update(node_tools_vars(cfg))
     ev.update(firewall_vars(cfg))
     ev.update(etcd_vars(cfg))
     return ev

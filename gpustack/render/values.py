@@ -21,6 +21,7 @@ from typing import Any, cast
 
 import yaml
 
+from gpustack.config import pins
 from gpustack.config.model import Config
 from gpustack.config.monitoring import EmailReceiver, PagerDutyReceiver, Receiver, SlackReceiver, WebhookReceiver
 from gpustack.constants import (
@@ -247,6 +248,7 @@ def template_context(cfg: Config, facts: FactsSummary) -> dict[str, Any]:
         "nfd_enabled": nfd_enabled(cfg, facts),
         "operator_exporter": cfg.gpu.exporter == "operator",
         "counters_csv": _counters_csv(),
+        "dcgm_exporter_image_tag": pins.DCGM_EXPORTER_IMAGE_TAG.get(cfg.versions.dcgm_exporter, ""),
         "collect_interval_ms": duration_ms(mon.scrape_interval),
         "ksm_labels_allowlist": namespace_allowlist(mon.team_label)
         + node_allowlist([SHARING_STRATEGY_LABEL] if exporter_settings(cfg).virtual_gpus else []),

@@ -116,8 +116,11 @@ def test_the_test_charts_name_the_pinned_charts_images() -> None:
     assert f"prometheus/prometheus:{kps['prometheus_image_tag']}" in text
     assert f'version: \\"{gpu["driver"]}\\"' in text and f"version: {gpu['toolkit']}" in text
     assert f"gpu-operator:{pins.CHARTS['gpu-operator'].version}" in text
-    assert f"dcgm-exporter:{dcgm['image_tag']}" in text
+    # the chart's own default tag, which gpustack's values replace with GPU Operator v26.7.0's exporter
+    assert f'dcgm-exporter:{{{{ .Values.image.tag | default \\"{dcgm["image_tag"]}\\" }}}}' in text
     refs = set(bundle_sources.IMAGES)
+    assert f"nvcr.io/nvidia/k8s/dcgm-exporter:{gpu['dcgm_exporter']}" in refs
+    assert pins.DCGM_EXPORTER_IMAGE_TAG[pins.CHARTS["dcgm-exporter"].version] == gpu["dcgm_exporter"]
     assert f"nvcr.io/nvidia/driver:{gpu['driver']}-ubuntu24.04" in refs
 
 

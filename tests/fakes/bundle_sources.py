@@ -46,8 +46,7 @@ IMAGES = (
     "registry.k8s.io/pause:3.10.2",
     "registry.k8s.io/e2e-test-images/agnhost:2.53",
     pins.VERIFY_CUDA_IMAGE,
-    pins.VERIFY_DCGM_IMAGE,
-    pins.DCGM_IMAGE,  # gpustack diag's
+    pins.DCGM_IMAGE,  # gpustack diag's and verify --load's
     # Flannel's (gpustack renders its manifest with the pinned images)
     pins.FLANNEL_IMAGE.format(version=pins.FLANNEL_VERSION),
     pins.FLANNEL_CNI_PLUGIN_IMAGE.format(tag=pins.FLANNEL_CNI_PLUGIN[pins.FLANNEL_VERSION]),
@@ -57,7 +56,7 @@ IMAGES = (
     "quay.io/prometheus-operator/prometheus-operator:v0.93.1",
     "quay.io/prometheus-operator/prometheus-config-reloader:v0.93.1",
     "quay.io/prometheus/prometheus:v3.14.0-distroless",
-    "nvcr.io/nvidia/k8s/dcgm-exporter:4.5.3-4.8.2-distroless",
+    f"nvcr.io/nvidia/k8s/dcgm-exporter:{pins.DCGM_EXPORTER_IMAGE_TAG['4.8.2']}",  # gpustack's values set the tag
 )
 #: os stage packages (every release's list) and the kubelet's dependencies from the OS
 OS_PACKAGES = (
@@ -153,7 +152,7 @@ CHARTS: dict[str, dict[str, str]] = {
         ),
     },
     "dcgm-exporter": {
-        "values.yaml": "{}\n",
+        "values.yaml": "image: {}\n",
         "templates/daemonset.yaml": textwrap.dedent(
             """\
             apiVersion: apps/v1
@@ -166,7 +165,7 @@ CHARTS: dict[str, dict[str, str]] = {
                 spec:
                   containers:
                     - name: exporter
-                      image: nvcr.io/nvidia/k8s/dcgm-exporter:4.5.3-4.8.2-distroless
+                      image: nvcr.io/nvidia/k8s/dcgm-exporter:{{ .Values.image.tag | default "4.5.3-4.8.2-distroless" }}
             """
         ),
     },
@@ -242,6 +241,8 @@ class BundleSources:
                     "containerd_url": f"{base}/files/containerd-{{version}}-linux-{{arch}}.tar.gz",
                     "runc_url": f"{base}/files/runc.{{arch}}",
                     "helm_url": f"{base}/files/helm-v{{version}}-linux-{{arch}}.tar.gz",
+                    "cni_plugins_url": f"{base}/files/cni-plugins-linux-{{arch}}-v{{version}}.tgz",
+                    "crictl_url": f"{base}/files/crictl-v{{version}}-linux-{{arch}}.tar.gz",
                 }
             )
             versions.update(
@@ -249,6 +250,8 @@ class BundleSources:
                     "containerd_sha256": {"amd64": self.file_sha256["containerd"]},
                     "runc_sha256": {"amd64": self.file_sha256["runc"]},
                     "helm_sha256": {"amd64": self.file_sha256["helm"]},
+                    "cni_plugins_sha256": {"amd64": self.file_sha256["cni-plugins"]},
+                    "crictl_sha256": {"amd64": self.file_sha256["crictl"]},
                 }
             )
         return {"sources": sources, "versions": versions}
@@ -281,7 +284,7 @@ def serve(
     images: Sequence[str] = IMAGES,
     suite: str = "bookworm",
 ) -> Iterator[BundleSources]:
-    """Build and serve every source; ``files``: the bytes of containerd/runc/helm (small stand-ins
+    """Build and serve every source; ``files``: the bytes of containerd/runc/helm/CNI plugins/crictl (small stand-ins
     by default) keyed like :data:`gpustack.bundle.want.FILE_LAYOUT`."""
     www = tmp / "www"
     (www / "files").mkdir(parents=True)
@@ -293,10 +296,14 @@ def serve(
         payloads.setdefault("containerd", b"containerd release archive stand-in\n")
         payloads.setdefault("runc", b"runc stand-in\n")
         payloads.setdefault("helm", b"helm archive stand-in\n")
+        payloads.setdefault("cni-plugins", b"CNI plugins archive stand-in\n")
+        payloads.setdefault("crictl", b"crictl archive stand-in\n")
         names = {
             "containerd": f"containerd-{pins.CONTAINERD_VERSION}-linux-amd64.tar.gz",
             "runc": "runc.amd64",
             "helm": f"helm-v{pins.HELM_VERSION}-linux-amd64.tar.gz",
+            "cni-plugins": f"cni-plugins-linux-amd64-v{pins.CNI_PLUGINS_VERSION}.tgz",
+            "crictl": f"crictl-v{pins.CRICTL_VERSION}-linux-amd64.tar.gz",
         }
         sums = {}
         for key, data in payloads.items():

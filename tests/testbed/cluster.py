@@ -84,7 +84,11 @@ def write_config(
     cfg: dict[str, Any] = {
         "nodes": nodes,
         # the bed's apt repository is signed with its own throwaway key
-        "sources": {**local_sources(sources.http.url), "kubernetes_apt_key_fingerprint": sources.k8s_repo.fingerprint},
+        "sources": {
+            **local_sources(sources.http.url),
+            **sources.runtime.config_sources(sources.http.url),
+            "kubernetes_apt_key_fingerprint": sources.k8s_repo.fingerprint,
+        },
         "versions": {
             "helm_sha256": {"amd64": sources.helm.sha256},
             # containerd 2 and runc from the file server (Debian forky's builds), with their own checksums

@@ -26,6 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpustack.config import pins
+
 from ._proc import TestbedError, file_lock, run
 from .rootfs import cache_dir, mirror
 from .services import HttpServer, sha256_of
@@ -36,6 +38,12 @@ CONTAINERD_BINARIES = ("containerd", "containerd-shim-runc-v2", "ctr")
 CONTAINERD_PATH = "/containerd/containerd/releases/download/v{version}/containerd-{version}-linux-{arch}.tar.gz"
 RUNC_PATH = "/opencontainers/runc/releases/download/v{version}/runc.{arch}"
 KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
+CNI_PLUGINS_PATH = "/containernetworking/plugins/releases/download/v{version}/cni-plugins-linux-{arch}-v{version}.tgz"
+CRICTL_PATH = "/kubernetes-sigs/cri-tools/releases/download/v{version}/crictl-v{version}-linux-{arch}.tar.gz"
+#: the plugins Flannel's conflist and containerd name; stand-ins (the bed runs no pod sandbox): the archive proves the
+#: download, the checksum and the unpacking into /opt/cni/bin, not the plugins
+CNI_PLUGINS = ("bridge", "host-local", "loopback", "portmap")
+CRICTL_DOUBLE = Path(__file__).parent / "doubles" / "crictl"
 
 
 @dataclass(frozen=True)
@@ -47,15 +55,25 @@ class RuntimeArchives:
     runc_version: str
     runc_sha256: str
     arch: str
+    cni_plugins_sha256: str = ""
+    crictl_sha256: str = ""
 
     def config_versions(self) -> dict[str, object]:
-        """The ``versions:`` entries of gpustack.yaml for these archives."""
+        """The ``versions:`` entries of gpustack.yaml for these archives (the CNI plugins and crictl at the pinned
+        versions, with the bed's own archives' checksums)."""
         return {
             "containerd": self.containerd_version,
             "containerd_sha256": {self.arch: self.containerd_sha256},
             "runc": self.runc_version,
             "runc_sha256": {self.arch: self.runc_sha256},
+            "cni_plugins_sha256": {self.arch: self.cni_plugins_sha256},
+            "crictl_sha256": {self.arch: self.crictl_sha256},
         }
+
+    @staticmethod
+    def config_sources(base: str) -> dict[str, str]:
+        """The ``sources:`` URL templates of the CNI plugins and crictl archives on the bed's file server."""
+        return {"cni_plugins_url": base.rstrip("/") + CNI_PLUGINS_PATH, "crictl_url": base.rstrip("/") + CRICTL_PATH}
 
 
 def upstream_version(deb_version: str) -> str:
@@ -135,4 +153,22 @@ def publish_runtime(server: HttpServer, debs: Path | None = None) -> RuntimeArch
     staging.rmdir()
     runc = server.add_file(RUNC_PATH.format(version=rver, arch=arch), _members(runc_deb, "usr/sbin/runc")[0])
     runc_path = server.root / runc.split("/", 3)[3]
-    return RuntimeArchives(cver, sha256_of(archive), rver, sha256_of(runc_path), arch)
+    stub = b"#!/bin/sh\necho 'gpustack test bed: CNI plugin stand-in' >&2\nexit 1\n"
+    cni = _tarball(server.root / CNI_PLUGINS_PATH.format(version=pins.CNI_PLUGINS_VERSION, arch=arch).lstrip("/"),
+                   {f"./{name}": stub for name in CNI_PLUGINS})  # fmt: skip
+    crictl = _tarball(server.root / CRICTL_PATH.format(version=pins.CRICTL_VERSION, arch=arch).lstrip("/"),
+                      {"crictl": CRICTL_DOUBLE.read_bytes()})  # fmt: skip
+    return RuntimeArchives(cver, sha256_of(archive), rver, sha256_of(runc_path), arch, sha256_of(cni),
+                           sha256_of(crictl))  # fmt: skip
+
+
+def _tarball(target: Path, members: dict[str, bytes]) -> Path:
+    """A gzipped tar of ``members`` (name -> content, mode 0755, root's, a fixed mtime), like the release archives."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(target, "w:gz", compresslevel=1) as tar:
+        for name, content in members.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.uid, info.gid, info.uname, info.gname = len(content), 0o755, 0, 0, "root", "root"
+            info.mtime = 1_700_000_000
+            tar.addfile(info, io.BytesIO(content))
+    return target

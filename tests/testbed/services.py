@@ -231,7 +231,7 @@ def build_k8s_repo(
 
     Packages ``kubeadm``, ``kubelet``, ``kubectl`` at ``<version>-1.1`` (and at each of
     ``extra_versions``) install ``/usr/bin/<name>`` from ``doubles_dir``, ``cri-tools`` its crictl double, and
-    ``kubernetes-cni`` is empty (kubeadm and kubelet depend on both). The signing key is a throwaway one made in a
+    ``kubernetes-cni`` is empty (the kubelet depends on it; kubeadm on neither since 1.32). The key: a throwaway one in a
     temporary GNUPGHOME, or the one in ``gnupg_home`` (made there on first use): one key for several minors.
     """
     minor = minor if minor.startswith("v") else f"v{minor}"
@@ -290,8 +290,7 @@ KUBEADM_DROP_IN = textwrap.dedent(
     """
 )
 
-_DEPENDS = {
-    "kubeadm": "cri-tools (>= 1.30.0)",
+_DEPENDS = {  # as pkgs.k8s.io's (kubernetes/release cmd/krel/templates/latest/metadata.yaml): kubeadm 1.32+ has none
     "kubelet": "iptables (>= 1.4.21), kubernetes-cni (>= 1.1.1), iproute2, socat, util-linux, "
     "mount, ebtables, ethtool, conntrack",
 }

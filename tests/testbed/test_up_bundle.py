@@ -45,9 +45,11 @@ def test_up_from_a_bundle_with_no_route_out(
     host = bed.hosts[0]
     with bundle_sources.serve(tmp_path / "sources", real_bins.helm) as served:
         # files: the bed's (real containerd 2.1 and runc, the helm double)
-        bed_files = local_sources(sources.http.url)
+        bed_files = {**local_sources(sources.http.url), **sources.runtime.config_sources(sources.http.url)}
         extra = served.config(files=False)
-        extra["sources"].update({k: bed_files[k] for k in ("containerd_url", "runc_url", "helm_url")})
+        extra["sources"].update(
+            {k: bed_files[k] for k in ("containerd_url", "runc_url", "helm_url", "cni_plugins_url", "crictl_url")}
+        )
         config = write_config(bed, tmp_path / "gpustack.yaml", sources, via_proxy=False, extra=extra)
         cfg = Config.model_validate(yaml.safe_load(config.read_text()))
         bundle = tmp_path / "bundle"

@@ -187,7 +187,16 @@ def test_single_node_up_with_doubles_converges(solo: Solo, sources: Sources) -> 
     patch = pins.KUBERNETES["1.36"]
     assert sorted(versions) == [f"kubeadm={patch}-1.1", f"kubectl={patch}-1.1", f"kubelet={patch}-1.1"]
     held = host.run("apt-mark showhold", check=True).stdout.split()
-    assert {"kubeadm", "kubelet", "kubectl"} <= set(held)
+    assert {"kubeadm", "kubelet", "kubectl", "kubernetes-cni"} <= set(held)
+    # the CNI plugins and crictl from their (bed) release archives, verified against the config's sha256
+    assert set(host.sudo("ls /opt/cni/bin", check=True).stdout.split()) >= {
+        "bridge",
+        "host-local",
+        "loopback",
+        "portmap",
+    }
+    assert host.run("command -v crictl", check=True).stdout.strip() == "/usr/local/bin/crictl"
+    assert "cri-tools" not in host.run("dpkg-query -W -f='${Package}\\n'", check=True).stdout.split()
     assert sources.proxy.count() > before_proxy, "apt and downloads went through the configured proxy"
     # kubeadm: initialised once from our config file
     calls = doubles_log(host.sudo("cat /var/log/gpustack-doubles/kubeadm.log", check=True).stdout)
@@ -445,7 +454,8 @@ def test_reset_removes_kubernetes_and_keeps_the_hosts_own_firewall(solo: Solo) -
     calls = doubles_log(host.sudo("cat /var/log/gpustack-doubles/kubeadm.log", check=True).stdout)
     assert ["reset", "--force", "--cri-socket", "unix:///run/containerd/containerd.sock"] in calls
     # packages kept (no --purge) but no longer held
-    assert not {"kubeadm", "kubelet", "kubectl"} & set(host.run("apt-mark showhold", check=True).stdout.split())
+    held = set(host.run("apt-mark showhold", check=True).stdout.split())
+    assert not {"kubeadm", "kubelet", "kubectl", "kubernetes-cni"} & held
     assert "kubeadm" in host.run("dpkg-query -W kubeadm", check=True).stdout
     # --restore: the fstab as it was before up
     fstab = host.sudo("cat /etc/fstab", check=True).stdout

@@ -40,6 +40,14 @@ def test_discovery_from_recorded_answers() -> None:
     assert "one source" in cd["sha256_note"]
     assert [n["version"] for n in rows["runc"]["newer"]] == ["1.5.1"] and "sha256" not in rows["runc"]  # a new branch
     assert rows["helm"]["newer"] == [] and rows["prometheus"]["branch_newest"] == "3.14.0"
+    # the CNI plugins and crictl, pinned at the newest tags: nothing newer, so no sha256 asked for
+    for component, version in (("cni-plugins", pins.CNI_PLUGINS_VERSION), ("crictl", pins.CRICTL_VERSION)):
+        assert (rows[component]["pinned"], rows[component]["newer"]) == (version, []) and "sha256" not in rows[
+            component
+        ]
+    assert online.CHECKSUM_FILES["crictl"].format(version="1.37.0", arch="arm64") == (
+        "https://github.com/kubernetes-sigs/cri-tools/releases/download/v1.37.0/crictl-v1.37.0-linux-arm64.tar.gz.sha256"
+    )
     assert rows["kubernetes 1.36"]["upstream"] == pins.KUBERNETES["1.36"]
     assert rows["kubernetes 1.37"]["upstream"] == pins.KUBERNETES["1.37"]
     assert "not recorded" in rows["kubernetes 1.38"]["error"] and rows["kubernetes 1.38"]["pinned"] == "-"

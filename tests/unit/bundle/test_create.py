@@ -67,7 +67,6 @@ def test_create_fetches_everything_verified_and_resumes(
         "kubeadm",
         "kubelet",
         "kubectl",
-        "cri-tools",
         "kubernetes-cni",
     }
     kubeadm = manifest.find("deb", "kubeadm", repo="kubernetes-v1.36")

@@ -148,7 +148,11 @@ def test_files_follow_the_config_and_its_layout() -> None:
     distro = want.files(
         Config(nodes=[CP], versions={"kubernetes": "1.35", "containerd_source": "distribution"}), ["amd64"]
     )
-    assert {f.name for f in distro} == {"helm"}
+    assert {f.name for f in distro} == {"helm", "cni-plugins", "crictl"}  # the two come from their archives always
+    crictl = files[("crictl", "arm64")]
+    assert crictl.path == f"files/crictl/{pins.CRICTL_VERSION}/arm64/crictl-v{pins.CRICTL_VERSION}-linux-arm64.tar.gz"
+    assert crictl.sha256 == pins.CRICTL_SHA256[pins.CRICTL_VERSION]["arm64"]
+    assert files[("cni-plugins", "amd64")].sha256 == pins.CNI_PLUGINS_SHA256[pins.CNI_PLUGINS_VERSION]["amd64"]
 
 
 def test_apt_wants() -> None:

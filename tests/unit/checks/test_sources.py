@@ -11,6 +11,7 @@ from gpustack import commands
 from gpustack.checks import preflight as pf
 from gpustack.checks.sources import probe_list
 from gpustack.commands.up import PLAN as UP
+from gpustack.config import pins
 from gpustack.config.model import Config, Node
 
 CP = Node(name="cp1", address="10.0.0.11", role="control-plane")
@@ -34,7 +35,14 @@ def test_each_stage_probes_what_it_downloads_on_the_hosts_it_runs_on() -> None:
         "registry.k8s.io", "ghcr.io", "nvcr.io", "quay.io", "docker.io"
     }  # fmt: skip
     assert names(["preflight", "os"]) == [("the host's apt repositories", "os", "all")]
-    assert [n for n, _, _ in names(["preflight", "kubernetes"])] == ["Kubernetes apt repository", "Kubernetes apt key"]
+    assert [n for n, _, _ in names(["preflight", "kubernetes"])] == [
+        "Kubernetes apt repository", "Kubernetes apt key", *["CNI plugins release download"] * 2,
+        *["crictl release download"] * 2,
+    ]  # fmt: skip
+    crictl = {s["arch"]: s["url"] for s in every if s["name"] == "crictl release download"}
+    assert crictl["arm64"].endswith(f"/v{pins.CRICTL_VERSION}/crictl-v{pins.CRICTL_VERSION}-linux-arm64.tar.gz")
+    assert {s["stage"] for s in every if "release download" in s["name"] and "containerd" not in s["name"]
+            and "runc" not in s["name"]} == {"kubernetes"}, "probed with the stage that downloads them"  # fmt: skip
     assert names(["preflight", "firewall"]) == [], "a stage that downloads nothing probes nothing"
     assert probe_list(CFG, ["preflight"]) == every, "the preflight alone is a readiness check for a whole up"
     assert all(s["kind"] == "registry" for s in probe_list(CFG, commands.sequence("upgrade").stage_ids))

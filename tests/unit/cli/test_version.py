@@ -88,6 +88,18 @@ def test_version_shows_each_pins_end_of_support_and_flags_the_past_ones(tmp_path
     assert "CVE-2026-53495 (GHSA-7jxh-36q5-gcqv)" in opened["2.3.5"]["fixes"]
     assert "one public source" in opened["2.3.6"]["why_not_pinned"]
     assert "https://github.com/containerd/containerd/releases/tag/v2.3.6" in opened["2.3.6"]["sources"]
+    # the CNI plugins and crictl: pinned with their version, support and two checksum sources; downloaded per arch
+    cni, crictl = pins_json["cni-plugins", pins.CNI_PLUGINS_VERSION], pins_json["crictl", pins.CRICTL_VERSION]
+    assert cni["status"] == "supported" and "containernetworking/plugins" in cni["source"]
+    assert "Kubespray" in cni["checksums"] and "flannel-io/flannel" in cni["checksums"]
+    assert crictl["status"] == "unknown" and "cri-tools" in crictl["source"] and "Kubespray" in crictl["checksums"]
+    arts = {(a["name"], a["arch"]): a for a in data["artifacts"]}
+    for name, table, version in (("cni-plugins", pins.CNI_PLUGINS_SHA256, pins.CNI_PLUGINS_VERSION),
+                                 ("crictl", pins.CRICTL_SHA256, pins.CRICTL_VERSION)):  # fmt: skip
+        for arch in ("amd64", "arm64"):
+            assert arts[name, arch]["checksum"] == "sha256:" + table[version][arch]
+            assert arts[name, arch]["version"] == version
+    assert "cni-plugins" in lines and "crictl" in lines and "no date published" in lines["crictl"]
     assert pins_json["kubernetes", "1.34.12"]["status"] == "past"
     assert "schedule.yaml" in pins_json["kubernetes", "1.34.12"]["source"]
     for p in data["pins"]:

@@ -150,6 +150,20 @@ def test_unpinned_containerd_and_runc_need_checksums(tmp_path: Path) -> None:
     assert "versions.runc: runc 1.3.0 has no pinned checksum" in msg
 
 
+def test_unpinned_cni_plugins_and_crictl_need_checksums(tmp_path: Path) -> None:
+    msg = err(tmp_path, GOOD + "versions:\n  cni_plugins: 1.8.0\n  crictl: 1.35.0\n")
+    assert "versions.cni_plugins: CNI plugins 1.8.0 has no pinned checksum: set versions.cni_plugins_sha256" in msg
+    assert "versions.crictl: crictl 1.35.0 has no pinned checksum: set versions.crictl_sha256" in msg
+    from gpustack.render.ansible import node_tools_vars
+
+    # with the site's own checksums the version is accepted, and those are what the hosts verify
+    ok = cfg(crictl="1.35.0", crictl_sha256={"amd64": "a" * 64})
+    assert node_tools_vars(ok)["gpustack_crictl_downloads"] == {
+        "amd64": {"url": pins.CRICTL_URL.format(version="1.35.0", arch="amd64"), "sha256": "a" * 64}
+    }
+    assert "not a sha256" in err(tmp_path, GOOD + "versions:\n  crictl_sha256: {amd64: '12'}\n")
+
+
 def test_gpu_operator_range_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(pins.GPU_OPERATOR_VALIDATED, "v26.7.0", pins.GpuOperatorRange("1.35", "1.36"))
     msg = err(tmp_path, GOOD + "versions:\n  kubernetes: '1.34'\n")
@@ -195,9 +209,15 @@ def test_artifacts_carry_checksums() -> None:
     assert arts[("runc", "arm64")].checksum == "sha256:" + pins.RUNC_SHA256[pins.RUNC_VERSION]["arm64"]
     assert arts[("kubernetes apt key", "all")].checksum == f"gpg:{pins.KUBERNETES_APT_KEY_FINGERPRINT}"
     assert arts[("helm", "amd64")].checksum == "sha256:" + pins.HELM_SHA256[pins.HELM_VERSION]["amd64"]
-    # the distribution's containerd downloads nothing
+    cni, crictl = arts[("cni-plugins", "arm64")], arts[("crictl", "amd64")]
+    assert cni.url == (f"https://github.com/containernetworking/plugins/releases/download/v{pins.CNI_PLUGINS_VERSION}/"
+                       f"cni-plugins-linux-arm64-v{pins.CNI_PLUGINS_VERSION}.tgz")  # fmt: skip
+    assert cni.checksum == "sha256:" + pins.CNI_PLUGINS_SHA256[pins.CNI_PLUGINS_VERSION]["arm64"]
+    assert crictl.url.endswith(f"/v{pins.CRICTL_VERSION}/crictl-v{pins.CRICTL_VERSION}-linux-amd64.tar.gz")
+    assert crictl.checksum == "sha256:" + pins.CRICTL_SHA256[pins.CRICTL_VERSION]["amd64"]
+    # the distribution's containerd downloads nothing; the CNI plugins and crictl come from their archives either way
     names = {a.name for a in compat.artifacts(cfg(kubernetes="1.35", containerd_source="distribution"))}
-    assert "containerd" not in names and "runc" not in names
+    assert "containerd" not in names and "runc" not in names and {"cni-plugins", "crictl"} <= names
 
 
 def test_image_digests() -> None:

@@ -55,7 +55,8 @@ def test_every_pin_has_a_horizon_with_a_source() -> None:
 def test_every_pinned_checksum_names_two_independent_sources() -> None:
     """Two public sources per pinned checksum, each one a maintainer can follow: no private index ids (issue 30)."""
     for component, table in (("containerd", pins.CONTAINERD_SHA256), ("runc", pins.RUNC_SHA256),
-                             ("helm", pins.HELM_SHA256)):  # fmt: skip
+                             ("helm", pins.HELM_SHA256), ("cni-plugins", pins.CNI_PLUGINS_SHA256),
+                             ("crictl", pins.CRICTL_SHA256)):  # fmt: skip
         for version in table:
             source = pins.CHECKSUM_SOURCES[component, version]
             assert ";" in source or "," in source, f"{component} {version}: two sources"
@@ -64,6 +65,10 @@ def test_every_pinned_checksum_names_two_independent_sources() -> None:
     for component, version in (("containerd", pins.CONTAINERD_VERSION), ("runc", pins.RUNC_VERSION)):
         assert "Kubespray" in pins.CHECKSUM_SOURCES[component, version] and "kubernetes/kops" in pins.CHECKSUM_SOURCES[
             component, version]  # fmt: skip
+    cni = pins.CHECKSUM_SOURCES["cni-plugins", pins.CNI_PLUGINS_VERSION]
+    assert "Kubespray" in cni and "flannel-io/flannel" in cni and "containernetworking/plugins" in cni
+    crictl = pins.CHECKSUM_SOURCES["crictl", pins.CRICTL_VERSION]
+    assert "Kubespray" in crictl and "independent" in crictl and "kubernetes-sigs/cri-tools" in crictl
     helm = pins.CHECKSUM_SOURCES["helm", pins.HELM_VERSION]  # no Kubespray entry: upstream plus independent pins
     assert "get.helm.sh" in helm and "independent" in helm
     for k in horizons.KNOWN_RELEASES:
@@ -113,6 +118,21 @@ def test_until_the_next_release() -> None:
     assert (open_ended.status, open_ended.days) == ("supported", None)
 
 
+def test_a_deprecated_branch_is_ending_without_a_date_and_says_why() -> None:
+    """GPU Operator 26.3: deprecated upstream since v26.7.0 (life-cycle-policy.rst: the previous major gets critical
+    bug and CVE fixes only) is not "supported"; it ends with the next major, whose date nobody published."""
+    v = support.judge(horizons.BY_KEY["gpu-operator", "26.3"], DAY)
+    assert (v.status, v.days, v.estimated) == ("ending", None, False)
+    assert v.text == ("deprecated upstream since 2026-08-20: critical bug and CVE fixes only, until the GPU Operator "
+                      "major after 26.7 (no date)")  # fmt: skip
+    from gpustack.config import advice, compat
+
+    running = lifecycle.judge("gpu-operator", "v26.3.1", DAY, ["release gpu-operator"])
+    (a,) = advice.advise([running], DAY)
+    assert a.level == "warn" and "installs GPU Operator v26.7.0" in a.fix  # a way out that changes something
+    assert compat._status_cell(running).startswith("DEPRECATED (deprecated since 2026-08-20")
+
+
 def test_ended_and_none() -> None:
     assert support.judge(Horizon("nvidia-driver", "R550", "ended", "src"), DAY).status == "past"
     assert support.judge(Horizon("dcgm-exporter", "4.8", "none", "src"), DAY).status == "unknown"
@@ -131,6 +151,10 @@ def test_ended_and_none() -> None:
         ("nvidia-driver", "570.195.03", "R570", "past"),
         ("nvidia-driver", "560.35.03", "R560", "past"),
         ("gpu-operator", "v25.3.4", "25.3", "past"),
+        ("gpu-operator", "v26.3.1", "26.3", "ending"),  # deprecated since v26.7.0: critical fixes only, no date
+        ("gpu-operator", "v26.7.0", "26.7", "supported"),
+        ("cni-plugins", "1.9.1", "1.9", "supported"),  # fixes in the newest release only: until a newer one
+        ("crictl", "1.36.0", "1.36", "unknown"),  # cri-tools publishes no end of support
         ("prometheus", "3.13.2", "3.13", "supported"),
         ("prometheus", "3.9.1", "3.9", "past"),
         ("helm", "3.18.4", "3.18", "past"),  # no fixes since the final Helm 3 minor (2026-09-09)

@@ -12,8 +12,9 @@ goes through Mitogen's local connection, as `up` on "this machine" does; the chr
 ``mitogen=False`` Ansible's linear strategy (``ssh.mitogen: false``).
 
 Only the stages that need neither systemd nor the network can run this way: control-plane,
-workers, network and helm. os, firewall, containerd and kubernetes need booted hosts (the
-nspawn testbed).
+workers, network and helm, and the kubernetes stage's CNI plugins and crictl (tag node-tools,
+test_node_tools_converge.py). os, firewall, containerd and the rest of kubernetes need booted hosts
+(the nspawn testbed).
 """
 
 from __future__ import annotations

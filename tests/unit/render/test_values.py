@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 import yaml
 
+from gpustack.config import pins
 from gpustack.config.model import Config
 from gpustack.config.semantics import cluster_problems as config_problems
 from gpustack.render.values import (
@@ -144,6 +145,11 @@ def test_standalone_exporter_values() -> None:
     mount = v["extraVolumeMounts"][0]
     assert mount["mountPath"] == "/etc/dcgm-exporter/" + mount["subPath"]
     assert v["extraConfigMapVolumes"][0]["configMap"]["items"][0]["path"] == mount["subPath"]
+    # the exporter image GPU Operator v26.7.0 ships, on the pinned chart (its repository stays the chart's)
+    assert v["image"] == {"tag": "4.6.0-4.8.3-distroless"} == {"tag": pins.DCGM_EXPORTER_IMAGE_TAG["4.8.2"]}
+    other = render_values(Config.model_validate({**VARIANTS["default"][0], "versions": {"dcgm_exporter": "4.9.0"}}),
+                          VARIANTS["default"][1])["dcgm-exporter"]  # fmt: skip
+    assert "image" not in other, "another chart keeps its own image"
 
 
 @pytest.mark.parametrize(
