@@ -89,7 +89,9 @@ def test_the_verdict_on_a_healthy_cluster_is_the_same_at_1_and_1000_nodes(
     started = time.monotonic()
     with (
         running_fleet(tmp_path / "one", 1, wait=False, release=prometheus_release) as small,
-        running_fleet(tmp_path / "thousand", 1000, timeout=180, release=prometheus_release) as large,  # both scrape
+        # both scrape; 1,000 replayed targets scraped twice took over 180 s with the other CI lanes beside them
+        # (2026-11-29: "timed out after 180s waiting for 8000 GPUs scraped twice"): a bound, not a figure
+        running_fleet(tmp_path / "thousand", 1000, timeout=600, release=prometheus_release) as large,
     ):
         small.wait_until_scraped(60)
         print(f"\nfleets of 1 and 1000 nodes scraped twice after {time.monotonic() - started:.1f} s")
