@@ -14,7 +14,14 @@
   "true"`` so the MIG manager stops it around a MIG change (gpu-operator v26.7.0 release notes, PR #2607; without
   it the exporter's DCGM holds the GPU and the change fails); ``--devices=f`` (dcgm-exporter pkg/cmd/app.go: every
   GPU, and every GPU instance of a MIG-enabled GPU); ``KUBERNETES_VIRTUAL_GPUS`` when GPUs are time-sliced, so each
-  pod sharing a GPU gets its own series (dcgm-exporter internal/pkg/transformation/kubernetes.go).
+  pod sharing a GPU gets its own series (dcgm-exporter internal/pkg/transformation/kubernetes.go), and with it
+  ``hostPID``: from 4.8.2 (tag 4.5.3-4.8.2, PR #594) the exporter adds per-pod, per-process GPU_UTIL and FB_USED
+  series beside the device's (``process_metrics.go``), finding each GPU process's pod in ``/proc/<pid>/cgroup``
+  (``pidmapper.go``), which it can only read in the host's PID namespace; without it every pod reads 0
+  (``buildIdlePodValues``). Keys: dcgm-exporter chart 4.8.2 ``hostPID`` (deployment/values.yaml,
+  templates/daemonset.yaml ``hostPID: {{ .Values.hostPID | default false }}``); gpu-operator v26.7.0
+  ``dcgmExporter.hostPID`` (templates/clusterpolicy.yaml; ClusterPolicy ``DCGMExporterSpec.HostPID``,
+  controllers/object_controls.go sets the DaemonSet's ``hostPID``).
 
 Nodes without ``gpu_sharing`` get no label; a node that leaves MIG is labelled ``all-disabled`` (the MIG manager
 then turns MIG off), a node that leaves time-slicing loses its device-plugin label (the cluster stage does both:
@@ -122,6 +129,7 @@ class ExporterSettings:
     deploy_client: bool  # nodeSelector nvidia.com/gpu.deploy.client: "true"
     devices: str  # --devices / DCGM_EXPORTER_DEVICES_STR ("" = the exporter's default)
     virtual_gpus: bool  # KUBERNETES_VIRTUAL_GPUS
+    host_pid: bool  # hostPID: the per-process series map a GPU process to its pod through /proc/<pid>/cgroup
 
 
 #: the first GPU Operator that labels GPU nodes nvidia.com/gpu.deploy.client=true and stops the DaemonSets that select
@@ -140,8 +148,9 @@ def _operator_at_least(version: str, want: tuple[int, int]) -> bool:
 def exporter_settings(cfg: Config) -> ExporterSettings:
     has_mig = bool(mig_nodes(cfg))
     client = has_mig and _operator_at_least(cfg.versions.gpu_operator, DEPLOY_CLIENT_SINCE)
-    return ExporterSettings(deploy_client=client, devices="f" if has_mig else "",
-                            virtual_gpus=any(plugin_key(cfg, s) for s in settings(cfg).values()))  # fmt: skip
+    virtual = any(plugin_key(cfg, s) for s in settings(cfg).values())
+    return ExporterSettings(deploy_client=client, devices="f" if has_mig else "", virtual_gpus=virtual,
+                            host_pid=virtual)  # fmt: skip
 
 
 @dataclass(frozen=True)

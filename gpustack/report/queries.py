@@ -87,11 +87,30 @@ def _reference(name: str) -> re.Pattern[str]:
     return re.compile(rf"(?<![\w:]){re.escape(name)}(?![\w:])")
 
 
+#: how a rule reads another rule of the group: only the sample recorded at this evaluation. A plain reference would
+#: see the last sample for 5 minutes after the series ended (the lookback delta) wherever no staleness marker ends
+#: it -- a backfill (``promtool tsdb create-blocks-from rules``), a Prometheus restart, a skipped evaluation -- and
+#: count a GPU measured, used or allocated for minutes it was not (issue 32, item 10; docs/report.md). 30 s: less
+#: than the group's 1 m interval, so never the previous evaluation's sample.
+FRESH_RANGE = "30s"
+
+
+def fresh(name: str) -> str:
+    """The form in which a rule reads rule ``name`` (``last_over_time(name[30s])``)."""
+    return f"last_over_time({name}[{FRESH_RANGE}])"
+
+
+def _fresh_reference(name: str) -> re.Pattern[str]:
+    return re.compile(rf"last_over_time\(\s*{re.escape(name)}\s*\[{FRESH_RANGE}\]\s*\)")
+
+
 def inline(expr: str, rule_set: tuple[RecordRule, ...] | None = None) -> str:
     """``expr`` with every reference to a recording rule of the group replaced by that rule's expression
     (recursively), so it evaluates against raw series only. A rule recorded under several label sets
     (the buckets) cannot be inlined; a reference with a selector or range (``rule{...}``, ``rule[5m]``) is
-    refused -- the rules file never writes one (test_report_queries.py keeps it so)."""
+    refused -- the rules file never writes one (test_report_queries.py keeps it so) -- except the form in which
+    rules read each other, :func:`fresh` (``last_over_time(rule[30s])``: the sample of this evaluation), which is
+    the rule's expression evaluated now."""
     table: dict[str, list[RecordRule]] = {}
     for rule in rule_set or rules():
         table.setdefault(rule.record, []).append(rule)
@@ -99,6 +118,10 @@ def inline(expr: str, rule_set: tuple[RecordRule, ...] | None = None) -> str:
     for _ in range(len(table) + 1):
         changed = False
         for name, defs in table.items():
+            replacement = f"({defs[0].expr})" if len(defs) == 1 else ""
+            if replacement and _fresh_reference(name).search(out):
+                out = _fresh_reference(name).sub(lambda _m: replacement, out)  # noqa: B023 -- used at once
+                changed = True
             pattern = _reference(name)
             match = pattern.search(out)
             if not match:
@@ -108,7 +131,6 @@ def inline(expr: str, rule_set: tuple[RecordRule, ...] | None = None) -> str:
             follow = out[match.end() : match.end() + 1]
             if follow in ("{", "["):
                 raise ValueError(f"cannot inline {name}{follow}...: write the selector inside the rule")
-            replacement = f"({defs[0].expr})"
             out = pattern.sub(lambda _m: replacement, out)  # noqa: B023 -- used at once, in this iteration
             changed = True
         if not changed:

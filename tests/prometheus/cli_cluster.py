@@ -47,8 +47,10 @@ class Kubelet:
         obj["status"] = {"phase": "Succeeded", "containerStatuses": [
             {"name": "main", "ready": False, "restartCount": 0,
              "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}]}  # fmt: skip
-        # agnhost connect prints nothing when it connected; nvidia-smi -L lists the GPU the pod got
-        self.api.set_log(VERIFY_NAMESPACE, meta["name"], "main", NVIDIA_SMI if role == "gpustack-cuda" else "")
+        # agnhost connect prints nothing when it connected; nvidia-smi -L lists the GPU the pod got (G18's pod on a
+        # time-sliced GPU sees one whole GPU, as the CUDA pod does)
+        gpu_pod = role in ("gpustack-cuda", "gpustack-shared")
+        self.api.set_log(VERIFY_NAMESPACE, meta["name"], "main", NVIDIA_SMI if gpu_pod else "")
 
 
 def run_cli(

@@ -50,6 +50,10 @@ class Node:
     mig: str = ""  # a GI profile (1g.10gb): every GPU at all-<profile>, mig.strategy mixed (docs/gpu-sharing.md)
     replicas: int = 1  # time-slicing: each GPU advertised ``replicas`` times
     device: str = "0x2330"  # PCI device id: whose MIG layouts (gpustack/config/mig.py; H100 80GB, H200 0x2335)
+    gaps: tuple[tuple[int, int], ...] = ()  # [start, end): dcgm-exporter down, no DCGM sample (no staleness marker)
+
+    def up(self, t: int) -> bool:
+        return not any(lo <= t < hi for lo, hi in self.gaps)
 
     def instances(self) -> int:
         """MIG instances per GPU (1 for a whole GPU): what all-<profile> makes on this GPU."""
@@ -253,6 +257,9 @@ def write_openmetrics(history: History, out: TextIO) -> int:
                 labels["vgpu"] = str(sum(1 for p in history.pods if p.node == node.name and p.name < pod.name))
         return labels
 
+    def dcgm(node: Node, labels: dict[str, str], points: Iterable[tuple[int, float]]) -> None:
+        w.series(labels, ((t, v) for t, v in points if node.up(t)))
+
     held: list[tuple[Node, int, Pod, float]] = []
     for pod in history.pods:
         node = nodes.get(pod.node)
@@ -270,16 +277,17 @@ def write_openmetrics(history: History, out: TextIO) -> int:
     w.family("DCGM_FI_DEV_GPU_UTIL")
     for node, gpu, pod, activity in held:
         lo, hi = max(pod.start, history.start), min(pod.end, end)
-        w.series(dcgm_labels(node, gpu, pod), ((t, util(activity, node.profiling)) for t in _grid(lo, hi)))
+        dcgm(node, dcgm_labels(node, gpu, pod), ((t, util(activity, node.profiling)) for t in _grid(lo, hi)))
     for node, gpu in free:
-        w.series(dcgm_labels(node, gpu, None), ((t, 0) for t in _grid(end - HOUR, end)))
+        dcgm(node, dcgm_labels(node, gpu, None), ((t, 0) for t in _grid(end - HOUR, end)))
 
     sharing = [n for n in history.nodes if n.exporter and (n.mig or n.replicas > 1)]
     if sharing:  # the GPUs and MIG instances DCGM reports (the usage rules' shares read them)
         w.family("DCGM_FI_DEV_GPU_TEMP")
         for node, gpu, pod, _ in held:
             if node.mig:
-                w.series(
+                dcgm(
+                    node,
                     dcgm_labels(node, gpu, pod),
                     ((t, 40) for t in _grid(max(pod.start, history.start), min(pod.end, end))),
                 )
@@ -289,13 +297,13 @@ def write_openmetrics(history: History, out: TextIO) -> int:
                 # one before and after (every instance, all the time)
                 spans = [(p.start, p.end) for n, g, p, _ in held if node.mig and n is node and g == gpu]
                 free_t = (t for t in _grid(history.start, end) if not any(lo <= t < hi for lo, hi in spans))
-                w.series(dcgm_labels(node, gpu, None), ((t, 40) for t in free_t))
+                dcgm(node, dcgm_labels(node, gpu, None), ((t, 40) for t in free_t))
 
     w.family("DCGM_FI_PROF_GR_ENGINE_ACTIVE")
     for node, gpu, pod, activity in held:
         if node.profiling:
             lo, hi = max(pod.start, history.start), min(pod.end, end)
-            w.series(dcgm_labels(node, gpu, pod), ((t, activity) for t in _grid(lo, hi)))
+            dcgm(node, dcgm_labels(node, gpu, pod), ((t, activity) for t in _grid(lo, hi)))
     w.close()
     return w.samples
 

@@ -44,6 +44,8 @@ from gpustack.config import mig as mig_table
 from gpustack.monitoring import gpu_models
 from gpustack.monitoring.counters import CounterFile
 
+from .replay_shared import shared_series
+
 SCENARIOS = (
     "healthy",
     "xid79",
@@ -122,6 +124,7 @@ class NodeSpec:
     replicas: int = 1  # time-slicing: allocatable = GPUs x replicas (kube-state-metrics)
     counters_without: tuple[str, ...] = ()  # fields this node's exporter does not emit
     model: str = MODEL  # its GPUs' model: the fields it lacks are left out (gpustack/monitoring/gpu_models.py)
+    shared: Mapping[int, tuple[PodRef, ...]] = field(default_factory=dict)  # time-sliced GPU -> pods (replay_shared)
 
 
 @dataclass(frozen=True)
@@ -173,6 +176,8 @@ class GpuState:
         self.busy = self.pod is not None and not self.pod.idle
         if spec.mig:  # the parent GPU works when a pod works on one of its instances
             self.busy = any(g == gpu and not p.idle for (g, _), p in spec.mig_pods.items())
+        if spec.shared.get(gpu):  # time-sliced: the GPU works when one of the pods sharing it does
+            self.busy = any(not p.idle for p in spec.shared[gpu])
         self.loaded = self.busy and self.pod is not None and self.pod.load
         self.hot = spec.scenario == "overheat" and gpu == 5
 
@@ -361,6 +366,12 @@ def render_dcgm(spec: NodeSpec, counters: CounterFile, t: float) -> str:
                 continue
             found = values[gpu][counter.name]
             for sample in found if isinstance(found, list) else [found]:
+                if spec.shared.get(gpu):  # dcgm-exporter 4.8.2 --kubernetes-virtual-gpus (replay_shared.py)
+                    for value, attrs in shared_series(counter.name, sample.value, sample.extra, spec.shared[gpu],
+                                                      lambda name: gpu_uuid(name, 0)[4:]):  # fmt: skip
+                        labels = {**gpu_labels(spec, gpu, label_fields), **attrs}
+                        lines.append(f"{counter.name}{{{_label_text(labels)}}} {_format(counter.name, value)}")
+                    continue
                 labels = {**gpu_labels(spec, gpu, label_fields), **_attributes(state.pod, sample.extra)}
                 lines.append(f"{counter.name}{{{_label_text(labels)}}} {_format(counter.name, sample.value)}")
     return "\n".join(lines) + "\n"
@@ -391,7 +402,7 @@ def _ksm_header(name: str) -> list[str]:
 
 def _gpus_per_pod(spec: NodeSpec) -> dict[PodRef, int]:
     counts: dict[PodRef, int] = {}
-    for pod in spec.pods.values():
+    for pod in [*spec.pods.values(), *(p for pods in spec.shared.values() for p in pods)]:
         counts[pod] = counts.get(pod, 0) + 1
     return counts
 

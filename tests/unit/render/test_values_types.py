@@ -143,6 +143,7 @@ CRD_SCHEMAS: dict[str, dict[str, Any]] = {
                 env={"type": "array", "items": obj(("name",), name=STRING, value=STRING)},
                 config=obj(name=STRING),
                 serviceMonitor=obj(enabled=BOOL, interval=STRING, honorLabels=BOOL),
+                hostPID=BOOL,
             ),
         )
     ),
