@@ -40,6 +40,7 @@ NON_CONFIG: dict[str, EnvVar] = {
         EnvVar(
             "GPUSTACK_CONNECT_TIMEOUT", "cli", "seconds a first connection to the Kubernetes API may take (default 5)"
         ),
+        EnvVar("GPUSTACK_SOURCE_TIMEOUT", "cli", "seconds each source of verify and doctor may take (default 30)"),
         EnvVar("GPUSTACK_IPTABLES", "host", "the iptables binary the host firewall script uses"),
         EnvVar("GPUSTACK_IPTABLES_RESTORE", "host", "the iptables-restore binary the host firewall script uses"),
         EnvVar("GPUSTACK_SKIP_SANDBOX", "tests", "skip the playbook sandbox converge tests on purpose"),

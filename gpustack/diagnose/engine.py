@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -23,6 +25,30 @@ if TYPE_CHECKING:
 OUTPUTS = ("table", "json", "junit")
 
 
+#: seconds each of verify's and doctor's sources (the Kubernetes API, Prometheus, Grafana, ...) may take
+SOURCE_TIMEOUT = 30.0
+SOURCE_TIMEOUT_VAR = "GPUSTACK_SOURCE_TIMEOUT"
+
+
+def source_timeout(environ: Mapping[str, str] | None = None) -> float:
+    """$GPUSTACK_SOURCE_TIMEOUT (seconds, at least 5, at most 3600), default :data:`SOURCE_TIMEOUT`: a source still
+    working then is reported as timed out (on a very large cluster Grafana's panel queries may need more); another
+    value is a ConfigError (exit 2) naming the variable."""
+    from gpustack.errors import ConfigError
+
+    raw = (os.environ if environ is None else environ).get(SOURCE_TIMEOUT_VAR, "").strip()
+    if not raw:
+        return SOURCE_TIMEOUT
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 5 <= value <= 3600:
+        raise ConfigError(f"environment variable {SOURCE_TIMEOUT_VAR}={raw!r}: must be seconds, at least 5 and at "
+                          "most 3600", hint=f"unset it for the default ({SOURCE_TIMEOUT:g} s)")  # fmt: skip
+    return value
+
+
 @dataclass(frozen=True)
 class DiagnoseOptions:
     command: str  # "verify" | "doctor"
@@ -35,7 +61,7 @@ class DiagnoseOptions:
     snapshot_out: Path | None = None
     workload: bool = True
     load: bool = False
-    timeout: float = 30.0
+    timeout: float = field(default_factory=lambda: source_timeout())  # per source (GPUSTACK_SOURCE_TIMEOUT)
     extra: dict[str, object] = field(default_factory=dict)
     fix: bool = False  # doctor --fix: offer the safe fixes for the failures, apply, check again
     assume_yes: bool = False  # --yes: apply without asking
