@@ -76,10 +76,14 @@ bed_lane() {
 bed_log=$(mktemp -t gpustack-testbed-XXXXXX.log)
 bed_lane "$@" >"$bed_log" 2>&1 &
 bed=$!
+#: a scale test that needs the machine to itself: run after the three lanes, not beside them
+ALONE=tests/prometheus/test_any_size.py
 real_lane() {
   local rc=0
   if "$PY" -m tests.realbin.gobuild prometheus; then
-    nice -n 10 "$PY" -m pytest tests/prometheus -o cache_dir=.pytest_cache/prometheus "$@" || rc=$?
+    # the 1,000-node scale test runs alone at the end (below): beside the other lanes its replayed exporters and
+    # Grafana's panel queries time out on 2 cores (2026-11-29: M03 targets down, R04 out of time)
+    nice -n 10 "$PY" -m pytest tests/prometheus --ignore="$ALONE" -o cache_dir=.pytest_cache/prometheus "$@" || rc=$?
   else
     rc=1
   fi
@@ -111,6 +115,14 @@ echo "== pytest tests/prometheus tests/controlplane (ran alongside)"
 cat "$real_log"
 echo "== pytest tests/testbed, then tests/unit/playbooks (ran alongside)"
 cat "$bed_log"
+alone_rc=0
+echo "== pytest $ALONE (alone, after the lanes)"
+if ((go_rc == 0)); then
+  "$PY" -m pytest "$ALONE" -o cache_dir=.pytest_cache/alone "$@" || alone_rc=$?
+else
+  alone_rc=1
+fi
+if ((alone_rc && !real_rc)); then real_rc=$alone_rc; fi
 echo "== pytest: tests/testbed and tests/unit/playbooks exit $bed_rc, the real-binary tests exit $real_rc, the rest exit $rest_rc"
 if ((bed_rc)); then exit "$bed_rc"; fi
 if ((real_rc)); then exit "$real_rc"; fi
