@@ -41,6 +41,12 @@ def add(
     config: ConfigOpt = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Ansible check mode: change nothing")] = False,
     no_verify: Annotated[bool, typer.Option("--no-verify", help="do not run `gpustack verify` afterwards")] = False,
+    no_approve: Annotated[
+        bool,
+        typer.Option(
+            "--no-approve", help="leave the new kubelets' serving-certificate requests (gpustack certs approve)"
+        ),
+    ] = False,
     ignore_preflight: Annotated[
         list[str] | None, typer.Option(metavar="ID,...", help="preflight check ids/names to downgrade to warnings")
     ] = None,
@@ -71,7 +77,9 @@ def add(
     flags = run_flags(
         dry_run=dry_run, verbose=verbose, accept_new_host_keys=accept_new_host_keys, ignore_preflight=ignore_preflight
     )
-    opts = AddOptions.from_flags(flags, nodes=tuple(split_csv(names)), bundle=bundle, bundle_listen=bundle_listen)
+    opts = AddOptions.from_flags(
+        flags, nodes=tuple(split_csv(names)), bundle=bundle, bundle_listen=bundle_listen, approve=not no_approve
+    )
     new = select_new(cfg, opts.nodes)
     console.print(f"[stage]node add[/stage] cluster {literal(cfg.cluster.name)}{' (dry run)' if dry_run else ''}:")
     for line in describe(cfg, new):

@@ -123,6 +123,8 @@ class AddOptions(RunFlags):
     #: an air-gapped bundle to install the new nodes from (as `up --bundle`), and where to serve it
     bundle: Path | None = None
     bundle_listen: str | None = None
+    #: the kubelet-certs stage approves the new kubelets' serving CSRs (``--no-approve``: left to `certs approve`)
+    approve: bool = True
 
 
 @dataclass
@@ -281,6 +283,12 @@ def _add(
         late.update(add_extravars(names, facts))
 
     run_opts = opts.run_options(PLAN.stages, extravars=late, stage_nodes=stage_nodes(names))
-    steps = {"kubelet-certs": kubelet_certs_step, "gpu-sharing": sharing_step(names)}
+
+    def certs(ctx: StepContext) -> list[StageSummary]:
+        if not opts.approve:
+            return [StageSummary("kubelet-certs", "not run", 0.0, note="--no-approve: gpustack certs approve")]
+        return kubelet_certs_step(ctx)
+
+    steps = {"kubelet-certs": certs, "gpu-sharing": sharing_step(names)}
     result = run(PLAN, cfg, run_opts, console, steps=steps, after_preflight=guard)
     return AddResult(result.run_dir, result.summaries, names)

@@ -76,7 +76,8 @@ def test_node_add_changes_only_the_new_host_and_node_remove_checks_budgets_first
 
     # node add: a node not in the config is a usage error; a dry run changes nothing
     assert run_gpustack(both, state, "node", "add", "nd9", "--yes").rc == 2
-    added = run_gpustack(both, state, "node", "add", "nd2", "--yes", "--no-verify")
+    # --no-approve: the bed has no API server to approve the new kubelet's certificate requests through
+    added = run_gpustack(both, state, "node", "add", "nd2", "--yes", "--no-verify", "--no-approve")
     assert added.rc == 0, added.output
     run = added.last_run_dir()
     assert json.loads((run / "run.json").read_text())["result"] == "ok"
