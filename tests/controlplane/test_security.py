@@ -266,7 +266,7 @@ def test_doctor_security_layer_judges_the_real_kubeadm_manifests(hardened: Contr
     assert report["exit"] == 0 and report["summary"]["fail"] == 0, checks
     assert {(c["id"], c["status"]) for c in checks if c["status"] != "pass"} == {(c, "warn") for c in LEFT}
     passed = {c["id"]: c["summary"] for c in checks if c["status"] == "pass"}
-    assert len(passed) == 38
+    assert len(passed) == 39  # 1.2.5 too: the kubelets serve CA-signed certificates (serverTLSBootstrap)
     assert passed["S1.2.15-apiserver-profiling"] == "CIS 1.2.15: --profiling=false"
     assert passed["S1.2.27-apiserver-encryption-provider-config"] == (
         "CIS 1.2.27: --encryption-provider-config=/etc/kubernetes/enc/encryption-config.yaml"
