@@ -58,7 +58,9 @@ def unfinished(record: Mapping[str, Any] | None) -> bool:
 def verify(path: Path) -> dict[str, Any]:
     """The snapshot's size and whole sha256, after the check ``etcdutl snapshot restore`` makes: its last 32 bytes
     are the sha256 of the rest (etcd ``server/etcdserver/api/v3rpc/maintenance.go``; ``etcdutl/snapshot``:
-    ``hasHash := size % 512 == sha256.Size``). SnapshotRefused otherwise."""
+    ``hasHash := size % 512 == sha256.Size``). SnapshotRefused otherwise. The hosts run the same check in
+    playbooks/module_utils/gpustack_etcd.py ``verify_snapshot`` (host-side code ships to the hosts on its own and
+    gpustack imports none of it); tests/unit/playbooks/test_etcd_snapshot_utils.py holds the two to one answer."""
     try:
         size = path.stat().st_size
     except OSError as exc:

@@ -191,3 +191,26 @@ def test_quorum_is_judged_from_etcds_own_health(
         assert problems == []
     else:
         assert len(problems) == 1 and problem in problems[0]
+
+
+@pytest.mark.parametrize("damage", ["none", "flipped", "truncated"])
+def test_this_machines_check_and_the_hosts_give_one_answer(etcd: ModuleType, tmp_path: Path, damage: str) -> None:
+    """gpustack/cluster/etcd_restore.py ``verify`` (before a restore, on this machine) and the hosts'
+    ``verify_snapshot`` are twins across the host boundary: the same sizes and hashes, the same refusals."""
+    from gpustack.cluster.etcd_restore import SnapshotRefused, verify
+
+    data = bytearray(snapshot_bytes(os.urandom(2048)))
+    if damage == "flipped":
+        data[10] ^= 0xFF
+    elif damage == "truncated":
+        del data[-100:]
+    path = tmp_path / "s.db"
+    path.write_bytes(bytes(data))
+    if damage == "none":
+        assert verify(path) == etcd.verify_snapshot(str(path))
+        return
+    with pytest.raises(SnapshotRefused) as mine:
+        verify(path)
+    with pytest.raises(etcd.SnapshotError) as hosts:
+        etcd.verify_snapshot(str(path))
+    assert str(mine.value) == str(hosts.value)
