@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
 import typer
 
 from gpustack.cli.options import (
@@ -11,6 +9,8 @@ from gpustack.cli.options import (
     ConfigOpt,
     ContextOpt,
     DetailOpt,
+    DryRunOpt,
+    IgnorePreflightOpt,
     KubeconfigOpt,
     VerboseOpt,
     YesOpt,
@@ -34,10 +34,8 @@ certs_app = typer.Typer(
 )
 def renew(
     config: ConfigOpt = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Ansible check mode: change nothing")] = False,
-    ignore_preflight: Annotated[
-        list[str] | None, typer.Option(metavar="ID,...", help="preflight check ids/names to downgrade to warnings")
-    ] = None,
+    dry_run: DryRunOpt = False,
+    ignore_preflight: IgnorePreflightOpt = None,
     yes: YesOpt = False,
     accept_new_host_keys: AcceptKeysOpt = False,
     verbose: VerboseOpt = 0,

@@ -12,6 +12,7 @@ import typer
 from gpustack.cli.options import (
     AcceptKeysOpt,
     ConfigOpt,
+    DryRunOpt,
     VerboseOpt,
     YesOpt,
     confirm_or_refuse,
@@ -32,7 +33,7 @@ etcd_app = typer.Typer(help="etcd snapshots: take a verified one now, or restore
 )
 def snapshot(
     config: ConfigOpt = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Ansible check mode: change nothing")] = False,
+    dry_run: DryRunOpt = False,
     accept_new_host_keys: AcceptKeysOpt = False,
     verbose: VerboseOpt = 0,
 ) -> None:
@@ -67,7 +68,7 @@ def restore(
         ),
     ] = None,
     config: ConfigOpt = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Ansible check mode: change nothing")] = False,
+    dry_run: DryRunOpt = False,
     yes: YesOpt = False,
     accept_new_host_keys: AcceptKeysOpt = False,
     verbose: VerboseOpt = 0,

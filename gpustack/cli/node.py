@@ -11,6 +11,8 @@ import typer
 from gpustack.cli.options import (
     AcceptKeysOpt,
     ConfigOpt,
+    DryRunOpt,
+    IgnorePreflightOpt,
     VerboseOpt,
     YesOpt,
     confirm_or_refuse,
@@ -39,7 +41,7 @@ NamesArg = Annotated[
 def add(
     names: NamesArg,
     config: ConfigOpt = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Ansible check mode: change nothing")] = False,
+    dry_run: DryRunOpt = False,
     no_verify: Annotated[bool, typer.Option("--no-verify", help="do not run `gpustack verify` afterwards")] = False,
     no_approve: Annotated[
         bool,
@@ -47,9 +49,7 @@ def add(
             "--no-approve", help="leave the new kubelets' serving-certificate requests (gpustack certs approve)"
         ),
     ] = False,
-    ignore_preflight: Annotated[
-        list[str] | None, typer.Option(metavar="ID,...", help="preflight check ids/names to downgrade to warnings")
-    ] = None,
+    ignore_preflight: IgnorePreflightOpt = None,
     yes: YesOpt = False,
     accept_new_host_keys: AcceptKeysOpt = False,
     bundle: Annotated[

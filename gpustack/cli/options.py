@@ -62,6 +62,11 @@ DetailOpt = Annotated[
     int, typer.Option("--verbose", "-v", count=True, show_default=False, help="more output (every step and request)")
 ]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="do not ask for confirmation")]
+#: the commands that run Ansible stages: their check mode, and the preflight checks they may downgrade
+DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Ansible check mode: change nothing")]
+IgnorePreflightOpt = Annotated[
+    list[str] | None, typer.Option(metavar="ID,...", help="preflight check ids/names to downgrade to warnings")
+]
 AcceptKeysOpt = Annotated[
     bool, typer.Option("--accept-new-host-keys", help="trust and record SSH host keys seen for the first time")
 ]

@@ -9,6 +9,7 @@ import typer
 from gpustack.cli.options import (
     AcceptKeysOpt,
     ConfigOpt,
+    DryRunOpt,
     VerboseOpt,
     YesOpt,
     confirm_or_refuse,
@@ -47,7 +48,7 @@ def reset(
         bool,
         typer.Option("--no-snapshot", help="no etcd snapshot first (an etcd that no longer answers)"),
     ] = False,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Ansible check mode: change nothing")] = False,
+    dry_run: DryRunOpt = False,
     yes: YesOpt = False,
     accept_new_host_keys: AcceptKeysOpt = False,
     verbose: VerboseOpt = 0,

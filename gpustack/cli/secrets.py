@@ -3,13 +3,13 @@ runs it."""
 
 from __future__ import annotations
 
-from typing import Annotated
-
 import typer
 
 from gpustack.cli.options import (
     AcceptKeysOpt,
     ConfigOpt,
+    DryRunOpt,
+    IgnorePreflightOpt,
     VerboseOpt,
     YesOpt,
     confirm_or_refuse,
@@ -30,10 +30,8 @@ secrets_app = typer.Typer(help="The cluster's Secret encryption at rest.", no_ar
 )
 def rotate_key(
     config: ConfigOpt = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Ansible check mode: change nothing")] = False,
-    ignore_preflight: Annotated[
-        list[str] | None, typer.Option(metavar="ID,...", help="preflight check ids/names to downgrade to warnings")
-    ] = None,
+    dry_run: DryRunOpt = False,
+    ignore_preflight: IgnorePreflightOpt = None,
     yes: YesOpt = False,
     accept_new_host_keys: AcceptKeysOpt = False,
     verbose: VerboseOpt = 0,

@@ -10,6 +10,7 @@ import typer
 from gpustack.cli.options import (
     AcceptKeysOpt,
     ConfigOpt,
+    IgnorePreflightOpt,
     VerboseOpt,
     YesOpt,
     confirm_or_refuse,
@@ -52,9 +53,7 @@ def upgrade(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="check the skew policy and run Ansible in check mode: change nothing")
     ] = False,
-    ignore_preflight: Annotated[
-        list[str] | None, typer.Option(metavar="ID,...", help="preflight check ids/names to downgrade to warnings")
-    ] = None,
+    ignore_preflight: IgnorePreflightOpt = None,
     no_snapshot: Annotated[
         bool, typer.Option("--no-snapshot", help="no etcd snapshot first (an etcd that no longer answers)")
     ] = False,
