@@ -21,7 +21,7 @@ from pathlib import Path
 from gpustack.report.queries import RecordRule, _reference, rules
 
 from .harness import PrometheusServer
-from .history import MINUTE, _chunks, _Writer, import_openmetrics
+from .history import MINUTE, Series, _Writer, import_openmetrics, rule_series
 
 
 def levels(rule_set: tuple[RecordRule, ...] | None = None) -> list[list[RecordRule]]:
@@ -47,14 +47,9 @@ def chained_backfill(server: PrometheusServer, start: int, end: int, workdir: Pa
             names = list(dict.fromkeys(r.record for r in group))
             for name in names:
                 w.family(name)
-                series: dict[tuple[tuple[str, str], ...], list[tuple[int, float]]] = {}
+                series: Series = {}
                 for rule in (r for r in group if r.record == name):
-                    for lo, hi in _chunks(start, end, step):
-                        params = {"query": rule.expr, "start": str(lo), "end": str(hi), "step": f"{step}s"}
-                        for row in server.api("query_range", params, timeout=600)["result"]:
-                            labels = {k: v for k, v in row["metric"].items() if k != "__name__"} | dict(rule.labels)
-                            key = tuple(sorted(labels.items()))
-                            series.setdefault(key, []).extend((int(t), float(v)) for t, v in row["values"])
+                    rule_series(server, rule.expr, dict(rule.labels), start, end, step, series)
                 for key, points in series.items():
                     w.series(dict(key), points)
             w.close()

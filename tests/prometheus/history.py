@@ -326,6 +326,20 @@ def import_openmetrics(text_file: Path, data_dir: Path, timeout: float = 600, re
 # --- recording rules -------------------------------------------------------------------------------------
 
 
+#: labels (sorted pairs) -> samples: a recording rule's output series as a backfill writes them
+Series = dict[tuple[tuple[str, str], ...], list[tuple[int, float]]]
+
+
+def rule_series(server: Any, expr: str, extra: dict[str, str], start: int, end: int, step: int, into: Series) -> None:
+    """Evaluate ``expr`` over [start, end] every ``step`` seconds (in range-query chunks) into ``into``, each
+    series labelled as the rule records it (``__name__`` dropped, the rule's own labels added)."""
+    for lo, hi in _chunks(start, end, step):
+        params = {"query": expr, "start": str(lo), "end": str(hi), "step": f"{step}s"}
+        for row in server.api("query_range", params, timeout=600)["result"]:
+            labels = {k: v for k, v in row["metric"].items() if k != "__name__"} | extra
+            into.setdefault(tuple(sorted(labels.items())), []).extend((int(t), float(v)) for t, v in row["values"])
+
+
 def _chunks(start: int, end: int, step: int, max_points: int = 10_000) -> Iterator[tuple[int, int]]:
     span = step * (max_points - 1)
     lo = start
@@ -352,13 +366,8 @@ def backfill_rules(server: PrometheusServer, start: int, end: int, workdir: Path
             w.family(name)
             for rule in defs:
                 expr = inline(rule.expr)
-                series: dict[tuple[tuple[str, str], ...], list[tuple[int, float]]] = {}
-                for lo, hi in _chunks(start, end, step):
-                    params = {"query": expr, "start": str(lo), "end": str(hi), "step": f"{step}s"}
-                    for row in server.api("query_range", params, timeout=600)["result"]:
-                        labels = {k: v for k, v in row["metric"].items() if k != "__name__"} | dict(rule.labels)
-                        key = tuple(sorted(labels.items()))
-                        series.setdefault(key, []).extend((int(t), float(v)) for t, v in row["values"])
+                series: Series = {}
+                rule_series(server, expr, dict(rule.labels), start, end, step, series)
                 for key, points in series.items():
                     w.series(dict(key), points)
         w.close()
