@@ -142,6 +142,17 @@ def _networks(cfg: Config) -> list[Problem]:
         )
     if pod.prefixlen > 24:
         out.append(Problem(("cluster", "pod_cidr"), "pod CIDR must be /24 or larger (each node takes a /24)"))
+    elif len(cfg.nodes) > (room := 2 ** (24 - pod.prefixlen)):
+        # kube-controller-manager gives each node a /24 (--node-cidr-mask-size, 24 for IPv4: kubernetes
+        # cmd/kube-controller-manager/app/core.go); a node past the last one gets no podCIDR and no pod network
+        wide = 24 - (len(cfg.nodes) - 1).bit_length()
+        out.append(
+            Problem(
+                ("cluster", "pod_cidr"),
+                f"pod CIDR {pod} holds {room} nodes (a /24 each) and the config has {len(cfg.nodes)}: "
+                f"use a /{wide} or larger",
+            )
+        )
     return out
 
 

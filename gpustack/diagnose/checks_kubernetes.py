@@ -41,6 +41,7 @@ from gpustack.diagnose.objects import (
     ref,
     restarts,
 )
+from gpustack.diagnose.pod_cidr_room import used_up
 from gpustack.diagnose.pod_queue import largest_allocatable, never_fits, queue_state
 from gpustack.diagnose.registry import register
 from gpustack.diagnose.snapshot import Snapshot
@@ -199,7 +200,12 @@ def pod_network(snap: Snapshot) -> list[Finding]:
     out = []
     nodes = items(snap, "Node")
     no_cidr = [name_of(n) for n in nodes if not as_dict(n.get("spec")).get("podCIDR")]
-    if no_cidr:
+    if no_cidr and (full := used_up(snap, len(nodes) - len(no_cidr))):
+        out.append(finding("K04-pod-network", "fail", f"no pod CIDR assigned to {listed(no_cidr)}", evidence=full,
+                           fix="the cluster CIDR cannot be widened in place: build the cluster with a larger "
+                               "cluster.pod_cidr (each node takes a /24: a /14 holds 1,024 nodes), or remove the "
+                               "nodes that have none (gpustack node remove NODE)"))  # fmt: skip
+    elif no_cidr:
         out.append(finding("K04-pod-network", "fail", f"no pod CIDR assigned to {listed(no_cidr)}",
                            evidence="spec.podCIDR is empty: the controller-manager allocates node CIDRs only with "
                                     "--allocate-node-cidrs=true and a --cluster-cidr (kubeadm: networking.podSubnet)",

@@ -22,6 +22,7 @@ from typing import Any
 
 from gpustack.checks.model import Finding
 from gpustack.diagnose import cis
+from gpustack.diagnose.objects import as_dict, as_list
 from gpustack.diagnose.registry import CheckFn, register
 from gpustack.diagnose.snapshot import Obj, Snapshot
 
@@ -41,21 +42,21 @@ _LAST: list[tuple[list[Obj], int, Index]] = []
 
 def _index(snap: Snapshot) -> Index:
     """Component -> control-plane node -> its command line (its container's command and args; None when empty)."""
-    pods = snap.items("Pod")
+    pods = as_list(snap.items("Pod"))
     if _LAST and _LAST[0][0] is pods and _LAST[0][1] == len(pods):
         return _LAST[0][2]
     out: Index = {}
-    for pod in pods:
-        md: Obj = pod.get("metadata") or {}
+    for pod in pods:  # a saved or hand-edited snapshot may hold anything: only mappings are read
+        md = as_dict(as_dict(pod).get("metadata"))
         if md.get("namespace") != "kube-system":
             continue
-        component = (md.get("labels") or {}).get("component")
-        if component not in cis.COMPONENTS:
+        component = as_dict(md.get("labels")).get("component")
+        if not isinstance(component, str) or component not in cis.COMPONENTS:
             continue
-        spec: Obj = pod.get("spec") or {}
-        containers = [c for c in spec.get("containers") or [] if isinstance(c, Mapping)]
+        spec = as_dict(as_dict(pod).get("spec"))
+        containers = [c for c in as_list(spec.get("containers")) if isinstance(c, Mapping)]
         mine = next((c for c in containers if c.get("name") == component), containers[0] if containers else {})
-        argv = [str(a) for a in [*(mine.get("command") or []), *(mine.get("args") or [])]]
+        argv = [str(a) for a in [*as_list(mine.get("command")), *as_list(mine.get("args"))]]
         out.setdefault(str(component), {})[str(spec.get("nodeName") or md.get("name") or "?")] = argv or None
     _LAST[:] = [(pods, len(pods), out)]
     return out

@@ -189,11 +189,12 @@ RELAXED = {"encryption_at_rest": False, "audit": {"enabled": False},
            "pod_security": {"enforce": "privileged", "warn": "privileged", "audit": "privileged"}}  # fmt: skip
 
 
-def gpustack_config(*, hardened: bool = False) -> Config:
+def gpustack_config(*, hardened: bool = False, pod_cidr: str | None = None) -> Config:
     """The one-node cluster gpustack.yaml describes, as the fixture renders its kubeadm configuration (``hardened``:
-    gpustack's default ``security:``, else :data:`RELAXED`)."""
+    gpustack's default ``security:``, else :data:`RELAXED`; ``pod_cidr``: ``cluster.pod_cidr``, else its default)."""
     nodes = [{"name": NODE, "address": kp.ADVERTISE, "role": "control-plane"}]
-    return Config.model_validate({"nodes": nodes, **({} if hardened else {"security": RELAXED})})
+    cluster = {"cluster": {"pod_cidr": pod_cidr}} if pod_cidr else {}
+    return Config.model_validate({"nodes": nodes, **cluster, **({} if hardened else {"security": RELAXED})})
 
 
 def write_security_files(cfg: Config, pki: Path) -> None:

@@ -22,6 +22,7 @@ from gpustack.constants import GPU_NAMESPACE, GRAFANA_ADMIN_SECRET, GRAFANA_SERV
 from gpustack.monitoring.rules import prometheus_rule
 from gpustack.render.manifests import EXPORTER_TARGETS, service_monitor
 from tests.fakes.kube_api import FakeKubeAPI
+from tests.fakes.pod_cidrs import pod_cidr_spec
 from tests.fakes.sharing_scenarios import SHARING_FAILURES
 
 Obj = dict[str, Any]
@@ -115,8 +116,7 @@ def _node(i: int, total: int) -> Obj:
         "kind": "Node",
         "metadata": {"name": name, "labels": labels},
         "spec": {
-            "podCIDR": f"10.244.{i}.0/24",
-            "podCIDRs": [f"10.244.{i}.0/24"],
+            **pod_cidr_spec(i),
             **({"taints": [dict(CP_TAINT)]} if i == 0 and total > 1 else {}),
         },
         "status": {
