@@ -180,6 +180,10 @@ def rows(result: Drift) -> list[list[str]]:
 
 def _args(pairs: Any, component: str, want: Mapping[str, str]) -> list[dict[str, str]]:
     """A v1beta4 ``extraArgs`` list with the managed names replaced by ``want``, every other entry kept in order."""
+    if isinstance(pairs, Mapping):  # v1beta3's map: kubeadm 1.34+ stores v1beta4 (name/value pairs)
+        raise ValueError(
+            "the ClusterConfiguration's extraArgs are a map (kubeadm v1beta3): not a kubeadm 1.34+ cluster"
+        )
     kept = [a for a in pairs or [] if isinstance(a, Mapping) and a.get("name") not in MANAGED[component]]
     return [dict(a) for a in kept] + [{"name": k, "value": v} for k, v in want.items()]
 

@@ -124,6 +124,8 @@ def detect(cfg: Config, kube: Kube, root: Path | None = None, *, record: bool = 
 
 
 def upload_config(cfg: Config, kube: Kube) -> StageSummary:
+    import yaml
+
     from gpustack.cluster.security_apply import merged_cluster_configuration
     from gpustack.errors import StageError
 
@@ -134,8 +136,11 @@ def upload_config(cfg: Config, kube: Kube) -> StageSummary:
     if not text:
         raise StageError("kube-system/kubeadm-config holds no ClusterConfiguration: not a kubeadm cluster",
                          stage="upload-config")  # fmt: skip
-    merged = merged_cluster_configuration(text, cfg)
-    if merged == text:
+    try:
+        merged = merged_cluster_configuration(text, cfg)
+    except ValueError as exc:
+        raise StageError(f"kube-system/kubeadm-config: {exc}", stage="upload-config") from None
+    if yaml.safe_load(merged) == yaml.safe_load(text):  # kubeadm's own formatting is not a change
         return StageSummary("upload-config", "ok", time.monotonic() - t0, note="unchanged")
     # a JSON merge patch of the one key, with the resourceVersion read as its precondition: a change made meanwhile
     # (kubeadm upgrade apply, someone's edit) is a 409, never overwritten

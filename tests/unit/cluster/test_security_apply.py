@@ -132,6 +132,9 @@ def test_the_uploaded_configuration_replaces_only_what_security_renders() -> Non
 def test_not_a_cluster_configuration_is_refused() -> None:
     with pytest.raises(ValueError, match="not a kubeadm ClusterConfiguration"):
         sa.merged_cluster_configuration("kind: InitConfiguration\n", cfg())
+    v1beta3 = "kind: ClusterConfiguration\napiServer:\n  extraArgs:\n    profiling: 'true'\n"
+    with pytest.raises(ValueError, match="kubeadm v1beta3"):
+        sa.merged_cluster_configuration(v1beta3, cfg())
 
 
 def test_the_rewrite_record_is_private_and_cleared(tmp_path: Any) -> None:
