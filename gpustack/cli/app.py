@@ -31,6 +31,7 @@ from gpustack.cli import (
     render,
     reset,
     secrets,
+    security,
     status,
     up,
     upgrade,
@@ -88,7 +89,7 @@ _help_as_users_read_it()
 
 #: The commands in the order a user needs them (`gpustack --help`): set up, prove, operate, then the rest.
 ORDER = (
-    "init", "plan", "up", "verify", "doctor", "status", "node", "upgrade", "certs", "secrets", "etcd", "reset", "diag", "health", "report",
+    "init", "plan", "up", "verify", "doctor", "status", "node", "upgrade", "certs", "secrets", "security", "etcd", "reset", "diag", "health", "report",
     "bundle", "render", "version", "grafana-password",
 )  # fmt: skip
 
@@ -150,6 +151,7 @@ app.command("upgrade", short_help="Kubernetes one minor up, or the Helm componen
 )
 app.add_typer(certs.certs_app, name="certs", short_help="Renew the control planes' kubeadm certificates")
 app.add_typer(secrets.secrets_app, name="secrets", short_help="Rotate the Secret encryption key")
+app.add_typer(security.security_app, name="security", short_help="Bring changed security: settings to the cluster")
 app.add_typer(etcd.etcd_app, name="etcd", short_help="etcd snapshots: take one now, restore one")
 app.command("reset", short_help="Tear the cluster (or some nodes) down", epilog=reset.EXAMPLES)(reset.reset)
 app.command("diag", short_help="NVIDIA DCGM diagnostics on the GPU nodes", epilog=diag_cmd.EXAMPLES)(diag_cmd.diag)

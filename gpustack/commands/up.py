@@ -38,6 +38,7 @@ STAGES: tuple[Stage, ...] = (
         "iptables chain GPUSTACK-INPUT with one jump from INPUT (nodes, pod CIDR, firewall.admin_cidrs -> API, kubelet, "
         "VXLAN; etcd, API, kubelet, 10257, 10259 dropped for anyone else) and GPUSTACK-PREROUTING (mangle) with one jump "
         "from PREROUTING (NodePorts from nodes, pods and firewall.admin_cidrs only, before kube-proxy's DNAT), "
+        "the same GPUSTACK-INPUT in ip6tables on hosts with IPv6, "
         "gpustack-firewall.service to persist them; firewalld zone 'gpustack' when firewalld runs",
     ),
     Stage(

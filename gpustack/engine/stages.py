@@ -80,7 +80,7 @@ def stage_hosts(
 
 #: the playbooks that write the control planes' EncryptionConfiguration (the control_plane role): they make the
 #: cluster's key on its first run; every other playbook gets the keys there are, if any
-KEYED_PLAYBOOKS = frozenset({"site.yml", "node-add.yml"})
+KEYED_PLAYBOOKS = frozenset({"site.yml", "node-add.yml", "security-apply.yml"})
 
 
 def run_playbook(

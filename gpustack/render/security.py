@@ -234,7 +234,11 @@ def kubeadm_security(cfg: Config) -> KubeadmSecurity:
 
 
 #: what ``plan up`` says of a cluster that already runs (kubeadm reads its configuration only at init and join)
-EXISTING = "unchanged: kubeadm reads this only at init and join, up does not re-apply it yet (docs/configuration.md)"
+EXISTING = (
+    "unchanged by up (kubeadm reads it at init and join): `gpustack security apply` brings it (docs/lifecycle.md)"
+)
+#: the kubelet's settings: in the kubelet-config ConfigMap and each node's /var/lib/kubelet/config.yaml
+EXISTING_KUBELET = "unchanged: the kubelet's configuration is written at init and join only; not applied yet"
 
 
 def plan_rows(cfg: Config) -> list[list[str]]:
@@ -244,7 +248,7 @@ def plan_rows(cfg: Config) -> list[list[str]]:
     rows = [
         ["encryption_at_rest", onoff[sec.encryption_at_rest] + (" (secretbox)" if sec.encryption_at_rest else ""),
          f"{ENCRYPTION_CONFIG} (0600), key kept in the state directory",
-         EXISTING + "; once applied, every Secret must be rewritten to be encrypted"],
+         EXISTING + "; turning it on rewrites every Secret; turning it off is refused"],
         ["audit", onoff[sec.audit.enabled] + (f" ({sec.audit.max_age}d, {sec.audit.max_backup} files, {sec.audit.max_size} MB)"
                                               if sec.audit.enabled else ""),
          f"{AUDIT_POLICY}, log in {AUDIT_LOG_DIR}" if sec.audit.enabled else "no audit log", EXISTING],
@@ -253,9 +257,9 @@ def plan_rows(cfg: Config) -> list[list[str]]:
         ["profiling", onoff[sec.profiling], "API server, controller-manager, scheduler flag",
          EXISTING],
         ["tls_cipher_suites", f"{len(sec.tls_cipher_suites)} suites" if sec.tls_cipher_suites else "Go's defaults",
-         "API server flag, kubelet configuration", EXISTING],
+         "API server flag, kubelet configuration", EXISTING + " (the API server's); " + EXISTING_KUBELET],
         ["protect_kernel_defaults", onoff[sec.protect_kernel_defaults],
          "kubelet configuration" + (", kernel settings by os_prep" if sec.protect_kernel_defaults else ""),
-         EXISTING],
+         EXISTING_KUBELET],
     ]  # fmt: skip
     return rows

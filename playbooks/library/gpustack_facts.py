@@ -23,6 +23,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 
 from ansible.module_utils.gpustack_certs import collect_certificates
+from ansible.module_utils.gpustack_cis_files import collect_cis_files
 from ansible.module_utils.gpustack_etcd import collect_etcd
 from ansible.module_utils.gpustack_host_parsers import (
     SEARCH_PATH,
@@ -447,6 +448,7 @@ def collect(probe_sudo: bool, peers: list[str], peer_port: int, peer_timeout: fl
         "firewall": collect_firewall(),
         "certificates": collect_certificates(_run_full, _which, os.path.exists),
         "etcd": collect_etcd(_run_full, os.path.exists, _which("crictl") or "crictl"),
+        "cis_files": collect_cis_files(),
         "nvidia_dev_char_symlinks": derive_dev_char_symlinks(
             driver_loaded, collect_dev_char_links() if driver_loaded else {}
         ),

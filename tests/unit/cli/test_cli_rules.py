@@ -36,6 +36,7 @@ RUN_ANSIBLE = {
     ("etcd", "restore"),
     ("certs", "renew"),
     ("secrets", "rotate-key"),
+    ("security", "apply"),
 }
 #: Typer's internal type names, which must never reach a user
 INTERNAL = re.compile(r"<(str|path|int|float|bool|list\[[^>]*\]|int range|float range|datetime|uuid)>")

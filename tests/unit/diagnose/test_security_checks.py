@@ -112,7 +112,9 @@ def snapshot(cfg: Config | None = None, *, change: dict[str, dict[str, str | Non
 
 
 def findings(snap: Snapshot) -> list[Any]:
-    return registry.run(registry.select("doctor", layers=["security"]), snap)
+    """The flag checks' findings (the layer's file checks read host facts: tests/unit/diagnose/test_security_files.py)."""
+    flags = {r.check_id for r in cis.RULES} | {"S2.7-etcd-unique-ca"}
+    return registry.run([s for s in registry.select("doctor", layers=["security"]) if s.id in flags], snap)
 
 
 def not_passing(snap: Snapshot) -> set[tuple[str, str, str | None]]:
@@ -120,9 +122,12 @@ def not_passing(snap: Snapshot) -> set[tuple[str, str, str | None]]:
 
 
 def test_every_rule_is_a_registered_doctor_check_of_the_security_layer() -> None:
+    from gpustack.diagnose.checks_security_files import RULES as FILE_RULES
+
     specs = {s.id: s for s in registry.select("doctor", layers=["security"])}
-    assert set(specs) == {r.check_id for r in cis.RULES} | {"S2.7-etcd-unique-ca"}
-    assert len(specs) == 40 and all(s.needs == ("Pod",) for s in specs.values())
+    files = {r.check_id for r in FILE_RULES}
+    assert set(specs) - files == {r.check_id for r in cis.RULES} | {"S2.7-etcd-unique-ca"}
+    assert len(specs) == 40 + len(files) and all(s.needs == ("Pod",) for s in specs.values() if s.id not in files)
     assert (
         specs["S1.2.15-apiserver-profiling"].title == "CIS 1.2.15: Ensure that the --profiling argument is set to false"
     )

@@ -78,7 +78,14 @@ def etcd_utils() -> ModuleType:
 
 
 @pytest.fixture(scope="session")
+def cis_files_utils() -> ModuleType:
+    """playbooks/module_utils/gpustack_cis_files.py (the CIS file checks' modes and owners)."""
+    return load_path("ansible.module_utils.gpustack_cis_files", PLAYBOOKS / "module_utils" / "gpustack_cis_files.py")
+
+
+@pytest.fixture(scope="session")
 def facts_module(
+    cis_files_utils: ModuleType,
     certs_utils: ModuleType,
     etcd_utils: ModuleType,
     toml_utils: ModuleType,

@@ -26,6 +26,9 @@ VARS = {
     "gpustack_api_service_ip": "10.96.0.1",
     "gpustack_virtual_ip": "",
     "firewall_ipv4_node_addresses": ["192.0.2.2", "192.0.2.3"],
+    # a worker that also has an IPv6 address in gpustack.yaml's node list (a node listed by it)
+    "firewall_ipv6_node_addresses": ["2001:db8::3"],
+    "firewall_ipv6_etcd_peers": [],
     "firewall_node_tcp_ports": ["6443", "10250", "10257", "10259"],
     "firewall_etcd_tcp_ports": "2379:2380",
     # this node is a control plane; 192.0.2.3 is a worker: etcd is open to 192.0.2.2 only
@@ -44,6 +47,9 @@ VARS = {
 EXPECTED_RULES = 1 + 1 + 3 + 2 * 5 + 1 + 2 + 1 + 2 + 1
 # loopback + not-new + not-local + 2 nodes + pods + 1 admin network + 1 open port + tcp and udp DROP + RETURN
 EXPECTED_NODEPORT_RULES = 3 + 2 + 1 + 1 + 1 + 2 + 1
+# IPv6: established + loopback + 1 node x (4 tcp + tcp and udp NodePorts) + 1 open port + closed + NodePorts tcp
+# and udp DROP + RETURN (no etcd peer: the control plane has no IPv6 address; no admin network: IPv4 only)
+EXPECTED_IPV6_RULES = 1 + 1 + 6 + 1 + 1 + 2 + 1
 
 
 def render(**overrides: object) -> str:
@@ -58,7 +64,8 @@ def _can_unshare() -> bool:
     return subprocess.run(["unshare", "--net", "true"], capture_output=True, check=False).returncode == 0
 
 
-BACKENDS = [b for b in ("nft", "legacy") if shutil.which(f"iptables-{b}") and shutil.which(f"iptables-{b}-restore")]
+BACKENDS = [b for b in ("nft", "legacy")
+            if all(shutil.which(f"{t}-{b}{r}") for t in ("iptables", "ip6tables") for r in ("", "-restore"))]  # fmt: skip
 needs_netns = pytest.mark.skipif(not _can_unshare() or not BACKENDS, reason="needs root, unshare and iptables")
 
 
@@ -68,7 +75,9 @@ def in_netns(script: Path, backend: str, body: str) -> subprocess.CompletedProce
         os.environ,
         FW=str(script),
         IPT=f"iptables-{backend}",
+        IP6T=f"ip6tables-{backend}",
         GPUSTACK_IPTABLES=f"iptables-{backend}",
+        GPUSTACK_IP6TABLES=f"ip6tables-{backend}",
     )
     return subprocess.run(
         ["unshare", "--net", "sh", "-c", body],
@@ -92,8 +101,9 @@ def test_renders_valid_sh(script: Path) -> None:
     subprocess.run(["sh", "-n", str(script)], check=True)
     text = script.read_text()
     assert "dport 22 " not in text
-    # each chain ends in one unconditional RETURN: everything else is the site's to decide
-    assert text.count("\n-j RETURN\n") == 2
+    # each chain (IPv4 filter and mangle, IPv6 filter) ends in one unconditional RETURN: everything else is the
+    # site's to decide
+    assert text.count("\n-j RETURN\n") == 3
 
 
 def test_pods_reach_the_virtual_ip() -> None:
@@ -102,10 +112,17 @@ def test_pods_reach_the_virtual_ip() -> None:
     assert "gpustack:pods-to-virtual-ip" not in render()
 
 
-def test_ipv6_node_address_is_left_out() -> None:
+def test_ipv6_node_address_is_left_out_of_the_ipv4_rules() -> None:
     text = render(gpustack_node_address="2001:db8::2")
     assert "2001:db8::2" not in text
     assert "-d 10.96.0.1" in text
+
+
+def test_ipv6_rules_come_from_the_ipv6_addresses_only() -> None:
+    text = render(firewall_ipv6_etcd_peers=["2001:db8::2"])
+    v6 = text.split("rules_filter6() {")[1].split("RULES\n}")[0]
+    assert "-s 2001:db8::2 -p tcp -m tcp --dport 2379:2380 -m comment --comment gpustack:etcd-peers" in v6
+    assert "192.0.2." not in v6 and "10.244." not in v6 and "203.0.113." not in v6
 
 
 @needs_netns
@@ -129,8 +146,13 @@ def test_apply_check_remove(script: Path, backend: str) -> None:
         echo "== PREROUTING"; $IPT -t mangle -S PREROUTING
         echo "== NODEPORTS"; $IPT -t mangle -S GPUSTACK-PREROUTING
         echo "== CHAIN"; $IPT -S GPUSTACK-INPUT
+        echo "== INPUT6"; $IP6T -S INPUT
+        echo "== CHAIN6"; $IP6T -S GPUSTACK-INPUT
+        echo "== END"
         $FW remove
         $FW remove                     # idempotent
+        if $IP6T -n -L GPUSTACK-INPUT >/dev/null 2>&1; then echo "IPv6 chain left behind"; exit 1; fi
+        [ "$($IP6T -S INPUT)" = "-P INPUT ACCEPT" ] || { echo "IPv6 jump left behind"; exit 1; }
         after=$($IPT -S INPUT)
         [ "$before" = "$after" ] || { echo "INPUT changed: $after"; exit 1; }
         if $IPT -n -L GPUSTACK-INPUT >/dev/null 2>&1; then echo "chain left behind"; exit 1; fi
@@ -148,7 +170,7 @@ def test_apply_check_remove(script: Path, backend: str) -> None:
         "-A INPUT -s 198.51.100.7/32 -j ACCEPT",
     ]
     # iptables-nft quotes comments, iptables-legacy does not
-    chain = r.stdout.split("== CHAIN\n")[1].split("done")[0].replace('"', "").splitlines()
+    chain = r.stdout.split("== CHAIN\n")[1].split("== INPUT6\n")[0].replace('"', "").splitlines()
     assert chain[0] == "-N GPUSTACK-INPUT"
     assert len(chain) - 1 == EXPECTED_RULES
     assert chain[-1] == "-A GPUSTACK-INPUT -j RETURN"
@@ -161,6 +183,22 @@ def test_apply_check_remove(script: Path, backend: str) -> None:
         "-A GPUSTACK-INPUT -p tcp -m multiport --dports 2379:2380,6443,10250,10257,10259 "
         "-m comment --comment gpustack:closed -j DROP"
     )
+    # IPv6: the same chain name in ip6tables' filter INPUT, its one jump first
+    assert r.stdout.split("== INPUT6\n")[1].split("== CHAIN6\n")[0].splitlines() == [
+        "-P INPUT ACCEPT", "-A INPUT -j GPUSTACK-INPUT"]  # fmt: skip
+    chain6 = r.stdout.split("== CHAIN6\n")[1].split("== END")[0].replace('"', "").splitlines()
+    assert chain6[0] == "-N GPUSTACK-INPUT" and len(chain6) - 1 == EXPECTED_IPV6_RULES
+    assert (
+        "-A GPUSTACK-INPUT -s 2001:db8::3/128 -p tcp -m tcp --dport 10250 -m comment --comment gpustack:nodes -j ACCEPT"
+        in chain6
+    )
+    assert chain6[-4:] == [
+        "-A GPUSTACK-INPUT -p tcp -m multiport --dports 2379:2380,6443,10250,10257,10259 "
+        "-m comment --comment gpustack:closed -j DROP",
+        "-A GPUSTACK-INPUT -p tcp -m tcp --dport 30000:32767 -m comment --comment gpustack:nodeports-closed -j DROP",
+        "-A GPUSTACK-INPUT -p udp -m udp --dport 30000:32767 -m comment --comment gpustack:nodeports-closed -j DROP",
+        "-A GPUSTACK-INPUT -j RETURN",
+    ]
     prerouting = r.stdout.split("== PREROUTING\n")[1].split("== NODEPORTS\n")[0].splitlines()
     assert prerouting == ["-P PREROUTING ACCEPT", "-A PREROUTING -j GPUSTACK-PREROUTING"]
     nodeports = r.stdout.split("== NODEPORTS\n")[1].split("== CHAIN\n")[0].replace('"', "").splitlines()
@@ -192,6 +230,8 @@ def test_drift_is_detected_and_repaired(script: Path, backend: str) -> None:
         $IPT -t mangle -D PREROUTING -j GPUSTACK-PREROUTING;  repaired 16
         $IPT -t mangle -D GPUSTACK-PREROUTING 4;              repaired 17
         $IPT -t mangle -I PREROUTING 1 -s 198.51.100.9 -j ACCEPT; repaired 18
+        $IP6T -D GPUSTACK-INPUT 3;                         repaired 19
+        $IP6T -D INPUT -j GPUSTACK-INPUT;                  repaired 20
         [ "$($IPT -t mangle -S PREROUTING | sed -n 2p)" = "-A PREROUTING -j GPUSTACK-PREROUTING" ]
         [ "$($IPT -S INPUT | grep -c -- '-j GPUSTACK-INPUT')" = 1 ]
         $IPT -S INPUT

@@ -53,6 +53,7 @@ SCHEMA_KEYS = {
     "listening",
     "certificates",
     "etcd",
+    "cis_files",
     "nvidia_pci_devices",
     "nvidia_driver_version",
     "nvidia_smi",
@@ -363,6 +364,7 @@ def test_collect_on_this_machine(facts_module: ModuleType) -> None:
     json.dumps(facts)  # serialisable
     assert set(facts["disk_free_bytes"]) == {"/", "/var/lib"}
     assert set(facts["certificates"]) == {"kubeadm", "kubelet_serving"}
+    assert set(facts["cis_files"]) == {"files", "pki"}
     assert set(facts["kubernetes"]) == {
         "admin_conf",
         "kubelet_conf",

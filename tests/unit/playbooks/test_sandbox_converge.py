@@ -37,6 +37,22 @@ def assert_converged(run: object) -> None:
         assert counts["changed"] == 0, f"{host} not idempotent:\n{run.output}"  # type: ignore[attr-defined]
 
 
+def cis_file_verdicts(box: Sandbox) -> set[str]:
+    """doctor's CIS file checks over the control plane's files as the facts module reads them (its ``describe``)."""
+    from conftest import PLAYBOOKS, load_path
+
+    from gpustack.diagnose import checks_security_files as files
+    from gpustack.diagnose.snapshot import Snapshot
+
+    collector = load_path("gpustack_cis_files", PLAYBOOKS / "module_utils/gpustack_cis_files.py")
+    found = {p: collector.describe(box.cp_file(p).stat()) for p in collector.FILES if box.cp_file(p).exists()}
+    pki = box.cp_file(collector.PKI)
+    tree = {collector.PKI: collector.describe(pki.stat())}
+    tree |= {f"{collector.PKI}/{q.relative_to(pki)}": collector.describe(q.stat()) for q in sorted(pki.rglob("*"))}
+    snap = Snapshot(hosts={"cp1": {"cis_files": {"files": found, "pki": tree}}})
+    return {f.status for rule in files.RULES if rule.cis != "1.1.12" for f in files.judge(rule, snap)} - {"skip"}
+
+
 def test_single_node(tmp_path: Path) -> None:
     cfg = Config(
         nodes=[Node(name="cp1", address="10.10.0.2", role="control-plane")],
@@ -93,6 +109,11 @@ def test_single_node(tmp_path: Path) -> None:
     # helm
     helm = box.cp_file("/usr/local/bin/helm")
     assert mode(helm) == 0o755
+
+    # CIS file checks (doctor's security layer) on the files the control plane has now: kubeadm's config.yaml
+    # (0644, as the real kubeadm writes it) made 0600 by the role; nothing fails
+    assert mode(box.cp_file("/var/lib/kubelet/config.yaml")) == 0o600
+    assert cis_file_verdicts(box) == {"pass"}
 
     second = box.converge()
     assert second.rc == 0, second.output

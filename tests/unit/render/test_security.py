@@ -202,8 +202,8 @@ def test_the_run_gets_the_key_and_the_pure_extravars_never_do(tmp_path: Path) ->
 
 
 def test_only_the_runs_that_build_control_planes_make_the_key() -> None:
-    """The playbooks that apply the control_plane role whole (its security.yml writes the EncryptionConfiguration)
-    are the keyed ones; node-add.yml imports site.yml."""
+    """The playbooks that apply the control_plane role whole or its security.yml (which writes the
+    EncryptionConfiguration) are the keyed ones; node-add.yml imports site.yml."""
     import re
 
     from gpustack.engine.stages import KEYED_PLAYBOOKS
@@ -213,8 +213,10 @@ def test_only_the_runs_that_build_control_planes_make_the_key() -> None:
         p.name for p in playbooks.glob("*.yml") if re.search(r"^\s*- role: control_plane\s*$", p.read_text(), re.M)
     }
     assert whole == {"site.yml"}, whole
+    files_only = {p.name for p in playbooks.glob("*.yml") if "tasks_from: security.yml" in p.read_text()}
+    assert files_only == {"security-apply.yml"}, files_only  # gpustack security apply: encryption turned on
     assert "import_playbook: site.yml" in (playbooks / "node-add.yml").read_text()
-    assert {"site.yml", "node-add.yml"} == KEYED_PLAYBOOKS
+    assert {"site.yml", "node-add.yml", "security-apply.yml"} == KEYED_PLAYBOOKS
 
 
 def test_render_shows_every_file_and_never_the_key(tmp_path: Path) -> None:
@@ -234,13 +236,17 @@ def test_render_shows_every_file_and_never_the_key(tmp_path: Path) -> None:
     assert [p for p in off if p.startswith("security/")] == ["security/admission-config.yaml"]
 
 
-def test_plan_names_each_setting_and_says_a_running_cluster_keeps_its_flags() -> None:
+def test_plan_names_each_setting_and_how_a_running_cluster_gets_it() -> None:
     rows = {r[0]: r for r in security.plan_rows(cfg(profiling=True, tls_cipher_suites=[]))}
     assert set(rows) == {"encryption_at_rest", "audit", "pod_security", "profiling", "tls_cipher_suites",
                          "protect_kernel_defaults"}  # fmt: skip
     assert rows["profiling"][1] == "on" and rows["tls_cipher_suites"][1] == "Go's defaults"
-    assert "every Secret must be rewritten" in rows["encryption_at_rest"][3]
-    assert all(r[3].startswith("unchanged: kubeadm reads this only at init and join") for r in rows.values())
+    assert "turning it on rewrites every Secret; turning it off is refused" in rows["encryption_at_rest"][3]
+    # the control plane's flags: `gpustack security apply`; the kubelet's configuration: not applied yet
+    assert {k for k, r in rows.items() if r[3].startswith(security.EXISTING)} == {
+        "encryption_at_rest", "audit", "pod_security", "profiling", "tls_cipher_suites"}  # fmt: skip
+    assert rows["protect_kernel_defaults"][3] == security.EXISTING_KUBELET
+    assert rows["tls_cipher_suites"][3].endswith(security.EXISTING_KUBELET)
     assert rows["pod_security"][1] == "enforce baseline, warn restricted, audit restricted"
 
 
