@@ -372,8 +372,8 @@ class Proxy(StrictModel):
 
 
 #: what gpustack's firewall chain closes to all but the cluster's members (playbooks/roles/firewall):
-#: etcd, the API server, the kubelet, controller-manager, scheduler
-CLOSED_TCP_PORTS = frozenset({2379, 2380, 6443, 10250, 10257, 10259})
+#: etcd (client, peer, metrics), the API server, the kubelet, controller-manager, scheduler
+CLOSED_TCP_PORTS = frozenset({2379, 2380, 2381, 6443, 10250, 10257, 10259})
 
 
 class Firewall(StrictModel):
