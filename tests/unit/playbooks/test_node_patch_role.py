@@ -78,6 +78,40 @@ def test_held_packages_are_reported_apart(patch_utils: ModuleType) -> None:
     assert patch_utils.release_key("6.1.0-10-amd64") > patch_utils.release_key("6.1.0-9-amd64")
 
 
+# --- the play's turn size, with the real ansible-playbook -------------------------------------------------------
+
+
+def test_the_packages_play_patches_a_turns_nodes_together(tmp_path: Path) -> None:
+    """--max-unavailable: the packages play's own ``serial`` and ``any_errors_fatal`` (read from node-patch.yml),
+    templated by the real ansible-playbook from gpustack_node_patch_serial: three hosts in turns of two, and without
+    the variable one at a time. The role's tasks are replaced by one that names the host (three local hosts)."""
+    import yaml
+
+    play = next(p for p in yaml.safe_load((PLAYBOOKS / "node-patch.yml").read_text()) if p["name"] == "packages")
+    ours = {k: play[k] for k in ("name", "hosts", "serial", "any_errors_fatal")}
+    ours.update(
+        gather_facts=False, tasks=[{"name": "Patch", "ansible.builtin.debug": {"msg": "{{ inventory_hostname }}"}}]
+    )
+    (tmp_path / "play.yml").write_text(yaml.safe_dump([ours]))
+    (tmp_path / "hosts.ini").write_text("[all]\nh1\nh2\nh3\n[all:vars]\nansible_connection=local\n")
+
+    def batches(*extra: str) -> list[list[str]]:
+        proc = subprocess.run(["ansible-playbook", "-i", "hosts.ini", "play.yml", *extra], cwd=tmp_path, text=True,
+                              capture_output=True, timeout=120, check=True,
+                              env=dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_PYTHON_INTERPRETER="auto_silent"))  # fmt: skip
+        out: list[list[str]] = []
+        for line in proc.stdout.splitlines():
+            if line.startswith("PLAY [packages]"):
+                out.append([])
+            elif line.startswith("ok: [") and out:
+                out[-1].append(line[5 : line.index("]")])
+        return [sorted(b) for b in out]  # within a turn, in the order the hosts answered
+
+    assert play["any_errors_fatal"] is True  # the first failure stops the whole turn
+    assert batches("-e", "gpustack_node_patch_serial=2") == [["h1", "h2"], ["h3"]]
+    assert batches() == [["h1"], ["h2"], ["h3"]]
+
+
 # --- the play, for real ---------------------------------------------------------------------------------------
 
 SCRIPT = r"""
