@@ -78,7 +78,8 @@ STAGES: tuple[Stage, ...] = (
         "Upgrade, headers, reboot",
         "ansible",
         "targets",
-        "kubelet, kubeadm, kubectl (and the distribution's containerd) held; apt-get upgrade --with-new-pkgs; "
+        "kubelet, kubeadm, kubectl (and the distribution's containerd) held; with hosts.hold_kernel gpustack's kernel "
+        "holds released for the upgrade and the kernel the host runs afterwards held again; apt-get upgrade --with-new-pkgs; "
         "linux-headers-<release> of the kernel that boots next where the host builds kernel modules; a reboot "
         "(ansible.builtin.reboot) only when /var/run/reboot-required exists",
     ),

@@ -1,8 +1,9 @@
 """playbooks/node-patch.yml's packages play and the node_patch role, for real with ansible-playbook and real apt and
 dpkg, inside a private mount and network namespace whose overlays over /etc, /var, /usr keep every change there
 (the style of tests/unit/playbooks/sandbox.py). apt's only source is a local flat archive (file://, built here
-with dpkg-deb and apt-ftparchive) offering a newer kubelet and a newer ordinary package: the ordinary package is
-upgraded, the held kubelet stays; a second run changes nothing. The reboot path: Ansible's reboot action refuses
+with dpkg-deb and apt-ftparchive) offering a newer kubelet, a newer ordinary package and a newer kernel meta package
+that gpustack holds (hosts.hold_kernel, its record in /etc/gpustack): the ordinary package and the kernel are upgraded,
+the kernel held again, the held kubelet stays; a second run changes nothing. The reboot path: Ansible's reboot action refuses
 a ``local`` connection, so the play runs through a TEST DOUBLE connection (``gpustack_local_double``: Ansible's
 local connection under another name) with a TEST DOUBLE reboot (``node_patch_reboot_command``: a script that
 writes a new boot time and clears the flag, as a boot does; docs/testing.md). And gpustack_patch_state's parsers."""
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -130,9 +132,13 @@ echo 'APT::Sandbox::User "root";' > /etc/apt/apt.conf.d/99gpustack-test
 dpkg -i "$GS_ARCHIVE"/old/*.deb >/dev/null
 apt-get update -qq >/dev/null
 echo "kubelet hold" | dpkg --set-selections
+# hosts.hold_kernel as `up` left it: the kernel meta package held by gpustack, recorded
+echo "linux-image-gpustack-test hold" | dpkg --set-selections
+mkdir -p /etc/gpustack && echo '["linux-image-gpustack-test"]' > /etc/gpustack/held-packages.json
 run() { ansible-playbook -i localhost, -c gpustack_local_double "$GS_PLAYBOOK" --tags packages -e "@$GS_VARS"; }
 echo "=== RUN 1"; run
-echo "=== VERSIONS"; dpkg-query -W -f '${Package} ${Version}\n' kubelet gpustack-patch-demo
+echo "=== VERSIONS"; dpkg-query -W -f '${Package} ${Version}\n' kubelet gpustack-patch-demo linux-image-gpustack-test
+dpkg --get-selections linux-image-gpustack-test
 echo "=== RUN 2"; run
 """
 
@@ -153,7 +159,7 @@ def _archive(base: Path) -> Path:
     arch = subprocess.run(["dpkg", "--print-architecture"], capture_output=True, text=True, check=True).stdout.strip()
     root = base / "archive"
     (root / "old").mkdir(parents=True)
-    for name in ("kubelet", "gpustack-patch-demo"):
+    for name in ("kubelet", "gpustack-patch-demo", "linux-image-gpustack-test"):
         build_deb(Pkg(name, version="1.0"), arch, root / "old")
         build_deb(Pkg(name, version="2.0"), arch, root)
     listing = subprocess.run(["apt-ftparchive", "packages", "."], cwd=root, capture_output=True, text=True, check=True)
@@ -182,6 +188,7 @@ def test_packages_play_upgrades_keeps_the_held_reboots_when_asked_and_converges(
     extra = {
         "gpustack_node_patch_hold": ["kubelet"],
         "gpustack_node_patch_state_dir": str(state),
+        "gpustack_hold_kernel": True,
         "gpustack_proxy_env": {},
         "node_patch_reboot_required_path": str(flag),
         "node_patch_reboot_command": str(reboot),
@@ -199,6 +206,9 @@ def test_packages_play_upgrades_keeps_the_held_reboots_when_asked_and_converges(
     first, rest = out.split("=== VERSIONS", 1)
     versions, second = rest.split("=== RUN 2", 1)
     assert "kubelet 1.0" in versions and "gpustack-patch-demo 2.0" in versions, versions
+    # gpustack's kernel hold released for the upgrade, the kernel moved, held again
+    assert "linux-image-gpustack-test 2.0" in versions and re.search(r"linux-image-gpustack-test\s+hold", versions)
+    assert "TASK [node_patch : Release gpustack's kernel holds for the upgrade]" in first
     assert "TASK [node_patch : Reboot the host for its new packages]" in first
     assert not flag.exists() and boot.read_text().strip() == "2"  # the double "rebooted" once
     assert "changed=0" in second.split("PLAY RECAP", 1)[1], second[-3000:]
