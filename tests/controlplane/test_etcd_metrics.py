@@ -31,9 +31,11 @@ def test_kubeadm_renders_etcd_metrics_on_every_address(control_plane: ControlPla
     assert not [a for a in command if a.startswith("--listen-metrics-urls=http://127.0.0.1")]
     # kubeadm points its probes at the first metrics URL (util/staticpod GetEtcdProbeEndpoint): 0.0.0.0 is this host
     container = etcd["spec"]["containers"][0]
+    ports = {p.get("name"): p["containerPort"] for p in container.get("ports") or []}  # kubeadm names the probe port
     for probe in ("livenessProbe", "startupProbe"):
         get = container[probe]["httpGet"]
-        assert (get["host"], get["port"], get["scheme"]) == ("0.0.0.0", 2381, "HTTP"), probe
+        port = ports.get(get["port"], get["port"])
+        assert (get["host"], port, get["scheme"]) == ("0.0.0.0", 2381, "HTTP"), probe
 
 
 def test_etcd_serves_the_leader_counter_over_plain_http(control_plane: ControlPlane) -> None:
