@@ -221,6 +221,15 @@ def patch(
             help="how long a node may take to come back with its GPUs (default: 1800 s)",
         ),
     ] = 1800.0,
+    max_unavailable: Annotated[
+        int,
+        typer.Option(
+            "--max-unavailable",
+            metavar="N",
+            show_default=False,
+            help="workers patched (drained, rebooted) together; control planes always one at a time (default: 1)",
+        ),
+    ] = 1,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="show which nodes have updates, a reboot or headers due; change nothing")
     ] = False,
@@ -228,7 +237,7 @@ def patch(
     accept_new_host_keys: AcceptKeysOpt = False,
     verbose: VerboseOpt = 0,
 ) -> None:
-    """Patch running nodes one at a time: cordon, wait for the node's GPU jobs, drain (PodDisruptionBudgets
+    """Patch running nodes one at a time (workers --max-unavailable at a time): cordon, wait for the node's GPU jobs, drain (PodDisruptionBudgets
     respected), apt upgrade with gpustack's packages held, the new kernel's headers, reboot when a package asks,
     wait for the node and its GPUs, uncordon. Stops at the first node that does not come back; run again to
     continue. Nodes with nothing to do are left alone."""
@@ -242,6 +251,8 @@ def patch(
             raise UsageError(f"{flag} {value}: must be 0 seconds or more")
     if ready_timeout <= 0:
         raise UsageError(f"--ready-timeout {ready_timeout}: must be more than 0 seconds")
+    if max_unavailable < 1:
+        raise UsageError(f"--max-unavailable {max_unavailable}: at least 1 node")
     opts = PatchOptions.from_flags(
         run_flags(dry_run=dry_run, verbose=verbose, accept_new_host_keys=accept_new_host_keys),
         nodes=tuple(split_csv(names or [])),
@@ -250,6 +261,7 @@ def patch(
         gpu_job_timeout=gpu_job_timeout,
         drain_timeout=timeout,
         ready_timeout=ready_timeout,
+        max_unavailable=max_unavailable,
     )
     nodes = select_nodes(cfg, opts.nodes, opts.all)
     console.print(f"[stage]node patch[/stage] cluster {literal(cfg.cluster.name)}{' (dry run)' if dry_run else ''}:")

@@ -17,12 +17,14 @@ Steps, in order (each timed, each idempotent):
 
 from __future__ import annotations
 
+import ipaddress
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from gpustack.config import pins
 from gpustack.config.model import Config
@@ -94,6 +96,43 @@ def foreign_nfd_running(kube: Kube) -> bool:
         if ("node-feature-discovery" in name or name.startswith("nfd-")) and meta.get("namespace") != GPU_NAMESPACE:
             return True
     return False
+
+
+def etcd_metrics_exposed(kube: Kube) -> bool:
+    """Every etcd of the cluster serves its metrics beyond loopback, read from the etcd mirror pods in kube-system
+    (kubeadm labels its static pods ``component: <name>``: ``util/staticpod`` ``ComponentPod``). Only then does
+    kube-prometheus-stack scrape etcd (``kubeEtcd.enabled``): a cluster whose etcd kubeadm made before gpustack set
+    ``listen-metrics-urls`` (``up`` does not re-apply the kubeadm configuration) would otherwise get targets that are
+    down and the ``etcdMembersDown`` alert. No etcd mirror pod (an external or managed etcd): False."""
+    if kube.resource("v1", "Pod") is None:
+        return False
+    pods = kube.list_objects("v1", "Pod", "kube-system", label_selector="component=etcd")
+    return bool(pods) and all(metrics_beyond_loopback(_command(pod)) for pod in pods)
+
+
+def _command(pod: Mapping[str, Any]) -> list[str]:
+    containers = (pod.get("spec") or {}).get("containers") or []
+    etcd = next((c for c in containers if c.get("name") == "etcd"), containers[0] if containers else {})
+    return [str(a) for a in [*(etcd.get("command") or []), *(etcd.get("args") or [])]]
+
+
+def metrics_beyond_loopback(argv: list[str]) -> bool:
+    """etcd's ``--listen-metrics-urls`` names an address other than loopback (kubeadm's default is
+    ``http://127.0.0.1:2381`` only; absent: etcd serves metrics on its client URLs, which need a client
+    certificate)."""
+    values = [a.partition("=")[2] for a in argv if a.startswith("--listen-metrics-urls=")]
+    for url in (u.strip() for v in values for u in v.split(",")):
+        host = urlsplit(url).hostname or ""
+        if host and host != "localhost" and not _loopback(host):
+            return True
+    return False
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name other than localhost: etcd binds what it resolves to
 
 
 # --- state ------------------------------------------------------------------------------------------

@@ -48,7 +48,7 @@ def run_cluster_stage(
     if opts.dry_run:
         console.print("[skip]cluster: skipped in a dry run (see `gpustack render` for what it would apply)[/skip]")
         return [StageSummary("cluster", "not run", 0.0, note="dry run")]
-    from gpustack.cluster.layer import foreign_nfd_running, run_cluster_layer
+    from gpustack.cluster.layer import etcd_metrics_exposed, foreign_nfd_running, run_cluster_layer
     from gpustack.render.values import summarize_facts
     from gpustack.runners.helm import Helm
     from gpustack.runners.kubeconfig import kube_from_file
@@ -63,7 +63,9 @@ def run_cluster_stage(
     console.print("[stage]▶ cluster[/stage]")
     t0 = time.monotonic()
     kube = kube_from_file(kubeconfig)
-    summary = summarize_facts(facts, nfd_running=foreign_nfd_running(kube))
+    summary = summarize_facts(
+        facts, nfd_running=foreign_nfd_running(kube), etcd_metrics_exposed=etcd_metrics_exposed(kube)
+    )
     steps = run_cluster_layer(
         cfg, kubeconfig, summary, console, helm=Helm(kubeconfig, executable=find_helm()), kube=kube, charts=charts
     )

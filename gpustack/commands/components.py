@@ -131,7 +131,7 @@ def apply_crds(helm: Helm, kube: Kube, specs: Iterable[ReleaseSpec], *, timeout:
 
 def upgrade_components(cfg: Config, opts: RunOptions, console: Console) -> RunResult:
     """Run the ``components`` sequence with the one engine."""
-    from gpustack.cluster.layer import foreign_nfd_running, release_specs
+    from gpustack.cluster.layer import etcd_metrics_exposed, foreign_nfd_running, release_specs
     from gpustack.cluster.stage import find_helm, run_cluster_stage
     from gpustack.engine.run import run
     from gpustack.render.values import render_values, summarize_facts
@@ -153,7 +153,9 @@ def upgrade_components(cfg: Config, opts: RunOptions, console: Console) -> RunRe
         if ctx.opts.dry_run:
             return [StageSummary("crds", "not run", 0.0, note="dry run")]
         helm, kube = clients()
-        summary = summarize_facts(ctx.facts, nfd_running=foreign_nfd_running(kube))
+        summary = summarize_facts(
+            ctx.facts, nfd_running=foreign_nfd_running(kube), etcd_metrics_exposed=etcd_metrics_exposed(kube)
+        )
         state["values"] = render_values(cfg, summary)
         lines = apply_crds(helm, kube, release_specs(cfg, state["values"]))
         for line in lines:

@@ -1,10 +1,12 @@
 """``gpustack node patch NODE... | --all``: the distribution's updates (kernel included) on running nodes, one node
-at a time, without losing a GPU job; the `node-patch` sequence run by the one engine.
+at a time (workers ``--max-unavailable`` at a time), without losing a GPU job; the `node-patch` sequence run by the
+one engine.
 
     run 1, every named node: inspect (playbook, read-only: what an upgrade would install, the kernel that boots
       next and its headers, the reboot flag) -> check (Python: which nodes need a turn; a PodDisruptionBudget that
       blocks a drain stops the run here, nothing changed)
-    then one run per node that needs a turn, control planes first, limited to the node:
+    then one run per turn, control planes first, limited to the turn's nodes: a control plane alone (one etcd
+    member down at a time), workers up to --max-unavailable together (default 1):
       etcd-before (control planes: etcd's own member health, as node remove judges it) -> drain (cordon, the GPU
       jobs waited for, the Eviction API) -> packages (gpustack's packages held, apt-get upgrade, the new kernel's
       headers, a reboot when asked) -> etcd-after -> gpu (Ready, GPUs allocatable, the GPU Operator's pods Ready,
@@ -76,7 +78,8 @@ STAGES: tuple[Stage, ...] = (
         "Upgrade, headers, reboot",
         "ansible",
         "targets",
-        "kubelet, kubeadm, kubectl (and the distribution's containerd) held; apt-get upgrade --with-new-pkgs; "
+        "kubelet, kubeadm, kubectl (and the distribution's containerd) held; with hosts.hold_kernel gpustack's kernel "
+        "holds released for the upgrade and the kernel the host runs afterwards held again; apt-get upgrade --with-new-pkgs; "
         "linux-headers-<release> of the kernel that boots next where the host builds kernel modules; a reboot "
         "(ansible.builtin.reboot) only when /var/run/reboot-required exists",
     ),
@@ -105,10 +108,11 @@ PLAN = CommandPlan(
     "GPU jobs waited for, PodDisruptionBudgets respected; resumable",
     "node-patch.yml",
     STAGES,
-    extravars=("gpustack_node_patch_hold", "gpustack_node_patch_state_dir"),
+    extravars=("gpustack_node_patch_hold", "gpustack_node_patch_state_dir", "gpustack_node_patch_serial"),
     host_notes={
         "control-plane": "the node itself, when it is a control plane",
-        "targets": "the named nodes (inspect: all at once; then each in its turn)",
+        "targets": "the named nodes (inspect: all at once; then each in its turn: a control plane alone, workers "
+        "--max-unavailable at a time)",
     },
     details=lambda cfg, _to: details(cfg),
 )
@@ -129,6 +133,8 @@ class PatchOptions(RunFlags):
     gpu_job_timeout: float = GPU_JOB_TIMEOUT
     drain_timeout: float = DRAIN_TIMEOUT
     ready_timeout: float = READY_TIMEOUT
+    #: workers patched together in one turn (control planes: always one)
+    max_unavailable: int = 1
     #: seconds between two looks at the cluster while waiting
     interval: float = 10.0
 
@@ -158,6 +164,17 @@ def select_nodes(cfg: Config, names: Sequence[str], every: bool) -> list[Node]:
     return [n for n in cfg.control_planes if n.name in chosen] + [n for n in cfg.workers if n.name in chosen]
 
 
+def batches(nodes: Sequence[Node], max_unavailable: int = 1) -> list[list[str]]:
+    """The turns, in order (pure): each control plane alone -- one etcd member down at a time, whatever the
+    cluster's size, so etcd's quorum never rests on a second rebooting member -- then the workers in groups of up to
+    ``max_unavailable``, in the given order."""
+    if max_unavailable < 1:
+        raise UsageError(f"--max-unavailable {max_unavailable}: at least 1 node")
+    out = [[n.name] for n in nodes if n.role == "control-plane"]
+    workers = [n.name for n in nodes if n.role != "control-plane"]
+    return out + [workers[i : i + max_unavailable] for i in range(0, len(workers), max_unavailable)]
+
+
 def describe(cfg: Config, nodes: Sequence[Node], opts: PatchOptions) -> list[str]:
     """What the patch will do, one line each (shown before asking; pure)."""
     gpu = (
@@ -165,8 +182,13 @@ def describe(cfg: Config, nodes: Sequence[Node], opts: PatchOptions) -> list[str
         if opts.evict_gpu_pods
         else f"waited for up to {opts.gpu_job_timeout:.0f}s, then the patch is refused"
     )
+    at_a_time = (
+        "one at a time"
+        if opts.max_unavailable == 1
+        else (f"control planes one at a time, workers up to {opts.max_unavailable} at a time (--max-unavailable)")
+    )
     return [
-        f"nodes, one at a time: {', '.join(f'{n.name} ({n.role})' for n in nodes)}; a node with nothing to upgrade, "
+        f"nodes, {at_a_time}: {', '.join(f'{n.name} ({n.role})' for n in nodes)}; a node with nothing to upgrade, "
         "no headers missing and no reboot due is left alone",
         f"each: cordon; GPU jobs {gpu}; drain (PodDisruptionBudgets respected, {opts.drain_timeout:.0f}s)",
         f"apt-get upgrade with {', '.join(held(cfg))} held; the new kernel's headers; reboot only when "
@@ -216,7 +238,11 @@ def patch(cfg: Config, opts: PatchOptions, console: Console, kube: Kube) -> Patc
     nodes = select_nodes(cfg, opts.nodes, opts.all)
     order = [n.name for n in nodes]
     state_dir = ensure_private_dir(patch_node.state_dir(cfg.cluster.name))
-    ev = {"gpustack_node_patch_hold": held(cfg), "gpustack_node_patch_state_dir": str(state_dir)}
+    ev: dict[str, Any] = {
+        "gpustack_node_patch_hold": held(cfg),
+        "gpustack_node_patch_state_dir": str(state_dir),
+        "gpustack_node_patch_serial": 1,
+    }
     result = PatchResult()
     due: list[str] = []
 
@@ -250,21 +276,24 @@ def patch(cfg: Config, opts: PatchOptions, console: Console, kube: Kube) -> Patc
     if opts.dry_run:
         return result
     by_name = {n.name: n for n in nodes}
-    for name in due:
-        console.print(f"[stage]▶ node patch[/stage] {literal(name)}")
+    for turn in batches([by_name[n] for n in due], opts.max_unavailable):
+        console.print(f"[stage]▶ node patch[/stage] {literal(', '.join(turn))}")
         try:
-            result.run_dirs.append(_turn(cfg, opts, console, kube, by_name[name], ev))
+            result.run_dirs.append(_turn(cfg, opts, console, kube, [by_name[n] for n in turn], ev))
         except GpustackError as exc:
-            if patch_node.cordoned_by_patch(kube.get("v1", "Node", name)) and not isinstance(
-                exc, patch_node.NodeNotBack
-            ):
-                patch_node.update_record(cfg.cluster.name, name, status="failed", error=exc.message)
-                stays = (
-                    f"{name} stays cordoned; fix the cause, then run the same command again: it continues with {name}"
-                )
-                exc.hint = f"{exc.hint}; {stays}" if exc.hint else stays
+            if not isinstance(exc, patch_node.NodeNotBack):
+                left = [n for n in turn if patch_node.cordoned_by_patch(kube.get("v1", "Node", n))]
+                for name in left:
+                    patch_node.update_record(cfg.cluster.name, name, status="failed", error=exc.message)
+                if left:
+                    names = ", ".join(left)
+                    stays = (
+                        f"{names} {'stays' if len(left) == 1 else 'stay'} cordoned; fix the cause, then run the same "
+                        f"command again: it continues with {names}"
+                    )
+                    exc.hint = f"{exc.hint}; {stays}" if exc.hint else stays
             raise
-        result.patched.append(name)
+        result.patched += turn
     return result
 
 
@@ -274,35 +303,47 @@ def gpu_jobs_on(kube: Kube, node: str) -> list[str]:
     return patch_wait.gpu_jobs(drain.node_pods(kube, node))
 
 
-def _turn(cfg: Config, opts: PatchOptions, console: Console, kube: Kube, node: Node, ev: Mapping[str, Any]) -> Path:
-    """One node's turn: one engine run limited to it."""
+def _turn(
+    cfg: Config, opts: PatchOptions, console: Console, kube: Kube, turn: Sequence[Node], ev: Mapping[str, Any]
+) -> Path:
+    """One turn: one engine run limited to its nodes (a control plane alone, or up to --max-unavailable workers).
+    The drain takes the nodes out one after the other (each cordoned, its GPU jobs waited for, drained); the
+    packages play patches and reboots them together (its ``serial`` is the turn's size); the GPU stack is waited for
+    and the nodes uncordoned one after the other."""
     from gpustack.cluster import patch_node
     from gpustack.engine.run import run
 
-    name, cluster = node.name, cfg.cluster.name
+    names, cluster = [n.name for n in turn], cfg.cluster.name
 
     def say(line: str) -> None:
         console.print(f"  {line}", markup=False)
 
     def drain_step(ctx: StepContext) -> list[StageSummary]:
         t0 = time.monotonic()
-        evicted = patch_node.take_out(
-            kube, cluster, name, gpu_job_timeout=opts.gpu_job_timeout, drain_timeout=opts.drain_timeout,
-            evict_gpu_pods=opts.evict_gpu_pods, interval=opts.interval, progress=say,
-        )  # fmt: skip
-        return [StageSummary("drain", "changed", time.monotonic() - t0, evicted + 1, [name])]
+        evicted = 0
+        for name in names:
+            evicted += 1 + patch_node.take_out(
+                kube, cluster, name, gpu_job_timeout=opts.gpu_job_timeout, drain_timeout=opts.drain_timeout,
+                evict_gpu_pods=opts.evict_gpu_pods, interval=opts.interval, progress=say,
+            )  # fmt: skip
+        return [StageSummary("drain", "changed", time.monotonic() - t0, evicted, names)]
 
     def gpu_step(ctx: StepContext) -> list[StageSummary]:
         t0 = time.monotonic()
-        patch_node.bring_back(kube, cluster, name, timeout=opts.ready_timeout, interval=opts.interval, progress=say)
-        return [StageSummary("gpu", "ok", time.monotonic() - t0, hosts=[name])]
+        for name in names:
+            patch_node.bring_back(kube, cluster, name, timeout=opts.ready_timeout, interval=opts.interval, progress=say)
+        return [StageSummary("gpu", "ok", time.monotonic() - t0, hosts=names)]
 
     def uncordon_step(ctx: StepContext) -> list[StageSummary]:
         t0 = time.monotonic()
-        done = patch_node.uncordon(kube, cluster, name)
-        return [StageSummary("uncordon", "changed" if done else "ok", time.monotonic() - t0, int(done), [name])]
+        done = sum(patch_node.uncordon(kube, cluster, name) for name in names)
+        return [StageSummary("uncordon", "changed" if done else "ok", time.monotonic() - t0, done, names)]
 
-    skip = ["inspect", "check"] + ([] if node.role == "control-plane" else ["etcd-before", "etcd-after"])
-    run_opts = opts.run_options(PLAN.select(skip=skip), limit=[name], extravars=ev)
+    control_plane = any(n.role == "control-plane" for n in turn)
+    if control_plane and len(turn) > 1:
+        raise UsageError(f"{', '.join(names)}: a control plane is patched alone (one etcd member down at a time)")
+    skip = ["inspect", "check"] + ([] if control_plane else ["etcd-before", "etcd-after"])
+    ev = {**ev, "gpustack_node_patch_serial": len(turn)}
+    run_opts = opts.run_options(PLAN.select(skip=skip), limit=names, extravars=ev)
     steps = {"drain": drain_step, "gpu": gpu_step, "uncordon": uncordon_step}
     return run(PLAN, cfg, run_opts, console, steps=steps).run_dir

@@ -57,7 +57,8 @@ STAGES: tuple[Stage, ...] = (
         "ansible",
         "all",
         "apt key checked against its pinned gpg fingerprint, keyring /etc/apt/keyrings, pkgs.k8s.io source "
-        "with signed-by, kubelet/kubeadm/kubectl pinned and held",
+        "with signed-by, kubelet/kubeadm/kubectl pinned and held; with hosts.hold_kernel the kernel and NVIDIA driver "
+        "packages held (off: the holds gpustack made released)",
     ),
     Stage(
         "control-plane",

@@ -1,9 +1,7 @@
 """The configuration model: one ``gpustack.yaml`` (every field optional; defaults are safe).
 
-Shape-level rules (types, unknown keys, ranges) live on the models; rules that relate several
-fields (duplicate nodes, CIDR overlaps) live in :mod:`gpustack.config.semantics` so each can
-name the exact field it is about.
-"""
+Shape-level rules (types, unknown keys, ranges) live on the models; rules that relate several fields (duplicate
+nodes, CIDR overlaps) live in :mod:`gpustack.config.semantics` so each can name the exact field it is about."""
 
 from __future__ import annotations
 
@@ -30,6 +28,7 @@ from gpustack.config.fields import (
     node_address_problem,
     url_problem,
 )
+from gpustack.config.hosts import Hosts
 from gpustack.config.monitoring import Alerting, Monitoring, Remediation
 from gpustack.config.security import Security
 from gpustack.config.sharing import GpuSharing, SharingSection
@@ -372,8 +371,8 @@ class Proxy(StrictModel):
 
 
 #: what gpustack's firewall chain closes to all but the cluster's members (playbooks/roles/firewall):
-#: etcd, the API server, the kubelet, controller-manager, scheduler
-CLOSED_TCP_PORTS = frozenset({2379, 2380, 6443, 10250, 10257, 10259})
+#: etcd (client, peer, metrics), the API server, the kubelet, controller-manager, scheduler
+CLOSED_TCP_PORTS = frozenset({2379, 2380, 2381, 6443, 10250, 10257, 10259})
 
 
 class Firewall(StrictModel):
@@ -485,6 +484,7 @@ class Config(StrictModel):
     preflight: Preflight = Preflight()
     remediation: Remediation = Remediation()
     security: Security = Security()
+    hosts: Hosts = Hosts()
 
     @property
     def control_plane(self) -> Node:

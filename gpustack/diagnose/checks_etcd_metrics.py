@@ -8,8 +8,10 @@ names the counter ("Leadership change counter",
 https://etcd.io/docs/latest/op-guide/monitoring/). One election in a while is normal (an etcd restarted by
 ``gpustack certs renew`` or ``upgrade``): four in the last hour warns, four in fifteen minutes fails.
 
-No series: Prometheus does not scrape etcd (kubeadm's etcd serves its metrics on 127.0.0.1:2381 only, and the chart's
-``kubeEtcd`` is off in gpustack's values: docs/decisions.md, "etcd metrics"). Pure functions of the snapshot."""
+No series: Prometheus does not scrape etcd. gpustack turns the chart's ``kubeEtcd`` scrape on only when every etcd
+serves its metrics beyond loopback, which kubeadm sets at ``init`` from gpustack's ``listen-metrics-urls`` (with
+``firewall.enabled``); a cluster made before that, or without gpustack's firewall, keeps kubeadm's 127.0.0.1:2381
+(docs/decisions.md, "etcd metrics scraped"). Pure functions of the snapshot."""
 
 from __future__ import annotations
 
@@ -24,6 +26,13 @@ FIX = (
     "find why members lose their leader: on each control plane, etcd's log (sudo crictl logs $(sudo crictl ps -q "
     "--name etcd) 2>&1 | grep -iE 'elected|slow fdatasync|took too long' | tail) and the disk's fsync latency "
     "(etcd_disk_wal_fsync_duration_seconds: its p99 should stay under 10 ms); then gpustack doctor --check H17,H18,H19"
+)
+
+#: a skip's way out: where etcd's metrics listener is set, and what turns the scrape on
+NOT_SCRAPED = (
+    "gpustack scrapes etcd when every etcd mirror pod has --listen-metrics-urls beyond 127.0.0.1 (set at kubeadm init "
+    "with firewall.enabled): kubectl -n kube-system get pods -l component=etcd -o yaml | grep listen-metrics-urls; an "
+    "existing cluster's etcd keeps kubeadm's loopback default (docs/monitoring.md, \"etcd metrics\")"
 )
 
 
@@ -46,7 +55,8 @@ def etcd_leader_changes(snap: Snapshot) -> list[Finding]:
     recent, hour = (_value(snap, k) for k in keys)
     if recent is None and hour is None:
         return [Finding("", "", "skip", "no etcd metrics in Prometheus (etcd is not scraped)",
-                        evidence=f"{QUERIES['etcd_leader_changes_1h']} returned no series")]  # fmt: skip
+                        evidence=f"{QUERIES['etcd_leader_changes_1h']} returned no series",
+                        fix=NOT_SCRAPED)]  # fmt: skip
     recent, hour = recent or 0.0, hour or 0.0
     evidence = f"{int(recent)} in the last 15 minutes, {int(hour)} in the last hour (the most any member saw)"
     if recent >= ELECTIONS:

@@ -253,6 +253,8 @@ def extravars(cfg: Config, *, kubeconfig_dest: Path, controller_bin_dir: Path | 
         # the kernel settings the kubelet checks with protectKernelDefaults, set by os_prep first
         "gpustack_protect_kernel_defaults": cfg.security.protect_kernel_defaults,
         "gpustack_audit_log_dir": security.AUDIT_LOG_DIR if cfg.security.audit.enabled else "",
+        # hosts.hold_kernel: the kernel and NVIDIA driver packages held (kubernetes_packages, node_patch)
+        "gpustack_hold_kernel": cfg.hosts.hold_kernel,
     }
     ev.update(runtime_vars(cfg))
     ev.update(node_tools_vars(cfg))

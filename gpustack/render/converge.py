@@ -60,6 +60,8 @@ STAGE_ONLY_VARS: dict[str, frozenset[str]] = {
     "gpustack_firewall_admin_cidrs": frozenset({"firewall"}),
     "gpustack_firewall_controller_address": frozenset({"firewall"}),
     "gpustack_firewall_open_tcp_ports": frozenset({"firewall"}),
+    # hosts.hold_kernel: turning it on or off revisits the kubernetes stage (kernel_hold.yml) only
+    "gpustack_hold_kernel": frozenset({"kubernetes"}),
 }
 
 

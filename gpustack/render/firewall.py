@@ -78,6 +78,7 @@ def plan_rows(cfg: Config) -> list[list[str]]:
             f"control planes ({', '.join(n.name for n in cfg.control_planes)}); loopback",
             "dropped",
         ],
+        ["2381/tcp (etcd metrics, plain HTTP)", f"nodes ({nodes}); {pods}; loopback", "dropped"],
         ["10250/tcp (kubelet)", f"nodes ({nodes}); {pods}; loopback", "dropped"],
         ["10257, 10259/tcp (controller-manager, scheduler)", f"nodes ({nodes}); loopback", "dropped"],
         [

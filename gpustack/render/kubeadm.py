@@ -23,6 +23,22 @@ def cert_sans(cfg: Config) -> list[str]:
     return list(dict.fromkeys(sans))
 
 
+#: kubeadm's etcd serves ``/metrics`` (plain HTTP, no authentication) on ``http://127.0.0.1:2381`` by default
+#: (kubernetes ``cmd/kubeadm/app/phases/etcd/local.go``, ``constants.EtcdMetricsPort`` = 2381)
+ETCD_METRICS_PORT = 2381
+#: the same port on every address, so Prometheus reaches it at the node's; kubeadm's etcd settings are cluster-wide
+#: (one ClusterConfiguration for every control plane), so no per-node address. kubeadm's liveness and startup probes
+#: follow the first URL (``util/staticpod`` ``GetEtcdProbeEndpoint``: host 0.0.0.0, which the kernel connects to
+#: over loopback)
+ETCD_METRICS_URL = f"http://0.0.0.0:{ETCD_METRICS_PORT}"
+
+
+def etcd_args(cfg: Config) -> list[tuple[str, str]]:
+    """etcd's ``extraArgs``: its metrics on every address, only where gpustack's firewall closes the port to all but
+    the nodes and the pod network (docs/decisions.md, "etcd metrics scraped"); otherwise kubeadm's loopback default."""
+    return [("listen-metrics-urls", ETCD_METRICS_URL)] if cfg.firewall.enabled else []
+
+
 def render_init_config(cfg: Config) -> str:
     return render_template(
         "kubeadm-config.yaml.j2",
@@ -35,4 +51,5 @@ def render_init_config(cfg: Config) -> str:
         certificate_validity=go_duration(cfg.certificates.validity),
         ca_certificate_validity=go_duration(cfg.certificates.ca_validity),
         security=kubeadm_security(cfg),
+        etcd_args=etcd_args(cfg),
     )

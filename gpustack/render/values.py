@@ -60,15 +60,20 @@ class FactsSummary:
     toolkit_preinstalled: bool = False
     nfd_running: bool = False
     host_node_exporter: bool = False
+    #: every etcd mirror pod listens for metrics beyond loopback (gpustack.cluster.layer.etcd_metrics_exposed)
+    etcd_metrics_exposed: bool = False
     gpu_nodes: tuple[str, ...] = field(default_factory=tuple)
 
 
-def summarize_facts(host_facts: Mapping[str, Mapping[str, Any]], *, nfd_running: bool = False) -> FactsSummary:
+def summarize_facts(
+    host_facts: Mapping[str, Mapping[str, Any]], *, nfd_running: bool = False, etcd_metrics_exposed: bool = False
+) -> FactsSummary:
     """Reduce per-host preflight facts (``gpustack_facts`` output, keyed by node name) to a :class:`FactsSummary`.
 
     A GPU node is one with NVIDIA PCI devices. The driver counts as preinstalled when any GPU node
     reports ``nvidia_driver_version``; the toolkit when any GPU node reports ``nvidia_container_toolkit``
-    (a fact the collector may add; absent means "not preinstalled"). NFD is a cluster fact, passed in.
+    (a fact the collector may add; absent means "not preinstalled"). NFD and etcd's metrics address are cluster
+    facts, passed in.
     """
     gpu_nodes = tuple(sorted(n for n, f in host_facts.items() if f.get("nvidia_pci_devices")))
     gpu_facts = [host_facts[n] for n in gpu_nodes]
@@ -76,6 +81,7 @@ def summarize_facts(host_facts: Mapping[str, Mapping[str, Any]], *, nfd_running:
         driver_preinstalled=any(bool(f.get("nvidia_driver_version")) for f in gpu_facts),
         toolkit_preinstalled=any(bool(f.get("nvidia_container_toolkit")) for f in gpu_facts),
         nfd_running=nfd_running,
+        etcd_metrics_exposed=etcd_metrics_exposed,
         host_node_exporter=any(bool(f.get("node_exporter_on_9100")) for f in host_facts.values()),
         gpu_nodes=gpu_nodes,
     )
@@ -246,6 +252,7 @@ def template_context(cfg: Config, facts: FactsSummary) -> dict[str, Any]:
         "driver_enabled": driver_enabled(cfg, facts),
         "toolkit_enabled": toolkit_enabled(cfg, facts),
         "nfd_enabled": nfd_enabled(cfg, facts),
+        "etcd_scrape": facts.etcd_metrics_exposed,
         "operator_exporter": cfg.gpu.exporter == "operator",
         "counters_csv": _counters_csv(),
         "dcgm_exporter_image_tag": pins.DCGM_EXPORTER_IMAGE_TAG.get(cfg.versions.dcgm_exporter, ""),

@@ -3,7 +3,12 @@
 
 from __future__ import annotations
 
-from ansible.module_utils.gpustack_patch import REBOOT_REQUIRED, collect
+import os
+import tempfile
+
+from ansible.module_utils.gpustack_patch import REBOOT_REQUIRED, collect, unheld_status
+
+DPKG_STATUS = "/var/lib/dpkg/status"
 
 DOCUMENTATION = r"""
 ---
@@ -19,6 +24,13 @@ description:
 options:
   held:
     description: Packages gpustack holds (they change only through gpustack up/upgrade).
+    type: list
+    elements: str
+    default: []
+  released:
+    description: >-
+      Held packages the patch releases for its upgrade (gpustack's kernel holds, hosts.hold_kernel): the simulation
+      reads a copy of dpkg's status with them not held; the host's own selections are not touched.
     type: list
     elements: str
     default: []
@@ -52,14 +64,26 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "held": {"type": "list", "elements": "str", "default": []},
+            "released": {"type": "list", "elements": "str", "default": []},
             "reboot_required_path": {"type": "str", "default": REBOOT_REQUIRED},
         },
         supports_check_mode=True,
     )
     apt_get = module.get_bin_path("apt-get", required=True)
-    rc, out, err = module.run_command(
-        [apt_get, "-s", "-q", "upgrade", "--with-new-pkgs"], environ_update={"LC_ALL": "C"}
-    )
+    argv = [apt_get, "-s", "-q", "upgrade", "--with-new-pkgs"]
+    tmp = ""
+    if module.params["released"]:
+        with open(DPKG_STATUS, encoding="utf-8", errors="surrogateescape") as f:
+            text = unheld_status(f.read(), module.params["released"])
+        fd, tmp = tempfile.mkstemp(prefix="gpustack-dpkg-status-")
+        with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as f:
+            f.write(text)
+        argv[1:1] = ["-o", f"Dir::State::status={tmp}"]
+    try:
+        rc, out, err = module.run_command(argv, environ_update={"LC_ALL": "C"})
+    finally:
+        if tmp:
+            os.unlink(tmp)
     if rc != 0:
         module.fail_json(msg=f"apt-get -s upgrade failed ({rc}): {(err or out).strip()[-500:]}")
     state = collect(out, module.params["held"], reboot_required=module.params["reboot_required_path"])

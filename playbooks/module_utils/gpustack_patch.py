@@ -57,6 +57,22 @@ def parse_kept_back(out: str) -> list:
     return names
 
 
+def unheld_status(status: str, names: Sequence[str]) -> str:
+    """dpkg's status file with the selection of ``names`` turned from ``hold`` to ``install`` (pure): the status a
+    simulation reads for what an upgrade does once ``gpustack node patch`` has released gpustack's kernel holds
+    (hosts.hold_kernel), without releasing them (apt reads holds from dpkg's status, ``Dir::State::status``)."""
+    wanted = set(names)
+    out = []
+    for stanza in status.split("\n\n"):
+        lines = stanza.split("\n")
+        package = next((ln.partition(":")[2].strip() for ln in lines if ln.startswith("Package:")), "")
+        if package in wanted:
+            lines = ["Status: install" + ln[len("Status: hold") :] if ln.startswith("Status: hold ") else ln
+                     for ln in lines]  # fmt: skip
+        out.append("\n".join(lines))
+    return "\n\n".join(out)
+
+
 def release_key(release: str) -> tuple:
     """Order kernel releases (6.1.0-9-amd64 < 6.1.0-28-amd64): numbers as numbers, the rest as text."""
     return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"[.\-+~]", release))

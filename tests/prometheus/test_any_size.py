@@ -104,7 +104,7 @@ def test_the_verdict_on_a_healthy_cluster_is_the_same_at_1_and_1000_nodes(
     print(f"doctor --layer {LAYERS}: 1 node {one_s:.1f} s, 1000 nodes {thousand_s:.1f} s; "
           f"whole /api/v1/targets at 1000 nodes: {whole / 2**20:.1f} MiB")  # fmt: skip
     # no host facts without SSH: G05 (driver preinstalled?) cannot run here; K11: a token kubeconfig, no certificate;
-    # M12: etcd is not scraped (gpustack's values leave kubeEtcd off)
+    # M12: the replayed fleet has no etcd target
     skipped = {"G05-driver-preinstalled", "K11-admin-kubeconfig-certificate", "M12-etcd-leader-changes"}
     # and the warnings a new cluster may show (docs/checks.md "Expected on a new cluster": K10's open security release)
     listed = expected_warns()

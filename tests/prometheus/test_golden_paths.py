@@ -42,8 +42,8 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "checks.md"
 EXPORTER = EXPORTER_TARGETS["standalone"]
 LAYERS = "kubernetes,gpu-operator,monitoring,grafana"
 #: the checks that skip on these clusters, and why: no --load; no SSH to the nodes (no gpustack.yaml here); the fake
-#: API server's kubeconfig logs in with a token, so there is no client certificate to judge; etcd is not scraped
-#: (M12: gpustack's values leave kubeEtcd off, docs/decisions.md "etcd metrics")
+#: API server's kubeconfig logs in with a token, so there is no client certificate to judge; M12: the replayed
+#: cluster has no etcd target (a real default cluster scrapes etcd: docs/decisions.md "etcd metrics scraped")
 EXPECTED_SKIPS = {"verify": {"M11-load-metrics-move"},
                   "doctor": {"G05-driver-preinstalled", "K11-admin-kubeconfig-certificate",
                              "M12-etcd-leader-changes"}}  # fmt: skip

@@ -228,7 +228,7 @@ def test_single_node_up_with_doubles_converges(solo: Solo, sources: Sources) -> 
     assert not any("--dport 30090" in r for r in ours), "monitoring is not exposed by default"
     # the control-plane ports closed to everyone else, one DROP; the rest is the site's (RETURN)
     assert [r.replace('"', "") for r in ours if "DROP" in r or "REJECT" in r] == [
-        "-A GPUSTACK-INPUT -p tcp -m multiport --dports 2379:2380,6443,10250,10257,10259 "
+        "-A GPUSTACK-INPUT -p tcp -m multiport --dports 2379:2381,6443,10250,10257,10259 "
         "-m comment --comment gpustack:closed -j DROP"
     ]
     assert ours[-1] == "-A GPUSTACK-INPUT -j RETURN"

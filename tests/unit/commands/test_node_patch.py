@@ -39,7 +39,9 @@ def test_the_plan_and_its_variables() -> None:
     assert np_.PLAN.stage_ids == ("inspect", "check", "etcd-before", "drain", "packages", "etcd-after", "gpu",
                                   "uncordon")  # fmt: skip
     assert np_.PLAN.playbook == "node-patch.yml"
-    assert set(np_.PLAN.extravars) == {"gpustack_node_patch_hold", "gpustack_node_patch_state_dir"}
+    assert set(np_.PLAN.extravars) == {
+        "gpustack_node_patch_hold", "gpustack_node_patch_state_dir", "gpustack_node_patch_serial"
+    }  # fmt: skip
     assert np_.details(config())[0][2] == [["1", "cp1", "control-plane"], ["2", "g1", "worker"], ["3", "g2", "worker"]]
 
 
@@ -50,6 +52,18 @@ def test_order_control_planes_first_and_the_refusals() -> None:
     for names, every, msg in ((["g9"], False, "no node named g9"), ([], False, "or --all"), (["g1"], True, "not both")):
         with pytest.raises(UsageError, match=msg):
             np_.select_nodes(cfg, names, every)
+
+
+def test_turns_control_planes_alone_workers_max_unavailable_together() -> None:
+    nodes = [{"name": f"cp{i}", "address": f"192.0.2.{i}", "role": "control-plane"} for i in (1, 2, 3)]
+    nodes += [{"name": f"w{i}", "address": f"192.0.2.{10 + i}"} for i in range(1, 6)]
+    cfg = Config.model_validate({"nodes": nodes})
+    every = np_.select_nodes(cfg, [], True)
+    assert np_.batches(every) == [[n.name] for n in every]  # the default: one at a time
+    assert np_.batches(every, 2) == [["cp1"], ["cp2"], ["cp3"], ["w1", "w2"], ["w3", "w4"], ["w5"]]
+    assert np_.batches(every, 10) == [["cp1"], ["cp2"], ["cp3"], ["w1", "w2", "w3", "w4", "w5"]]
+    with pytest.raises(UsageError, match="at least 1"):
+        np_.batches(every, 0)
 
 
 def test_what_stays_held() -> None:
@@ -65,6 +79,7 @@ class FakeRole:
     def __init__(self, monkeypatch: pytest.MonkeyPatch, api: FakeKubeAPI, hosts: dict[str, dict[str, Any]]) -> None:
         self.api, self.hosts = api, hosts
         self.runs: list[tuple[list[str], list[str]]] = []
+        self.serials: list[int] = []  # the packages play's serial, per run that has it
         self.fail_at: str | None = None
         monkeypatch.setattr(engine_run, "ansible_stages", self.ansible)
 
@@ -76,6 +91,8 @@ class FakeRole:
         ids = [s.id for s in stages]
         self.runs.append((ids, list(opts.limit)))
         assert opts.extravars["gpustack_node_patch_hold"] == ["kubelet", "kubeadm", "kubectl"]
+        if "packages" in ids:
+            self.serials.append(opts.extravars["gpustack_node_patch_serial"])
         for name in opts.limit:
             if "inspect" in ids:
                 self.write(cfg, name)
@@ -198,3 +215,38 @@ def test_dry_run_only_inspects(env: FakeKubeAPI, kube: Kube, monkeypatch: pytest
     result, out = patch(kube, dry_run=True)
     assert role.runs == [(["inspect"], ["cp1", "g1", "g2"])] and result.patched == []
     assert "(1 to patch)" in out and env.get("v1", "Node", "g1")["spec"] == {}  # type: ignore[index]
+
+
+def test_max_unavailable_patches_workers_together_and_control_planes_alone(
+    env: FakeKubeAPI, kube: Kube, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env.seed([*gpu_cluster(allowed=2), gpu_node("cp1", gpus=0)])  # web's budget lets both its pods go at once
+    role = FakeRole(monkeypatch, env, {n: host(True) for n in ("cp1", "g1", "g2")})
+    result, out = patch(kube, max_unavailable=2)
+    assert role.runs == [(["inspect"], ["cp1", "g1", "g2"]), (["etcd-before"], ["cp1"]),
+                         (["packages", "etcd-after"], ["cp1"]), (["packages"], ["g1", "g2"])]  # fmt: skip
+    assert role.serials == [1, 2]  # the play patches the two workers together, the control plane alone
+    assert result.patched == ["cp1", "g1", "g2"]
+    for name in ("g1", "g2"):
+        obj = env.get("v1", "Node", name)
+        assert obj is not None and not obj["spec"].get("unschedulable")
+        assert obj["status"]["nodeInfo"]["bootID"] == "boot-1-rebooted"
+        assert pn.node_record("gpustack", name)["status"] == "done"
+    assert "node patch g1, g2" in out
+
+
+def test_a_failed_turn_of_two_leaves_both_cordoned_and_names_them(
+    env: FakeKubeAPI, kube: Kube, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env.seed(gpu_cluster(allowed=2))
+    role = FakeRole(monkeypatch, env, {"cp1": host(False), "g1": host(True), "g2": host(True)})
+    role.fail_at = "packages"
+    with pytest.raises(StageError) as ei:
+        patch(kube, max_unavailable=2)
+    assert "g1, g2 stay cordoned" in (ei.value.hint or "") and "continues with g1, g2" in (ei.value.hint or "")
+    for name in ("g1", "g2"):
+        assert env.get("v1", "Node", name)["spec"]["unschedulable"] is True  # type: ignore[index]
+        assert pn.node_record("gpustack", name)["status"] == "failed"
+    role.fail_at = None
+    result, _ = patch(kube, max_unavailable=2)  # the rerun finishes both, together
+    assert result.patched == ["g1", "g2"] and role.serials[-1] == 2

@@ -27,6 +27,7 @@ def test_elections_warn_in_an_hour_and_fail_in_fifteen_minutes() -> None:
 def test_no_etcd_series_or_a_failed_query_is_a_skip() -> None:
     (unscraped,) = etcd_leader_changes(snap(None, None))
     assert unscraped.status == "skip" and "not scraped" in unscraped.summary
+    assert "listen-metrics-urls" in unscraped.fix  # where the scrape is switched on
     (failed,) = etcd_leader_changes(snap(None, None, {"etcd_leader_changes_1h": "503 unavailable"}))
     assert failed.status == "skip" and "503" in failed.evidence
     (young,) = etcd_leader_changes(snap(0, None))  # scraped for less than the hour's window

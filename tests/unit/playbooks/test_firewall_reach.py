@@ -2,11 +2,12 @@
 network namespaces joined by a veth pair.
 
 ``node`` runs the script (the VARS of test_firewall_script: it is control plane 192.0.2.2), listens on
-the API server's, etcd's and the kubelet's ports and on 7777 (a port of the site's, nothing of
+the API server's, etcd's (client and metrics) and the kubelet's ports and on 7777 (a port of the site's, nothing of
 gpustack's), and stands in for kube-proxy with its NodePort DNAT in nat PREROUTING (30090 -> 9090, as
 KUBE-NODEPORTS rewrites a NodePort to a pod): the NodePort is filtered on its original port, before
-the DNAT. The other namespace connects from three source addresses: a worker of the cluster
-(192.0.2.3), an address of ``firewall.admin_cidrs`` (203.0.113.5) and a stranger (198.51.100.77); and over IPv6
+the DNAT. The other namespace connects from four source addresses: a worker of the cluster
+(192.0.2.3), a pod (10.244.1.5: Prometheus beside etcd, on the node's own address), an address of
+``firewall.admin_cidrs`` (203.0.113.5) and a stranger (198.51.100.77); and over IPv6
 (the node 2001:db8::2, listening dual-stack) from the worker's IPv6 address (2001:db8::3, in the node list) and
 an IPv6 stranger (2001:db8::77): ip6tables' chain gives IPv6 the same verdicts (no kube-proxy DNAT over IPv6:
 the NodePort itself listens).
@@ -48,16 +49,18 @@ try:
 except OSError:
     print("closed")
 """
-NODE, ADMIN, STRANGER = "192.0.2.3", "203.0.113.5", "198.51.100.77"
+NODE, POD, ADMIN, STRANGER = "192.0.2.3", "10.244.1.5", "203.0.113.5", "198.51.100.77"
 NODE6, STRANGER6 = "2001:db8::3", "2001:db8::77"
-PORTS = [2379, 6443, 10250, 30090, 7777]
-#: source -> the ports it reaches (192.0.2.3 is a worker: no etcd; the admin network: API and NodePorts)
+PORTS = [2379, 2381, 6443, 10250, 30090, 7777]
+#: source -> the ports it reaches (192.0.2.3 is a worker: no etcd client or peer port, but etcd's metrics for a
+#: Prometheus there; a pod: the API server, the kubelet's and etcd's metrics; the admin network: API and NodePorts)
 EXPECTED = {
-    NODE: {6443: "open", 10250: "open", 2379: "closed", 30090: "open", 7777: "open"},
-    ADMIN: {6443: "open", 10250: "closed", 2379: "closed", 30090: "open", 7777: "open"},
-    STRANGER: {6443: "closed", 10250: "closed", 2379: "closed", 30090: "closed", 7777: "open"},
-    NODE6: {6443: "open", 10250: "open", 2379: "closed", 30090: "open", 7777: "open"},
-    STRANGER6: {6443: "closed", 10250: "closed", 2379: "closed", 30090: "closed", 7777: "open"},
+    NODE: {2379: "closed", 2381: "open", 6443: "open", 10250: "open", 30090: "open", 7777: "open"},
+    POD: {2379: "closed", 2381: "open", 6443: "open", 10250: "open", 30090: "open", 7777: "open"},
+    ADMIN: {2379: "closed", 2381: "closed", 6443: "open", 10250: "closed", 30090: "open", 7777: "open"},
+    STRANGER: {2379: "closed", 2381: "closed", 6443: "closed", 10250: "closed", 30090: "closed", 7777: "open"},
+    NODE6: {2379: "closed", 2381: "open", 6443: "open", 10250: "open", 30090: "open", 7777: "open"},
+    STRANGER6: {2379: "closed", 2381: "closed", 6443: "closed", 10250: "closed", 30090: "closed", 7777: "open"},
 }
 
 
@@ -80,11 +83,11 @@ def pair() -> Iterator[tuple[str, str]]:
         for ns, dev in ((node, "gsfwa"), (out, "gsfwb")):
             _ip("-n", ns, "link", "set", "lo", "up")
             _ip("-n", ns, "link", "set", dev, "up")
-        for address in (NODE, ADMIN, STRANGER):
+        for address in (NODE, POD, ADMIN, STRANGER):
             _ip("-n", out, "addr", "add", f"{address}/24", "dev", "gsfwb")
         for address in (NODE6, STRANGER6):
             _ip("-n", out, "addr", "add", f"{address}/64", "dev", "gsfwb", "nodad")
-        for net in ("203.0.113.0/24", "198.51.100.0/24"):
+        for net in ("10.244.1.0/24", "203.0.113.0/24", "198.51.100.0/24"):
             _ip("-n", node, "route", "add", net, "dev", "gsfwa")
         yield node, out
     finally:
@@ -117,7 +120,7 @@ def test_strangers_reach_only_the_sites_ports(pair: tuple[str, str], backend: st
         check=True, timeout=30,
     )  # fmt: skip
     listener = subprocess.Popen(
-        [*node_exec, sys.executable, "-c", LISTENER, "2379", "6443", "10250", "9090", "30090", "7777"],
+        [*node_exec, sys.executable, "-c", LISTENER, "2379", "2381", "6443", "10250", "9090", "30090", "7777"],
         stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:

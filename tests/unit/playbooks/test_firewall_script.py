@@ -29,12 +29,12 @@ VARS = {
     # a worker that also has an IPv6 address in gpustack.yaml's node list (a node listed by it)
     "firewall_ipv6_node_addresses": ["2001:db8::3"],
     "firewall_ipv6_etcd_peers": [],
-    "firewall_node_tcp_ports": ["6443", "10250", "10257", "10259"],
+    "firewall_node_tcp_ports": ["6443", "10250", "10257", "10259", "2381"],
     "firewall_etcd_tcp_ports": "2379:2380",
     # this node is a control plane; 192.0.2.3 is a worker: etcd is open to 192.0.2.2 only
     "firewall_ipv4_etcd_peers": ["192.0.2.2"],
     "firewall_vxlan_udp_port": 8472,
-    "firewall_closed_tcp_ports": "2379:2380,6443,10250,10257,10259",
+    "firewall_closed_tcp_ports": "2379:2381,6443,10250,10257,10259",
     "gpustack_firewall_admin_cidrs": ["203.0.113.0/24"],
     # the admin network and the machine gpustack runs from
     "firewall_ipv4_api_admins": ["203.0.113.0/24", "198.51.100.1"],
@@ -42,14 +42,14 @@ VARS = {
     "gpustack_firewall_nodeport_range": "30000:32767",
     "gpustack_firewall_tcp_nodeports": [30090, 30300],
 }
-# established + loopback + 3 pod rules + 2 nodes x (4 tcp + 1 udp) + 1 etcd peer + 2 API admins + closed
+# established + loopback + 4 pod rules + 2 nodes x (5 tcp + 1 udp) + 1 etcd peer + 2 API admins + closed
 # + 2 nodeports + RETURN
-EXPECTED_RULES = 1 + 1 + 3 + 2 * 5 + 1 + 2 + 1 + 2 + 1
+EXPECTED_RULES = 1 + 1 + 4 + 2 * 6 + 1 + 2 + 1 + 2 + 1
 # loopback + not-new + not-local + 2 nodes + pods + 1 admin network + 1 open port + tcp and udp DROP + RETURN
 EXPECTED_NODEPORT_RULES = 3 + 2 + 1 + 1 + 1 + 2 + 1
-# IPv6: established + loopback + 1 node x (4 tcp + tcp and udp NodePorts) + 1 open port + closed + NodePorts tcp
+# IPv6: established + loopback + 1 node x (5 tcp + tcp and udp NodePorts) + 1 open port + closed + NodePorts tcp
 # and udp DROP + RETURN (no etcd peer: the control plane has no IPv6 address; no admin network: IPv4 only)
-EXPECTED_IPV6_RULES = 1 + 1 + 6 + 1 + 1 + 2 + 1
+EXPECTED_IPV6_RULES = 1 + 1 + 7 + 1 + 1 + 2 + 1
 
 
 def render(**overrides: object) -> str:
@@ -180,7 +180,7 @@ def test_apply_check_remove(script: Path, backend: str) -> None:
         "-A GPUSTACK-INPUT -p tcp -m tcp --dport 30090 -m comment --comment gpustack:nodeport -j ACCEPT",
     ]
     assert chain[-4] == (
-        "-A GPUSTACK-INPUT -p tcp -m multiport --dports 2379:2380,6443,10250,10257,10259 "
+        "-A GPUSTACK-INPUT -p tcp -m multiport --dports 2379:2381,6443,10250,10257,10259 "
         "-m comment --comment gpustack:closed -j DROP"
     )
     # IPv6: the same chain name in ip6tables' filter INPUT, its one jump first
@@ -193,7 +193,7 @@ def test_apply_check_remove(script: Path, backend: str) -> None:
         in chain6
     )
     assert chain6[-4:] == [
-        "-A GPUSTACK-INPUT -p tcp -m multiport --dports 2379:2380,6443,10250,10257,10259 "
+        "-A GPUSTACK-INPUT -p tcp -m multiport --dports 2379:2381,6443,10250,10257,10259 "
         "-m comment --comment gpustack:closed -j DROP",
         "-A GPUSTACK-INPUT -p tcp -m tcp --dport 30000:32767 -m comment --comment gpustack:nodeports-closed -j DROP",
         "-A GPUSTACK-INPUT -p udp -m udp --dport 30000:32767 -m comment --comment gpustack:nodeports-closed -j DROP",

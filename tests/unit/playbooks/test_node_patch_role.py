@@ -1,8 +1,9 @@
 """playbooks/node-patch.yml's packages play and the node_patch role, for real with ansible-playbook and real apt and
 dpkg, inside a private mount and network namespace whose overlays over /etc, /var, /usr keep every change there
 (the style of tests/unit/playbooks/sandbox.py). apt's only source is a local flat archive (file://, built here
-with dpkg-deb and apt-ftparchive) offering a newer kubelet and a newer ordinary package: the ordinary package is
-upgraded, the held kubelet stays; a second run changes nothing. The reboot path: Ansible's reboot action refuses
+with dpkg-deb and apt-ftparchive) offering a newer kubelet, a newer ordinary package and a newer kernel meta package
+that gpustack holds (hosts.hold_kernel, its record in /etc/gpustack): the ordinary package and the kernel are upgraded,
+the kernel held again, the held kubelet stays; a second run changes nothing. The reboot path: Ansible's reboot action refuses
 a ``local`` connection, so the play runs through a TEST DOUBLE connection (``gpustack_local_double``: Ansible's
 local connection under another name) with a TEST DOUBLE reboot (``node_patch_reboot_command``: a script that
 writes a new boot time and clears the flag, as a boot does; docs/testing.md). And gpustack_patch_state's parsers."""
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -78,6 +80,40 @@ def test_held_packages_are_reported_apart(patch_utils: ModuleType) -> None:
     assert patch_utils.release_key("6.1.0-10-amd64") > patch_utils.release_key("6.1.0-9-amd64")
 
 
+# --- the play's turn size, with the real ansible-playbook -------------------------------------------------------
+
+
+def test_the_packages_play_patches_a_turns_nodes_together(tmp_path: Path) -> None:
+    """--max-unavailable: the packages play's own ``serial`` and ``any_errors_fatal`` (read from node-patch.yml),
+    templated by the real ansible-playbook from gpustack_node_patch_serial: three hosts in turns of two, and without
+    the variable one at a time. The role's tasks are replaced by one that names the host (three local hosts)."""
+    import yaml
+
+    play = next(p for p in yaml.safe_load((PLAYBOOKS / "node-patch.yml").read_text()) if p["name"] == "packages")
+    ours = {k: play[k] for k in ("name", "hosts", "serial", "any_errors_fatal")}
+    ours.update(
+        gather_facts=False, tasks=[{"name": "Patch", "ansible.builtin.debug": {"msg": "{{ inventory_hostname }}"}}]
+    )
+    (tmp_path / "play.yml").write_text(yaml.safe_dump([ours]))
+    (tmp_path / "hosts.ini").write_text("[all]\nh1\nh2\nh3\n[all:vars]\nansible_connection=local\n")
+
+    def batches(*extra: str) -> list[list[str]]:
+        proc = subprocess.run(["ansible-playbook", "-i", "hosts.ini", "play.yml", *extra], cwd=tmp_path, text=True,
+                              capture_output=True, timeout=120, check=True,
+                              env=dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_PYTHON_INTERPRETER="auto_silent"))  # fmt: skip
+        out: list[list[str]] = []
+        for line in proc.stdout.splitlines():
+            if line.startswith("PLAY [packages]"):
+                out.append([])
+            elif line.startswith("ok: [") and out:
+                out[-1].append(line[5 : line.index("]")])
+        return [sorted(b) for b in out]  # within a turn, in the order the hosts answered
+
+    assert play["any_errors_fatal"] is True  # the first failure stops the whole turn
+    assert batches("-e", "gpustack_node_patch_serial=2") == [["h1", "h2"], ["h3"]]
+    assert batches() == [["h1"], ["h2"], ["h3"]]
+
+
 # --- the play, for real ---------------------------------------------------------------------------------------
 
 SCRIPT = r"""
@@ -96,9 +132,13 @@ echo 'APT::Sandbox::User "root";' > /etc/apt/apt.conf.d/99gpustack-test
 dpkg -i "$GS_ARCHIVE"/old/*.deb >/dev/null
 apt-get update -qq >/dev/null
 echo "kubelet hold" | dpkg --set-selections
+# hosts.hold_kernel as `up` left it: the kernel meta package held by gpustack, recorded
+echo "linux-image-gpustack-test hold" | dpkg --set-selections
+mkdir -p /etc/gpustack && echo '["linux-image-gpustack-test"]' > /etc/gpustack/held-packages.json
 run() { ansible-playbook -i localhost, -c gpustack_local_double "$GS_PLAYBOOK" --tags packages -e "@$GS_VARS"; }
 echo "=== RUN 1"; run
-echo "=== VERSIONS"; dpkg-query -W -f '${Package} ${Version}\n' kubelet gpustack-patch-demo
+echo "=== VERSIONS"; dpkg-query -W -f '${Package} ${Version}\n' kubelet gpustack-patch-demo linux-image-gpustack-test
+dpkg --get-selections linux-image-gpustack-test
 echo "=== RUN 2"; run
 """
 
@@ -119,7 +159,7 @@ def _archive(base: Path) -> Path:
     arch = subprocess.run(["dpkg", "--print-architecture"], capture_output=True, text=True, check=True).stdout.strip()
     root = base / "archive"
     (root / "old").mkdir(parents=True)
-    for name in ("kubelet", "gpustack-patch-demo"):
+    for name in ("kubelet", "gpustack-patch-demo", "linux-image-gpustack-test"):
         build_deb(Pkg(name, version="1.0"), arch, root / "old")
         build_deb(Pkg(name, version="2.0"), arch, root)
     listing = subprocess.run(["apt-ftparchive", "packages", "."], cwd=root, capture_output=True, text=True, check=True)
@@ -148,6 +188,7 @@ def test_packages_play_upgrades_keeps_the_held_reboots_when_asked_and_converges(
     extra = {
         "gpustack_node_patch_hold": ["kubelet"],
         "gpustack_node_patch_state_dir": str(state),
+        "gpustack_hold_kernel": True,
         "gpustack_proxy_env": {},
         "node_patch_reboot_required_path": str(flag),
         "node_patch_reboot_command": str(reboot),
@@ -165,6 +206,9 @@ def test_packages_play_upgrades_keeps_the_held_reboots_when_asked_and_converges(
     first, rest = out.split("=== VERSIONS", 1)
     versions, second = rest.split("=== RUN 2", 1)
     assert "kubelet 1.0" in versions and "gpustack-patch-demo 2.0" in versions, versions
+    # gpustack's kernel hold released for the upgrade, the kernel moved, held again
+    assert "linux-image-gpustack-test 2.0" in versions and re.search(r"linux-image-gpustack-test\s+hold", versions)
+    assert "TASK [node_patch : Release gpustack's kernel holds for the upgrade]" in first
     assert "TASK [node_patch : Reboot the host for its new packages]" in first
     assert not flag.exists() and boot.read_text().strip() == "2"  # the double "rebooted" once
     assert "changed=0" in second.split("PLAY RECAP", 1)[1], second[-3000:]

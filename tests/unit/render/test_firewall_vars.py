@@ -36,7 +36,7 @@ def test_admin_cidrs_are_ipv4_networks() -> None:
             Firewall.model_validate({"admin_cidrs": bad})
 
 
-@pytest.mark.parametrize("port", [2379, 6443, 10250, 10257, 10259])
+@pytest.mark.parametrize("port", [2379, 2381, 6443, 10250, 10257, 10259])
 def test_extra_ports_cannot_reopen_a_control_plane_port(port: int) -> None:
     with pytest.raises(ValidationError, match=f"{port}: control-plane ports stay closed"):
         Firewall.model_validate({"extra_tcp_ports": [8080, port]})
@@ -127,6 +127,11 @@ def test_plan_up_shows_who_reaches_what(monkeypatch: pytest.MonkeyPatch) -> None
         "dropped",
     ]
     assert etcd == ["control planes (cp1); loopback", "dropped"]
+    # etcd's metrics: Prometheus runs on any node, or beside etcd in the pod network
+    assert by_port["2381/tcp (etcd metrics, plain HTTP)"] == [
+        "nodes (cp1, w1); pods (10.244.0.0/16); loopback",
+        "dropped",
+    ]
     assert by_port["30000-32767 tcp/udp (NodePorts)"] == [
         "nodes (cp1, w1); pods (10.244.0.0/16); admin_cidrs (203.0.113.0/24); everyone: 31000",
         "dropped before kube-proxy's DNAT",
@@ -158,5 +163,10 @@ def test_render_writes_each_nodes_firewall_script(monkeypatch: pytest.MonkeyPatc
     # etcd: on the control plane, open to the control planes; a worker has no etcd rule
     assert "-s 10.0.0.10 -p tcp -m tcp --dport 2379:2380" in cp and "--dport 2379:2380 -m comment" not in w
     assert "-s 10.244.0.0/16 -d 10.0.0.11 -p tcp -m tcp --dport 6443" in w
+    # etcd's metrics port: from every node and, to the node's own address, the pod network; closed to the rest
+    for script, address in ((cp, "10.0.0.10"), (w, "10.0.0.11")):
+        assert "-s 10.0.0.11 -p tcp -m tcp --dport 2381 -m comment --comment gpustack:nodes -j ACCEPT" in script
+        assert f"-s 10.244.0.0/16 -d {address} -p tcp -m tcp --dport 2381 -m comment" in script
+        assert "--dports 2379:2381,6443,10250,10257,10259 -m comment --comment gpustack:closed -j DROP" in script
     off = cfg.model_copy(update={"firewall": Firewall(enabled=False)})
     assert not [p for p in generated_files(off, state_root=tmp_path) if p.startswith("firewall/")]

@@ -327,3 +327,18 @@ def test_named_storage_class_or_ephemeral_needs_no_local_volume() -> None:
         assert "storage.yaml" not in render_manifests(cfg)
         prom = render_values(cfg, FactsSummary())["kube-prometheus-stack"]["prometheus"]["prometheusSpec"]
         assert "tolerations" not in prom
+
+
+def test_etcd_scraped_only_when_every_member_listens_beyond_loopback() -> None:
+    """kubeEtcd follows the cluster fact (gpustack.cluster.layer.etcd_metrics_exposed); the chart 88.5.3's defaults
+    (service port/targetPort 2381, serviceMonitor.scheme http) are kept and set where the values read them."""
+    cfg = Config.model_validate({"monitoring": STORAGE})
+    off = render_values(cfg, FactsSummary())["kube-prometheus-stack"]
+    assert off["kubeEtcd"] == {"enabled": False}
+    on = render_values(cfg, FactsSummary(etcd_metrics_exposed=True))["kube-prometheus-stack"]
+    assert on["kubeEtcd"] == {
+        "enabled": True,
+        "service": {"port": 2381, "targetPort": 2381},
+        "serviceMonitor": {"bearerTokenFile": ""},
+    }
+    assert summarize_facts({}, etcd_metrics_exposed=True).etcd_metrics_exposed is True

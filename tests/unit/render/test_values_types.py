@@ -16,7 +16,7 @@ Each generated values file is rendered through them with the real helm (``real_b
 The ``consumes`` lines and the table in values/README.md must agree key for key and rendering for
 rendering, every key the values set must be in the table, and the table's type column must match the
 rendered values, so the list and the proof cannot drift apart. Runtime: 8-12 s on the shared 2-core machine
-(27 helm renders of about 0.2 s: 16 distinct variant values, 3 chart defaults, 8 negative cases).
+(28 helm renders of about 0.2 s: 17 distinct variant values, 3 chart defaults, 8 negative cases).
 """
 
 from __future__ import annotations
@@ -60,6 +60,8 @@ TYPE_VARIANTS: dict[str, tuple[dict[str, Any], FactsSummary]] = {
         {},
         FactsSummary(driver_preinstalled=True, toolkit_preinstalled=True, nfd_running=True, gpu_nodes=("gpu1",)),
     ),
+    # every etcd mirror pod listens for metrics beyond loopback: the chart scrapes etcd
+    "etcd-scrape": ({}, FactsSummary(etcd_metrics_exposed=True, gpu_nodes=("gpu1",))),
     "changed": (
         {
             "monitoring": {
@@ -172,6 +174,24 @@ CRD_SCHEMAS: dict[str, dict[str, Any]] = {
     ),
     "Alertmanager": resource(
         obj(replicas={"type": "integer"}, secrets={"type": "array", "items": STRING}),
+    ),
+    # kube-prometheus-stack 88.5.3 charts/crds/crds/crd-servicemonitors.yaml (scheme: an enum)
+    "ServiceMonitor": resource(
+        obj(
+            ("endpoints", "selector"),
+            jobLabel=STRING,
+            selector=SELECTOR,
+            namespaceSelector=obj(matchNames={"type": "array", "items": STRING}),
+            endpoints={
+                "type": "array",
+                "items": obj(
+                    port=STRING,
+                    bearerTokenFile=STRING,
+                    scheme={"type": "string", "enum": ["http", "https", "HTTP", "HTTPS"]},
+                    tlsConfig={"type": "object"},
+                ),
+            },
+        )
     ),
 }
 
