@@ -273,22 +273,23 @@ class Stack:
         return bool(rules) and all(r.get("lastEvaluation", "").startswith("20") for r in rules)
 
 
-def usage_rules_every_scrape(path: Path) -> Path:
+def usage_rules_every_scrape(path: Path, interval: str = SCRAPE_INTERVAL) -> Path:
     """gpustack's usage recording rules, evaluated every scrape interval instead of every minute, so a live
-    stack has recorded series (the capacity dashboard's) within seconds."""
+    stack has recorded series (the capacity dashboard's) within seconds; ``interval``: another (production's 1m)."""
     data = load_usage_rules()
     for group in data["groups"]:
-        group["interval"] = SCRAPE_INTERVAL
+        group["interval"] = interval
     path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     return path
 
 
 def write_prometheus_config(
-    path: Path, stack_exporters: Mapping[str, DcgmReplay], ksm: KsmReplay, exporter_namespace: str = EXPORTER_NAMESPACE
-) -> Path:
+    path: Path, stack_exporters: Mapping[str, DcgmReplay], ksm: KsmReplay, exporter_namespace: str = EXPORTER_NAMESPACE,
+    rule_interval: str = SCRAPE_INTERVAL,
+) -> Path:  # fmt: skip
     """Write prometheus.yml for the replay endpoints and gpustack's rule files (alerts, usage)."""
     exporters = {n: e.address for n, e in stack_exporters.items()}
-    usage = usage_rules_every_scrape(path.parent / "gpu-usage.rules.yaml")
+    usage = usage_rules_every_scrape(path.parent / "gpu-usage.rules.yaml", rule_interval)
     config = prometheus_config(exporters, ksm.address, rules_path(), exporter_namespace, [usage])
     path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     return path
@@ -301,16 +302,18 @@ def running_stack(
     *,
     exporter_namespace: str = EXPORTER_NAMESPACE,
     release: Release | None = None,
+    rule_interval: str = SCRAPE_INTERVAL,
 ) -> Iterator[Stack]:
     """Start replays and Prometheus under ``workdir``; stop everything on exit, whatever happened.
     ``exporter_namespace``: the namespace endpoints discovery reports for the exporter pods (gpustack
     installs the exporter in ``gpu-operator``; the default is what test_queries.py and rules_tests/ expect).
-    ``release``: which Prometheus (default: the newest, :func:`.releases.newest`)."""
+    ``release``: which Prometheus (default: the newest, :func:`.releases.newest`); ``rule_interval``: the usage
+    rules' evaluation interval (default: every scrape)."""
     specs = nodes or default_nodes()
     exporters = {spec.node: DcgmReplay(spec).start() for spec in specs}
     ksm = KsmReplay(specs).start()
     server = PrometheusServer(
-        config=write_prometheus_config(workdir / "prometheus.yml", exporters, ksm, exporter_namespace),
+        config=write_prometheus_config(workdir / "prometheus.yml", exporters, ksm, exporter_namespace, rule_interval),
         data_dir=workdir / "tsdb",
         log=workdir / "prometheus.log",
         release=release or newest(),

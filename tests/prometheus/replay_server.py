@@ -17,6 +17,7 @@ from urllib.parse import parse_qs, urlparse
 
 from gpustack.monitoring.counters import CounterFile, load_counters
 
+from .ksm_pods import merged
 from .loopback import LoopbackServer, MetricsHandler, Served
 from .replay_exporter import SCENARIOS, NodeSpec, PodRef, default_nodes, render_dcgm, render_ksm
 
@@ -85,7 +86,8 @@ class KsmReplay(ReplayServer):
 
     def __init__(self, specs: list[NodeSpec]) -> None:
         self.specs = specs
-        super().__init__(lambda: render_ksm(self.specs))
+        self.extra: list[str] = []  # series of pods no replayed GPU holds (queued, ended): tests/prometheus/ksm_pods.py
+        super().__init__(lambda: merged(render_ksm(self.specs), self.extra))
 
 
 def main() -> None:

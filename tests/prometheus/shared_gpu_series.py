@@ -13,7 +13,11 @@ From NVIDIA/dcgm-exporter tag 4.5.3-4.8.2 (the exporter of the pinned chart 4.8.
   processes could be mapped reads 0 (``buildIdlePodValues``): every pod when the exporter lacks ``hostPID``;
 - every other field: one copy **per pod**, with the device's value, ``pod``/``namespace``/``container`` and
   ``vgpu`` (``pod_uid`` only with ``--kubernetes-enable-pod-uid``, which gpustack does not set), and no device series;
-- a GPU no pod holds: the device series of every field.
+- a GPU no pod holds: the device series of every field;
+- a time-sliced MIG instance (:attr:`SharedGPU.mig`): the same per instance, each series with the instance's
+  ``GPU_I_PROFILE`` and ``GPU_I_ID`` (``gpuMetricsFormat``'s MIG labels). Not confirmed against an exporter on a
+  shared MIG instance (no recording exists here); gpustack's expressions are proven on this shape *and* on one series
+  per instance (tests/prometheus/rules_tests/mig.yaml), so they hold whichever the exporter prints.
 
 Labels in ``rendermetrics/render_metrics.go`` ``gpuMetricsFormat``: gpu, UUID, pci_bus_id, device, modelName,
 Hostname (this tag's host label), the counters CSV's label fields (DCGM_FI_DRIVER_VERSION), then the attributes.
@@ -47,6 +51,7 @@ class SharedGPU:
     model: str
     device: dict[str, float]  # field -> the device's value
     pods: tuple[SharingPod, ...] = field(default_factory=tuple)
+    mig: tuple[str, str] | tuple[()] = ()  # a MIG GPU instance: (GPU_I_PROFILE, GPU_I_ID), labels after modelName
 
 
 def _labels(labels: dict[str, str]) -> str:
@@ -57,7 +62,8 @@ def gpu_series(gpu: SharedGPU, instance: str, samples: int) -> list[dict[str, st
     """promtool ``input_series`` for one GPU, ``samples`` constant samples one ``interval`` apart."""
     base = {**TARGET, "instance": instance, "node": gpu.node, "gpu": str(gpu.index), "UUID": gpu.uuid,
             "pci_bus_id": f"00000000:{0x18 + gpu.index:02X}:00.0", "device": f"nvidia{gpu.index}",
-            "modelName": gpu.model, "Hostname": gpu.node, "DCGM_FI_DRIVER_VERSION": DRIVER}  # fmt: skip
+            "modelName": gpu.model, **dict(zip(("GPU_I_PROFILE", "GPU_I_ID"), gpu.mig, strict=False)),
+            "Hostname": gpu.node, "DCGM_FI_DRIVER_VERSION": DRIVER}  # fmt: skip
     out: list[dict[str, str]] = []
 
     def add(metric: str, labels: dict[str, str], value: float) -> None:

@@ -20,61 +20,12 @@ from gpustack.diagnose.pod_queue import free_gpus, gpu_requests, insufficient
 from gpustack.diagnose.snapshot import Snapshot
 from gpustack.runners.kube import Kube
 from tests.fakes import scenarios as sc
+from tests.fakes.busy_scenarios import QUEUED, busy, failed, gpu_pod, pending
 from tests.fakes.kube_api import FakeKubeAPI
 from tests.unit.diagnose.test_workload import FAST, on_pod
 
 Obj = dict[str, Any]
 NODES = 3  # a control plane (tainted, no GPU pods) and two GPU workers, 8 GPUs each
-#: what kube-scheduler writes into the PodScheduled condition of a pod no GPU is free for
-QUEUED = ("0/3 nodes are available: 1 node(s) had untolerated taint {node-role.kubernetes.io/control-plane: }, "
-          "2 Insufficient nvidia.com/gpu. preemption: 0/3 nodes are available: 1 Preemption is not helpful for "
-          "scheduling, 2 No preemption victims found for incoming pod.")  # fmt: skip
-
-
-def _gpu_pod(name: str, ns: str, gpus: int, *, node: str = "", owner: tuple[str, str] = ("Job", "")) -> Obj:
-    p = sc.pod(name, ns, node, labels={"job-name": owner[1] or name}, owner=(owner[0], owner[1] or name))
-    p["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": str(gpus)}}
-    if not node:
-        del p["spec"]["nodeName"]
-    return p
-
-
-def _pending(p: Obj, message: str = QUEUED, *, in_condition: bool = True) -> Obj:
-    cond = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
-    p["status"] = {"phase": "Pending", "conditions": [{**cond, "message": message} if in_condition else cond]}
-    return p
-
-
-def _failed(p: Obj, reason: str = "") -> Obj:
-    """Ended Failed: its container exited 1, or (``reason``) the kubelet ended it without starting it."""
-    p["status"] = {"phase": "Failed", "reason": reason, "message": "Allocate failed due to requested number of "
-                   "devices unavailable for nvidia.com/gpu. Requested: 1, Available: 0, which is unexpected"} if reason \
-        else {"phase": "Failed", "containerStatuses": [{"name": "main", "ready": False, "restartCount": 0,
-              "state": {"terminated": {"exitCode": 1, "reason": "Error"}}}]}  # fmt: skip
-    return p
-
-
-def _evicted(p: Obj) -> Obj:
-    p["status"] = {"phase": "Failed", "reason": "Evicted", "message": "The node was low on resource: memory."}
-    return p
-
-
-def busy(nodes: int = NODES) -> sc.Scenario:
-    """Every GPU allocated (the workloads, topped up to 8 per worker), two jobs queued for GPUs (one whose reason is
-    only in its FailedScheduling event), two finished jobs that failed (one evicted)."""
-    s = sc.healthy(nodes)
-    s.objects += sc.gpu_workloads(nodes)
-    held: dict[str, int] = {}
-    for _, _, _, node, gpus in sc.gpu_workload_pods(nodes):
-        held[node] = held.get(node, 0) + gpus
-    for node, n in held.items():  # fill every worker up with one more job
-        s.objects.append(_gpu_pod(f"fill-{node}", "ml-team", sc.GPUS - n, node=node, owner=("StatefulSet", "fill")))
-    queued = _pending(_gpu_pod("sweep-7", "research", 2))
-    event_only = _pending(_gpu_pod("finetune-3", "ml-team", 8), in_condition=False)
-    s.objects += [queued, event_only, sc._event(event_only, "FailedScheduling", QUEUED)]
-    s.objects += [_failed(_gpu_pod("train-old", "ml-team", 4, node=sc.node_name(1, nodes))),
-                  _evicted(_gpu_pod("eval-9", "inference", 1, node=sc.node_name(1, nodes)))]  # fmt: skip
-    return s
 
 
 def k07(api: FakeKubeAPI, kubeconfig: Path, s: sc.Scenario) -> list[Finding]:
@@ -101,19 +52,19 @@ def _one_more(s: sc.Scenario, p: Obj, *extra: Obj) -> sc.Scenario:
 
 @pytest.mark.parametrize(("name", "add", "words"), [
     ("pending for memory, not GPUs",
-     lambda: _pending(_gpu_pod("big-mem", "research", 1), "0/3 nodes are available: 3 Insufficient memory."),
+     lambda: pending(gpu_pod("big-mem", "research", 1), "0/3 nodes are available: 3 Insufficient memory."),
      "research/big-mem: Pending"),
     ("more GPUs than any node has",
-     lambda: _pending(_gpu_pod("huge", "research", 16)),
+     lambda: pending(gpu_pod("huge", "research", 16)),
      "requests 16 nvidia.com/gpu (the largest node has 8): no node can ever run it"),
     ("refused by the kubelet's device manager",
-     lambda: _failed(_gpu_pod("admit", "ml-team", 1, node="gpu-node-2"), reason="UnexpectedAdmissionError"),
+     lambda: failed(gpu_pod("admit", "ml-team", 1, node="gpu-node-2"), reason="UnexpectedAdmissionError"),
      "ml-team/admit: UnexpectedAdmissionError"),
     ("a failed pod of the GPU Operator",
-     lambda: _failed(_gpu_pod("nvidia-cuda-validator-x", GPU_NAMESPACE, 1, node="gpu-node-2")),
+     lambda: failed(gpu_pod("nvidia-cuda-validator-x", GPU_NAMESPACE, 1, node="gpu-node-2")),
      "gpu-operator/nvidia-cuda-validator-x: Error"),
     ("a pending system pod, even for GPUs",
-     lambda: _pending(_gpu_pod("nvidia-dcgm-exporter-y", GPU_NAMESPACE, 1)),
+     lambda: pending(gpu_pod("nvidia-dcgm-exporter-y", GPU_NAMESPACE, 1)),
      "gpu-operator/nvidia-dcgm-exporter-y: Pending"),
 ])  # fmt: skip
 def test_what_stays_a_failure_on_a_busy_cluster(
@@ -127,7 +78,7 @@ def test_what_stays_a_failure_on_a_busy_cluster(
 
 def test_a_workload_crash_loop_stays_a_failure(fake_api: FakeKubeAPI, kubeconfig: Path) -> None:
     s = busy()
-    p = _gpu_pod("crashy", "research", 1, node="gpu-node-2")
+    p = gpu_pod("crashy", "research", 1, node="gpu-node-2")
     sc._crashloop(p)
     [f] = k07(fake_api, kubeconfig, _one_more(s, p))
     assert (f.status, f.summary) == ("fail", "research/crashy: CrashLoopBackOff")

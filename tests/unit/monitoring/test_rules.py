@@ -64,9 +64,13 @@ def test_xid_alerts_treat_the_value_as_the_last_code() -> None:
     assert not codes & {"13", "63", "92", "94"}  # application errors and alert-only XIDs do not page
 
 
-def test_framebuffer_ratio_excludes_reserved_memory() -> None:
-    expr = dict(alert_expressions())["GPUFramebufferNearlyFull"]
-    assert "DCGM_FI_DEV_FB_USED / (DCGM_FI_DEV_FB_USED + DCGM_FI_DEV_FB_FREE)" in expr and "> 0.95" in expr
+def test_framebuffer_ratio_excludes_reserved_memory_and_reads_the_device_once() -> None:
+    expr = " ".join(dict(alert_expressions())["GPUFramebufferNearlyFull"].split())
+    used = ('( max by (node, gpu, UUID, GPU_I_PROFILE, GPU_I_ID) (DCGM_FI_DEV_FB_USED{exported_pod=""}) or '
+            "max by (node, gpu, UUID, GPU_I_PROFILE, GPU_I_ID) (DCGM_FI_DEV_FB_USED) )")  # fmt: skip
+    free = "max by (node, gpu, UUID, GPU_I_PROFILE, GPU_I_ID) (DCGM_FI_DEV_FB_FREE)"
+    assert f"{used} / ( {used} + {free} )" in expr and expr.endswith("> 0.95"), expr
+    assert "RESERVED" not in expr  # used / (used + free): reserved memory is no pod's to fill
 
 
 def test_idle_rule_uses_the_workload_labels() -> None:
