@@ -198,18 +198,47 @@ def releases(kube: Kube, cfg: Config) -> list[ReleaseStatus]:
 # -- support horizons ---------------------------------------------------------------------------------
 
 
+#: seconds status waits for Prometheus' buildinfo through the API server's proxy
+BUILDINFO_TIMEOUT = 10.0
+
+
+def running_prometheus(kube: Kube) -> tuple[str, str]:
+    """(the version of the Prometheus that runs, where it was read): its ``/api/v1/status/buildinfo`` through the API
+    server's service proxy (the path doctor's ``prometheus`` source takes), else its ``Prometheus`` resource; ("", "")
+    when neither answers: status goes on without judging it."""
+    from gpustack.config import lifecycle
+    from gpustack.constants import MONITORING_NAMESPACE, PROMETHEUS_PORT, PROMETHEUS_SERVICE
+    from gpustack.diagnose.collect_prometheus import api_data
+    from gpustack.runners.http import HttpError, KubeProxyEndpoint
+
+    ep = KubeProxyEndpoint(kube, MONITORING_NAMESPACE, PROMETHEUS_SERVICE, PROMETHEUS_PORT)
+    try:
+        info = api_data(ep, "status/buildinfo", None, BUILDINFO_TIMEOUT)
+        version = str(info.get("version") or "") if isinstance(info, dict) else ""
+    except HttpError:  # not installed, not ready, or no proxy: the resource says what it was told to run
+        version = ""
+    if version:
+        return lifecycle.running_prometheus(version)
+    try:
+        return lifecycle.running_prometheus("", kube.list_objects("monitoring.coreos.com/v1", "Prometheus",
+                                                                  MONITORING_NAMESPACE))  # fmt: skip
+    except GpustackError:  # no such kind (no kube-prometheus-stack CRDs) or not allowed
+        return "", ""
+
+
 def support_warnings(
-    nodes: Sequence[Obj], rels: Sequence[ReleaseStatus], cfg: Config
+    nodes: Sequence[Obj], rels: Sequence[ReleaseStatus], cfg: Config, prometheus: tuple[str, str] = ("", "")
 ) -> tuple[str, list[dict[str, Any]]]:
     """(the day judged, the components past or near their end of support, or with an open security release) from
-    what the cluster runs: the nodes' kubelet, containerd, OS and driver, and the charts Helm's records name (pure
-    but for the day). Each carries ``level``: ``warn`` with its ``fix``, or ``info`` where no way out changes
-    anything yet (gpustack/config/advice.py)."""
+    what the cluster runs: the nodes' kubelet, containerd, OS and driver, the GPU Operator chart Helm's records
+    name, and Prometheus by its own version (``prometheus``: :func:`running_prometheus`) (pure but for the day).
+    Each carries ``level``: ``warn`` with its ``fix``, or ``info`` where no way out changes anything yet
+    (gpustack/config/advice.py)."""
     from gpustack.config import advice, lifecycle, support
 
     on = support.today()
     charts = {r.name: r.chart_version for r in rels if r.chart_version}
-    judged = lifecycle.running_support(list(nodes), charts, on)
+    judged = lifecycle.running_support(list(nodes), charts, on, prometheus)
     return on.isoformat(), [a.to_json() for a in advice.advise(judged, on, cfg)]
 
 
@@ -321,7 +350,9 @@ def gather(cfg: Config, kube: Kube | None, error: str | None = None) -> Status:
         if out.upgrade and out.upgrade.get("to"):
             out.upgrade["kubelet_at_target"] = kubelets_at(out.nodes, str(out.upgrade["to"]))
         out.releases = releases(kube, cfg)
-        out.today, out.support = support_warnings(node_objs, out.releases, cfg)
+        prometheus = running_prometheus(kube) if any(r.chart_version for r in out.releases
+                                                     if r.name == "kube-prometheus-stack") else ("", "")  # fmt: skip
+        out.today, out.support = support_warnings(node_objs, out.releases, cfg, prometheus)
     except ClusterUnreachableError as exc:
         out.reachable, out.error = False, exc.message
     except GpustackError as exc:  # an answer, but not the one needed (e.g. 403): say so, keep what was read

@@ -2,9 +2,10 @@
 when there is a way out that changes something, else a note.
 
 A component past or near its end of upstream support is a *warning* when gpustack (or the user, with a setting
-gpustack names) can move it somewhere better: a newer pinned Kubernetes minor, a newer pinned containerd, runc,
-GPU Operator or kube-prometheus-stack than the cluster runs, a newer NVIDIA driver branch the pinned GPU Operator
-supports and that is itself supported, a host OS release. When the way out would reinstall what already runs (the
+gpustack names) can move it somewhere better: a newer pinned Kubernetes minor, a newer pinned containerd, runc or
+GPU Operator than the cluster runs, the Prometheus gpustack deploys when it is supported and differs from the one
+that runs (3.14 -> the 3.13 LTS is a move back), a newer NVIDIA driver branch the pinned GPU Operator supports and
+that is itself supported, a host OS release. When the way out would reinstall what already runs (the
 pinned GPU Operator's default driver nearing its end, with no newer branch that operator supports), it is a
 *note* (``level: info``): doctor passes and says so, status lists it apart. An open security release
 (gpustack/config/security_releases.py) is always a warning: installing it changes something. Pure: ``on`` is a parameter.
@@ -74,10 +75,14 @@ def way_out(j: Judged, on: date, cfg: Config | None = None) -> tuple[str, str]:
     if j.component == "nvidia-driver":
         return _driver_way_out(j, on)
     if j.component == "prometheus":
+        # the way out is the Prometheus gpustack deploys, newer or not (3.14 -> the 3.13 LTS), when it is supported
         prom = lifecycle.prometheus_of(pins.CHARTS["kube-prometheus-stack"].version) or ""
-        if prom and _newer(prom, j.version):
-            return lifecycle.upgrade_path(j, cfg), ""
-        return "", f"the pinned kube-prometheus-stack deploys Prometheus {prom or '?'}, which is what runs"
+        h = horizons.horizon_for("prometheus", prom) if prom else None
+        if not prom or pins.version_tuple(prom) == pins.version_tuple(j.version):
+            return "", f"gpustack deploys Prometheus {prom or '?'}, which is what runs"
+        if h is None or support.judge(h, on).status != "supported":
+            return "", f"gpustack deploys Prometheus {prom}, itself not within its support"
+        return lifecycle.upgrade_path(j, cfg), ""
     return "", "a newer gpustack release is needed"
 
 

@@ -290,6 +290,8 @@ def pin_rows(cfg: Config | None = None, on: date | None = None) -> list[list[str
         version = j.version + (f" ({source})" if j.component == "containerd" else "")
         if j.component == "kubernetes" and not cfg and j.version == pins.KUBERNETES[pins.KUBERNETES_DEFAULT]:
             version += " (default)"
+        if j.component == "kube-prometheus-stack" and (prom := lifecycle.prometheus_of(j.version)):
+            version += f" (Prometheus {prom})"  # what its support is judged by
         rows.append([lifecycle.pin_label(j), version, j.verdict.ends, _status_cell(j)])
     return rows
 

@@ -410,15 +410,6 @@ KNOWN_RELEASES: tuple[KnownRelease, ...] = (
     ),
     KnownRelease(
         "prometheus",
-        "3.13.5",
-        "2026-10-21",
-        "Go module proxy: github.com/prometheus/prometheus v0.313.5 (2026-10-21T10:29:46Z), the newest 3.13 LTS patch",
-        "https://proxy.golang.org/github.com/prometheus/prometheus/@v/v0.313.5.info",
-        "the LTS target (docs/decisions.md): the real-Prometheus tests build the deployed release (the cache holds "
-        "3.14.0 only), and running clusters would move 3.14 -> 3.13 (a downgrade) on `upgrade --components`",
-    ),
-    KnownRelease(
-        "prometheus",
         "3.15",
         "2026-09",
         "release shepherd PR prometheus/prometheus#19283",

@@ -8,6 +8,7 @@ cluster, with the way gpustack offers out (:func:`upgrade_path`). Pure: ``on`` i
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import date
@@ -158,10 +159,38 @@ def node_versions(nodes: Iterable[dict[str, object]]) -> dict[str, dict[str, lis
     return out
 
 
-def running_support(nodes: Iterable[dict[str, object]], charts: dict[str, str], on: date) -> list[Judged]:
-    """What the cluster runs, judged on ``on``: per component and version (with the nodes that run it), and the
-    charts (release name -> chart version; the GPU Operator by its major, kube-prometheus-stack by the
-    Prometheus it deploys)."""
+#: where the running Prometheus' version was read (:func:`running_prometheus`)
+BUILDINFO = "Prometheus (its /api/v1/status/buildinfo)"
+
+
+def _release(text: str) -> str:
+    """'3.14.0' from buildinfo's '3.14.0', a resource's 'v3.14.0-distroless' or Debian's '2.42.0+ds' ("" if none)."""
+    m = re.match(r"v?(\d+\.\d+\.\d+)", text.strip())
+    return m.group(1) if m else ""
+
+
+def running_prometheus(buildinfo: str, resources: Iterable[dict[str, object]] = ()) -> tuple[str, str]:
+    """(the version of the Prometheus that runs, where it was read): its own ``/api/v1/status/buildinfo``, else the
+    ``version`` (or image tag) of its prometheus-operator ``Prometheus`` resource, which kube-prometheus-stack sets
+    from ``prometheus.prometheusSpec.image.tag`` (templates/prometheus/prometheus.yaml); ("", "") when neither was
+    read. Never the chart: one chart (88.5.3) runs 3.14.0 by its default and 3.13.5 with gpustack's values."""
+    if _release(buildinfo):
+        return _release(buildinfo), BUILDINFO
+    for obj in resources:
+        meta, spec = _d(_d(obj).get("metadata")), _d(_d(obj).get("spec"))
+        version = _release(str(spec.get("version") or "")) or _release(str(spec.get("image") or "").rpartition(":")[2])
+        if version:
+            name = f"{meta.get('namespace') or '?'}/{meta.get('name') or '?'}"
+            return version, f"Prometheus resource {name} (spec.version: Prometheus itself not read)"
+    return "", ""
+
+
+def running_support(
+    nodes: Iterable[dict[str, object]], charts: dict[str, str], on: date, prometheus: tuple[str, str] = ("", "")
+) -> list[Judged]:
+    """What the cluster runs, judged on ``on``: per component and version (with the nodes that run it), the GPU
+    Operator by its chart (release name -> chart version in ``charts``) and Prometheus by its own version
+    (``prometheus``: :func:`running_prometheus`; not judged when it was not read)."""
     out: list[Judged] = []
     for component, versions in node_versions(nodes).items():
         for version, names in sorted(versions.items()):
@@ -174,9 +203,9 @@ def running_support(nodes: Iterable[dict[str, object]], charts: dict[str, str], 
                 out.append(judge(component, version, on, names))
     if charts.get("gpu-operator"):
         out.append(judge("gpu-operator", charts["gpu-operator"], on, ["release gpu-operator"]))
-    prom = prometheus_of(charts.get("kube-prometheus-stack", ""))
-    if prom:
-        out.append(judge("prometheus", prom, on, ["release kube-prometheus-stack"]))
+    version, where = prometheus
+    if version:
+        out.append(judge("prometheus", version, on, [where]))
     return out
 
 
@@ -208,8 +237,11 @@ def upgrade_path(j: Judged, cfg: Config | None = None) -> str:
                 f"{pins.GPU_OPERATOR_DRIVER.get(chart, '?')}); a preinstalled driver: install a supported branch "
                 "(R580 LTSB until June 2028) on the host")  # fmt: skip
     if j.component == "prometheus":
-        return ("`gpustack upgrade --components` installs kube-prometheus-stack "
-                f"{pins.CHARTS['kube-prometheus-stack'].version}; a newer Prometheus needs a newer gpustack")  # fmt: skip
+        chart = pins.CHARTS["kube-prometheus-stack"].version
+        prom = prometheus_of(chart) or "?"
+        back = (" (back from a newer non-LTS minor: the TSDB on its volume stays readable, docs/decisions.md)"
+                if prom != "?" and pins.version_tuple(j.version) > pins.version_tuple(prom) else "")  # fmt: skip
+        return f"`gpustack upgrade --components` runs Prometheus {prom} with kube-prometheus-stack {chart}{back}"
     if j.component == "os":
         return "upgrade the host OS to a supported release, then `gpustack up`"
     return "a newer gpustack release"

@@ -352,13 +352,18 @@ CHARTS: dict[str, Chart] = {
 #: deployments/gpu-operator/values.yaml dcgmExporter.version), so both gpu.exporter modes run 4.8.3 with DCGM 4.6.0 (diag's);
 #: the chart's own default is 4.5.3-4.8.2-distroless, its verified keys stay (docs/decisions.md, issue 30).
 DCGM_EXPORTER_IMAGE_TAG: dict[str, str] = {"4.8.2": "4.6.0-4.8.3-distroless"}
-#: (kube-prometheus-stack chart version, the Prometheus version it deploys). The chart's values.yaml sets
-#: ``prometheus.prometheusSpec.image.tag: v3.14.0-distroless`` at 88.5.3 (prometheus-community/helm-charts,
-#: charts/kube-prometheus-stack/values.yaml; its Chart.yaml appVersion, v0.93.1, is prometheus-operator's);
-#: gpustack's values do not override it. Move both with the chart pin: tests/prometheus/test_releases.py
-#: fails when the chart pin moves without this, or when this Prometheus' major is not the one the
-#: real-Prometheus tests run (docs/operations.md, "Prometheus versions").
-KUBE_PROMETHEUS_STACK_PROMETHEUS = ("88.5.3", "3.14.0")
+#: The Prometheus gpustack runs: the 3.13 LTS, supported to 2027-07-31 (prometheus/docs release-cycle.md; horizons.py),
+#: not kube-prometheus-stack 88.5.3's default v3.14.0-distroless (its values.yaml, tag kube-prometheus-stack-88.5.3,
+#: ea930bae), past since 2026-09-28. 3.13.5 = github.com/prometheus/prometheus v0.313.5 on the Go module proxy
+#: (2026-10-21, its CHANGELOG.md), the module tests/realbin/prometheus builds. gpustack's values set
+#: prometheus.prometheusSpec.image.tag for the pinned chart only (registry and repository stay the chart's); the
+#: -distroless variant, as the chart's default (v0.313.5 Dockerfile.distroless, Makefile.common, pushed with every v3
+#: tag by .github/workflows/ci.yml publish_release). prometheus-operator v0.93.1 (88.5.3's) lists v3.13 as LTS
+#: (pkg/operator/defaults.go PrometheusCompatibilityMatrix). Why 3.14 -> 3.13 is safe on disk: docs/decisions.md.
+PROMETHEUS_VERSION = "3.13.5"
+PROMETHEUS_IMAGE_TAG: dict[str, str] = {"88.5.3": f"v{PROMETHEUS_VERSION}-distroless"}
+#: (kube-prometheus-stack chart, the Prometheus gpustack deploys with it): tests/prometheus/test_releases.py.
+KUBE_PROMETHEUS_STACK_PROMETHEUS = ("88.5.3", PROMETHEUS_VERSION)
 
 #: GPU Operator chart -> the NVIDIA driver it deploys by default (v26.7.0 deployments/gpu-operator/values.yaml
 #: driver.version; gpustack does not override it): its branch (R595) has an end of life (horizons.py).
@@ -392,30 +397,27 @@ VERIFY_CUDA_IMAGE = "nvcr.io/nvidia/cuda:12.8.1-base-ubuntu24.04"
 # Pulled by digest.
 VERIFY_NET_IMAGE = with_digest("registry.k8s.io/e2e-test-images/agnhost:2.53")
 
-# Ansible: ansible-core comes from PyPI (pyproject.toml); the playbooks use two collections besides
-# ansible.builtin (ansible.posix: sysctl, firewalld; community.general: modprobe). They are taken
-# from the Ansible community package's wheel (pinned by version and sha256; only these two
-# directories are unpacked: ~11 MB instead of the 470 MB bundle) by `python -m gpustack.bootstrap`.
+# Ansible: ansible-core comes from PyPI (pyproject.toml); the playbooks use two collections besides ansible.builtin
+# (ansible.posix: sysctl, firewalld; community.general: modprobe), taken from the Ansible community package's wheel
+# (pinned by version and sha256; only these two directories unpacked: ~11 MB, not 470) by `python -m gpustack.bootstrap`.
 ANSIBLE_COLLECTIONS = {"ansible.posix": "2.1.0", "community.general": "11.4.2"}
 ANSIBLE_COLLECTIONS_WHEEL = ("ansible", "12.3.0", "cd156f82fa87f7a899212b0efa9f7ca3a24d609212de9f78428a572eb01e5414")
 
-# Default package sources; every one can be pointed at a mirror in gpustack.yaml (sources:).
-KUBERNETES_APT_URL = "https://pkgs.k8s.io/core:/stable:/v{minor}/deb/"
+KUBERNETES_APT_URL = "https://pkgs.k8s.io/core:/stable:/v{minor}/deb/"  # default sources; mirrors: sources:
 KUBERNETES_APT_KEY_URL = "https://pkgs.k8s.io/core:/stable:/v{minor}/deb/Release.key"
-# Fingerprint of the pkgs.k8s.io signing key ("isv:kubernetes OBS Project"); the downloaded
-# Release.key is checked with gpg against it before apt trusts it.
+# Fingerprint of the pkgs.k8s.io signing key ("isv:kubernetes OBS Project"); Release.key is checked against it.
 KUBERNETES_APT_KEY_FINGERPRINT = "DE15B14486CD377B9E876E1A234654DA9A296436"
 HELM_URL = "https://get.helm.sh/helm-v{version}-linux-{arch}.tar.gz"
-#: The image registries a cluster gpustack builds pulls from (kubeadm's control plane, pause and
-#: CoreDNS; Flannel; the GPU Operator and dcgm-exporter; Prometheus, Alertmanager, node-exporter
-#: and their operator; Grafana). Preflight checks every node reaches each (preflight.registries).
+#: The image registries a cluster gpustack builds pulls from (kubeadm's control plane, pause and CoreDNS; Flannel; the
+#: GPU Operator and dcgm-exporter; Prometheus, Alertmanager, node-exporter and their operator; Grafana). Preflight
+#: checks every node reaches each (preflight.registries).
 IMAGE_REGISTRIES = ("registry.k8s.io", "ghcr.io", "nvcr.io", "quay.io", "docker.io")
 
 # --- air-gapped bundles (gpustack bundle create / up --bundle) ----------------------------
 
-# The OS archives `bundle create` resolves apt packages from, per OS id, as sources.list lines
-# ("URL SUITE COMPONENT..."; {codename} is the release's). Override per release in gpustack.yaml
-# (sources.os_apt, e.g. a local mirror) with the archive's keyring (sources.os_apt_keyring).
+# The OS archives `bundle create` resolves apt packages from, per OS id, as sources.list lines ("URL SUITE
+# COMPONENT..."; {codename} is the release's). Override per release in gpustack.yaml (sources.os_apt, e.g. a local
+# mirror) with the archive's keyring (sources.os_apt_keyring).
 OS_APT_SOURCES: dict[str, tuple[str, ...]] = {
     "ubuntu": (
         "http://archive.ubuntu.com/ubuntu {codename} main universe",
@@ -428,8 +430,8 @@ OS_APT_SOURCES: dict[str, tuple[str, ...]] = {
         "http://deb.debian.org/debian-security {codename}-security main",
     ),
 }
-# The archive keyrings apt verifies those with, as their distributions install them (Debian's ships
-# no Ubuntu keyring: set sources.os_apt_keyring.ubuntu on a Debian machine).
+# The archive keyrings apt verifies those with, as distributions install them (Debian ships no Ubuntu keyring: set
+# sources.os_apt_keyring.ubuntu on a Debian machine).
 OS_APT_KEYRINGS: dict[str, str] = {
     "ubuntu": "/usr/share/keyrings/ubuntu-archive-keyring.gpg",
     "debian": "/usr/share/keyrings/debian-archive-keyring.gpg",
@@ -483,18 +485,16 @@ def kubernetes_patch(version: str) -> str:
 
 
 # --- DCGM for `gpustack diag` --------------------------------------------------------------------
-# The DCGM version the pinned GPU Operator ships (v26.7.0 deployments/gpu-operator/values.yaml:
-# dcgm.version 4.6.0-1-ubuntu24.04). The image is the same release's UBI 10 build, pinned by the
-# digest NVIDIA's own v26.7.0 release manifest records for it (bundle/manifests/
-# gpu-operator-certified.clusterserviceversion.yaml, relatedImages "dcgm-image"); no digest of the
-# ubuntu24.04 tag could be established. Either image runs on any host OS (it is a container).
+# The DCGM version the pinned GPU Operator ships (v26.7.0 deployments/gpu-operator/values.yaml: dcgm.version
+# 4.6.0-1-ubuntu24.04). The image is the same release's UBI 10 build, pinned by the digest NVIDIA's own v26.7.0 release
+# manifest records for it (bundle/manifests/gpu-operator-certified.clusterserviceversion.yaml, relatedImages
+# "dcgm-image"); no digest of the ubuntu24.04 tag could be established. Either image runs on any host OS.
 DCGM_VERSION = "4.6.0"
 DCGM_IMAGE = "nvcr.io/nvidia/cloud-native/dcgm:4.6.0-1-ubi10"
 IMAGE_DIGESTS[DCGM_IMAGE] = "sha256:92080d86d04c265f7fc0b8e1cd95dff94d3ab57de6a6474c3c483e4c2ada5dea"
 DIAG_DCGM_IMAGE = with_digest(DCGM_IMAGE)
-# One DCGM pin: `verify --load` runs /usr/bin/dcgmproftester12 from the same image (it was 4.2.3-1-ubuntu22.04 by tag).
-# The dcgm image's own Dockerfiles at NVIDIA/DCGM tag v4.6.0 (51b65cce: docker/Dockerfile.ubi9 and
-# Dockerfile.ubuntu22.04) install both datacenter-gpu-manager-4-cuda12 and -cuda13, and the cuda12 package holds
-# /usr/bin/dcgmproftester12 (scripts/verify_package_contents/datacenter-gpu-manager-cuda12_*.txt at v4.6.0): the CUDA
-# 12 build runs on every driver the GPU Operator supports (R535 and newer), dcgmproftester13 only on CUDA 13 drivers.
+# One DCGM pin: `verify --load` runs /usr/bin/dcgmproftester12 from the same image (it was 4.2.3-1-ubuntu22.04 by
+# tag). NVIDIA/DCGM v4.6.0's docker/Dockerfile.ubi9 and .ubuntu22.04 (51b65cce) install datacenter-gpu-manager-4-cuda12
+# and -cuda13; the cuda12 package holds it (scripts/verify_package_contents/datacenter-gpu-manager-cuda12_*.txt): CUDA
+# 12 runs on every driver the GPU Operator supports (R535+), dcgmproftester13 only on CUDA 13 drivers.
 VERIFY_DCGM_IMAGE = DIAG_DCGM_IMAGE

@@ -2,8 +2,10 @@
 
 Read from the snapshot, no extra request and no network: each Node's kubelet and containerd version and OS
 (``status.nodeInfo``), the NVIDIA driver the GPU feature discovery labels on GPU nodes, the GPU Operator's chart
-version and kube-prometheus-stack's (the ``helm.sh/chart`` / ``chart`` label each chart puts on its operator
-Deployment; kube-prometheus-stack judged by the Prometheus it deploys). A component past its end of support, or
+version (the ``helm.sh/chart`` label on its operator Deployment), and Prometheus by its own version: the
+``/api/v1/status/buildinfo`` the ``prometheus`` source already read (when doctor's layers include it), else its
+``Prometheus`` resource's ``spec.version`` (never by the chart: kube-prometheus-stack 88.5.3 ran 3.14.0 by default
+and runs 3.13.5 with gpustack's values). A component past its end of support, or
 within 90 days of it by a dated source, is a warning that names the nodes and gpustack's way out (``upgrade --to``,
 ``upgrade --components``, ``up --only containerd``) when that way out changes something; otherwise the check passes
 and notes it (gpustack/config/advice.py: e.g. the pinned GPU Operator's default driver branch nearing its end with
@@ -54,12 +56,14 @@ def _where(names: tuple[str, ...]) -> str:
 
 @register(CHECK, LAYER, title="every component the cluster runs is within its upstream support",
           reads="nodes (nodeInfo kubelet, containerd, OS; GPU feature discovery driver labels), the chart label of "
-                "the GPU Operator's and kube-prometheus-stack's operator Deployments; dates shipped with gpustack",
+                "the GPU Operator's operator Deployment, Prometheus' /api/v1/status/buildinfo (else its Prometheus "
+                "resource's spec.version); dates shipped with gpustack",
           commands=("doctor",), needs=("Node",))  # fmt: skip
 def support_horizons(snap: Snapshot) -> list[Finding]:
     on = support.today()
     nodes = [as_dict(n) for n in items(snap, "Node")]
-    judged = lifecycle.running_support(nodes, chart_versions(snap), on)
+    prometheus = lifecycle.running_prometheus(snap.prometheus.version, items(snap, "Prometheus"))
+    judged = lifecycle.running_support(nodes, chart_versions(snap), on, prometheus)
     advised = advice.advise(judged, on)
     noted_keys = bool(advice.notes(advised))
     out = []

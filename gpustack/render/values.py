@@ -256,6 +256,7 @@ def template_context(cfg: Config, facts: FactsSummary) -> dict[str, Any]:
         "operator_exporter": cfg.gpu.exporter == "operator",
         "counters_csv": _counters_csv(),
         "dcgm_exporter_image_tag": pins.DCGM_EXPORTER_IMAGE_TAG.get(cfg.versions.dcgm_exporter, ""),
+        "prometheus_image_tag": pins.PROMETHEUS_IMAGE_TAG.get(cfg.versions.kube_prometheus_stack, ""),
         "collect_interval_ms": duration_ms(mon.scrape_interval),
         "ksm_labels_allowlist": namespace_allowlist(mon.team_label)
         + node_allowlist([SHARING_STRATEGY_LABEL] if exporter_settings(cfg).virtual_gpus else []),

@@ -113,7 +113,15 @@ def test_the_test_charts_name_the_pinned_charts_images() -> None:
     dcgm = V["dcgm-exporter"][pins.CHARTS["dcgm-exporter"].version]
     text = json.dumps(bundle_sources.CHARTS)
     assert f"prometheus-operator:{kps['prometheus_operator']}" in text
-    assert f"prometheus/prometheus:{kps['prometheus_image_tag']}" in text
+    # the chart's own default tag, which gpustack's values replace with the 3.13 LTS (pins.PROMETHEUS_IMAGE_TAG)
+    assert (
+        f'prometheus/prometheus:{{{{ .Values.prometheus.prometheusSpec.image.tag | default \\"{kps["prometheus_image_tag"]}\\" }}}}'
+        in text
+    )
+    assert (
+        f"quay.io/prometheus/prometheus:{pins.PROMETHEUS_IMAGE_TAG[pins.CHARTS['kube-prometheus-stack'].version]}"
+        in set(bundle_sources.IMAGES)
+    )
     assert f'version: \\"{gpu["driver"]}\\"' in text and f"version: {gpu['toolkit']}" in text
     assert f"gpu-operator:{pins.CHARTS['gpu-operator'].version}" in text
     # the chart's own default tag, which gpustack's values replace with GPU Operator v26.7.0's exporter

@@ -55,7 +55,7 @@ IMAGES = (
     "nvcr.io/nvidia/k8s/container-toolkit:v1.20.0",
     "quay.io/prometheus-operator/prometheus-operator:v0.93.1",
     "quay.io/prometheus-operator/prometheus-config-reloader:v0.93.1",
-    "quay.io/prometheus/prometheus:v3.14.0-distroless",
+    f"quay.io/prometheus/prometheus:{pins.PROMETHEUS_IMAGE_TAG['88.5.3']}",  # gpustack's values set the tag
     f"nvcr.io/nvidia/k8s/dcgm-exporter:{pins.DCGM_EXPORTER_IMAGE_TAG['4.8.2']}",  # gpustack's values set the tag
 )
 #: os stage packages (every release's list) and the kubelet's dependencies from the OS
@@ -125,7 +125,7 @@ CHARTS: dict[str, dict[str, str]] = {
         ),
     },
     "kube-prometheus-stack": {
-        "values.yaml": "{}\n",
+        "values.yaml": "prometheus: {prometheusSpec: {image: {}}}\n",
         "templates/operator.yaml": textwrap.dedent(
             """\
             apiVersion: apps/v1
@@ -147,7 +147,7 @@ CHARTS: dict[str, dict[str, str]] = {
             kind: Prometheus
             metadata: {name: kube-prometheus-stack-prometheus}
             spec:
-              image: quay.io/prometheus/prometheus:v3.14.0-distroless
+              image: quay.io/prometheus/prometheus:{{ .Values.prometheus.prometheusSpec.image.tag | default "v3.14.0-distroless" }}
             """
         ),
     },

@@ -12,7 +12,7 @@ query has one, in Prometheus' JSON (``{"status": "success", "data": {"resultType
 Unknown metrics give an empty vector, as a Prometheus without such series would.
 
 ``/api/v1/status/buildinfo`` answers :attr:`FakePrometheus.version`. ``/api/v1/rules`` answers the loaded
-:attr:`FakePrometheus.groups` as Prometheus 3's rules handler does (prometheus/prometheus v3.14.0,
+:attr:`FakePrometheus.groups` as Prometheus 3's rules handler does (prometheus/prometheus v3.14.0 and v0.313.5,
 web/api/v1/api.go ``func (api *API) rules``): ``rule_group[]``, ``file[]`` and ``rule_name[]`` keep only the
 groups/rules named (exact names; each a set, empty = no filter), ``type=alert|record`` keeps one kind (any
 other value: 400 ``bad_data``, ``invalid parameter "type"``), and a group left without rules is dropped.

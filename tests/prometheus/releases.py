@@ -1,8 +1,8 @@
 """Which real Prometheus the tests run: the release production runs and the oldest doctor/verify/report support.
 
 - ``newest``: the Prometheus the pinned kube-prometheus-stack deploys
-  (:data:`gpustack.config.pins.KUBE_PROMETHEUS_STACK_PROMETHEUS`: 3.14.0 with chart 88.5.3), ``prometheus`` and
-  ``promtool`` built from its Go module ``github.com/prometheus/prometheus`` (module ``v0.314.0`` is 3.14.0) by
+  (:data:`gpustack.config.pins.KUBE_PROMETHEUS_STACK_PROMETHEUS`: 3.13.5, the LTS, with chart 88.5.3), ``prometheus``
+  and ``promtool`` built from its Go module ``github.com/prometheus/prometheus`` (module ``v0.313.5`` is 3.13.5) by
   tests/realbin/gobuild.py into the real-binary cache (scripts/test.sh builds it before the tests; a test that
   finds it missing builds it, under a file lock). tests/prometheus/test_releases.py fails when the chart pin moves
   and the tools module (tests/realbin/prometheus/go.mod) does not.

@@ -14,8 +14,8 @@ requires one upstream module at the version production runs:
 - ``etcd``: ``go.etcd.io/etcd/etcdctl/v3`` and ``go.etcd.io/etcd/etcdutl/v3`` at the etcd server's version in ``k8s``
   (the etcd clients gpustack's snapshots and restores run; their own module, so adding them does not change the
   ``k8s`` build's key and its cold build).
-- ``prometheus``: ``github.com/prometheus/prometheus`` ``v0.3XX.Y`` = Prometheus ``3.XX.Y``, the version the pinned
-  kube-prometheus-stack deploys (``pins.KUBE_PROMETHEUS_STACK_PROMETHEUS``); ``prometheus`` and ``promtool`` with
+- ``prometheus``: ``github.com/prometheus/prometheus`` ``v0.3XX.Y`` = Prometheus ``3.XX.Y``, the version gpustack
+  deploys with the pinned kube-prometheus-stack (``pins.KUBE_PROMETHEUS_STACK_PROMETHEUS``: v0.313.5, the 3.13 LTS); ``prometheus`` and ``promtool`` with
   the version ldflags of Prometheus' own build (``.promu.yml``) and the upstream build tag ``remove_all_sd`` (no
   cloud service discovery: the tests scrape static targets; PromQL, rules, the TSDB and the API are whole). The web
   UI's assets are not embedded (tag ``builtinassets`` off): the API does not need them.

@@ -39,7 +39,11 @@ def test_discovery_from_recorded_answers() -> None:
                             "arm64": "6b3d383cc051f0bd7b2303f9034fdc9029f04c237cadb23b5e890a5b68534e05"}  # fmt: skip
     assert "one source" in cd["sha256_note"]
     assert [n["version"] for n in rows["runc"]["newer"]] == ["1.5.1"] and "sha256" not in rows["runc"]  # a new branch
-    assert rows["helm"]["newer"] == [] and rows["prometheus"]["branch_newest"] == "3.14.0"
+    assert rows["helm"]["newer"] == []
+    # the pin is the 3.13 LTS patch 3.13.5 (the recording lists 3.13.0 only): the newer non-LTS minors are not taken, by choice
+    prom = rows["prometheus"]
+    assert (prom["pinned"], prom["branch_newest"]) == (pins.PROMETHEUS_VERSION, "3.13.5")
+    assert [n["version"] for n in prom["newer"]] == ["3.16.0", "3.15.0", "3.14.0"]
     # the CNI plugins and crictl, pinned at the newest tags: nothing newer, so no sha256 asked for
     for component, version in (("cni-plugins", pins.CNI_PLUGINS_VERSION), ("crictl", pins.CRICTL_VERSION)):
         assert (rows[component]["pinned"], rows[component]["newer"]) == (version, []) and "sha256" not in rows[

@@ -240,3 +240,13 @@ def test_an_estimate_already_past_is_not_read_as_due() -> None:
     rows = {row[0]: row for row in compat.pin_rows(None, date(2026, 11, 26))}
     assert rows["runc"][3].startswith("supported (") and "estimate" not in rows["runc"][3]
     assert rows["helm"][3].startswith("ENDING (") and "days, estimate)" in rows["helm"][3]  # still ahead: days
+
+
+def test_the_version_table_names_the_prometheus_kube_prometheus_stack_is_judged_by() -> None:
+    """kube-prometheus-stack publishes no support policy: its row is judged by the Prometheus gpustack deploys with
+    it, the 3.13.5 LTS (not the chart's default 3.14.0, past since 2026-09-28), and says so."""
+    from datetime import date
+
+    (row,) = [r for r in compat.pin_rows(None, date(2026, 11, 26)) if r[0] == "kube-prometheus-stack"]
+    assert row[1] == f"{pins.CHARTS['kube-prometheus-stack'].version} (Prometheus {pins.PROMETHEUS_VERSION})"
+    assert row[2] == "2027-07-31" and "supported" in row[3]
