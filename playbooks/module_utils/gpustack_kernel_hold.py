@@ -23,6 +23,10 @@ import os
 import re
 from typing import TYPE_CHECKING
 
+# at module level: mitogen ships only the module_utils a module imports at its top (a function's import is not
+# scanned: the test bed's `up` failed with "No module named ansible.module_utils.gpustack_host_parsers")
+from ansible.module_utils.gpustack_host_parsers import parse_dpkg_status  # type: ignore[import-not-found]
+
 if TYPE_CHECKING:  # annotations only: the target may run Python 3.8
     from collections.abc import Iterable, Mapping, Sequence
 
@@ -60,8 +64,6 @@ def plan(packages: Sequence[Mapping], running: str, recorded: Sequence[str], ena
 
 def read(record: str = RECORD, status: str = DPKG_STATUS) -> dict:
     """The plan for this host: dpkg's status, the running kernel, gpustack's record (absent or unreadable: [])."""
-    from ansible.module_utils.gpustack_host_parsers import parse_dpkg_status  # type: ignore[import-not-found]
-
     with open(status, encoding="utf-8", errors="replace") as f:
         packages = parse_dpkg_status(f.read())
     try:

@@ -4,11 +4,12 @@ GPU to the pod, Prometheus scrapes it, the usage rules' next evaluation records 
 intervals (docs/decisions.md "R04 waits three rule intervals after a GPU pod starts").
 
 Here the usage rules are evaluated every :data:`RULE_INTERVAL` (not the harness's every scrape: with a 1 s interval the
-grace is 3 s and could not be seen), so R04's grace is 90 s, read from the interval Prometheus reports for the group.
+grace is 3 s and could not be seen), so R04's grace is 180 s, read from the interval Prometheus reports for the group.
 Right after the pod starts -- known to the API server and kube-state-metrics, its GPU not yet mapped by the exporter --
 ``verify`` passes with the per-pod panels empty (checked against Prometheus, not assumed). Once the exporter maps it
-and the rules evaluate, the activity panels have data, ``doctor`` passes, and ``report`` counts the one GPU. Half of
-production's 1 m: the same three steps, half the waiting (CI's budget). One Prometheus release (the newest)."""
+and the rules evaluate, the activity panels have data, ``doctor`` passes, and ``report`` counts the one GPU.
+Production's 1 m: at 30 s (90 s of grace) the test failed once in CI's loaded run, verify and the waits together
+outlasting the grace. One Prometheus release (the newest)."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from .releases import Release
 from .replay_exporter import PodRef
 from .test_golden_paths import Golden, golden_cluster, run_clean
 
-RULE_INTERVAL = "30s"
+RULE_INTERVAL = "60s"
 NODE = sc.node_name(0, 1)
 FIRST = PodRef("ml-team", "train-first-0", "trainer")
 ACTIVITY_PANEL = "Activity of allocated GPUs (percentiles)"
@@ -61,7 +62,7 @@ def test_the_first_minute_after_the_first_gpu_pod(tmp_path: Path, prometheus_rel
     verify_via, doctor_via = VIA
     with golden_cluster(1, prometheus_release, tmp_path, rule_interval=RULE_INTERVAL) as g:
         [group] = [x for x in g.stack.prometheus.rule_groups() if x["name"] == USAGE_GROUP]
-        assert group["interval"] == 30, group["interval"]  # what R04's grace is read from: 3 x 30 s
+        assert group["interval"] == 60, group["interval"]  # what R04's grace is read from: 3 x 60 s
         pod = first_pod(datetime.now(timezone.utc))
         g.api.seed([pod])
         g.stack.ksm.extra[:] = pod_series([pod])  # kube-state-metrics sees the pod at once; the exporter not yet
@@ -72,8 +73,8 @@ def test_the_first_minute_after_the_first_gpu_pod(tmp_path: Path, prometheus_rel
 
         g.stack.exporters[NODE].assign(0, FIRST)  # the exporter's next collection maps the GPU to the pod
         g.stack.ksm.extra[:] = []  # the replay's own series of the pod holding GPU 0 (the same lines) from now on
-        wait_for("the pod's first activity sample", lambda: _rows(g, "gpustack:gpu_activity:ratio"), timeout=90)
-        wait_for("the activity panel", lambda: activity_panel(g), timeout=90)
+        wait_for("the pod's first activity sample", lambda: _rows(g, "gpustack:gpu_activity:ratio"), timeout=240)
+        wait_for("the activity panel", lambda: activity_panel(g), timeout=240)
         run_clean(g, "doctor", doctor_via, "the first GPU pod, mapped and recorded")
         figures = now_figures(report_json(g))
         assert figures == {"allocatable_gpus": sc.GPUS, "allocated_gpus": 1, "starting_gpus": 0,

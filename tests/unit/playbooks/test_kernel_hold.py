@@ -20,7 +20,7 @@ from tests.unit.playbooks.sandbox import available
 
 
 @pytest.fixture(scope="module")
-def hold() -> ModuleType:
+def hold(host_parsers: ModuleType) -> ModuleType:
     return load_path(
         "ansible.module_utils.gpustack_kernel_hold", PLAYBOOKS / "module_utils" / "gpustack_kernel_hold.py"
     )
