@@ -264,9 +264,25 @@ def load_facts_module() -> ModuleType:
         spec.loader.exec_module(module)
         return module
 
-    # every module_utils file, gpustack_toml first (gpustack_runtime_parsers imports it)
-    for path in sorted((REPO / "playbooks" / "module_utils").glob("*.py"), key=lambda p: p.stem != "gpustack_toml"):
-        load(f"ansible.module_utils.{path.stem}", path)
+    # every module_utils file, each after the ones it imports (they import each other at module level): a file
+    # whose import is not loaded yet is tried again after the others
+    pending = sorted((REPO / "playbooks" / "module_utils").glob("*.py"))
+    while pending:
+        left = []
+        for path in pending:
+            try:
+                load(f"ansible.module_utils.{path.stem}", path)
+            except ModuleNotFoundError as exc:
+                # not loaded yet: a sibling (found under its full name in sys.modules once loaded, even where
+                # Ansible itself is not installed, as under python3 -S)
+                if not (exc.name in ("ansible", "ansible.module_utils")
+                        or (exc.name or "").startswith("ansible.module_utils.gpustack")):  # fmt: skip
+                    raise
+                sys.modules.pop(f"ansible.module_utils.{path.stem}", None)
+                left.append(path)
+        if len(left) == len(pending):
+            raise ModuleNotFoundError(f"module_utils that import each other in a circle: {[p.name for p in left]}")
+        pending = left
     return load("gpustack_facts_probe", REPO / "playbooks" / "library" / "gpustack_facts.py")
 
 

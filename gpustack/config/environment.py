@@ -43,6 +43,8 @@ NON_CONFIG: dict[str, EnvVar] = {
         EnvVar("GPUSTACK_SOURCE_TIMEOUT", "cli", "seconds each source of verify and doctor may take (default 30)"),
         EnvVar("GPUSTACK_IPTABLES", "host", "the iptables binary the host firewall script uses"),
         EnvVar("GPUSTACK_IPTABLES_RESTORE", "host", "the iptables-restore binary the host firewall script uses"),
+        EnvVar("GPUSTACK_IP6TABLES", "host", "the ip6tables binary the host firewall script uses"),
+        EnvVar("GPUSTACK_IP6TABLES_RESTORE", "host", "the ip6tables-restore binary the host firewall script uses"),
         EnvVar("GPUSTACK_SKIP_SANDBOX", "tests", "skip the playbook sandbox converge tests on purpose"),
         EnvVar("GPUSTACK_VERIFY_SAMPLE", "tests", "write the verify sample output of docs/commands.md to this file"),
         EnvVar("GPUSTACK_DOUBLES_ROOT", "tests", "path prefix for the test-bed kubeadm/kubelet/kubectl/helm doubles"),
