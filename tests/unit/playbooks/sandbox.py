@@ -39,6 +39,18 @@ from gpustack.render.ansible import extravars, inventory
 from gpustack.render.encryption_keys import run_extravars
 from gpustack.runners.ansible import strategy_env
 
+#: the start of a sandbox script: /etc, /var, /usr and /root under overlays in $GS_SANDBOX (writes land there, the
+#: machine's own files are untouched); the role tests that need no test hosts start their scripts with it
+OVERLAY_ROOT = r"""
+set -eu
+S="$GS_SANDBOX"
+mount --make-rprivate /
+for d in etc var usr root; do
+  mkdir -p "$S/ov/$d/u" "$S/ov/$d/w"
+  mount -t overlay overlay -o "lowerdir=/$d,upperdir=$S/ov/$d/u,workdir=$S/ov/$d/w" "/$d"
+done
+"""
+
 SCRIPT = r"""
 set -eu
 S="$GS_SANDBOX"

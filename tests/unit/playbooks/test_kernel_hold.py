@@ -16,7 +16,7 @@ import pytest
 
 from tests.fakes.apt_archive import Pkg, build_deb
 from tests.unit.playbooks.conftest import PLAYBOOKS, load_path
-from tests.unit.playbooks.sandbox import available
+from tests.unit.playbooks.sandbox import OVERLAY_ROOT, available
 
 
 @pytest.fixture(scope="module")
@@ -78,14 +78,9 @@ def test_the_simulation_reads_gpustacks_kernel_holds_as_released(patch_utils: Mo
     assert "Package: kubelet\nStatus: hold ok installed\n" in out  # gpustack's Kubernetes holds stay
 
 
-SCRIPT = r"""
-set -eu
-S="$GS_SANDBOX"
-mount --make-rprivate /
-for d in etc var usr root; do
-  mkdir -p "$S/ov/$d/u" "$S/ov/$d/w"
-  mount -t overlay overlay -o "lowerdir=/$d,upperdir=$S/ov/$d/u,workdir=$S/ov/$d/w" "/$d"
-done
+SCRIPT = (
+    OVERLAY_ROOT
+    + r"""
 dpkg -i "$GS_DEBS"/*.deb >/dev/null
 echo "libnvidia-gpustack-site hold" | dpkg --set-selections
 run() { ansible-playbook -i localhost, -c local "$GS_PLAYBOOK" -e "gpustack_hold_kernel=$1"; }
@@ -94,6 +89,7 @@ echo "=== ON"; run true; sel; cat /etc/gpustack/held-packages.json; stat -c '%a'
 echo "=== AGAIN"; run true
 echo "=== OFF"; run false; sel; test ! -e /etc/gpustack/held-packages.json && echo "no record"
 """
+)
 PLAY = """
 - hosts: all
   gather_facts: false

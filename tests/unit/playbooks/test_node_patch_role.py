@@ -22,7 +22,7 @@ import pytest
 
 from tests.fakes.apt_archive import Pkg, build_deb
 from tests.unit.playbooks.conftest import PLAYBOOKS, load_path
-from tests.unit.playbooks.sandbox import available
+from tests.unit.playbooks.sandbox import OVERLAY_ROOT, available
 
 SIMULATION = """NOTE: This is only a simulation!
 Reading package lists...
@@ -116,14 +116,9 @@ def test_the_packages_play_patches_a_turns_nodes_together(tmp_path: Path) -> Non
 
 # --- the play, for real ---------------------------------------------------------------------------------------
 
-SCRIPT = r"""
-set -eu
-S="$GS_SANDBOX"
-mount --make-rprivate /
-for d in etc var usr root; do
-  mkdir -p "$S/ov/$d/u" "$S/ov/$d/w"
-  mount -t overlay overlay -o "lowerdir=/$d,upperdir=$S/ov/$d/u,workdir=$S/ov/$d/w" "/$d"
-done
+SCRIPT = (
+    OVERLAY_ROOT
+    + r"""
 ip link set lo up
 rm -f /etc/apt/sources.list /etc/apt/sources.list.d/*
 echo "deb [trusted=yes] file:$GS_ARCHIVE ./" > /etc/apt/sources.list.d/gpustack-test.list
@@ -141,6 +136,7 @@ echo "=== VERSIONS"; dpkg-query -W -f '${Package} ${Version}\n' kubelet gpustack
 dpkg --get-selections linux-image-gpustack-test
 echo "=== RUN 2"; run
 """
+)
 
 CONNECTION = '''
 from ansible.plugins.connection.local import DOCUMENTATION as _LOCAL, Connection as _Local
