@@ -60,21 +60,13 @@ for arg in "$@"; do
 done
 # The whole suite in three processes side by side (docs/benchmarks.md#ci-and-the-test-bed):
 # - the test bed (one machine-wide lock keeps it in one process; about one core busy: Ansible on this machine, its
-#   hosts mostly wait), then the playbook sandbox tests;
+#   hosts mostly wait): the longest lane, so it runs nothing else;
 # - the real binaries' tests: the Prometheus tests as soon as Prometheus is built, the control-plane tests as soon
 #   as the control plane and kwok are (`gobuild` waits on the background build's lock, then finds them built);
-# - the rest (unit, contract), niced, which needs no built binary.
+# - the rest (unit with the playbook sandbox tests, contract), niced, which needs no built binary.
 # Each keeps its own pytest cache; the test bed's and the real binaries' output follow when all have ended.
-bed_lane() {
-  local rc=0
-  "$PY" -m pytest tests/testbed -o cache_dir=.pytest_cache/testbed "$@" || rc=$?
-  # then the playbook sandbox tests (Ansible in unshare sandboxes, ~3 CPU minutes): the test bed ends well before
-  # the other lanes, and they would otherwise lengthen the longest one
-  "$PY" -m pytest tests/unit/playbooks -o cache_dir=.pytest_cache/playbooks "$@" || rc=$((rc ? rc : $?))
-  return "$rc"
-}
 bed_log=$(mktemp -t gpustack-testbed-XXXXXX.log)
-bed_lane "$@" >"$bed_log" 2>&1 &
+"$PY" -m pytest tests/testbed -o cache_dir=.pytest_cache/testbed "$@" >"$bed_log" 2>&1 &
 bed=$!
 #: a scale test that needs the machine to itself: run after the three lanes, not beside them
 ALONE=tests/prometheus/test_any_size.py
@@ -98,10 +90,10 @@ real_log=$(mktemp -t gpustack-realbin-tests-XXXXXX.log)
 real_lane "$@" >"$real_log" 2>&1 &
 real=$!
 trap 'kill "$bed" "$real" "$gobuild" 2>/dev/null || true' EXIT
-echo "(tests/testbed and tests/unit/playbooks run alongside, output in $bed_log; tests/prometheus and tests/controlplane once their binaries are built, output in $real_log)"
+echo "(tests/testbed runs alongside, output in $bed_log; tests/prometheus and tests/controlplane once their binaries are built, output in $real_log)"
 rest_rc=0
 nice -n 10 "$PY" -m pytest tests --ignore=tests/testbed --ignore=tests/prometheus --ignore=tests/controlplane \
-  --ignore=tests/unit/playbooks -o cache_dir=.pytest_cache/rest "$@" || rest_rc=$?
+  -o cache_dir=.pytest_cache/rest "$@" || rest_rc=$?
 real_rc=0
 wait "$real" || real_rc=$?
 bed_rc=0
@@ -113,7 +105,7 @@ echo "== the real binaries, built alongside (exit $go_rc)"
 cat "$go_log"
 echo "== pytest tests/prometheus tests/controlplane (ran alongside)"
 cat "$real_log"
-echo "== pytest tests/testbed, then tests/unit/playbooks (ran alongside)"
+echo "== pytest tests/testbed (ran alongside)"
 cat "$bed_log"
 alone_rc=0
 echo "== pytest $ALONE (alone, after the lanes)"
@@ -123,7 +115,7 @@ else
   alone_rc=1
 fi
 if ((alone_rc && !real_rc)); then real_rc=$alone_rc; fi
-echo "== pytest: tests/testbed and tests/unit/playbooks exit $bed_rc, the real-binary tests exit $real_rc, the rest exit $rest_rc"
+echo "== pytest: tests/testbed exit $bed_rc, the real-binary tests exit $real_rc, the rest exit $rest_rc"
 if ((bed_rc)); then exit "$bed_rc"; fi
 if ((real_rc)); then exit "$real_rc"; fi
 exit "$rest_rc"

@@ -200,6 +200,10 @@ def _ts(event: Mapping[str, Any]) -> float:
 
 
 def _message(res: Mapping[str, Any]) -> str:
+    msg, stderr = res.get("msg"), res.get("stderr")
+    if msg == "non-zero return code" and isinstance(stderr, str) and stderr.strip():
+        # a command's failure: its own last words say why (ansible-core's command module, plugins/modules/command.py)
+        return f"{msg}: {stderr.strip().splitlines()[-1]}"
     for key in ("msg", "stderr", "module_stderr", "stdout"):
         val = res.get(key)
         if isinstance(val, str) and val.strip():

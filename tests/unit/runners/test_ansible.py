@@ -253,3 +253,11 @@ def test_a_host_has_the_facts_of_its_one_pass_unless_it_failed(tmp_path: Path) -
     assert sorted(p.name for p in (tmp_path / "facts").iterdir()) == ["done.json", "nosudo.json"]
     assert oct((tmp_path / "facts" / "done.json").stat().st_mode & 0o777) == "0o600"
     assert json.loads((tmp_path / "facts" / "done.json").read_text()) == facts["done"]
+
+
+def test_a_failed_command_is_reported_with_its_own_last_stderr_line() -> None:
+    """ansible-core's command module fails with msg "non-zero return code" and the program's stderr beside it."""
+    res = {"msg": "non-zero return code", "rc": 4, "stderr": "applying\niptables-restore: line 3 failed", "stdout": ""}
+    assert ar._message(res) == "non-zero return code: iptables-restore: line 3 failed"
+    assert ar._message({"msg": "non-zero return code", "stderr": ""}) == "non-zero return code"
+    assert ar._message({"msg": "Unable to restart service x", "stderr": "ignored"}) == "Unable to restart service x"
