@@ -156,9 +156,10 @@ def restore(
         note = f"{len(nodes)} node(s) read through the API server; {path}"
         return [StageSummary("confirm", "changed", time.monotonic() - t0, 1, note=note)]
 
-    run_opts = opts.run_options(
-        PLAN.stages, limit=[n.name for n in cfg.control_planes], extravars=rules.extravars(state["record"])
-    )
+    from gpustack.render.ansible import etcdutl_vars
+
+    extra = {**rules.extravars(state["record"]), **etcdutl_vars(cfg)}
+    run_opts = opts.run_options(PLAN.stages, limit=[n.name for n in cfg.control_planes], extravars=extra)
     try:
         result = run(PLAN, cfg, run_opts, console, steps={"check": check, "confirm": confirm})
     except StageError as exc:

@@ -257,10 +257,8 @@ class Versions(StrictModel):
 
 
 class Sources(StrictModel):
-    """Where packages and binaries come from. Point these at a mirror for air-gapped sites.
-
-    Placeholders: {minor} (Kubernetes minor, e.g. 1.36), {version}, {arch} (amd64/arm64).
-    """
+    """Where packages and binaries come from; point these at a mirror for air-gapped sites. Placeholders: {minor}
+    (Kubernetes minor, e.g. 1.36), {version}, {arch} (amd64/arm64)."""
 
     kubernetes_apt_url: str = pins.KUBERNETES_APT_URL
     kubernetes_apt_key_url: str = pins.KUBERNETES_APT_KEY_URL
@@ -269,6 +267,7 @@ class Sources(StrictModel):
     runc_url: str = pins.RUNC_URL
     cni_plugins_url: str = pins.CNI_PLUGINS_URL
     crictl_url: str = pins.CRICTL_URL
+    etcd_url: str = pins.ETCD_URL  # etcdutl for `etcd restore`, only where the etcd image lacks it
     kubernetes_apt_key_fingerprint: str = Field(
         default=pins.KUBERNETES_APT_KEY_FINGERPRINT,
         pattern=r"^[0-9A-F]{40}$",
