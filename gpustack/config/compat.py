@@ -53,8 +53,9 @@ def crictl_sha256(cfg: Config) -> dict[str, str]:
 
 
 def etcd_sha256(cfg: Config) -> dict[str, str]:
-    """etcd's release archive (etcdutl for `etcd restore` where the etcd image lacks it): the pinned release only."""
-    return dict(pins.ETCD_SHA256.get(pins.ETCD_VERSION, {}))
+    """etcd's release archive (etcdutl for `etcd restore` where the etcd image lacks it): the pinned release's, or
+    versions.etcd_sha256 for a mirror's own build."""
+    return dict(cfg.versions.etcd_sha256 or pins.ETCD_SHA256.get(pins.ETCD_VERSION, {}))
 
 
 def sandbox_image(cfg: Config) -> str:

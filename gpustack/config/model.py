@@ -191,6 +191,7 @@ class Versions(StrictModel):
     cni_plugins_sha256: dict[str, str] | None = Field(default=None, description="arch -> sha256 of the CNI plugins archive (for an unpinned version)")  # fmt: skip
     crictl: str = Field(default=pins.CRICTL_VERSION, pattern=r"^[0-9]+\.[0-9]+\.[0-9]+$")
     crictl_sha256: dict[str, str] | None = Field(default=None, description="arch -> sha256 of the crictl archive (for an unpinned version)")  # fmt: skip
+    etcd_sha256: dict[str, str] | None = Field(default=None, description="arch -> sha256 of etcd's release archive (a mirror's own build; etcdutl for etcd restore)")  # fmt: skip
     containerd_source: Literal["release", "distribution"] = Field(
         default="release",
         description="release: upstream archives (checksummed); distribution: the OS package, where the matrix allows it",
@@ -231,7 +232,7 @@ class Versions(StrictModel):
             raise ValueError(f"gpustack renders Flannel's manifest for {known} only (not {v!r})")
         return v
 
-    @field_validator("helm_sha256", "cni_plugins_sha256", "crictl_sha256")
+    @field_validator("helm_sha256", "cni_plugins_sha256", "crictl_sha256", "etcd_sha256")
     @classmethod
     def _sha(cls, v: dict[str, str] | None) -> dict[str, str] | None:
         for arch, digest in (v or {}).items():

@@ -6,8 +6,8 @@ and served on loopback over HTTP; its sha256 is the test's (the pinned ones are 
 cannot be downloaded here).
 
 - a wrong checksum fails naming the archive, and no etcdutl is unpacked;
-- with no etcdutl on the PATH and an etcd image without one (the ctr double answers as ctr does for a missing
-  binary), the archive is downloaded (0600, in a 0700 directory of gpustack's own), only etcdutl unpacked, and the
+- with no etcdutl on the PATH and an etcd image without one (test_etcd_restore_module.py's ctr double answers as ctr
+  does for a missing binary), the archive is downloaded (0600, in a 0700 directory of gpustack's own), only etcdutl unpacked, and the
   module's probe runs it: version 3.6.8, the path the stop and restore phases are then given;
 - a converged re-run changes nothing; a host with an etcdutl on its PATH downloads nothing.
 """
@@ -22,6 +22,7 @@ import json
 import os
 import platform
 import subprocess
+import sys
 import tarfile
 import threading
 from collections.abc import Iterator
@@ -35,16 +36,11 @@ from tests.realbin.gobuild import binary
 from tests.unit.playbooks.conftest import PLAYBOOKS
 from tests.unit.playbooks.sandbox import OVERLAY_ROOT, available
 from tests.unit.playbooks.test_etcd_restore_host import MANIFEST
+from tests.unit.playbooks.test_etcd_restore_module import CTR  # ctr of containerd 2.x: an image without etcdutl
 
 ARCH = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
 RELEASE = f"etcd-v{pins.ETCD_VERSION}-linux-{ARCH}"
 DIR = "/var/lib/gpustack/etcd-release"
-
-#: ctr of containerd 2.x running an image without the binary asked for (as the module's unit test's double)
-CTR = """#!/bin/sh
-echo 'ctr: failed to create shim task: exec: "etcdutl": executable file not found in $PATH' >&2
-exit 1
-"""
 
 SCRIPT = (
     OVERLAY_ROOT
@@ -152,7 +148,7 @@ def test_etcdutl_downloaded_verified_unpacked_and_run_only_where_none_is_found(t
     )
     (tmp_path / "play.yml").write_text(PLAY)
     (tmp_path / "etcd.yaml").write_text(MANIFEST)
-    (tmp_path / "ctr").write_text(CTR)
+    (tmp_path / "ctr").write_text(CTR.format(python=sys.executable))
     env = dict(os.environ, GS_SANDBOX=str(tmp_path / "sb"), GS_PLAYBOOK=str(tmp_path / "play.yml"),
                GS_VARS=str(tmp_path / "vars.json"), GS_WRONG=str(tmp_path / "wrong.json"),
                GS_MANIFEST=str(tmp_path / "etcd.yaml"), GS_CTR=str(tmp_path / "ctr"), GS_ETCDUTL=str(etcdutl),
