@@ -102,6 +102,18 @@ record:
   description: The host's record of the restore after this phase (id, phase, snapshot, sha256, aside, ...).
   type: dict
   returned: success
+found:
+  description: Whether an etcdutl was found (C(probe)).
+  type: bool
+  returned: probe
+etcdutl:
+  description: The argv that runs it (a path, or C(ctr ... run) of the etcd image); empty when none (C(probe)).
+  type: list
+  returned: probe
+version:
+  description: Its C(etcdutl version) release, e.g. 3.6.8 (C(probe)).
+  type: str
+  returned: probe
 """
 
 
