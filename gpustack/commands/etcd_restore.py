@@ -47,7 +47,9 @@ STAGES: tuple[Stage, ...] = (
         "Stop etcd and the API server",
         "ansible",
         "control-plane",
-        "every control plane: the snapshot copied to /var/lib/gpustack/etcd-restore (0600) and checked; etcd.yaml and "
+        "every control plane: an etcdutl found (else etcd's pinned release archive downloaded, its sha256 checked, "
+        "etcdutl unpacked into /var/lib/gpustack/etcd-release); the snapshot copied to /var/lib/gpustack/etcd-restore "
+        "(0600) and checked; etcd.yaml and "
         "kube-apiserver.yaml moved from /etc/kubernetes/manifests to /var/lib/gpustack/etcd-restore/manifests; wait "
         "until their containers are gone (the API is down from here until start)",
     ),
