@@ -29,6 +29,7 @@ FILE_LAYOUT: dict[str, str] = {
     "helm": "files/helm/{version}/{arch}/helm-v{version}-linux-{arch}.tar.gz",
     "cni-plugins": "files/cni-plugins/{version}/{arch}/cni-plugins-linux-{arch}-v{version}.tgz",
     "crictl": "files/crictl/{version}/{arch}/crictl-v{version}-linux-{arch}.tar.gz",
+    "etcd": "files/etcd/{version}/{arch}/etcd-v{version}-linux-{arch}.tar.gz",
 }
 #: the ``sources:`` field each file's URL template lives in
 SOURCE_FIELD = {
@@ -37,6 +38,7 @@ SOURCE_FIELD = {
     "helm": "helm_url",
     "cni-plugins": "cni_plugins_url",
     "crictl": "crictl_url",
+    "etcd": "etcd_url",
 }
 #: images only control-plane nodes run (static pods); every other image goes to every node
 CONTROL_PLANE_ONLY = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd", "kube-vip")
@@ -175,7 +177,7 @@ def image_digests(cfg: Config) -> dict[str, str]:
 
 
 def files(cfg: Config, arches: Sequence[str]) -> list[FileWant]:
-    """The downloaded files (containerd, runc, Helm, the CNI plugins, crictl) with their pinned sha256 (Flannel's manifest is
+    """The downloaded files (containerd, runc, Helm, the CNI plugins, crictl, etcd's archive) with their pinned sha256 (Flannel's manifest is
     rendered by gpustack, not downloaded)."""
     v, s = cfg.versions, cfg.sources
     out: list[FileWant] = []
@@ -198,6 +200,7 @@ def files(cfg: Config, arches: Sequence[str]) -> list[FileWant]:
     for name, version, url, sums in (
         ("cni-plugins", v.cni_plugins, s.cni_plugins_url, compat.cni_plugins_sha256(cfg)),
         ("crictl", v.crictl, s.crictl_url, compat.crictl_sha256(cfg)),
+        ("etcd", pins.ETCD_VERSION, s.etcd_url, compat.etcd_sha256(cfg)),  # etcdutl for `etcd restore`
     ):
         out += [
             FileWant(name, version, arch, url.format(version=version, arch=arch), sums.get(arch)) for arch in arches

@@ -29,6 +29,8 @@ EXTRAVARS = (
     "gpustack_etcd_restore_snapshot",
     "gpustack_etcd_restore_sha256",
     "gpustack_etcd_restore_token",
+    "gpustack_etcd_version",  # etcdutl from etcd's release archive where the image lacks it (render/ansible.py)
+    "gpustack_etcd_downloads",
 )
 SHA256_SIZE = 32
 TIME_FORMAT = "%Y%m%dT%H%M%SZ"

@@ -47,7 +47,9 @@ STAGES: tuple[Stage, ...] = (
         "Stop etcd and the API server",
         "ansible",
         "control-plane",
-        "every control plane: the snapshot copied to /var/lib/gpustack/etcd-restore (0600) and checked; etcd.yaml and "
+        "every control plane: an etcdutl found (else etcd's pinned release archive downloaded, its sha256 checked, "
+        "etcdutl unpacked into /var/lib/gpustack/etcd-release); the snapshot copied to /var/lib/gpustack/etcd-restore "
+        "(0600) and checked; etcd.yaml and "
         "kube-apiserver.yaml moved from /etc/kubernetes/manifests to /var/lib/gpustack/etcd-restore/manifests; wait "
         "until their containers are gone (the API is down from here until start)",
     ),
@@ -156,9 +158,10 @@ def restore(
         note = f"{len(nodes)} node(s) read through the API server; {path}"
         return [StageSummary("confirm", "changed", time.monotonic() - t0, 1, note=note)]
 
-    run_opts = opts.run_options(
-        PLAN.stages, limit=[n.name for n in cfg.control_planes], extravars=rules.extravars(state["record"])
-    )
+    from gpustack.render.ansible import etcdutl_vars
+
+    extra = {**rules.extravars(state["record"]), **etcdutl_vars(cfg)}
+    run_opts = opts.run_options(PLAN.stages, limit=[n.name for n in cfg.control_planes], extravars=extra)
     try:
         result = run(PLAN, cfg, run_opts, console, steps={"check": check, "confirm": confirm})
     except StageError as exc:

@@ -52,6 +52,12 @@ def crictl_sha256(cfg: Config) -> dict[str, str]:
     return dict(v.crictl_sha256 or pins.CRICTL_SHA256.get(v.crictl, {}))
 
 
+def etcd_sha256(cfg: Config) -> dict[str, str]:
+    """etcd's release archive (etcdutl for `etcd restore` where the etcd image lacks it): the pinned release's, or
+    versions.etcd_sha256 for a mirror's own build."""
+    return dict(cfg.versions.etcd_sha256 or pins.ETCD_SHA256.get(pins.ETCD_VERSION, {}))
+
+
 def sandbox_image(cfg: Config) -> str:
     return pins.PAUSE_IMAGE.format(tag=line(cfg).pause)
 
@@ -238,7 +244,8 @@ def artifacts(cfg: Config, arches: tuple[str, ...] = ARCHES) -> list[Artifact]:
                 )
             )
     for name, version, url, sums in (("cni-plugins", v.cni_plugins, s.cni_plugins_url, cni_plugins_sha256(cfg)),
-                                     ("crictl", v.crictl, s.crictl_url, crictl_sha256(cfg))):  # fmt: skip
+                                     ("crictl", v.crictl, s.crictl_url, crictl_sha256(cfg)),
+                                     ("etcd", pins.ETCD_VERSION, s.etcd_url, etcd_sha256(cfg))):  # fmt: skip
         out += [Artifact(name, version, arch, url.format(version=version, arch=arch),
                          f"sha256:{sums[arch]}" if arch in sums else "not pinned") for arch in arches]  # fmt: skip
     out.append(

@@ -191,6 +191,7 @@ class Versions(StrictModel):
     cni_plugins_sha256: dict[str, str] | None = Field(default=None, description="arch -> sha256 of the CNI plugins archive (for an unpinned version)")  # fmt: skip
     crictl: str = Field(default=pins.CRICTL_VERSION, pattern=r"^[0-9]+\.[0-9]+\.[0-9]+$")
     crictl_sha256: dict[str, str] | None = Field(default=None, description="arch -> sha256 of the crictl archive (for an unpinned version)")  # fmt: skip
+    etcd_sha256: dict[str, str] | None = Field(default=None, description="arch -> sha256 of etcd's release archive (a mirror's own build; etcdutl for etcd restore)")  # fmt: skip
     containerd_source: Literal["release", "distribution"] = Field(
         default="release",
         description="release: upstream archives (checksummed); distribution: the OS package, where the matrix allows it",
@@ -231,7 +232,7 @@ class Versions(StrictModel):
             raise ValueError(f"gpustack renders Flannel's manifest for {known} only (not {v!r})")
         return v
 
-    @field_validator("helm_sha256", "cni_plugins_sha256", "crictl_sha256")
+    @field_validator("helm_sha256", "cni_plugins_sha256", "crictl_sha256", "etcd_sha256")
     @classmethod
     def _sha(cls, v: dict[str, str] | None) -> dict[str, str] | None:
         for arch, digest in (v or {}).items():
@@ -257,10 +258,8 @@ class Versions(StrictModel):
 
 
 class Sources(StrictModel):
-    """Where packages and binaries come from. Point these at a mirror for air-gapped sites.
-
-    Placeholders: {minor} (Kubernetes minor, e.g. 1.36), {version}, {arch} (amd64/arm64).
-    """
+    """Where packages and binaries come from; point these at a mirror for air-gapped sites. Placeholders: {minor}
+    (Kubernetes minor, e.g. 1.36), {version}, {arch} (amd64/arm64)."""
 
     kubernetes_apt_url: str = pins.KUBERNETES_APT_URL
     kubernetes_apt_key_url: str = pins.KUBERNETES_APT_KEY_URL
@@ -269,6 +268,7 @@ class Sources(StrictModel):
     runc_url: str = pins.RUNC_URL
     cni_plugins_url: str = pins.CNI_PLUGINS_URL
     crictl_url: str = pins.CRICTL_URL
+    etcd_url: str = pins.ETCD_URL  # etcdutl for `etcd restore`, only where the etcd image lacks it
     kubernetes_apt_key_fingerprint: str = Field(
         default=pins.KUBERNETES_APT_KEY_FINGERPRINT,
         pattern=r"^[0-9A-F]{40}$",

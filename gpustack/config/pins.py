@@ -15,6 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpustack.config.versions import at_least as at_least
+from gpustack.config.versions import version_tuple as version_tuple
+
 # Kubernetes minor -> newest patch gpustack pins. The GPU Operator validates 1.33-1.37. 1.35.9 and 1.36.5: the
 # 2026-09-15 patch day (kubernetes.io/releases/1.35 and /1.36). 1.37.2 and 1.34.12: the tags on the Go module proxy
 # (k8s.io/kubernetes v1.37.2, 2026-10-27T12:01:04Z; v1.34.12, 2026-09-23T17:08:30Z: `go list -m -json`). 1.34 reached
@@ -270,6 +273,19 @@ CRICTL_SHA256: dict[str, dict[str, str]] = {
         "arm64": "68328594ccf780a80ae2b092d9f6ce484eec7cf540c275242e8fd954bfd95332",
     },
 }
+# etcdutl (etcd 3.6 moved `snapshot restore` out of etcdctl) for `gpustack etcd restore` on a control plane whose etcd
+# image lacks it (kubernetes cluster/images/etcd ships etcd and etcdctl only): the release of the etcd kubeadm 1.36.5
+# deploys, downloaded there only then (roles/etcd_restore/tasks/etcdutl.yml; docs/decisions.md "etcdutl from etcd's
+# release archive"). One checksum source: CHECKSUM_SOURCES.
+ETCD_VERSION = "3.6.8"
+# sha256 of https://github.com/etcd-io/etcd/releases/download/v<v>/etcd-v<v>-linux-<arch>.tar.gz
+ETCD_SHA256: dict[str, dict[str, str]] = {
+    "3.6.8": {
+        "amd64": "cf9cfe91a4856cb90eed9c99e6aee4b708db2c7888b88a6f116281f04b0ea693",
+        "arm64": "438f56a700d17ce761510a3e63e6fa5c1d587b2dd4d7a22c179c09a649366760",
+    },
+}
+ETCD_URL = "https://github.com/etcd-io/etcd/releases/download/v{version}/etcd-v{version}-linux-{arch}.tar.gz"
 CNI_PLUGINS_URL = "https://github.com/containernetworking/plugins/releases/download/v{version}/cni-plugins-linux-{arch}-v{version}.tgz"
 CRICTL_URL = (
     "https://github.com/kubernetes-sigs/cri-tools/releases/download/v{version}/crictl-v{version}-linux-{arch}.tar.gz"
@@ -330,6 +346,9 @@ CHECKSUM_SOURCES: dict[tuple[str, str], str] = {
     "independent public build scripts that check both with sha256sum -c (GitHub code search: crictl 83855e11, "
     "68328594); upstream: "
     "https://github.com/kubernetes-sigs/cri-tools/releases/download/v1.36.0/crictl-v1.36.0-linux-{amd64,arm64}.tar.gz.sha256",
+    ("etcd", "3.6.8"): "one source: Kubespray checksums.yml etcd_binary_checksums (46dbdd39, 2026-08-21; its "
+    "updater reads upstream's https://github.com/etcd-io/etcd/releases/download/v3.6.8/SHA256SUMS, not readable "
+    "here); independent public install scripts pin the same two (GitHub code search: cf9cfe91, 438f56a7)",
 }
 
 
@@ -436,27 +455,6 @@ OS_APT_KEYRINGS: dict[str, str] = {
     "ubuntu": "/usr/share/keyrings/ubuntu-archive-keyring.gpg",
     "debian": "/usr/share/keyrings/debian-archive-keyring.gpg",
 }
-
-
-def version_tuple(version: str) -> tuple[int, ...]:
-    """'v2.1.9+ds1' -> (2, 1, 9); 'R595' (a driver branch) -> (595,); the numeric dotted prefix only."""
-    out: list[int] = []
-    for part in version.strip().lstrip("vVrR").split("."):
-        digits = ""
-        for ch in part:
-            if not ch.isdigit():
-                break
-            digits += ch
-        if not digits:
-            break
-        out.append(int(digits))
-        if len(digits) != len(part):
-            break
-    return tuple(out)
-
-
-def at_least(version: str, minimum: str) -> bool:
-    return version_tuple(version) >= version_tuple(minimum)
 
 
 def os_release(os_id: str, version: str) -> OsRelease | None:

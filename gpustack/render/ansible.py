@@ -205,6 +205,14 @@ def node_tools_vars(cfg: Config) -> dict[str, Any]:
     }
 
 
+def etcdutl_vars(cfg: Config) -> dict[str, Any]:
+    """`etcd restore`'s fallback download: etcd's release archive (for its etcdutl), its pinned sha256 per arch."""
+    return {
+        "gpustack_etcd_version": pins.ETCD_VERSION,
+        "gpustack_etcd_downloads": _downloads(cfg.sources.etcd_url, pins.ETCD_VERSION, compat.etcd_sha256(cfg)),
+    }
+
+
 def extravars(cfg: Config, *, kubeconfig_dest: Path, controller_bin_dir: Path | None = None) -> dict[str, Any]:
     """Extra vars for the playbooks (site.yml and the playbooks that import it, preflight.yml)."""
     v, c = cfg.versions, cfg.cluster

@@ -11,6 +11,7 @@ from ansible.module_utils.gpustack_etcd_restore import (
     RestoreError,
     check_snapshot,
     ctr_etcdutl,
+    etcdutl_version,
     finish,
     initial_cluster,
     manifest_member,
@@ -36,12 +37,14 @@ description:
     C(etcdutl snapshot restore) (this member's name and peer URL, every member, the new cluster token), 0700.
   - C(start) moves the manifests back; C(done) closes the record and removes the snapshot's copy on the host.
   - Each phase is recorded in C(record) (0600); a phase already done by this restore is skipped (changed=false).
+  - C(probe) changes nothing; it says which etcdutl the restore would run (C(found), C(etcdutl), C(version)), so
+    the role downloads etcd's release archive only for a host that has none.
 options:
   phase:
     description: The phase to run.
     type: str
     required: true
-    choices: [stop, restore, start, done]
+    choices: [probe, stop, restore, start, done]
   restore_id:
     description: The restore's id (this machine's record); part of the moved-aside data directory's name.
     type: str
@@ -99,6 +102,18 @@ record:
   description: The host's record of the restore after this phase (id, phase, snapshot, sha256, aside, ...).
   type: dict
   returned: success
+found:
+  description: Whether an etcdutl was found (C(probe)).
+  type: bool
+  returned: probe
+etcdutl:
+  description: The argv that runs it (a path, or C(ctr ... run) of the etcd image); empty when none (C(probe)).
+  type: list
+  returned: probe
+version:
+  description: Its C(etcdutl version) release, e.g. 3.6.8 (C(probe)).
+  type: str
+  returned: probe
 """
 
 
@@ -112,7 +127,7 @@ def main() -> None:
 
     module = AnsibleModule(
         argument_spec={
-            "phase": {"type": "str", "required": True, "choices": ["stop", "restore", "start", "done"]},
+            "phase": {"type": "str", "required": True, "choices": ["probe", "stop", "restore", "start", "done"]},
             "restore_id": {"type": "str", "required": True},
             "snapshot": {"type": "str", "default": ""},
             "sha256": {"type": "str", "default": ""},
@@ -149,6 +164,18 @@ def main() -> None:
         return argv
 
     try:
+        if phase == "probe":  # which etcdutl a restore would run, and that it runs; nothing changes
+            member = manifest_member(read_manifest(MANIFESTS, PARKED))
+            if p["etcdutl"] and not os.access(p["etcdutl"], os.X_OK):
+                raise RestoreError(f"etcdutl {p['etcdutl']}: not an executable file")
+            try:
+                argv = etcdutl(member)
+            except RestoreError as exc:
+                module.exit_json(changed=False, found=False, etcdutl=[], version="", reason=str(exc))
+            rc, out, err = run([*argv, "version"])
+            if rc != 0:
+                raise RestoreError(f"{' '.join(argv)} version failed ({rc}): {(err or out).strip()[-300:]}")
+            module.exit_json(changed=False, found=True, etcdutl=argv, version=etcdutl_version(out))
         record = own_record(RECORD, rid)  # the paths are this module's globals (tests point them elsewhere)
         if phase == "stop":
             if reached(record, "stopped"):

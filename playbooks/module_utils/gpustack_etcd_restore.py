@@ -250,6 +250,16 @@ def ctr_etcdutl(image: str, container: str, mounts: Sequence[str], ctr: str = "c
     return [*argv, image, container, "etcdutl"]
 
 
+def etcdutl_version(out: str) -> str:
+    """``etcdutl version``'s release ("etcdutl version: 3.6.8" then "API version: 3.6": etcd v3.6.8
+    ``etcdutl/etcdutl/version_command.go``); empty when the output has no such line."""
+    for line in out.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "etcdutl version":
+            return value.strip()
+    return ""
+
+
 def restore_data(run: Run, etcdutl: Sequence[str], *, snapshot: str, member: dict, cluster: str, token: str,
                  restore_id: str, record: dict, record_path: str = RECORD) -> dict:  # fmt: skip
     """The data directory moved aside (kept) and restored from ``snapshot``; the record at ``restored``."""

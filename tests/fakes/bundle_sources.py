@@ -243,6 +243,7 @@ class BundleSources:
                     "helm_url": f"{base}/files/helm-v{{version}}-linux-{{arch}}.tar.gz",
                     "cni_plugins_url": f"{base}/files/cni-plugins-linux-{{arch}}-v{{version}}.tgz",
                     "crictl_url": f"{base}/files/crictl-v{{version}}-linux-{{arch}}.tar.gz",
+                    "etcd_url": f"{base}/files/etcd-v{{version}}-linux-{{arch}}.tar.gz",
                 }
             )
             versions.update(
@@ -252,6 +253,7 @@ class BundleSources:
                     "helm_sha256": {"amd64": self.file_sha256["helm"]},
                     "cni_plugins_sha256": {"amd64": self.file_sha256["cni-plugins"]},
                     "crictl_sha256": {"amd64": self.file_sha256["crictl"]},
+                    "etcd_sha256": {"amd64": self.file_sha256["etcd"]},
                 }
             )
         return {"sources": sources, "versions": versions}
@@ -284,7 +286,7 @@ def serve(
     images: Sequence[str] = IMAGES,
     suite: str = "bookworm",
 ) -> Iterator[BundleSources]:
-    """Build and serve every source; ``files``: the bytes of containerd/runc/helm/CNI plugins/crictl (small stand-ins
+    """Build and serve every source; ``files``: the bytes of containerd/runc/helm/CNI plugins/crictl/etcd (stand-ins
     by default) keyed like :data:`gpustack.bundle.want.FILE_LAYOUT`."""
     www = tmp / "www"
     (www / "files").mkdir(parents=True)
@@ -298,12 +300,14 @@ def serve(
         payloads.setdefault("helm", b"helm archive stand-in\n")
         payloads.setdefault("cni-plugins", b"CNI plugins archive stand-in\n")
         payloads.setdefault("crictl", b"crictl archive stand-in\n")
+        payloads.setdefault("etcd", b"etcd release archive stand-in\n")
         names = {
             "containerd": f"containerd-{pins.CONTAINERD_VERSION}-linux-amd64.tar.gz",
             "runc": "runc.amd64",
             "helm": f"helm-v{pins.HELM_VERSION}-linux-amd64.tar.gz",
             "cni-plugins": f"cni-plugins-linux-amd64-v{pins.CNI_PLUGINS_VERSION}.tgz",
             "crictl": f"crictl-v{pins.CRICTL_VERSION}-linux-amd64.tar.gz",
+            "etcd": f"etcd-v{pins.ETCD_VERSION}-linux-amd64.tar.gz",
         }
         sums = {}
         for key, data in payloads.items():

@@ -50,6 +50,10 @@ def test_up_from_a_bundle_with_no_route_out(
         extra["sources"].update(
             {k: bed_files[k] for k in ("containerd_url", "runc_url", "helm_url", "cni_plugins_url", "crictl_url")}
         )
+        # etcd's release archive (etcdutl for `etcd restore`): the sources' stand-in, its checksum the test's
+        served_files = served.config(files=True)
+        extra["sources"]["etcd_url"] = served_files["sources"]["etcd_url"]
+        extra["versions"]["etcd_sha256"] = served_files["versions"]["etcd_sha256"]
         config = write_config(bed, tmp_path / "gpustack.yaml", sources, via_proxy=False, extra=extra)
         cfg = Config.model_validate(yaml.safe_load(config.read_text()))
         bundle = tmp_path / "bundle"
@@ -63,6 +67,7 @@ def test_up_from_a_bundle_with_no_route_out(
         print(f"bundle create: {time.monotonic() - t0:.1f}s")
     # from here on nothing but the bundle: the sources above are gone
     manifest = mf.load(bundle)
+    assert manifest.find("file", "etcd", version=pins.ETCD_VERSION, arch="amd64") is not None
     images = sorted(a.name for a in manifest.artifacts if a.kind == "image")
     assert "registry.k8s.io/pause:3.10.2" in images and f"ghcr.io/flannel-io/flannel:v{pins.FLANNEL_VERSION}" in images
 

@@ -148,7 +148,15 @@ def test_files_follow_the_config_and_its_layout() -> None:
     distro = want.files(
         Config(nodes=[CP], versions={"kubernetes": "1.35", "containerd_source": "distribution"}), ["amd64"]
     )
-    assert {f.name for f in distro} == {"helm", "cni-plugins", "crictl"}  # the two come from their archives always
+    # the CNI plugins and crictl come from their archives always; etcd's archive for `etcd restore` (its etcdutl)
+    assert {f.name for f in distro} == {"helm", "cni-plugins", "crictl", "etcd"}
+    etcd = files[("etcd", "arm64")]
+    assert etcd.path == f"files/etcd/{pins.ETCD_VERSION}/arm64/etcd-v{pins.ETCD_VERSION}-linux-arm64.tar.gz"
+    assert etcd.sha256 == pins.ETCD_SHA256[pins.ETCD_VERSION]["arm64"]
+    assert (
+        etcd.url
+        == f"https://github.com/etcd-io/etcd/releases/download/v{pins.ETCD_VERSION}/" + etcd.path.split("/")[-1]
+    )
     crictl = files[("crictl", "arm64")]
     assert crictl.path == f"files/crictl/{pins.CRICTL_VERSION}/arm64/crictl-v{pins.CRICTL_VERSION}-linux-arm64.tar.gz"
     assert crictl.sha256 == pins.CRICTL_SHA256[pins.CRICTL_VERSION]["arm64"]

@@ -22,11 +22,13 @@ from gpustack.cluster import etcd_restore as rules
 from gpustack.cluster import etcd_snapshot
 from gpustack.commands import SEQUENCES
 from gpustack.commands import etcd_restore as cmd
+from gpustack.config import pins
 from gpustack.config.model import Config
 from gpustack.console import Console
 from gpustack.engine import run as engine_run
 from gpustack.engine.steps import StageSummary
 from gpustack.errors import ConfigError, StageError
+from gpustack.render.ansible import etcdutl_vars
 
 REPO = Path(__file__).resolve().parents[3]
 NOW = datetime(2026, 11, 29, 8, 0, 0, tzinfo=timezone.utc)
@@ -181,7 +183,13 @@ def test_the_restore_runs_every_phase_and_confirms_through_the_api(
     result = cmd.restore(cfg, cmd.RestoreOptions(snapshot=snap), Console(stream=io.StringIO(), color=False), record,
                          kube=lambda: nodes)  # type: ignore[arg-type,return-value]  # fmt: skip
     assert seen["stages"] == ["stop", "restore", "start"] and seen["limit"] == ["cp1", "cp2", "cp3"]
-    assert seen["extravars"] == rules.extravars(record)
+    # the restore's own variables, and etcd's release archive per arch with its pinned sha256 (the etcdutl fallback)
+    assert seen["extravars"] == {**rules.extravars(record), **etcdutl_vars(cfg)}
+    assert seen["extravars"]["gpustack_etcd_downloads"]["arm64"] == {
+        "url": f"https://github.com/etcd-io/etcd/releases/download/v{pins.ETCD_VERSION}/etcd-v{pins.ETCD_VERSION}-linux-arm64.tar.gz",
+        "sha256": pins.ETCD_SHA256[pins.ETCD_VERSION]["arm64"],
+    }
+    assert set(seen["extravars"]) <= set(cmd.PLAN.extravars), "every variable declared by the plan"
     assert seen["record_during"]["status"] == "running", "written before the first host changes"
     assert nodes.paths == ["/api/v1/nodes"] and result.nodes == 4
     path = rules.record_path(cfg)

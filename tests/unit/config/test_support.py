@@ -69,6 +69,10 @@ def test_every_pinned_checksum_names_two_independent_sources() -> None:
     assert "Kubespray" in cni and "flannel-io/flannel" in cni and "containernetworking/plugins" in cni
     crictl = pins.CHECKSUM_SOURCES["crictl", pins.CRICTL_VERSION]
     assert "Kubespray" in crictl and "independent" in crictl and "kubernetes-sigs/cri-tools" in crictl
+    # etcd's archive (etcdutl for `etcd restore` only): one source, Kubespray's, and the entry says so
+    etcd = pins.CHECKSUM_SOURCES["etcd", pins.ETCD_VERSION]
+    assert set(pins.ETCD_SHA256[pins.ETCD_VERSION]) == {"amd64", "arm64"}
+    assert etcd.startswith("one source: Kubespray") and f"etcd-io/etcd/releases/download/v{pins.ETCD_VERSION}/" in etcd
     helm = pins.CHECKSUM_SOURCES["helm", pins.HELM_VERSION]  # no Kubespray entry: upstream plus independent pins
     assert "get.helm.sh" in helm and "independent" in helm
     for k in horizons.KNOWN_RELEASES:

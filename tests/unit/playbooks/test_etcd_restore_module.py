@@ -177,3 +177,21 @@ def test_a_dry_run_changes_nothing_and_says_each_phase_would_run(
         assert rc == 0 and out["changed"] is True, name
     assert sorted(p.name for p in host["manifests"].iterdir()) == ["etcd.yaml", "kube-apiserver.yaml"]
     assert not (host["restore"] / "state.json").exists() and (host["data"] / "member" / "old").exists()
+
+
+def test_the_probe_says_which_etcdutl_runs_and_changes_nothing(
+    host: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The role downloads etcd's release archive only where the probe finds no etcdutl (tasks/etcdutl.yml; the
+    download for real: test_etcdutl_release.py)."""
+    rc, out = phase(host, capsys, "probe")
+    assert rc == 0 and out["changed"] is False and out["found"] is True and out["version"] == "3.6.8"
+    assert out["etcdutl"] == [str(host["bin"] / "etcdutl")]  # the PATH's
+    (host["bin"] / "etcdutl").unlink()
+    rc, out = phase(host, capsys, "probe")
+    assert rc == 0 and out["found"] is False and out["etcdutl"] == []
+    assert "registry.k8s.io/etcd:3.6.8-0 did not run one" in out["reason"]  # the image's ctr run failed too
+    rc, out = phase(host, capsys, "probe", etcdutl=str(host["bin"] / "missing"))  # a configured one must run
+    assert rc == 1 and out["msg"].endswith(f"etcdutl {host['bin'] / 'missing'}: not an executable file")
+    assert sorted(p.name for p in host["manifests"].iterdir()) == ["etcd.yaml", "kube-apiserver.yaml"]
+    assert not (host["restore"] / "state.json").exists()
