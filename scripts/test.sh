@@ -29,13 +29,13 @@ fi
 venv="$(bash scripts/test-venv.sh)"
 export VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH"
 PY="$venv/bin/python"
-# The real control plane (kube-apiserver, controller-manager, scheduler, kubeadm, etcd), kwok and the production
+# The real control plane (kube-apiserver, controller-manager, scheduler, kubeadm, etcd), kwok, etcdctl/etcdutl and the production
 # Prometheus, built from their Go modules (tests/realbin/gobuild.py) into a cache outside the checkout: a no-op
 # when warm; cold (a fresh machine) it takes ~20 minutes of CPU, so it runs in the background, niced, while lint,
 # the test bed and the tests that need none of it run (docs/benchmarks.md#the-real-binaries).
 command -v go >/dev/null || { echo "scripts/test.sh: the go command is missing (Go >= 1.26, the module proxy reachable)" >&2; exit 1; }
 go_log=$(mktemp -t gpustack-gobuild-XXXXXX.log)
-nice -n 5 "$PY" -m tests.realbin.gobuild prometheus k8s kwok >"$go_log" 2>&1 &
+nice -n 5 "$PY" -m tests.realbin.gobuild prometheus k8s kwok etcd >"$go_log" 2>&1 &
 gobuild=$!
 trap 'kill "$gobuild" 2>/dev/null || true' EXIT
 
