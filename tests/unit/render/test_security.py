@@ -239,13 +239,14 @@ def test_render_shows_every_file_and_never_the_key(tmp_path: Path) -> None:
 def test_plan_names_each_setting_and_how_a_running_cluster_gets_it() -> None:
     rows = {r[0]: r for r in security.plan_rows(cfg(profiling=True, tls_cipher_suites=[]))}
     assert set(rows) == {"encryption_at_rest", "audit", "pod_security", "profiling", "tls_cipher_suites",
-                         "protect_kernel_defaults"}  # fmt: skip
+                         "protect_kernel_defaults", "pod_pids_limit"}  # fmt: skip
     assert rows["profiling"][1] == "on" and rows["tls_cipher_suites"][1] == "Go's defaults"
     assert "turning it on rewrites every Secret; turning it off is refused" in rows["encryption_at_rest"][3]
     # the control plane's flags: `gpustack security apply`; the kubelet's configuration: not applied yet
     assert {k for k, r in rows.items() if r[3].startswith(security.EXISTING)} == {
         "encryption_at_rest", "audit", "pod_security", "profiling", "tls_cipher_suites"}  # fmt: skip
     assert rows["protect_kernel_defaults"][3] == security.EXISTING_KUBELET
+    assert rows["pod_pids_limit"][1:] == ["32768", "kubelet configuration", security.EXISTING_KUBELET]
     assert rows["tls_cipher_suites"][3].endswith(security.EXISTING_KUBELET)
     assert rows["pod_security"][1] == "enforce baseline, warn restricted, audit restricted"
 
