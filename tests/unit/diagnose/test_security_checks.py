@@ -123,9 +123,11 @@ def not_passing(snap: Snapshot) -> set[tuple[str, str, str | None]]:
 
 def test_every_rule_is_a_registered_doctor_check_of_the_security_layer() -> None:
     from gpustack.diagnose.checks_security_files import RULES as FILE_RULES
+    from gpustack.diagnose.cis_kubelet import RULES as KUBELET_RULES
 
     specs = {s.id: s for s in registry.select("doctor", layers=["security"])}
-    files = {r.check_id for r in FILE_RULES}
+    # the host-fact checks: files (test_security_files.py) and the kubelet's (test_security_kubelet.py)
+    files = {r.check_id for r in FILE_RULES} | {r.check_id for r in KUBELET_RULES}
     assert set(specs) - files == {r.check_id for r in cis.RULES} | {"S2.7-etcd-unique-ca"}
     assert len(specs) == 40 + len(files) and all(s.needs == ("Pod",) for s in specs.values() if s.id not in files)
     assert (
