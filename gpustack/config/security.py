@@ -81,7 +81,7 @@ class Security(StrictModel):
         description="TLS 1.2 cipher suites of the API server and kubelets; [] leaves Go's defaults (CIS 1.2.29, 4.2.12)",
     )
     protect_kernel_defaults: bool = Field(
-        default=False,
+        default=True,
         description="the kubelet refuses to start when the kernel settings differ from those it needs (os_prep sets them)",
     )
     extend_token_expiration: bool = Field(

@@ -86,7 +86,9 @@ def test_kubeadm_carries_every_hardening_flag_and_mount() -> None:
         assert mounts[directory]["readOnly"] is (directory != security.AUDIT_LOG_DIR)
     kubelet = docs["KubeletConfiguration"]
     assert kubelet["tlsCipherSuites"] == list(CIS_CIPHER_SUITES)
-    assert kubelet["protectKernelDefaults"] is False  # docs/decisions.md: needs the kubelet's sysctls first
+    # on by default: os_prep sets the kernel parameters the kubelet checks first (docs/decisions.md)
+    assert kubelet["protectKernelDefaults"] is True
+    assert kubelet["podPidsLimit"] == 32768
     # CA-signed kubelet serving certificates, and the API server verifying them (CIS 1.2.5), in the one configuration
     # kubeadm init reads: no kubelet of the cluster ever serves a self-signed certificate to a verifying API server
     assert kubelet["serverTLSBootstrap"] is True
@@ -105,7 +107,8 @@ def test_each_relaxation_takes_out_exactly_its_flags() -> None:
     no_suites = kubeadm_docs(cfg(tls_cipher_suites=[]))
     assert "tls-cipher-suites" not in args(no_suites["ClusterConfiguration"]["apiServer"])
     assert "tlsCipherSuites" not in no_suites["KubeletConfiguration"]
-    assert kubeadm_docs(cfg(protect_kernel_defaults=True))["KubeletConfiguration"]["protectKernelDefaults"] is True
+    assert kubeadm_docs(cfg(protect_kernel_defaults=False))["KubeletConfiguration"]["protectKernelDefaults"] is False
+    assert "podPidsLimit" not in kubeadm_docs(cfg(pod_pids_limit=None))["KubeletConfiguration"]
 
 
 # --- the files ---------------------------------------------------------------------------------------
