@@ -96,14 +96,10 @@ def read_drift(cfg: Config, kube: Kube) -> Drift:
 def refuse_encryption_off(found: Drift) -> None:
     """Encryption at rest turned off on a running cluster is refused (docs/decisions.md): the flag removed before
     every Secret is rewritten in clear would leave them unreadable."""
-    from gpustack.errors import ConfigError
+    from gpustack.cluster.encryption_off import refusal
 
     if found.encryption() == "off":
-        raise ConfigError(
-            "security.encryption_at_rest is off but the API servers encrypt Secrets: `security apply` does not turn "
-            "encryption off (every Secret must first be rewritten in clear with the key still readable)",
-            hint="set security.encryption_at_rest: true again; docs/lifecycle.md says what turning it off needs",
-        )
+        raise refusal("`security apply`")
 
 
 def detect(cfg: Config, kube: Kube, root: Path | None = None, *, record: bool = True) -> StageSummary:
