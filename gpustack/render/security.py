@@ -240,7 +240,10 @@ EXISTING = (
     "unchanged by up (kubeadm reads it at init and join): `gpustack security apply` brings it (docs/lifecycle.md)"
 )
 #: the kubelet's settings: in the kubelet-config ConfigMap and each node's /var/lib/kubelet/config.yaml
-EXISTING_KUBELET = "unchanged: the kubelet's configuration is written at init and join only; not applied yet"
+EXISTING_KUBELET = (
+    "unchanged by up (written at init and join): `gpustack security apply` brings it (kubelet-config ConfigMap, each "
+    "node's kubelet restarted one at a time)"
+)
 
 
 def plan_rows(cfg: Config) -> list[list[str]]:

@@ -1,4 +1,5 @@
-"""The os_prep role's protectKernelDefaults block (roles/os_prep/tasks/main.yml), run for real by ansible-playbook on
+"""The os_prep role's protectKernelDefaults block (roles/os_prep/tasks/kubelet_sysctl.yml, imported by its main.yml and
+run by `gpustack security apply` first), run for real by ansible-playbook on
 this machine with Ansible's ansible.posix.sysctl: a kernel parameter already at the kubelet's value is not written
 (no ``sysctl -w``, no ``sysctl -p``), only kept in the role's file, and a converged re-run changes nothing; one the
 kernel refuses stops the run with a message that names it and ``security.protect_kernel_defaults``.
@@ -33,7 +34,7 @@ def current(key: str) -> str:
 
 
 def play(tmp_path: Path, sysctl: dict[str, str]) -> tuple[int, dict[str, Any], str]:
-    tasks = yaml.safe_load((PLAYBOOKS / "roles/os_prep/tasks/main.yml").read_text())
+    tasks = yaml.safe_load((PLAYBOOKS / "roles/os_prep/tasks/kubelet_sysctl.yml").read_text())
     block = [t for t in tasks if t.get("name") == TASK]
     assert len(block) == 1 and "rescue" in block[0]
     (tmp_path / "block.yml").write_text(yaml.safe_dump(block))
