@@ -6,9 +6,10 @@ from k8s.io/component-helpers v0.36.5 ``node/util/sysctl``; the role's ``os_prep
 defaults here so the two never differ). A test-bed host is a systemd-nspawn container: its ``vm.*`` and ``kernel.*``
 are the machine's own kernel's, read-only inside. So the bed sets them once on the machine, as a real host's operator
 would (the tests own the CI machine), before any host boots; the role then finds every value right and writes
-nothing but its file (roles/os_prep: ``sysctl -w`` only where a value differs, no ``sysctl -p``). What this changes
-on the machine: ``vm.overcommit_memory=1`` (allocations are not refused up front) and ``kernel.panic=10`` (a panic
-reboots after 10 s instead of hanging); the others are the kernel's defaults. docs/testing.md names it.
+nothing but its file (roles/os_prep: ``sysctl -w`` only where a value differs, no ``sysctl -p``). What this can
+change on the machine: ``vm.overcommit_memory=1`` (allocations are not refused up front), ``kernel.panic=10`` (a panic
+reboots after 10 s) and ``kernel.panic_on_oops=1`` (an oops panics: the project's machine had 0 and 1 for the last
+two); the keyring limits are the kernel's defaults. docs/testing.md names it.
 """
 
 from __future__ import annotations
