@@ -214,6 +214,9 @@ def test_the_plays_write_the_files_first_then_one_control_plane_at_a_time() -> N
     assert steps.index("Download the cluster's kubelet configuration into config.yaml") < steps.index(
         "Restart the kubelet with its new configuration") < steps.index("Wait until the node is Ready")  # fmt: skip
     assert all(t["when"].startswith("security_apply_kubelet_drift | length > 0") for t in kubelet[3:])
+    (modes,) = [t for t in kubelet if t["name"] == "Make the kubelet's config file root's alone again"]
+    assert modes["ansible.builtin.include_role"] == {"name": "kubernetes_packages", "tasks_from": "file_modes.yml"}
+    assert steps.index(modes["name"]) > steps.index("Download the cluster's kubelet configuration into config.yaml")
     assert plays[0]["tasks"][0]["ansible.builtin.import_role"] == {
         "name": "control_plane",
         "tasks_from": "security.yml",
