@@ -133,7 +133,9 @@ def kubelet_dry_run(root: Path) -> dict[str, Any]:
     assert done.returncode == 0, done.stderr[-3000:]
     parts = WRITE.split(done.stdout)
     written = {path: text for path, text in zip(parts[1::2], parts[2::2], strict=True)}
-    configs = [yaml.safe_load(text) for path, text in written.items() if path.endswith("config.yaml")]
+    # each file's content runs until kubeadm's next log line ("[patches] ...", "[kubelet-start] ...")
+    configs = [yaml.safe_load(re.split(r"^\[", text, maxsplit=1, flags=re.M)[0])
+               for path, text in written.items() if path.endswith("/config.yaml")]  # fmt: skip
     assert len(configs) == 1, done.stdout[-3000:]
     return dict(configs[0])
 
@@ -155,6 +157,7 @@ def test_kubeadm_writes_the_uploaded_kubelet_settings_into_config_yaml(control_p
     (root / "etc/kubernetes").mkdir(parents=True)
     shutil.copy(cp.pki / "kubelet.conf", root / "etc/kubernetes/kubelet.conf")
     original = admin.request("GET", KUBELET_CM)["data"]["kubelet"]
+    admin.request("POST", "/api/v1/nodes", body=node())  # kubeadm reads the node's registration from its Node
     spec = importlib.util.spec_from_file_location("gpustack_kubelet", PLAYBOOKS / "filter_plugins/gpustack_kubelet.py")
     assert spec is not None and spec.loader is not None
     kubelet_filter = importlib.util.module_from_spec(spec)
@@ -177,3 +180,4 @@ def test_kubeadm_writes_the_uploaded_kubelet_settings_into_config_yaml(control_p
         rv = admin.request("GET", KUBELET_CM)["metadata"]["resourceVersion"]
         admin.request("PATCH", KUBELET_CM, body={"metadata": {"resourceVersion": rv}, "data": {"kubelet": original}},
                       content_type="application/merge-patch+json")  # fmt: skip
+        admin.request("DELETE", f"/api/v1/nodes/{NODE}")
