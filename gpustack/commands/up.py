@@ -190,12 +190,14 @@ def _run(
     steps: Mapping[str, StepFn],
     also_after_preflight: Guard | None = None,
 ) -> RunResult:
-    from gpustack.cluster import skew
+    from gpustack.cluster import encryption_off, skew
     from gpustack.engine.run import run
 
     def after_preflight(c: Config, facts: Mapping[str, Any]) -> None:
         # a live cluster at another version is upgraded by `gpustack upgrade`, never by `up`
         skew.refuse_version_change(c, facts)
+        # encryption at rest is never turned off on a cluster that encrypts (gpustack/cluster/encryption_off.py)
+        encryption_off.refuse_at_up(c, facts)
         if also_after_preflight is not None:
             also_after_preflight(c, facts)
 

@@ -10,6 +10,7 @@ Kubernetes 1.34-1.36) asks for; docs/configuration.md names the check each setti
 - ``tls_cipher_suites`` -- the API server's ``--tls-cipher-suites`` and the kubelet's ``tlsCipherSuites``
   (CIS 1.2.29, 4.2.12);
 - ``protect_kernel_defaults`` -- the kubelet's ``protectKernelDefaults``;
+- ``pod_pids_limit`` -- the kubelet's ``podPidsLimit`` (CIS 4.2.13);
 - ``extend_token_expiration`` -- the API server's ``--service-account-extend-token-expiration`` (CIS 1.2.30).
 """
 
@@ -58,6 +59,13 @@ class PodSecurity(StrictModel):
     )
 
 
+#: the kubelet's ``podPidsLimit`` by default: kubernetes/website ``concepts/policy/pid-limiting.md`` sizes a pod's
+#: budget as the node's PIDs over the pods it hosts; systemd (since v243, ``sysctl.d/50-pid-max.conf``) raises
+#: ``kernel.pid_max`` to 4194304 on 64-bit hosts, over the kubelet's 110 pods about 38,000 each. 32768 (the kernel's
+#: own default pid_max) stays under that and far above a multi-GPU training pod's threads (docs/decisions.md)
+POD_PIDS_LIMIT = 32768
+
+
 class Security(StrictModel):
     encryption_at_rest: bool = Field(
         default=True, description="Secrets encrypted in etcd with a per-cluster secretbox key (CIS 1.2.27, 1.2.28)"
@@ -73,11 +81,16 @@ class Security(StrictModel):
         description="TLS 1.2 cipher suites of the API server and kubelets; [] leaves Go's defaults (CIS 1.2.29, 4.2.12)",
     )
     protect_kernel_defaults: bool = Field(
-        default=False,
+        default=True,
         description="the kubelet refuses to start when the kernel settings differ from those it needs (os_prep sets them)",
     )
     extend_token_expiration: bool = Field(
         default=False, description="--service-account-extend-token-expiration on the API server (CIS 1.2.30)"
+    )
+    pod_pids_limit: Annotated[int, Field(ge=1024, le=4194304)] | None = Field(
+        default=POD_PIDS_LIMIT,
+        description="the most processes and threads one pod may run (the kubelet's podPidsLimit, CIS 4.2.13); "
+        "null: no limit",
     )
 
     @field_validator("tls_cipher_suites")

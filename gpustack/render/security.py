@@ -230,6 +230,8 @@ def kubeadm_security(cfg: Config) -> KubeadmSecurity:
     kubelet: dict[str, Any] = {"protectKernelDefaults": sec.protect_kernel_defaults, "serverTLSBootstrap": True}
     if sec.tls_cipher_suites:
         kubelet["tlsCipherSuites"] = list(sec.tls_cipher_suites)
+    if sec.pod_pids_limit is not None:
+        kubelet["podPidsLimit"] = sec.pod_pids_limit
     return KubeadmSecurity(api, volumes, list(profiling), list(profiling), kubelet)
 
 
@@ -238,7 +240,10 @@ EXISTING = (
     "unchanged by up (kubeadm reads it at init and join): `gpustack security apply` brings it (docs/lifecycle.md)"
 )
 #: the kubelet's settings: in the kubelet-config ConfigMap and each node's /var/lib/kubelet/config.yaml
-EXISTING_KUBELET = "unchanged: the kubelet's configuration is written at init and join only; not applied yet"
+EXISTING_KUBELET = (
+    "unchanged by up (written at init and join): `gpustack security apply` brings it (kubelet-config ConfigMap, each "
+    "node's kubelet restarted one at a time)"
+)
 
 
 def plan_rows(cfg: Config) -> list[list[str]]:
@@ -258,6 +263,8 @@ def plan_rows(cfg: Config) -> list[list[str]]:
          EXISTING],
         ["tls_cipher_suites", f"{len(sec.tls_cipher_suites)} suites" if sec.tls_cipher_suites else "Go's defaults",
          "API server flag, kubelet configuration", EXISTING + " (the API server's); " + EXISTING_KUBELET],
+        ["pod_pids_limit", str(sec.pod_pids_limit) if sec.pod_pids_limit is not None else "no limit",
+         "kubelet configuration", EXISTING_KUBELET],
         ["protect_kernel_defaults", onoff[sec.protect_kernel_defaults],
          "kubelet configuration" + (", kernel settings by os_prep" if sec.protect_kernel_defaults else ""),
          EXISTING_KUBELET],

@@ -37,11 +37,16 @@ import yaml
 
 from gpustack.constants import GPU_NAMESPACE, MONITORING_NAMESPACE
 from gpustack.diagnose.checks_security_files import RULES as FILE_RULES
+from gpustack.diagnose.cis_kubelet import RULES as KUBELET_RULES
 from gpustack.render import security
 from gpustack.render.manifests import render_manifests
 from tests.controlplane import kubeadm_phases as kp
 from tests.controlplane.cluster import NODE, ControlPlane, gpustack_config, running
 from tests.controlplane.servers import Server
+
+#: the security layer's checks that read host facts (judged in tests/unit/diagnose/test_security_files.py, and
+#: test_security_kubelet.py with the real kubeadm's kubelet config: test_kubelet_config.py)
+HOST_FACT_CHECKS = {r.check_id for r in FILE_RULES} | {r.check_id for r in KUBELET_RULES}
 
 
 @pytest.fixture(scope="module")
@@ -263,8 +268,8 @@ def test_doctor_security_layer_judges_the_real_kubeadm_manifests(hardened: Contr
         for pod in pods:
             name = pod["metadata"]["name"]
             server.call("DELETE", f"/api/v1/namespaces/kube-system/pods/{name}?gracePeriodSeconds=0")
-    # the file checks read host facts, which `--layer security` alone does not collect (no SSH): each skips
-    files = {r.check_id for r in FILE_RULES}
+    # the file and kubelet checks read host facts, which `--layer security` alone does not collect (no SSH): each skips
+    files = HOST_FACT_CHECKS
     assert {(c["id"], c["status"]) for c in report["checks"] if c["id"] in files} == {(c, "skip") for c in files}
     checks = [c for c in report["checks"] if c["id"] not in files]
     assert report["exit"] == 0 and report["summary"]["fail"] == 0, checks
@@ -290,7 +295,7 @@ def test_the_relaxed_configurations_manifests_warn_exactly_their_checks(tmp_path
     cfg = gpustack_config()
     kubeadm_phases(tmp_path, cfg, free_ports())  # the real kubeadm's dry run only: nothing is started
     pods = mirror_pods(tmp_path / "pki")
-    specs = [s for s in registry.select("doctor", layers=["security"]) if s.id not in {r.check_id for r in FILE_RULES}]
+    specs = [s for s in registry.select("doctor", layers=["security"]) if s.id not in HOST_FACT_CHECKS]
 
     def judged(settings: Config) -> set[tuple[str, str]]:
         snap = Snapshot(kube={"Pod": pods}, settings={"security": settings.security.model_dump(mode="json")})

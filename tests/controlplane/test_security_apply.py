@@ -119,3 +119,65 @@ def test_kubeadm_writes_the_uploaded_security_flags_into_the_manifests(control_p
         admin.request("DELETE", f"/api/v1/namespaces/kube-system/pods/kube-apiserver-{NODE}",
                       query={"gracePeriodSeconds": "0"})  # fmt: skip
         admin.request("DELETE", f"/api/v1/nodes/{NODE}")
+
+
+KUBELET_CM = "/api/v1/namespaces/kube-system/configmaps/kubelet-config"
+
+
+def kubelet_dry_run(root: Path) -> dict[str, Any]:
+    """The role's ``kubeadm upgrade node phase kubelet-config`` with ``--dry-run`` in ``root`` (a worker's: only
+    kubelet.conf): the config.yaml kubeadm would write."""
+    argv = yaml.safe_load(ROLE_DEFAULTS.read_text())["security_apply_kubelet_kubeadm_argv"]
+    done = subprocess.run([str(binary("kubeadm")), *argv[1:], "--dry-run", "--rootfs", str(root)],
+                          capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    parts = WRITE.split(done.stdout)
+    written = {path: text for path, text in zip(parts[1::2], parts[2::2], strict=True)}
+    # each file's content runs until kubeadm's next log line ("[patches] ...", "[kubelet-start] ...")
+    configs = [yaml.safe_load(re.split(r"^\[", text, maxsplit=1, flags=re.M)[0])
+               for path, text in written.items() if path.endswith("/config.yaml")]  # fmt: skip
+    assert len(configs) == 1, done.stdout[-3000:]
+    return dict(configs[0])
+
+
+def test_kubeadm_writes_the_uploaded_kubelet_settings_into_config_yaml(control_plane: ControlPlane,
+                                                                       tmp_path: Path) -> None:  # fmt: skip
+    """gpustack's ``upload-kubelet-config`` step patches the kubelet-config ConfigMap the real ``kubeadm init phase
+    upload-config`` made; the role's ``kubeadm upgrade node phase kubelet-config`` then writes those settings into
+    the node's config.yaml, and the role's filter finds nothing left to do there."""
+    from gpustack.cluster import kubelet_apply as ka
+    from gpustack.commands.security_apply import kubelet_vars, upload_kubelet_config
+
+    cp = control_plane
+    admin: Kube = kube_from_file(cp.admin_kubeconfig, request_timeout=30)
+    built = gpustack_config()
+    relaxed = built.model_copy(update={"security": built.security.model_copy(
+        update={"pod_pids_limit": None, "protect_kernel_defaults": False, "tls_cipher_suites": []})})  # fmt: skip
+    root = tmp_path / "root"
+    (root / "etc/kubernetes").mkdir(parents=True)
+    shutil.copy(cp.pki / "kubelet.conf", root / "etc/kubernetes/kubelet.conf")
+    original = admin.request("GET", KUBELET_CM)["data"]["kubelet"]
+    admin.request("POST", "/api/v1/nodes", body=node())  # kubeadm reads the node's registration from its Node
+    spec = importlib.util.spec_from_file_location("gpustack_kubelet", PLAYBOOKS / "filter_plugins/gpustack_kubelet.py")
+    assert spec is not None and spec.loader is not None
+    kubelet_filter = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(kubelet_filter)
+    try:
+        before = kubelet_dry_run(root)
+        assert kubelet_filter.gpustack_kubelet_drift(before, kubelet_vars(built)) == []
+        assert upload_kubelet_config(relaxed, admin).status == "changed"
+        after = kubelet_dry_run(root)
+        assert (
+            kubelet_filter.gpustack_kubelet_drift(after, kubelet_vars(relaxed))
+            == []
+            == ka.drift(after, ka.wanted(relaxed))
+        )
+        assert "podPidsLimit" not in after and "tlsCipherSuites" not in after and after["serverTLSBootstrap"] is True
+        assert {k: v for k, v in after.items() if k not in ka.MANAGED} == {
+            k: v for k, v in before.items() if k not in ka.MANAGED}  # fmt: skip
+        assert upload_kubelet_config(relaxed, admin).note == "unchanged"
+    finally:
+        rv = admin.request("GET", KUBELET_CM)["metadata"]["resourceVersion"]
+        admin.request("PATCH", KUBELET_CM, body={"metadata": {"resourceVersion": rv}, "data": {"kubelet": original}},
+                      content_type="application/merge-patch+json")  # fmt: skip
+        admin.request("DELETE", f"/api/v1/nodes/{NODE}")

@@ -28,6 +28,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from . import kernel_tunables
 from ._proc import TestbedError, run, wait_for
 
 BRIDGE = "gsbr0"
@@ -76,6 +77,8 @@ class TestbedNetwork:
                     cleanup_stale()
                     _bridge_up()
                     _firewall_up()
+                    # protectKernelDefaults: the kubelet's kernel parameters, the machine's (read-only in a host)
+                    kernel_tunables.ensure()
                 except BaseException:
                     cls._drop_machine_lock()
                     raise

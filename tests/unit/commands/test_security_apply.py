@@ -28,7 +28,16 @@ from gpustack.render.kubeadm import render_init_config
 from gpustack.runners.kube import Kube
 from tests.fakes.kube_api import FakeKubeAPI
 from tests.unit.cluster.test_key_rotation import SecretStore
+from tests.unit.playbooks.conftest import PLAYBOOKS, load_path
 
+kubelet_filter = load_path("gpustack_kubelet_filter", PLAYBOOKS / "filter_plugins" / "gpustack_kubelet.py")
+
+KUBELET_CM = "/api/v1/namespaces/kube-system/configmaps/kubelet-config"
+#: the kubelet configuration of a cluster an older gpustack built: kubeadm 1.36.5's (tests/fixtures/kubelet) without
+#: the settings added since (protectKernelDefaults, podPidsLimit)
+BUILT_KUBELET = {k: v for k, v in yaml.safe_load((Path(__file__).resolve().parents[2] / "fixtures/kubelet"
+                 / "kubeadm-1.36.5-config.yaml").read_text()).items() if k not in ("protectKernelDefaults", "podPidsLimit")}  # fmt: skip
+KUBELET_NODES = ("cp1", "cp2", "w1")
 NODES = [{"name": f"cp{i}", "address": f"192.0.2.1{i}", "role": "control-plane", "connection": "local"}
          for i in (1, 2)] + [{"name": "w1", "address": "192.0.2.20", "connection": "local"}]  # fmt: skip
 CM = "/api/v1/namespaces/kube-system/configmaps/kubeadm-config"
@@ -79,6 +88,11 @@ class Regenerate:
         api.seed([{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "kubeadm-config",
                    "namespace": "kube-system"}, "data": {"ClusterConfiguration": text}}])  # fmt: skip
         api.seed([p for n in ("cp1", "cp2") for p in pods_from(text, n)])
+        api.seed([{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "kubelet-config",
+                   "namespace": "kube-system"}, "data": {"kubelet": yaml.safe_dump(BUILT_KUBELET)}}])  # fmt: skip
+        #: each node's /var/lib/kubelet/config.yaml, and the nodes whose kubelet the kubelets stage reconfigured
+        self.node_kubelet = {n: dict(BUILT_KUBELET) for n in KUBELET_NODES}
+        self.reconfigured: list[str] = []
         self.store = SecretStore()
         from gpustack.cluster import secrets
 
@@ -98,6 +112,14 @@ class Regenerate:
                                          stage=stage.id, hosts=(node,))  # fmt: skip
                     self.regenerated.append(node)
                     self.api.seed(pods_from(text, node))
+            if stage.id == "kubelets" and not opts.dry_run:  # the role's judgement (its filter), kubeadm's download
+                cm = yaml.safe_load(str(self.kube.request("GET", KUBELET_CM)["data"]["kubelet"]))
+                for node in KUBELET_NODES:
+                    if kubelet_filter.gpustack_kubelet_drift(
+                        self.node_kubelet[node], opts.extravars["gpustack_kubelet_settings"]
+                    ):
+                        self.node_kubelet[node] = cm
+                        self.reconfigured.append(node)
         return [StageSummary(s.id, "changed", 0.0, 1) for s in stages], type(
             "R", (), {"failures": [], "rc": 0, "status": "successful"}
         )()
@@ -119,8 +141,11 @@ def test_the_changed_settings_reach_every_control_plane_and_the_secrets_are_rewr
     cfg = config()
     assert cmd.read_drift(cfg, engine.kube).nodes == ["cp1", "cp2"]
     result = apply(cfg)
-    assert engine.stages == ["files", "control-plane"] and engine.regenerated == ["cp1", "cp2"]
-    assert engine.sent == {"gpustack_security_flags": cmd.flag_vars(cfg)}
+    assert engine.stages == ["files", "control-plane", "kubelets"] and engine.regenerated == ["cp1", "cp2"]
+    assert engine.sent == {
+        "gpustack_security_flags": cmd.flag_vars(cfg),
+        "gpustack_kubelet_settings": cmd.kubelet_vars(cfg),
+    }
     # the ClusterConfiguration now renders gpustack's flags: later joins and upgrades keep them
     uploaded = yaml.safe_load(engine.kube.request("GET", CM)["data"]["ClusterConfiguration"])
     assert uploaded["apiServer"]["extraArgs"] == yaml.safe_load(cluster_configuration(cfg))["apiServer"]["extraArgs"]
@@ -168,7 +193,8 @@ def test_a_dry_run_reads_and_changes_nothing(engine: Regenerate) -> None:
     cfg = config()
     result = apply(cfg, dry_run=True)
     assert not sa.rewrite_pending(cfg) and engine.puts() == [] and engine.regenerated == []
-    assert engine.stages == ["files", "control-plane"]  # in check mode
+    assert engine.stages == ["files", "control-plane", "kubelets"]  # in check mode
+    assert engine.reconfigured == [] and engine.node_kubelet["w1"] == BUILT_KUBELET
     assert "resourceVersion" in engine.kube.request("GET", CM)["metadata"]
     assert yaml.safe_load(engine.kube.request("GET", CM)["data"]["ClusterConfiguration"]) == yaml.safe_load(
         cluster_configuration(BUILT)
@@ -179,7 +205,18 @@ def test_a_dry_run_reads_and_changes_nothing(engine: Regenerate) -> None:
 
 def test_the_plays_write_the_files_first_then_one_control_plane_at_a_time() -> None:
     plays = yaml.safe_load(resource_file("playbooks", "security-apply.yml").read_text())
-    assert [p["name"] for p in plays] == ["files", "control-plane"]
+    assert [p["name"] for p in plays] == ["files", "control-plane", "kubelets"]
+    # the kubelets: every node, one at a time, the kernel parameters first, kubeadm's download, then the restart
+    assert (plays[2]["hosts"], plays[2]["serial"], plays[2]["any_errors_fatal"]) == ("control_plane:workers", 1, True)
+    kubelet = yaml.safe_load(resource_file("playbooks", "roles/security_apply/tasks/kubelet.yml").read_text())
+    assert kubelet[0]["ansible.builtin.include_role"] == {"name": "os_prep", "tasks_from": "kubelet_sysctl.yml"}
+    steps = [t["name"] for t in kubelet]
+    assert steps.index("Download the cluster's kubelet configuration into config.yaml") < steps.index(
+        "Restart the kubelet with its new configuration") < steps.index("Wait until the node is Ready")  # fmt: skip
+    assert all(t["when"].startswith("security_apply_kubelet_drift | length > 0") for t in kubelet[3:])
+    (modes,) = [t for t in kubelet if t["name"] == "Make the kubelet's config file root's alone again"]
+    assert modes["ansible.builtin.include_role"] == {"name": "kubernetes_packages", "tasks_from": "file_modes.yml"}
+    assert steps.index(modes["name"]) > steps.index("Download the cluster's kubelet configuration into config.yaml")
     assert plays[0]["tasks"][0]["ansible.builtin.import_role"] == {
         "name": "control_plane",
         "tasks_from": "security.yml",
@@ -197,3 +234,24 @@ def test_the_plays_write_the_files_first_then_one_control_plane_at_a_time() -> N
                                                        "--certificate-renewal=false", "--etcd-upgrade=false"]  # fmt: skip
     names = [t["name"] for t in tasks]
     assert names.index("Wait until the API server is ready") > names.index(kubeadm["name"])
+
+
+def test_the_kubelet_settings_reach_the_configmap_and_every_node_one_at_a_time(engine: Regenerate) -> None:
+    cfg = config()
+    result = apply(cfg)
+    rows = {s.stage: s for s in result.summaries}
+    assert rows["upload-kubelet-config"].status == "changed"
+    uploaded = yaml.safe_load(engine.kube.request("GET", KUBELET_CM)["data"]["kubelet"])
+    assert uploaded["protectKernelDefaults"] is True and uploaded["podPidsLimit"] == 32768
+    assert {k: v for k, v in uploaded.items() if k not in ("protectKernelDefaults", "podPidsLimit")} == BUILT_KUBELET
+    assert engine.reconfigured == ["cp1", "cp2", "w1"]  # workers too
+    assert all(engine.node_kubelet[n] == uploaded for n in KUBELET_NODES)
+    # converged: the ConfigMap unchanged, no kubelet restarted
+    apply(cfg)
+    assert engine.reconfigured == ["cp1", "cp2", "w1"]
+    assert cmd.upload_kubelet_config(cfg, engine.kube).note == "unchanged"
+    # a relaxation later: podPidsLimit taken out of the ConfigMap and the nodes again, the site's keys kept
+    relaxed = config(pod_pids_limit=None)
+    apply(relaxed)
+    assert "podPidsLimit" not in yaml.safe_load(engine.kube.request("GET", KUBELET_CM)["data"]["kubelet"])
+    assert engine.reconfigured[3:] == ["cp1", "cp2", "w1"] and engine.node_kubelet["w1"]["clusterDNS"] == ["10.96.0.10"]

@@ -123,9 +123,11 @@ def not_passing(snap: Snapshot) -> set[tuple[str, str, str | None]]:
 
 def test_every_rule_is_a_registered_doctor_check_of_the_security_layer() -> None:
     from gpustack.diagnose.checks_security_files import RULES as FILE_RULES
+    from gpustack.diagnose.cis_kubelet import RULES as KUBELET_RULES
 
     specs = {s.id: s for s in registry.select("doctor", layers=["security"])}
-    files = {r.check_id for r in FILE_RULES}
+    # the host-fact checks: files (test_security_files.py) and the kubelet's (test_security_kubelet.py)
+    files = {r.check_id for r in FILE_RULES} | {r.check_id for r in KUBELET_RULES}
     assert set(specs) - files == {r.check_id for r in cis.RULES} | {"S2.7-etcd-unique-ca"}
     assert len(specs) == 40 + len(files) and all(s.needs == ("Pod",) for s in specs.values() if s.id not in files)
     assert (
@@ -270,8 +272,13 @@ def test_the_expected_warnings_rows_are_what_the_checks_say() -> None:
     text = (Path(__file__).resolve().parents[3] / "docs" / "checks.md").read_text(encoding="utf-8")
     section = text.split("## Expected on a new cluster")[1].split("\n## ")[0]
     rows = set(re.findall(r"^\| `(S[\d.]+-[\w-]+)` \| warn \| (.+?) \|", section, re.M))
-    assert rows == {(f.id, f.summary) for f in findings(snapshot()) if f.status == "warn"}
-    assert {r[0] for r in rows} == LEFT
+    # the kubelet's (host facts): kubeadm 1.36.5's recorded kubelet config on a node named as its hostname
+    from tests.unit.diagnose import test_security_kubelet as tk
+
+    plain = tk.kubelet_argv('KUBELET_KUBEADM_ARGS="--node-ip=192.0.2.1"\n')
+    kubelet = {(f.id, f.summary) for f in tk.run({"cp1": tk.host(argv=plain)}) if f.status == "warn"}
+    assert rows == {(f.id, f.summary) for f in findings(snapshot()) if f.status == "warn"} | kubelet
+    assert {r[0] for r in rows} == LEFT | {"S4.2.9-kubelet-tls-cert-file", "S4.2.14-kubelet-seccomp-default"}
 
 
 def test_the_pods_are_scanned_once_for_all_the_checks() -> None:

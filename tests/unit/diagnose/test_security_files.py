@@ -135,4 +135,5 @@ def test_the_collector_reads_modes_and_owners_under_a_root(tmp_path: Path) -> No
     assert set(got["pki"]) == {"/etc/kubernetes/pki", "/etc/kubernetes/pki/ca.crt", "/etc/kubernetes/pki/etcd",
                                "/etc/kubernetes/pki/etcd/ca.key"}  # fmt: skip
     assert got["pki"]["/etc/kubernetes/pki/etcd"]["dir"] is True
-    assert collector.collect_cis_files(str(tmp_path / "none")) == {"files": {}, "pki": {}}
+    no_kubelet = {"source": None, "argv": [], "config_path": "/var/lib/kubelet/config.yaml", "config": None}
+    assert collector.collect_cis_files(str(tmp_path / "none")) == {"files": {}, "pki": {}, "kubelet": no_kubelet}

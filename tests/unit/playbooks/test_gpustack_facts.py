@@ -364,7 +364,8 @@ def test_collect_on_this_machine(facts_module: ModuleType) -> None:
     json.dumps(facts)  # serialisable
     assert set(facts["disk_free_bytes"]) == {"/", "/var/lib"}
     assert set(facts["certificates"]) == {"kubeadm", "kubelet_serving"}
-    assert set(facts["cis_files"]) == {"files", "pki"}
+    assert set(facts["cis_files"]) == {"files", "pki", "kubelet"}
+    assert set(facts["cis_files"]["kubelet"]) == {"source", "argv", "config_path", "config"}
     assert set(facts["kubernetes"]) == {
         "admin_conf",
         "kubelet_conf",

@@ -37,7 +37,7 @@ STAGES = [
 NOT_VARIABLES = {"gpustack_facts", "gpustack_stage_stamp", "gpustack_stage", "gpustack_netfilter_cleanup",
                  "gpustack_etcd_members_to_remove", "gpustack_service_stale", "gpustack_etcd_snapshot", "gpustack_etcd",
                  "gpustack_served_cert", "gpustack_etcd_restore", "gpustack_patch_state", "gpustack_patch",
-                 "gpustack_flag_drift", "gpustack_kernel_hold"}  # fmt: skip
+                 "gpustack_flag_drift", "gpustack_kernel_hold", "gpustack_kubelet_drift"}  # fmt: skip
 
 
 def sample_config() -> Config:

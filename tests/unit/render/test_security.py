@@ -86,7 +86,9 @@ def test_kubeadm_carries_every_hardening_flag_and_mount() -> None:
         assert mounts[directory]["readOnly"] is (directory != security.AUDIT_LOG_DIR)
     kubelet = docs["KubeletConfiguration"]
     assert kubelet["tlsCipherSuites"] == list(CIS_CIPHER_SUITES)
-    assert kubelet["protectKernelDefaults"] is False  # docs/decisions.md: needs the kubelet's sysctls first
+    # on by default: os_prep sets the kernel parameters the kubelet checks first (docs/decisions.md)
+    assert kubelet["protectKernelDefaults"] is True
+    assert kubelet["podPidsLimit"] == 32768
     # CA-signed kubelet serving certificates, and the API server verifying them (CIS 1.2.5), in the one configuration
     # kubeadm init reads: no kubelet of the cluster ever serves a self-signed certificate to a verifying API server
     assert kubelet["serverTLSBootstrap"] is True
@@ -105,7 +107,8 @@ def test_each_relaxation_takes_out_exactly_its_flags() -> None:
     no_suites = kubeadm_docs(cfg(tls_cipher_suites=[]))
     assert "tls-cipher-suites" not in args(no_suites["ClusterConfiguration"]["apiServer"])
     assert "tlsCipherSuites" not in no_suites["KubeletConfiguration"]
-    assert kubeadm_docs(cfg(protect_kernel_defaults=True))["KubeletConfiguration"]["protectKernelDefaults"] is True
+    assert kubeadm_docs(cfg(protect_kernel_defaults=False))["KubeletConfiguration"]["protectKernelDefaults"] is False
+    assert "podPidsLimit" not in kubeadm_docs(cfg(pod_pids_limit=None))["KubeletConfiguration"]
 
 
 # --- the files ---------------------------------------------------------------------------------------
@@ -239,13 +242,14 @@ def test_render_shows_every_file_and_never_the_key(tmp_path: Path) -> None:
 def test_plan_names_each_setting_and_how_a_running_cluster_gets_it() -> None:
     rows = {r[0]: r for r in security.plan_rows(cfg(profiling=True, tls_cipher_suites=[]))}
     assert set(rows) == {"encryption_at_rest", "audit", "pod_security", "profiling", "tls_cipher_suites",
-                         "protect_kernel_defaults"}  # fmt: skip
+                         "protect_kernel_defaults", "pod_pids_limit"}  # fmt: skip
     assert rows["profiling"][1] == "on" and rows["tls_cipher_suites"][1] == "Go's defaults"
     assert "turning it on rewrites every Secret; turning it off is refused" in rows["encryption_at_rest"][3]
     # the control plane's flags: `gpustack security apply`; the kubelet's configuration: not applied yet
     assert {k for k, r in rows.items() if r[3].startswith(security.EXISTING)} == {
         "encryption_at_rest", "audit", "pod_security", "profiling", "tls_cipher_suites"}  # fmt: skip
     assert rows["protect_kernel_defaults"][3] == security.EXISTING_KUBELET
+    assert rows["pod_pids_limit"][1:] == ["32768", "kubelet configuration", security.EXISTING_KUBELET]
     assert rows["tls_cipher_suites"][3].endswith(security.EXISTING_KUBELET)
     assert rows["pod_security"][1] == "enforce baseline, warn restricted, audit restricted"
 
