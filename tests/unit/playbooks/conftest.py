@@ -13,6 +13,16 @@ REPO = Path(__file__).resolve().parents[3]
 PLAYBOOKS = REPO / "playbooks"
 FIXTURES = REPO / "tests" / "testbed" / "fixtures"
 DOUBLES = REPO / "tests" / "testbed" / "doubles"
+#: the environment a sandboxed ansible-playbook of gpustack's roles runs with (the repository's roles, modules and
+#: module_utils; the host's own python3, as on a node)
+ROLE_ENV = {
+    "ANSIBLE_ROLES_PATH": str(PLAYBOOKS / "roles"),
+    "ANSIBLE_LIBRARY": str(PLAYBOOKS / "library"),
+    "ANSIBLE_MODULE_UTILS": str(PLAYBOOKS / "module_utils"),
+    "ANSIBLE_NOCOLOR": "1",
+    "ANSIBLE_PYTHON_INTERPRETER": "/usr/bin/python3",
+    "ANSIBLE_LOCALHOST_WARNING": "0",
+}
 
 
 def load_path(name: str, path: Path) -> ModuleType:

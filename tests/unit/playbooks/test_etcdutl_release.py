@@ -33,7 +33,7 @@ import pytest
 
 from gpustack.config import pins
 from tests.realbin.gobuild import binary
-from tests.unit.playbooks.conftest import PLAYBOOKS
+from tests.unit.playbooks.conftest import ROLE_ENV
 from tests.unit.playbooks.sandbox import OVERLAY_ROOT, available
 from tests.unit.playbooks.test_etcd_restore_host import MANIFEST
 from tests.unit.playbooks.test_etcd_restore_module import CTR  # ctr of containerd 2.x: an image without etcdutl
@@ -152,10 +152,7 @@ def test_etcdutl_downloaded_verified_unpacked_and_run_only_where_none_is_found(t
     env = dict(os.environ, GS_SANDBOX=str(tmp_path / "sb"), GS_PLAYBOOK=str(tmp_path / "play.yml"),
                GS_VARS=str(tmp_path / "vars.json"), GS_WRONG=str(tmp_path / "wrong.json"),
                GS_MANIFEST=str(tmp_path / "etcd.yaml"), GS_CTR=str(tmp_path / "ctr"), GS_ETCDUTL=str(etcdutl),
-               GS_DIR=DIR, GS_RELEASE=RELEASE, PATH="/usr/local/bin:" + os.environ["PATH"],
-               ANSIBLE_ROLES_PATH=str(PLAYBOOKS / "roles"), ANSIBLE_LIBRARY=str(PLAYBOOKS / "library"),
-               ANSIBLE_MODULE_UTILS=str(PLAYBOOKS / "module_utils"), ANSIBLE_NOCOLOR="1",
-               ANSIBLE_PYTHON_INTERPRETER="/usr/bin/python3", ANSIBLE_LOCALHOST_WARNING="0")  # fmt: skip
+               GS_DIR=DIR, GS_RELEASE=RELEASE, PATH="/usr/local/bin:" + os.environ["PATH"], **ROLE_ENV)  # fmt: skip
     proc = subprocess.run(["unshare", "--mount", "sh", "-c", SCRIPT], env=env, capture_output=True, text=True,
                           timeout=600, check=False)  # fmt: skip
     out = proc.stdout + proc.stderr

@@ -15,7 +15,7 @@ from types import ModuleType
 import pytest
 
 from tests.fakes.apt_archive import Pkg, build_deb
-from tests.unit.playbooks.conftest import PLAYBOOKS, load_path
+from tests.unit.playbooks.conftest import PLAYBOOKS, ROLE_ENV, load_path
 from tests.unit.playbooks.sandbox import OVERLAY_ROOT, available
 
 
@@ -112,9 +112,7 @@ def test_kernel_hold_tasks_hold_converge_and_release_only_their_own(tmp_path: Pa
         build_deb(Pkg(name, version="1.0"), arch, debs)
     (tmp_path / "play.yml").write_text(PLAY)
     env = dict(os.environ, GS_SANDBOX=str(tmp_path / "sb"), GS_DEBS=str(debs), GS_PLAYBOOK=str(tmp_path / "play.yml"),
-               ANSIBLE_ROLES_PATH=str(PLAYBOOKS / "roles"), ANSIBLE_LIBRARY=str(PLAYBOOKS / "library"),
-               ANSIBLE_MODULE_UTILS=str(PLAYBOOKS / "module_utils"), ANSIBLE_NOCOLOR="1",
-               ANSIBLE_PYTHON_INTERPRETER="/usr/bin/python3", ANSIBLE_LOCALHOST_WARNING="0")  # fmt: skip
+               **ROLE_ENV)  # fmt: skip
     proc = subprocess.run(["unshare", "--mount", "sh", "-c", SCRIPT], env=env, capture_output=True, text=True,
                           timeout=600, check=False)  # fmt: skip
     out = proc.stdout + proc.stderr
