@@ -23,6 +23,7 @@ from gpustack.config import pins
 
 from .hosts import PrepareHook, Testbed
 from .network import BRIDGE_ADDRESS, TestbedNetwork
+from .realkubeadm import with_real_kubeadm
 from .rootfs import ensure_rootfs
 from .runtime import RuntimeArchives, publish_runtime
 from .services import (
@@ -164,7 +165,8 @@ def testbed_factory(rootfs: Path, testbed_network: str, tmp_path: Path) -> Itera
     ) -> Testbed:
         workdir = tmp_path / f"testbed-{len(made) + 1}"
         root = kwargs.pop("rootfs", rootfs)  # another suite's root (e.g. rootfs_trixie)
-        bed = Testbed(names, workdir, prepare=prepare, nspawn_args=nspawn_args, rootfs=root, **kwargs)  # type: ignore[arg-type]
+        binds = with_real_kubeadm(names, nspawn_args)  # what kubeadm does with files is the real one's (its double)
+        bed = Testbed(names, workdir, prepare=prepare, nspawn_args=binds, rootfs=root, **kwargs)  # type: ignore[arg-type]
         made.append(bed)
         bed.start()
         return bed

@@ -24,6 +24,7 @@ from __future__ import annotations
 import base64
 import importlib.util
 import json
+import os
 import re
 import sys
 from collections.abc import Iterator
@@ -37,8 +38,10 @@ import pytest
 from gpustack.config import pins
 
 from .cluster import PROXY_PASSWORD, UpRun, doubles_log, proxy_url, run_gpustack, up
+from .host_certs import CAS, KUBECONFIGS, LEAVES, file_der, kubeconfig_cert, not_after, served
 from .hosts import Host, Testbed
 from .prepare import compose, fake_node_exporter, fstab_swap
+from .realkubeadm import with_real_kubeadm
 from .services import Sources
 from .site_host import (
     KUBE_TRACES,
@@ -96,8 +99,9 @@ def solo(
 ) -> Iterator[Solo]:
     work = tmp_path_factory.mktemp("solo")
     script = load_script()
+    prepare = compose(fstab_swap(), fake_node_exporter(), SERVER_FILES)
     with Testbed(
-        ["solo"], work / "bed", prepare=compose(fstab_swap(), fake_node_exporter(), SERVER_FILES), rootfs=rootfs
+        ["solo"], work / "bed", prepare=prepare, nspawn_args=with_real_kubeadm(["solo"]), rootfs=rootfs
     ) as bed:
         host = bed.hosts[0]
         for cmd in SITE_FIREWALL:  # the site's own firewall, there before gpustack (reset keeps it)
@@ -397,6 +401,52 @@ def test_converged_stages_are_skipped_and_drift_is_repaired(solo: Solo) -> None:
     assert all(v == 0 for v in full.changed().values()), full.changed()
 
 
+def test_certs_renew_renews_every_certificate_and_the_admin_kubeconfig(solo: Solo) -> None:
+    """Issue 27 on a real host: `up` left the real kubeadm's certificates and kubeconfigs (the kubeadm double runs
+    its `init phase certs`/`kubeconfig`); `gpustack certs renew` renews every leaf and kubeconfig with the real
+    `kubeadm certs renew all` (notAfter later, the CAs untouched), restarts the control-plane containers through
+    crictl (the crictl double's API server stand-in then serves the renewed certificate on 6443), and fetches
+    admin.conf again into the state directory; a second run does no harm; doctor's H15 reads the real kubeadm's
+    `check-expiration -o json` on the host and status the served certificate."""
+    host, cfg, state = solo.host, solo.cfg, solo.state
+    before = not_after(host)
+    local = state / "clusters" / "gpustack" / "admin.conf"
+    assert kubeconfig_cert(local.read_text()).not_valid_after_utc == before["admin.conf"]
+
+    done = run_gpustack(cfg, state, "certs", "renew", "--yes", timeout=600)
+    assert done.rc == 0, done.output
+    after = not_after(host)
+    assert all(after[f] > before[f] for f in (*LEAVES, *KUBECONFIGS)), (before, after)
+    assert all(after[f] == before[f] for f in CAS), (before, after)
+    # the control-plane containers stopped (the kubelet starts them again), the renewed certificate served
+    calls = doubles_log(host.sudo("cat /var/log/gpustack-doubles/crictl.log", check=True).stdout)
+    (stop,) = [c for c in calls if "stop" in c]
+    assert {"double-kube-apiserver", "double-etcd", "double-kube-scheduler"} <= set(stop), calls
+    assert served(host.address) == file_der(host)
+    # this machine's admin kubeconfig fetched again: the host's renewed one, 0600
+    assert local.read_text() == host.path("/etc/kubernetes/admin.conf").read_text()
+    assert local.stat().st_mode & 0o777 == 0o600
+    assert kubeconfig_cert(local.read_text()).not_valid_after_utc == after["admin.conf"]
+
+    # a second run does no harm: renewed again (kubeadm's renewal is unconditional), served, fetched
+    again = run_gpustack(cfg, state, "certs", "renew", "--yes", timeout=600)
+    assert again.rc == 0, again.output
+    last = not_after(host)
+    assert all(last[f] >= after[f] for f in last) and served(host.address) == file_der(host)
+    assert local.read_text() == host.path("/etc/kubernetes/admin.conf").read_text()
+
+    # doctor reads the expiry on the host (the real kubeadm's check-expiration), status the served certificate
+    rc, report, output = doctor(cfg, state, "--check", "H15")
+    (h15,) = [c for c in report["checks"] if c["id"] == "H15-certificates"]
+    assert rc == 0 and h15["status"] == "pass" and h15["host"] == host.name, output
+    day = min(last[f] for f in (*LEAVES, *KUBECONFIGS)).strftime("%Y-%m-%d %H:%M")
+    assert f"expires {day} UTC" in h15["evidence"], h15  # the first to expire, as the real kubeadm read it
+    status = run_gpustack(cfg, state, "status", "-o", "json", timeout=120)
+    rows = {r["what"]: r for r in json.loads(status.stdout)["certificates"]}
+    row = rows[f"API server {host.name} ({host.address}:6443)"]
+    assert row["status"] == "pass" and row["expires"] == last["apiserver.crt"].isoformat(), rows
+
+
 def test_reset_removes_kubernetes_and_keeps_the_hosts_own_firewall(solo: Solo) -> None:
     """`gpustack reset` after `up`: Kubernetes' and gpustack's traces are removed, the host's own
     firewall rules, chain policy and SSH stay exactly as they were before the fresh run; `--restore`
@@ -423,14 +473,22 @@ def test_reset_removes_kubernetes_and_keeps_the_hosts_own_firewall(solo: Solo) -
     refused = run_gpustack(cfg, state, "reset")
     assert refused.rc == 2 and "--yes" in refused.stderr
 
-    # `--no-snapshot` on every reset here: the bed's control plane is the kubeadm double's, with no etcd to snapshot
-    # (the stage is proven against the real etcd in tests/controlplane/test_etcd_snapshot.py)
     # a site's own containerd drop-in in the directory gpustack made: never gpustack's to delete
     assert host.sudo("test -f /etc/gpustack/containerd-drop-in-dir.created", check=False).returncode == 0
     host.sudo("echo '# the site' > /etc/containerd/conf.d/50-site.toml", check=True)
 
-    done = run_gpustack(cfg, state, "reset", "--yes", "--restore", "--no-snapshot")
+    # this machine already keeps etcd.snapshots.local_keep (10) older snapshots: the oldest goes
+    local = state / "clusters" / "gpustack" / "etcd-snapshots"
+    local.mkdir(mode=0o700, exist_ok=True)
+    planted = [local / f"etcd-{host.name}-20260101T0000{i:02d}Z.db" for i in range(10)]
+    for i, old in enumerate(planted):
+        old.write_bytes(b"")
+        os.utime(old, (1_767_225_600 + i, 1_767_225_600 + i))
+    # the etcd snapshot first (no --no-snapshot): through the etcd container's etcdctl, which the crictl double finds
+    done = run_gpustack(cfg, state, "reset", "--yes", "--restore")
     assert done.rc == 0, done.output
+    crictl = doubles_log(host.sudo("cat /var/log/gpustack-doubles/crictl.log", check=True).stdout)
+    assert any(c[:1] == ["exec"] and c[-3:-1] == ["snapshot", "save"] for c in crictl), crictl
     rules = host.sudo("iptables -S", check=True).stdout
     assert not any(name in rules for name in ("KUBE-", "FLANNEL", "GPUSTACK-INPUT")), rules
     # every table, both families: exactly what the host had before `up`
@@ -464,11 +522,19 @@ def test_reset_removes_kubernetes_and_keeps_the_hosts_own_firewall(solo: Solo) -
     assert not (state / "clusters" / "gpustack").exists()
     (archived,) = (state / "archive").iterdir()
     assert (archived / "admin.conf").is_file() and archived.stat().st_mode & 0o777 == 0o700
+    # the snapshot taken before the reset, copied here 0600 (archived with the cluster's state), the oldest pruned
+    kept = sorted((archived / "etcd-snapshots").iterdir())
+    (taken,) = [p for p in kept if p.name not in {q.name for q in planted}]
+    assert re.fullmatch(rf"etcd-{host.name}-\d{{8}}T\d{{6}}Z\.db", taken.name), kept
+    assert taken.name in done.output.replace("\n", ""), "reset names the snapshot"
+    assert taken.stat().st_mode & 0o777 == 0o600 and taken.stat().st_size % 4096 == 32  # pages, then their sha256
+    assert [p.name for p in kept if p != taken] == [q.name for q in planted[1:]], kept
 
     # the site's drop-in stays, and so its directory
     assert host.sudo("cat /etc/containerd/conf.d/50-site.toml", check=True).stdout == "# the site\n"
 
-    # a second reset finds nothing to do: nothing changes, nothing is created (here or on the host)
+    # a second reset finds nothing to do: nothing changes, nothing is created (here or on the host); --no-snapshot
+    # from here on: no etcd is left to snapshot (reset's documented way out for an etcd that no longer answers)
     again = run_gpustack(cfg, state, "reset", "--yes", "--no-snapshot")
     assert again.rc == 0, again.output
     assert all(v == 0 for v in again.changed().values()), again.changed()

@@ -92,6 +92,40 @@ def test_crictl_gives_the_snapshot_module_a_file_it_verifies(root: Path, tmp_pat
     assert len(saves) == 1 and saves[0][-3:-1] == ["snapshot", "save"], log(root, "crictl")
 
 
+def test_crictl_lists_and_stops_the_static_pods_certs_renew_restarts(root: Path) -> None:
+    """The certs_renew role's `crictl ps --name REGEX` (its argv read from the role) lists the static pods whose
+    manifests the kubeadm double wrote, and `crictl stop` prints the IDs it stopped (under GPUSTACK_DOUBLES_ROOT no
+    API server stand-in is started: that is the test bed's, tests/testbed/test_up_single.py)."""
+    import yaml
+
+    role = DOUBLES.parents[2] / "playbooks" / "roles" / "certs_renew"
+    defaults = yaml.safe_load((role / "defaults" / "main.yml").read_text())
+    tasks = yaml.safe_load((role / "tasks" / "main.yml").read_text())
+    block = next(t for t in tasks if t.get("name") == "Restart the control-plane pods")["block"]
+    argv = block[0]["ansible.builtin.command"]["argv"]
+    names = "|".join(defaults["certs_renew_containers"])
+    argv = [a.replace("{{ certs_renew_cri_endpoint }}", defaults["certs_renew_cri_endpoint"])
+            .replace("{{ certs_renew_containers | join('|') }}", names) for a in argv]  # fmt: skip
+    assert argv[0] == "crictl" and "{{" not in " ".join(argv), argv
+    assert run(root, *argv).stdout == ""  # no control plane here
+    (root / "etc/kubernetes/manifests").mkdir(parents=True)
+    for m in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "not-ours"):
+        (root / f"etc/kubernetes/manifests/{m}.yaml").write_text("kind: Pod\n")
+    listed = run(root, *argv).stdout.split()
+    assert listed == ["double-etcd", "double-kube-apiserver", "double-kube-controller-manager",
+                      "double-kube-scheduler"]  # fmt: skip
+    stopped = run(root, "crictl", "--runtime-endpoint", defaults["certs_renew_cri_endpoint"], "stop", *listed)
+    assert (stopped.returncode, stopped.stdout.split()) == (0, listed)
+
+
+def test_kubeadm_certs_is_the_real_kubeadms(root: Path) -> None:
+    """`kubeadm certs ...` is handed to the real kubeadm on a test-bed host; without it the double refuses, never
+    answering with a made-up expiry."""
+    r = run(root, "kubeadm", "certs", "check-expiration", "-o", "json")
+    assert r.returncode == 1 and "real kubeadm" in r.stderr and r.stdout == ""
+    assert log(root, "kubeadm") == [["certs", "check-expiration", "-o", "json"]]
+
+
 def test_kubeadm_version(root: Path) -> None:
     assert run(root, "kubeadm", "version", "-o", "short").stdout == "v1.36.4\n"
     assert 'GitVersion:"v1.36.4"' in run(root, "kubeadm", "version").stdout
