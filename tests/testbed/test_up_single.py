@@ -29,11 +29,13 @@ import re
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
+import yaml
 
 from gpustack.config import pins
 
@@ -401,14 +403,22 @@ def test_converged_stages_are_skipped_and_drift_is_repaired(solo: Solo) -> None:
     assert all(v == 0 for v in full.changed().values()), full.changed()
 
 
-def test_certs_renew_renews_every_certificate_and_the_admin_kubeconfig(solo: Solo) -> None:
+def test_certs_renew_renews_every_certificate_and_the_admin_kubeconfig(solo: Solo, tmp_path: Path) -> None:
     """Issue 27 on a real host: `up` left the real kubeadm's certificates and kubeconfigs (the kubeadm double runs
     its `init phase certs`/`kubeconfig`); `gpustack certs renew` renews every leaf and kubeconfig with the real
-    `kubeadm certs renew all` (notAfter later, the CAs untouched), restarts the control-plane containers through
-    crictl (the crictl double's API server stand-in then serves the renewed certificate on 6443), and fetches
-    admin.conf again into the state directory; a second run does no harm; doctor's H15 reads the real kubeadm's
-    `check-expiration -o json` on the host and status the served certificate."""
-    host, cfg, state = solo.host, solo.cfg, solo.state
+    `kubeadm certs renew all` and the configured validity (notAfter 400 days on, the CAs untouched), restarts the
+    control-plane containers through crictl (the crictl double's API server stand-in then serves the renewed
+    certificate on 6443), and fetches admin.conf again into the state directory; a second run does no harm;
+    doctor's H15 reads the real kubeadm's `check-expiration -o json` on the host and status the served certificate.
+
+    The renewal's validity is 400d, not `up`'s 365d: a certificate that already expires `validity` after the
+    renewal's start (less 2 minutes for the clocks) counts as renewed by it (gpustack/cluster/renewal.py), which
+    certificates signed by a fresh `up` moments before would (this test run on its own)."""
+    host, state = solo.host, solo.state
+    settings = yaml.safe_load(solo.cfg.read_text())
+    settings.setdefault("certificates", {})["validity"] = "400d"
+    cfg = tmp_path / "renew.yaml"
+    cfg.write_text(yaml.safe_dump(settings))
     before = not_after(host)
     local = state / "clusters" / "gpustack" / "admin.conf"
     assert kubeconfig_cert(local.read_text()).not_valid_after_utc == before["admin.conf"]
@@ -416,7 +426,7 @@ def test_certs_renew_renews_every_certificate_and_the_admin_kubeconfig(solo: Sol
     done = run_gpustack(cfg, state, "certs", "renew", "--yes", timeout=600)
     assert done.rc == 0, done.output
     after = not_after(host)
-    assert all(after[f] > before[f] for f in (*LEAVES, *KUBECONFIGS)), (before, after)
+    assert all(after[f] - before[f] > timedelta(days=34) for f in (*LEAVES, *KUBECONFIGS)), (before, after)
     assert all(after[f] == before[f] for f in CAS), (before, after)
     # the control-plane containers stopped (the kubelet starts them again), the renewed certificate served
     calls = doubles_log(host.sudo("cat /var/log/gpustack-doubles/crictl.log", check=True).stdout)
@@ -428,7 +438,8 @@ def test_certs_renew_renews_every_certificate_and_the_admin_kubeconfig(solo: Sol
     assert local.stat().st_mode & 0o777 == 0o600
     assert kubeconfig_cert(local.read_text()).not_valid_after_utc == after["admin.conf"]
 
-    # a second run does no harm: renewed again (kubeadm's renewal is unconditional), served, fetched
+    # a second run does no harm: renewed again, or (within the renewal rule's 2 minutes) counted as renewed; the
+    # certificate served, admin.conf fetched
     again = run_gpustack(cfg, state, "certs", "renew", "--yes", timeout=600)
     assert again.rc == 0, again.output
     last = not_after(host)
@@ -436,12 +447,12 @@ def test_certs_renew_renews_every_certificate_and_the_admin_kubeconfig(solo: Sol
     assert local.read_text() == host.path("/etc/kubernetes/admin.conf").read_text()
 
     # doctor reads the expiry on the host (the real kubeadm's check-expiration), status the served certificate
-    rc, report, output = doctor(cfg, state, "--check", "H15")
+    rc, report, output = doctor(solo.cfg, state, "--check", "H15")
     (h15,) = [c for c in report["checks"] if c["id"] == "H15-certificates"]
     assert rc == 0 and h15["status"] == "pass" and h15["host"] == host.name, output
     day = min(last[f] for f in (*LEAVES, *KUBECONFIGS)).strftime("%Y-%m-%d %H:%M")
     assert f"expires {day} UTC" in h15["evidence"], h15  # the first to expire, as the real kubeadm read it
-    status = run_gpustack(cfg, state, "status", "-o", "json", timeout=120)
+    status = run_gpustack(solo.cfg, state, "status", "-o", "json", timeout=120)
     rows = {r["what"]: r for r in json.loads(status.stdout)["certificates"]}
     row = rows[f"API server {host.name} ({host.address}:6443)"]
     assert row["status"] == "pass" and row["expires"] == last["apiserver.crt"].isoformat(), rows
