@@ -460,9 +460,18 @@ def test_upgrade_1_35_to_1_36_on_three_hosts_interrupted_and_resumed(cluster: Cl
     # `kubectl get`, the host facts `kubelet --version` and, on the control plane, the real kubeadm's
     # `certs check-expiration`); an upgrade to the version the cluster runs renews the control plane's certificates
     # (docs/lifecycle.md: the real kubeadm's `certs renew all`, the containers restarted through crictl) unless the
-    # first resumed run renewed them under 2 minutes before (gpustack/cluster/renewal.py counts them renewed)
-    third = run_gpustack(cfg, state, "upgrade", "--to", "1.36", "--yes", "--no-snapshot", *IGNORE_NOUVEAU)
+    # first resumed run renewed them under 2 minutes before (gpustack/cluster/renewal.py counts them renewed).
+    # It takes its etcd snapshot first (issue 27: before every upgrade), through the etcd container's etcdctl on cp
+    # (the crictl double), fetched into this machine's state directory 0600
+    snapshots = state / "clusters" / "gpustack" / "etcd-snapshots"
+    kept = set(snapshots.glob("*.db")) if snapshots.is_dir() else set()
+    third = run_gpustack(cfg, state, "upgrade", "--to", "1.36", "--yes", *IGNORE_NOUVEAU)
     assert third.rc == 0, third.output
+    (taken,) = set(snapshots.glob("etcd-cp-*.db")) - kept
+    assert taken.stat().st_mode & 0o777 == 0o600 and taken.stat().st_size > 0, taken
+    crictl = [json.loads(line) for line in bed.host("cp").sudo("cat /var/log/gpustack-doubles/crictl.log",
+                                                                check=True).stdout.splitlines()]  # fmt: skip
+    assert any(c[:1] == ["exec"] and c[-3:-1] == ["snapshot", "save"] for c in crictl), crictl
     new = events(shared)[len(evs) :]
     checked = [e for e in new if e["argv"][:2] == ["certs", "check-expiration"]]
     assert {e["host"] for e in checked} == {"cp"}, "the preflight's certificate facts, on the control plane only"

@@ -27,6 +27,7 @@ from gpustack.paths import resource_dir
 from tests.fakes import bundle_sources
 from tests.realbin import RealBins
 
+from .cis import LEFT, RELAXED, not_passed, security_layer
 from .cluster import run_gpustack, up, write_config
 from .hosts import Testbed
 from .network import BRIDGE_ADDRESS
@@ -54,6 +55,8 @@ def test_up_from_a_bundle_with_no_route_out(
         served_files = served.config(files=True)
         extra["sources"]["etcd_url"] = served_files["sources"]["etcd_url"]
         extra["versions"]["etcd_sha256"] = served_files["versions"]["etcd_sha256"]
+        # two relaxations of the kubelet's hardening (issue 28): doctor warns exactly their CIS checks (below)
+        extra["security"] = {"tls_cipher_suites": [], "pod_pids_limit": None}
         config = write_config(bed, tmp_path / "gpustack.yaml", sources, via_proxy=False, extra=extra)
         cfg = Config.model_validate(yaml.safe_load(config.read_text()))
         bundle = tmp_path / "bundle"
@@ -105,6 +108,17 @@ def test_up_from_a_bundle_with_no_route_out(
     version = host.run("dpkg-query -W -f '${Version}' kubeadm", check=True).stdout
     assert version == f"{pins.KUBERNETES['1.36']}-1.1"
     assert host.sudo("sha256sum /usr/local/sbin/runc", check=True).stdout.split()[0] == sources.runtime.runc_sha256
+
+    # the relaxed settings reached the kubelet (the real kubeadm's config.yaml from gpustack's configuration), and
+    # doctor's host-fact CIS checks turn exactly their checks into warnings, each naming its setting
+    kubelet_config = host.sudo("cat /var/lib/kubelet/config.yaml", check=True).stdout
+    assert "podPidsLimit" not in kubelet_config and "tlsCipherSuites" not in kubelet_config, kubelet_config
+    report = security_layer(config, state)
+    assert not_passed(report, host.name) == dict.fromkeys(LEFT | set(RELAXED.values()), "warn"), report["_output"]
+    for setting, check in RELAXED.items():
+        (found,) = [c for c in report["checks"] if c["id"] == check]
+        assert f"relaxed in gpustack.yaml: security.{setting}" in found["evidence"], found
+    assert report["summary"]["fail"] == 0, report["_output"]
 
     # converged: a re-run changes nothing
     second = up(config, state, "--bundle", str(bundle))

@@ -39,6 +39,7 @@ import yaml
 
 from gpustack.config import pins
 
+from .cis import HOST_FACT_CHECKS, LEFT, host_findings, not_passed, security_layer
 from .cluster import PROXY_PASSWORD, UpRun, doubles_log, proxy_url, run_gpustack, up
 from .host_certs import CAS, KUBECONFIGS, LEAVES, file_der, kubeconfig_cert, not_after, served
 from .hosts import Host, Testbed
@@ -401,6 +402,30 @@ def test_converged_stages_are_skipped_and_drift_is_repaired(solo: Solo) -> None:
     assert full.rc == 0, full.output
     assert set(VISITED) <= _visited(full, host.name)
     assert all(v == 0 for v in full.changed().values()), full.changed()
+
+
+def test_doctor_security_layer_finds_no_cis_failure_on_the_host(solo: Solo) -> None:
+    """Issue 28 on a real host: doctor's CIS checks that read host facts (1.1.x and 4.1.x file modes and owners, the
+    kubelet's 4.2.x from its running command line and config file) judge what `up` left on the host: the real
+    kubeadm 1.36.5's manifests, etcd data directory, certificates, kubeconfigs and kubelet files (the kubeadm double
+    hands those phases to it) with the modes gpustack's roles set. No failure; the only warnings are the checks
+    gpustack leaves on purpose (docs/configuration.md); the API server's checks skip (the bed runs none: they are
+    judged against the real API server in tests/controlplane/test_security.py)."""
+    report = security_layer(solo.cfg, solo.state)
+    output = report["_output"]
+    findings = host_findings(report)
+    assert {c["id"] for c in findings} == HOST_FACT_CHECKS, output
+    assert not_passed(report, solo.host.name) == dict.fromkeys(LEFT, "warn"), output
+    assert all(c["host"] == solo.host.name for c in findings if c["status"] == "warn"), output
+    passed = {c["id"]: c for c in findings if c["status"] == "pass"}
+    # judged from what is there: the kubelet's running command line (the unit's kubeadm-flags.env the real kubeadm
+    # wrote) and config file, every file of the real PKI
+    assert passed["S4.1.9-kubelet-config-mode"]["summary"] == "CIS 4.1.9: 600 or more restrictive", output
+    assert passed["S4.2.13-kubelet-pod-pids-limit"]["status"] == "pass"
+    assert solo.host.sudo("stat -c %a /var/lib/kubelet/config.yaml", check=True).stdout.strip() == "600"
+    assert "podPidsLimit: 32768" in solo.host.sudo("cat /var/lib/kubelet/config.yaml", check=True).stdout
+    assert "--container-runtime-endpoint" in solo.host.sudo("cat /var/lib/kubelet/kubeadm-flags.env", check=True).stdout
+    assert report["summary"]["fail"] == 0, output
 
 
 def test_certs_renew_renews_every_certificate_and_the_admin_kubeconfig(solo: Solo, tmp_path: Path) -> None:
