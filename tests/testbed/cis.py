@@ -29,14 +29,20 @@ RELAXED = {"tls_cipher_suites": "S4.2.12-kubelet-tls-cipher-suites", "pod_pids_l
 
 
 def security_layer(config: Path, state: Path) -> dict[str, Any]:
-    """``gpustack doctor --layer security -o json`` against the bed's hosts: its report."""
-    run = run_gpustack(config, state, "doctor", "--layer", "security", "--output", "json", timeout=300)
+    """``gpustack doctor --layer security,host -o json`` against the bed's hosts (the host layer collects the host
+    facts over SSH; alone, the security layer reads only the API): its report."""
+    run = run_gpustack(config, state, "doctor", "--layer", "security,host", "--output", "json", timeout=300)
     try:
         report: dict[str, Any] = json.loads(run.stdout)
     except ValueError as exc:
         raise AssertionError(f"doctor printed no JSON report (rc {run.rc}):\n{run.output}") from exc
     report["_output"] = run.output
     return report
+
+
+def security_failures(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The security layer's failures (the host layer's own, e.g. the bed's cgroup v1, are not judged here)."""
+    return [c for c in report["checks"] if c["layer"] == "security" and c["status"] == "fail"]
 
 
 def host_findings(report: dict[str, Any]) -> list[dict[str, Any]]:

@@ -39,7 +39,7 @@ import yaml
 
 from gpustack.config import pins
 
-from .cis import HOST_FACT_CHECKS, LEFT, host_findings, not_passed, security_layer
+from .cis import HOST_FACT_CHECKS, LEFT, host_findings, not_passed, security_failures, security_layer
 from .cluster import PROXY_PASSWORD, UpRun, doubles_log, proxy_url, run_gpustack, up
 from .host_certs import CAS, KUBECONFIGS, LEAVES, file_der, kubeconfig_cert, not_after, served
 from .hosts import Host, Testbed
@@ -424,8 +424,10 @@ def test_doctor_security_layer_finds_no_cis_failure_on_the_host(solo: Solo) -> N
     assert passed["S4.2.13-kubelet-pod-pids-limit"]["status"] == "pass"
     assert solo.host.sudo("stat -c %a /var/lib/kubelet/config.yaml", check=True).stdout.strip() == "600"
     assert "podPidsLimit: 32768" in solo.host.sudo("cat /var/lib/kubelet/config.yaml", check=True).stdout
-    assert "--container-runtime-endpoint" in solo.host.sudo("cat /var/lib/kubelet/kubeadm-flags.env", check=True).stdout
-    assert report["summary"]["fail"] == 0, output
+    # gpustack's kubeletExtraArgs, as kubeadm writes them for the unit
+    flags = solo.host.sudo("cat /var/lib/kubelet/kubeadm-flags.env", check=True).stdout
+    assert flags.strip() == f'KUBELET_KUBEADM_ARGS="--node-ip={solo.host.address}"', flags
+    assert security_failures(report) == [], output
 
 
 def test_certs_renew_renews_every_certificate_and_the_admin_kubeconfig(solo: Solo, tmp_path: Path) -> None:
