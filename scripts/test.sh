@@ -35,7 +35,7 @@ PY="$venv/bin/python"
 # the test bed and the tests that need none of it run (docs/benchmarks.md#the-real-binaries).
 command -v go >/dev/null || { echo "scripts/test.sh: the go command is missing (Go >= 1.26, the module proxy reachable)" >&2; exit 1; }
 go_log=$(mktemp -t gpustack-gobuild-XXXXXX.log)
-nice -n 5 "$PY" -m tests.realbin.gobuild prometheus k8s kwok etcd >"$go_log" 2>&1 &
+nice -n 5 "$PY" -m tests.realbin.gobuild prometheus kubeadm k8s kwok etcd >"$go_log" 2>&1 &
 gobuild=$!
 trap 'kill "$gobuild" 2>/dev/null || true' EXIT
 

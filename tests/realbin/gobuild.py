@@ -10,6 +10,8 @@ requires one upstream module at the version production runs:
   k8s.io/kubernetes requires). Builds ``kube-apiserver``, ``kube-controller-manager``, ``kube-scheduler``,
   ``kubeadm`` and ``etcd``, with the version ldflags kubernetes' own build sets (``hack/lib/version.sh``), so they
   report ``v1.36.5`` and not ``v0.0.0-master`` (which kubeadm and kubectl cannot parse).
+- ``kubeadm``: kubeadm alone, from ``k8s/`` with the same flags (the same binary as ``k8s``'s, cached apart): the
+  test bed binds it into its hosts, and CI builds it first, so the test bed waits less on a cold machine.
 - ``kwok``: ``sigs.k8s.io/kwok`` (its own module: its dependency versions differ from kubernetes').
 - ``etcd``: ``go.etcd.io/etcd/etcdctl/v3`` and ``go.etcd.io/etcd/etcdutl/v3`` at the etcd server's version in ``k8s``
   (the etcd clients gpustack's snapshots and restores run; their own module, so adding them does not change the
@@ -65,10 +67,12 @@ class Module:
     #: ``-gcflags`` for every package: ``all=-l`` (no inlining) takes ~21 % less compile CPU (kwok, cold, on the
     #: 2-core machine: 318 -> 252 CPU s); the binaries behave the same, somewhat slower (docs/benchmarks.md)
     gcflags: str = ""
+    #: the tools module's directory under tests/realbin when another build shares it (default: ``name``)
+    src: str = ""
 
     @property
     def dir(self) -> Path:
-        return HERE / self.name
+        return HERE / (self.src or self.name)
 
     def go_mod(self) -> str:
         return (self.dir / "go.mod").read_text(encoding="utf-8")
@@ -144,6 +148,12 @@ MODULES: dict[str, Module] = {
         },
         gcflags=NO_INLINING,
     ),
+    #: kubeadm alone, from the same tools module and flags as "k8s" (the same binary): the test bed binds it into its
+    #: hosts, and CI builds it before the rest of the control plane so the test bed's lane waits for it less on a
+    #: cold machine (the rest then reuses the Go build cache)
+    "kubeadm": Module(
+        "kubeadm", "k8s.io/kubernetes", {"kubeadm": "k8s.io/kubernetes/cmd/kubeadm"}, gcflags=NO_INLINING, src="k8s"
+    ),
     "kwok": Module("kwok", "sigs.k8s.io/kwok", {"kwok": "sigs.k8s.io/kwok/cmd/kwok"}, gcflags=NO_INLINING),
     "etcd": Module(
         "etcd",
@@ -198,7 +208,7 @@ def download(path: str, version: str) -> Path:
 
 def ldflags(module: Module) -> tuple[str, ...]:
     date = _module_time(module)
-    if module.name == "k8s":
+    if module.upstream == "k8s.io/kubernetes":
         return kubernetes_ldflags(module.version, date)
     if module.name == "prometheus":
         return prometheus_ldflags(module.version, date)

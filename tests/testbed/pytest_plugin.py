@@ -153,19 +153,22 @@ def sources(
 
 @pytest.fixture
 def testbed_factory(rootfs: Path, testbed_network: str, tmp_path: Path) -> Iterator[TestbedFactory]:
-    """``make(names, prepare=None, nspawn_args=None, rootfs=None, **kw) -> Testbed`` (booted); every
-    test bed made is closed when the test ends. Logs: ``<tmp_path>/testbed-N/``."""
+    """``make(names, prepare=None, nspawn_args=None, rootfs=None, real_kubeadm=False, **kw) -> Testbed`` (booted);
+    every test bed made is closed when the test ends. Logs: ``<tmp_path>/testbed-N/``. ``real_kubeadm``: the real
+    kubeadm bound into every host (tests/testbed/realkubeadm.py), for a test that reads what it writes; the
+    others keep the double's placeholders, so they need no Go build (conftest.py runs them first)."""
     made: list[Testbed] = []
 
     def make(
         names: Sequence[str],
         prepare: PrepareHook | Mapping[str, PrepareHook] | None = None,
         nspawn_args: Mapping[str, Sequence[str]] | None = None,
+        real_kubeadm: bool = False,
         **kwargs: object,
     ) -> Testbed:
         workdir = tmp_path / f"testbed-{len(made) + 1}"
         root = kwargs.pop("rootfs", rootfs)  # another suite's root (e.g. rootfs_trixie)
-        binds = with_real_kubeadm(names, nspawn_args)  # what kubeadm does with files is the real one's (its double)
+        binds = with_real_kubeadm(names, nspawn_args) if real_kubeadm else nspawn_args
         bed = Testbed(names, workdir, prepare=prepare, nspawn_args=binds, rootfs=root, **kwargs)  # type: ignore[arg-type]
         made.append(bed)
         bed.start()

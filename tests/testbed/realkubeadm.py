@@ -14,15 +14,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from tests.realbin.gobuild import binary
+from tests.realbin.gobuild import MODULES, build
 
 #: where the kubeadm double runs it (tests/testbed/doubles/kubeadm REAL_KUBEADM)
 INSIDE = "/usr/lib/gpustack-doubles/kubeadm"
 
 
 def source() -> Path:
-    """The cached real kubeadm (built once by tests/realbin/gobuild.py; CI builds it beside the tests)."""
-    return binary("kubeadm")
+    """The cached real kubeadm (built once by tests/realbin/gobuild.py's ``kubeadm``, the control plane's kubeadm
+    alone; CI builds it in the background beside the tests, before the rest of the control plane)."""
+    return build(MODULES["kubeadm"]) / "kubeadm"
 
 
 def with_real_kubeadm(

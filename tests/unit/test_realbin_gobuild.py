@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -73,3 +74,16 @@ def test_etcdctl_and_etcdutl_are_the_etcd_servers_version() -> None:
     server = gobuild.required(K8S.go_mod(), "go.etcd.io/etcd/server/v3")
     assert etcd.version == gobuild.required(etcd.go_mod(), "go.etcd.io/etcd/etcdutl/v3") == server
     assert set(etcd.binaries) == {"etcdctl", "etcdutl"} and not set(etcd.binaries) & set(K8S.binaries)
+
+
+def test_the_test_beds_kubeadm_is_the_control_planes_built_alone() -> None:
+    """CI builds kubeadm alone first (scripts/test.sh) so the test bed waits less on a cold machine: the same tools
+    module, package and flags as the control plane's, cached apart (its own key)."""
+    kubeadm = gobuild.MODULES["kubeadm"]
+    assert kubeadm.dir == K8S.dir and kubeadm.upstream == K8S.upstream and kubeadm.version == K8S.version
+    assert kubeadm.binaries == {"kubeadm": K8S.binaries["kubeadm"]}
+    assert (kubeadm.gcflags, kubeadm.tags) == (K8S.gcflags, K8S.tags)
+    # binary("kubeadm") (the control-plane tests) still finds the whole control plane's build
+    assert list(gobuild.MODULES).index("k8s") < list(gobuild.MODULES).index("kubeadm")
+    script = (Path(__file__).resolve().parents[2] / "scripts" / "test.sh").read_text()
+    assert "gobuild prometheus kubeadm k8s " in script
