@@ -1,15 +1,18 @@
 """A test host that survives its own reboot: systemd-nspawn started again when its container rebooted.
 
 A guest's ``reboot`` (``shutdown -r``, ``systemctl reboot``, what ``ansible.builtin.reboot`` runs) ends its
-systemd-nspawn with exit status 133 (systemd-nspawn(1), "EXIT STATUS": "133 ... the container requested a
-reboot"); systemd's own ``systemd-nspawn@.service`` starts it again for that exit status alone
-(``RestartForceExitStatus=133``, units/systemd-nspawn@.service.in of systemd). The test bed starts nspawn itself
+systemd-nspawn with exit status 133 when nspawn runs with ``--keep-unit``, as the bed's do (src/nspawn/nspawn.c
+``EXIT_FORCE_RESTART 133`` for ``CONTAINER_REBOOTED``; without ``--keep-unit`` nspawn would loop by itself, but then it
+asks the outer systemd for a scope unit); the console says "Container NAME is being rebooted."; systemd's own
+``systemd-nspawn@.service`` starts it again for that exit status alone (``RestartForceExitStatus=133``,
+``SuccessExitStatus=133``: units/systemd-nspawn@.service.in, as systemd 252 installs it in
+/lib/systemd/system on the machines the bed runs on). The test bed starts nspawn itself
 (:meth:`tests.testbed.hosts.Testbed._launch`), so this module plays that unit's part: :func:`restarting` wraps the
 nspawn command line in this file run as a script, which starts nspawn, and again with the same arguments after an
 exit 133 -- the same root (an overlay, still mounted on the outer machine), the same network namespace
 (``--network-namespace-path``: the namespace is named, it outlives the container) and the same binds. nspawn gives
-each start a fresh ``/proc/sys/kernel/random/boot_id`` (src/nspawn/nspawn.c ``setup_boot_id``), as a machine's
-kernel does at each boot.
+each start a fresh ``/proc/sys/kernel/random/boot_id`` (src/nspawn/nspawn.c ``setup_boot_id``, a random id
+bind-mounted over the kernel's), as a machine's kernel does at each boot: the test bed's check of a reboot.
 
 Stopping: the harness signals the wrapper (SIGTERM, the same signal nspawn powers its container off on); the
 wrapper passes it on to nspawn and, once told to stop, never starts it again, whatever nspawn's exit status; it
@@ -30,7 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
-#: systemd-nspawn's exit status when the container rebooted (systemd-nspawn(1); RestartForceExitStatus=133)
+#: systemd-nspawn's exit status when the container rebooted (nspawn.c EXIT_FORCE_RESTART; RestartForceExitStatus=133)
 REBOOT_EXIT = 133
 #: boots of one host at most (the first one included)
 MAX_BOOTS = 20
