@@ -38,7 +38,7 @@ READ = "systemctl is-active --quiet kubelet.service && cat /proc/sys/kernel/rand
 
 
 class HostKubelet:
-    """The node ``host`` as its kubelet and GPU stack would report it to ``api``; :meth:`seed` first, then
+    """The node ``host`` as its kubelet and GPU stack would report it to ``api``: :meth:`objects` seeded first, then
     ``with`` it (a thread that follows the host every ``interval`` seconds)."""
 
     def __init__(self, api: FakeKubeAPI, host: Host, *, gpus: int = 8, settle: float = 2.0, interval: float = 0.5):
