@@ -24,6 +24,8 @@ class Pkg:
     depends: str = ""
     essential: bool = False
     version: str = TEST_VERSION
+    #: the package's DEBIAN/postinst (a shell script), none when empty
+    postinst: str = ""
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,9 @@ def build_deb(pkg: Pkg, arch: str, out_dir: Path) -> Path:
             fields["Essential"] = "yes"
         fields["Description"] = f"{pkg.name} (gpustack test package)"
         (tree / "DEBIAN/control").write_text("".join(f"{k}: {v}\n" for k, v in fields.items()))
+        if pkg.postinst:
+            (tree / "DEBIAN/postinst").write_text(pkg.postinst)
+            (tree / "DEBIAN/postinst").chmod(0o755)
         deb = out_dir / f"{pkg.name}_{pkg.version}_{arch}.deb"
         run(["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(tree), str(deb)])
     return deb

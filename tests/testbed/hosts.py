@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from types import TracebackType
 
-from . import network
+from . import network, reboot
 from ._proc import TestbedError, file_lock, run, run_parallel, wait_for
 from .boot import restart_failed_units
 from .network import BRIDGE, BRIDGE_ADDRESS, SUBNET, TestbedNetwork, netns_name, netns_path
@@ -191,7 +191,7 @@ class Host:
         )
 
     def is_running(self) -> bool:
-        """True while the host's systemd-nspawn process is alive."""
+        """True while the host's systemd-nspawn (its restart wrapper, tests/testbed/reboot.py) is alive."""
         return self.nspawn is not None and self.nspawn.poll() is None
 
 
@@ -475,7 +475,7 @@ class Testbed:
 
     def _launch(self, host: Host) -> None:
         """Start systemd-nspawn in the background, console to ``console.log``."""
-        cmd = [
+        cmd = reboot.restarting([  # started again when the guest reboots (tests/testbed/reboot.py)
             "systemd-nspawn",
             "-D", str(host.root),
             "--boot",
@@ -491,7 +491,7 @@ class Testbed:
             "--settings=no",
             *self._root_mode_args(host),
             *self._nspawn_args.get(host.name, ()),
-        ]  # fmt: skip
+        ])  # fmt: skip
         env = {**os.environ, "SYSTEMD_NSPAWN_API_VFS_WRITABLE": "network", "TERM": "dumb"}
         self.log(f"{host.name}: {shlex.join(cmd)}")
         with host.console_log.open("ab") as console:

@@ -241,8 +241,9 @@ def _cleanup_record(data: dict[str, Any]) -> None:
     """Kill, unmount and delete what one crash record lists."""
     pid, mount = data.get("nspawn_pid"), data.get("mount")
     if isinstance(pid, int) and isinstance(mount, str) and _is_nspawn_of(pid, mount):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
+        for kill in (os.killpg, os.kill):  # the restart wrapper leads the group nspawn runs in: both end
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                kill(pid, signal.SIGKILL)
     if isinstance(mount, str) and os.path.ismount(mount):
         run(["umount", "-l", mount], timeout=60, check=False)
     remove = [p for p in data.get("remove", []) if isinstance(p, str) and Path(p).exists()]
@@ -251,12 +252,13 @@ def _cleanup_record(data: dict[str, Any]) -> None:
 
 
 def _is_nspawn_of(pid: int, root: str) -> bool:
-    """True if ``pid`` still is the systemd-nspawn that booted ``root`` (PIDs get reused)."""
+    """True if ``pid`` still is the systemd-nspawn that booted ``root``, or its restart wrapper
+    (tests/testbed/reboot.py: ``python3 reboot.py systemd-nspawn ...``) (PIDs get reused)."""
     try:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
-    return bool(argv) and argv[0].endswith(b"systemd-nspawn") and root.encode() in argv
+    return any(a.endswith(b"systemd-nspawn") for a in argv[:3]) and root.encode() in argv
 
 
 def _list_netns() -> list[str]:

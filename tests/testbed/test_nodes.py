@@ -3,7 +3,15 @@
 A one-node cluster (nd1) gets a worker (nd2) with `node add`: a fresh join token, the new node
 Ready, and the old host changed only where the node list matters to it -- gpustack's firewall chain
 now accepts nd2 -- with every other file and both services (containerd, kubelet) untouched; the
-`up` after it changes nothing anywhere. Then `node remove nd2`: while a PodDisruptionBudget allows
+`up` after it changes nothing anywhere. Then `node patch nd2` against the bed's archive of updates
+(tests/testbed/patch_archive.py: gpustack-patch-demo and the kernel meta package linux-image-gpustack-test, 1.0
+installed, 2.0 offered; the kernel package's postinst writes /var/run/reboot-required): while a PodDisruptionBudget
+allows no eviction it is refused before anything changes (nd2 not cordoned, no package moved, no reboot); relaxed,
+nd2 is cordoned and drained through the Eviction API, upgraded, rebooted for real by ansible.builtin.reboot (its
+systemd-nspawn exits 133 and tests/testbed/reboot.py starts it again: a new boot id, sshd back), waited for until the
+Node reports the new boot id with its 8 GPUs and the GPU Operator's pods back -- this machine plays nd2's kubelet and
+GPU stack on the fake API server (tests/testbed/node_kubelet.py) -- and uncordoned; a second run changes nothing.
+Then `node remove nd2`: while a PodDisruptionBudget allows
 no eviction, the removal is reported before anything is cordoned and nothing changes; once it
 allows one, nd2 is drained, reset (containerd's drop-in directory gpustack made goes too), nd1's
 firewall no longer accepts it, and its Node object is deleted. Then `up` with nd2 still in the
@@ -15,7 +23,7 @@ plays the API server for them (the join registers nd2 there; the ready stage rea
 kubectl on nd1). The drain goes from this machine through the Kubernetes API, so for the removal
 this machine's admin kubeconfig points at the fake API server (tests/fakes/kube_api.py), which
 holds the cluster's Node and Pod objects and answers evictions with PodDisruptionBudget
-semantics. ~3 min."""
+semantics. ~5 min (the node patch part: about 70 s of it, its reboot about 3 s)."""
 
 from __future__ import annotations
 
@@ -30,6 +38,8 @@ from tests.unit.nodes_cluster import node, pdb, pod
 
 from .cluster import doubles_log, run_gpustack, up, write_config
 from .hosts import Host
+from .node_kubelet import HostKubelet
+from .patch_archive import DEMO, KERNEL_META, NEW, OLD, publish, versions
 from .pytest_plugin import TestbedFactory
 from .services import Sources
 
@@ -108,6 +118,8 @@ def test_node_add_changes_only_the_new_host_and_node_remove_checks_budgets_first
     again = up(both, state)
     assert again.rc == 0, again.output
     assert all(v == 0 for v in again.changed().values()), again.changed()
+
+    patch_nd2(both, state, nd2, sources, tmp_path / "patch")
 
     # node remove, drained through the API: this machine's kubeconfig points at the fake API server
     with FakeKubeAPI.running() as api:
@@ -191,3 +203,74 @@ def test_node_add_changes_only_the_new_host_and_node_remove_checks_budgets_first
     calls = doubles_log(nd2.sudo("cat /var/log/gpustack-doubles/kubeadm.log", check=True).stdout)
     assert calls.count(reset_call) == resets_before
     assert nd2.sudo("test -e /etc/kubernetes/kubelet.conf", check=False).returncode == 0, "nd2 not contacted"
+
+
+BOOT_ID = "cat /proc/sys/kernel/random/boot_id"
+
+
+def patch_nd2(config: Path, state: Path, nd2: Host, sources: Sources, scratch: Path) -> None:
+    """`gpustack node patch nd2` against the bed's archive of updates (tests/testbed/patch_archive.py), the drain
+    through the fake API server, this machine playing nd2's kubelet and GPU stack on it (tests/testbed/node_kubelet.py):
+    a blocking budget stops it before anything changes; relaxed, nd2 is drained, upgraded, rebooted for real (its
+    systemd-nspawn started again by tests/testbed/reboot.py), waited for with its new boot id and GPUs, uncordoned;
+    a second run changes nothing."""
+    updates = publish(sources.http, scratch)
+    updates.install_old(nd2)
+    assert versions(nd2) == {DEMO: OLD, KERNEL_META: OLD}
+    with FakeKubeAPI.running() as api:
+        api.write_kubeconfig(state / "clusters" / "gpustack" / "admin.conf")
+        kubelet = HostKubelet(api, nd2)
+        api.seed(
+            [
+                node("nd1", cp=True),
+                *kubelet.objects(),
+                pod("web-a", "nd2", labels={"app": "web"}),
+                pod("web-b", "nd1", labels={"app": "web"}),
+                pdb("web", "web", allowed=0),
+            ]
+        )
+        boot0 = kubelet.boots[0]
+        with kubelet:
+            # a budget that allows no eviction: refused before anything changes (nd2 not cordoned, no package moved)
+            blocked = run_gpustack(config, state, "node", "patch", "nd2", "--yes")
+            assert blocked.rc == 1, blocked.output
+            assert "default/web-a" in blocked.output and "no node cordoned" in blocked.output, blocked.output
+            assert not [r for r in api.mutating_requests() if not r[1].endswith("/eviction")], "only dry-run evictions"
+            assert not (api.get("v1", "Node", "nd2") or {}).get("spec", {}).get("unschedulable")
+            assert versions(nd2) == {DEMO: OLD, KERNEL_META: OLD}
+            assert nd2.run(BOOT_ID, check=True).stdout.strip() == boot0
+
+            # relaxed: drained, upgraded, rebooted (the kernel package's postinst asked), back with its GPUs, uncordoned
+            api.seed([pdb("web", "web", allowed=1)])
+            patched = run_gpustack(config, state, "node", "patch", "nd2", "--yes", "--ready-timeout", "300")
+            assert patched.rc == 0, patched.output
+            assert versions(nd2) == {DEMO: NEW, KERNEL_META: NEW}
+            boot1 = nd2.run(BOOT_ID, check=True).stdout.strip()
+            assert boot1 != boot0, "nd2 rebooted: a new boot id"
+            assert kubelet.saw_down and kubelet.boots == [boot0, boot1], kubelet.boots
+            assert "the guest rebooted (systemd-nspawn exit 133)" in nd2.console_log.read_text(errors="replace")
+            assert nd2.sudo("test -e /var/run/reboot-required", check=False).returncode == 1, "gone with the boot"
+            rows = {r["stage"]: r for r in json.loads((patched.last_run_dir() / "summary.json").read_text())}
+            assert {"drain", "packages", "gpu", "uncordon"} <= rows.keys() and "inspect" not in rows, list(rows)
+            assert rows["packages"]["changed_by_host"].get("nd2") and rows["uncordon"]["changed"] == 1, rows
+            after = api.get("v1", "Node", "nd2") or {}
+            assert not after.get("spec", {}).get("unschedulable"), "uncordoned"
+            assert after["status"]["nodeInfo"]["bootID"] == boot1
+            assert api.get("v1", "Pod", "web-a", "default") is None, "evicted"
+            assert api.get("v1", "Pod", "web-b", "default") is not None
+            assert "patched nd2" in patched.stdout
+            record = json.loads((state / "clusters" / "gpustack" / "node-patch.json").read_text())["nodes"]["nd2"]
+            assert record["status"] == "done" and record["baseline"] == {
+                "gpus": 8,
+                "operands": ["dcgm-exporter", "device-plugin", "driver", "validator"],
+                "boot_id": boot0,
+            }, record  # what had to come back: the double's GPUs and GPU Operator pods, the boot before the patch
+
+            # a second run: nothing to upgrade, no reboot due: nothing cordoned, nothing changed
+            api.reset_requests()
+            again = run_gpustack(config, state, "node", "patch", "nd2", "--yes")
+            assert again.rc == 0, again.output
+            assert "up to date, left alone: nd2" in again.stdout, again.stdout
+            assert not api.mutating_requests(), api.mutating_requests()
+            assert nd2.run(BOOT_ID, check=True).stdout.strip() == boot1
+        assert not kubelet.errors, kubelet.errors
