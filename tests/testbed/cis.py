@@ -9,14 +9,13 @@ in tests/controlplane/test_security.py; the bed has none, so there they skip.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from gpustack.diagnose.checks_security_files import RULES as FILE_RULES
 from gpustack.diagnose.cis_kubelet import RULES as KUBELET_RULES
 
-from .cluster import run_gpustack
+from .cluster import doctor
 
 #: the security layer's checks judged from host facts
 HOST_FACT_CHECKS = frozenset({r.check_id for r in FILE_RULES} | {r.check_id for r in KUBELET_RULES})
@@ -30,14 +29,9 @@ RELAXED = {"tls_cipher_suites": "S4.2.12-kubelet-tls-cipher-suites", "pod_pids_l
 
 def security_layer(config: Path, state: Path) -> dict[str, Any]:
     """``gpustack doctor --layer security,host -o json`` against the bed's hosts (the host layer collects the host
-    facts over SSH; alone, the security layer reads only the API): its report."""
-    run = run_gpustack(config, state, "doctor", "--layer", "security,host", "--output", "json", timeout=300)
-    try:
-        report: dict[str, Any] = json.loads(run.stdout)
-    except ValueError as exc:
-        raise AssertionError(f"doctor printed no JSON report (rc {run.rc}):\n{run.output}") from exc
-    report["_output"] = run.output
-    return report
+    facts over SSH; alone, the security layer reads only the API): its report, what it printed under ``_output``."""
+    _rc, report, output = doctor(config, state, "--layer", "security,host")
+    return {**report, "_output": output}
 
 
 def security_failures(report: dict[str, Any]) -> list[dict[str, Any]]:

@@ -138,6 +138,16 @@ def run_gpustack(
     return UpRun(proc.returncode, proc.stdout, proc.stderr, state_dir, made[-1] if made else None)
 
 
+def doctor(config: Path, state_dir: Path, *args: str) -> tuple[int, dict[str, Any], str]:
+    """``gpustack doctor --output json ARGS``: its exit code, its report, everything it printed."""
+    run = run_gpustack(config, state_dir, "doctor", "--output", "json", *args, timeout=300)
+    try:
+        report: dict[str, Any] = json.loads(run.stdout)
+    except ValueError as exc:
+        raise AssertionError(f"doctor printed no JSON report (rc {run.rc}):\n{run.output}") from exc
+    return run.rc, report, run.output
+
+
 def _runs(state_dir: Path) -> set[Path]:
     runs = state_dir / "runs"
     return set(runs.iterdir()) if runs.is_dir() else set()

@@ -34,12 +34,15 @@ _HERE = Path(__file__).parent
 REAL_KUBEADM_MODULES = ("test_cluster_lifecycle.py", "test_up_bundle.py", "test_up_single.py")
 
 
+def _needs_real_kubeadm(item: pytest.Item) -> bool:
+    path = Path(str(item.path))
+    return path.name in REAL_KUBEADM_MODULES and _HERE in path.parents
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark every test in this directory ``testbed``; skip them where the bed cannot run; the tests whose hosts run
     the real kubeadm after the others (each module's own order kept)."""
-    items.sort(
-        key=lambda item: Path(str(item.path)).name in REAL_KUBEADM_MODULES and _HERE in Path(str(item.path)).parents
-    )
+    items.sort(key=_needs_real_kubeadm)
     reason = unavailable_reason()
     for item in items:
         if _HERE not in Path(str(item.path)).parents:

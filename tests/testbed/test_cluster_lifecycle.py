@@ -469,8 +469,7 @@ def test_upgrade_1_35_to_1_36_on_three_hosts_interrupted_and_resumed(cluster: Cl
     assert third.rc == 0, third.output
     (taken,) = set(snapshots.glob("etcd-cp-*.db")) - kept
     assert taken.stat().st_mode & 0o777 == 0o600 and taken.stat().st_size > 0, taken
-    crictl = [json.loads(line) for line in bed.host("cp").sudo("cat /var/log/gpustack-doubles/crictl.log",
-                                                                check=True).stdout.splitlines()]  # fmt: skip
+    crictl = doubles_log(bed.host("cp").sudo("cat /var/log/gpustack-doubles/crictl.log", check=True).stdout)
     assert any(c[:1] == ["exec"] and c[-3:-1] == ["snapshot", "save"] for c in crictl), crictl
     new = events(shared)[len(evs) :]
     checked = [e for e in new if e["argv"][:2] == ["certs", "check-expiration"]]
